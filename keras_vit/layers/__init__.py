@@ -1,0 +1,17 @@
+"""Backend-agnostic Keras layers of the Vision Transformer."""
+
+from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.patch_encoder import PatchEncoder, resize_position_grid
+from keras_vit.layers.patches import Patches
+from keras_vit.layers.pooling import TokenPooling
+from keras_vit.layers.transformer import MlpBlock, TransformerBlock
+
+__all__ = [
+    "MlpBlock",
+    "MultiHeadSelfAttention",
+    "PatchEncoder",
+    "Patches",
+    "TokenPooling",
+    "TransformerBlock",
+    "resize_position_grid",
+]

@@ -1,0 +1,132 @@
+"""`MultiHeadSelfAttention` with the official ViT weight layout."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_vit.layers.utils import check_positive_int, check_rate
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MultiHeadSelfAttention(keras.layers.Layer):
+    """Multi-head self-attention (paper eq. 2, App. A).
+
+    Weights are `query`, `key`, `value` (kernel `(D, heads, head_dim)`, bias
+    `(heads, head_dim)`) and `out` (kernel `(heads, head_dim, D)`, bias
+    `(D,)`): the layout of the official checkpoints and of Keras'
+    `MultiHeadAttention`, so they load without reshaping.
+
+    The ordinary call goes through `keras.ops.dot_product_attention`, which
+    uses each backend's fused kernel. `attention_probs()` computes the
+    softmax explicitly (in float32) for inspection; attention dropout, when
+    training with a non-zero rate, takes the explicit path too.
+
+    Args:
+        num_heads: int, number of heads.
+        head_dim: int, width of each head.
+        dropout_rate: float in [0, 1), dropout on the attention probabilities.
+        kernel_initializer, bias_initializer: initializers of the projections.
+
+    Input shape:
+        `(batch, tokens, D)`.
+
+    Returns:
+        `(batch, tokens, D)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = MultiHeadSelfAttention(num_heads=2, head_dim=4)
+    >>> tuple(layer(np.zeros((1, 5, 8), "float32")).shape)
+    (1, 5, 8)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        head_dim,
+        dropout_rate=0.0,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = check_positive_int(num_heads, "num_heads")
+        self.head_dim = check_positive_int(head_dim, "head_dim")
+        self.dropout_rate = check_rate(dropout_rate, "attention_dropout_rate")
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = False
+
+    def build(self, input_shape):
+        dim = input_shape[-1]
+        projection = dict(
+            output_shape=(None, self.num_heads, self.head_dim),
+            bias_axes="hk",
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            dtype=self.dtype_policy,
+        )
+        self.query = keras.layers.EinsumDense("btd,dhk->bthk", name="query", **projection)
+        self.key = keras.layers.EinsumDense("btd,dhk->bthk", name="key", **projection)
+        self.value = keras.layers.EinsumDense("btd,dhk->bthk", name="value", **projection)
+        for layer in (self.query, self.key, self.value):
+            layer.build(input_shape)
+        self.out = keras.layers.EinsumDense(
+            "bthk,hkd->btd",
+            output_shape=(None, dim),
+            bias_axes="d",
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            dtype=self.dtype_policy,
+            name="out",
+        )
+        self.out.build((None, None, self.num_heads, self.head_dim))
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.built = True
+
+    def _project(self, x):
+        return self.query(x), self.key(x), self.value(x)
+
+    def _probs(self, q, k):
+        # The softmax runs in float32 whatever the compute dtype.
+        logits = ops.einsum("bqhk,bthk->bhqt", q, k)
+        logits = ops.cast(logits, "float32") / math.sqrt(self.head_dim)
+        return ops.softmax(logits, axis=-1)
+
+    def attention_probs(self, x):
+        """Attention probabilities `(batch, heads, tokens, tokens)`, float32."""
+        q, k, _ = self._project(x)
+        return self._probs(q, k)
+
+    def call(self, x, training=None):
+        q, k, v = self._project(x)
+        if training and self.dropout_rate > 0:
+            probs = self.dropout(self._probs(q, k), training=training)
+            context = ops.einsum("bhqt,bthk->bqhk", ops.cast(probs, v.dtype), v)
+        else:
+            context = ops.dot_product_attention(
+                q, k, v, scale=1.0 / math.sqrt(self.head_dim)
+            )
+        return self.out(context)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "head_dim": self.head_dim,
+                "dropout_rate": self.dropout_rate,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(
+                    self.bias_initializer
+                ),
+            }
+        )
+        return config

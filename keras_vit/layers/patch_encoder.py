@@ -1,0 +1,212 @@
+"""`PatchEncoder`: patch projection, class token and position embedding."""
+
+import keras
+from keras import ops
+
+from keras_vit.layers.utils import check_positive_int, pair
+
+
+def _interpolation_matrix(new, old, dtype):
+    """`(new, old)` matrix of corner-aligned linear interpolation weights.
+
+    Corner-aligned linear interpolation is what `scipy.ndimage.zoom(order=1)`
+    computes, the resize used by the official ViT fine-tuning code. When
+    `new == old` the matrix is exactly the identity. `new` and `old` may be
+    Python ints or scalar tensors (unknown sizes in a traced graph).
+    """
+    old_f = ops.cast(old, "float32")
+    new_f = ops.cast(new, "float32")
+    step = (old_f - 1.0) / ops.maximum(new_f - 1.0, 1.0)
+    src = ops.cast(ops.arange(new), "float32") * step
+    low = ops.minimum(ops.floor(src), ops.maximum(old_f - 2.0, 0.0))
+    frac = src - low
+    low = ops.cast(low, "int32")
+    high = ops.minimum(low + 1, ops.cast(old, "int32") - 1)
+    weights = ops.one_hot(low, old) * (1.0 - frac)[:, None]
+    weights = weights + ops.one_hot(high, old) * frac[:, None]
+    return ops.cast(weights, dtype)
+
+
+def resize_position_grid(grid, new_size):
+    """Resizes a `(1, gh, gw, D)` position-embedding grid to `new_size`.
+
+    Corner-aligned bilinear interpolation, equal (up to float rounding) to
+    `scipy.ndimage.zoom(grid, (nh / gh, nw / gw, 1), order=1)`, the official
+    loader's resize; it runs inside the model, so the same weights serve any
+    image size.
+
+    Args:
+        grid: tensor of shape `(1, gh, gw, D)`.
+        new_size: `(nh, nw)`, ints or scalar tensors.
+
+    Returns:
+        A tensor of shape `(1, nh, nw, D)`.
+    """
+    old_h, old_w = grid.shape[1], grid.shape[2]
+    rows = _interpolation_matrix(new_size[0], old_h, grid.dtype)
+    cols = _interpolation_matrix(new_size[1], old_w, grid.dtype)
+    return ops.einsum("ij,bjkd,lk->bild", rows, grid, cols)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class PatchEncoder(keras.layers.Layer):
+    """Embeds a patch grid into tokens (paper eq. 1).
+
+    Projects each flattened patch linearly (the kernel is stored as
+    `(ph, pw, C, D)`, the layout of the official convolutional embedding),
+    prepends a learnable class token and adds a learnable position embedding
+    whose first row belongs to the class token.
+
+    The position embedding is learned for `grid_size`. When the layer sees a
+    different grid (a model built at 224 px given a 384 px image), the patch
+    rows are resized on the fly by corner-aligned bilinear interpolation, the
+    official fine-tuning code's resize; the class-token row is kept.
+
+    Args:
+        hidden_size: int, the token width `D`.
+        patch_size: int or `(ph, pw)`: the patch size the inputs were cut with.
+        grid_size: int or `(gh, gw)`: the patch grid the position embedding is
+            learned for.
+        class_token: bool, default True. Whether to prepend a class token (and
+            give it a position-embedding row).
+        kernel_initializer, bias_initializer, position_initializer,
+        class_token_initializer: initializers of the four weights.
+
+    Input shape:
+        `(batch, h, w, ph * pw * C)`, as returned by `Patches`.
+
+    Returns:
+        `(batch, class_token + h * w, hidden_size)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = PatchEncoder(hidden_size=8, patch_size=4, grid_size=2)
+    >>> tuple(layer(np.zeros((1, 2, 2, 48), "float32")).shape)
+    (1, 5, 8)
+    >>> tuple(layer(np.zeros((1, 3, 5, 48), "float32")).shape)
+    (1, 16, 8)
+    """
+
+    def __init__(
+        self,
+        hidden_size,
+        patch_size,
+        grid_size,
+        class_token=True,
+        kernel_initializer="lecun_normal",
+        bias_initializer="zeros",
+        position_initializer=None,
+        class_token_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.hidden_size = check_positive_int(hidden_size, "hidden_size")
+        self.patch_size = pair(patch_size, "patch_size")
+        self.grid_size = pair(grid_size, "grid_size")
+        self.class_token = bool(class_token)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.position_initializer = keras.initializers.get(
+            position_initializer
+            or keras.initializers.RandomNormal(stddev=0.02)
+        )
+        self.class_token_initializer = keras.initializers.get(
+            class_token_initializer
+        )
+        self.input_spec = keras.layers.InputSpec(ndim=4)
+
+    @property
+    def num_prefix_tokens(self):
+        return int(self.class_token)
+
+    def build(self, input_shape):
+        depth = input_shape[-1]
+        ph, pw = self.patch_size
+        if depth is None or depth % (ph * pw):
+            raise ValueError(
+                "The last axis of the patches must be ph * pw * channels. "
+                f"Received: patch depth={depth}, patch_size={self.patch_size}"
+            )
+        self.num_channels = depth // (ph * pw)
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(ph, pw, self.num_channels, self.hidden_size),
+            initializer=self.kernel_initializer,
+        )
+        self.bias = self.add_weight(
+            name="bias", shape=(self.hidden_size,), initializer=self.bias_initializer
+        )
+        if self.class_token:
+            self.cls = self.add_weight(
+                name="cls",
+                shape=(1, 1, self.hidden_size),
+                initializer=self.class_token_initializer,
+            )
+        gh, gw = self.grid_size
+        self.pos_embedding = self.add_weight(
+            name="pos_embedding",
+            shape=(1, self.num_prefix_tokens + gh * gw, self.hidden_size),
+            initializer=self.position_initializer,
+        )
+        self.built = True
+
+    def position_embedding_for(self, grid):
+        """The position embedding for a `(h, w)` grid, resized when needed."""
+        pos = ops.cast(self.pos_embedding, self.compute_dtype)
+        same = all(isinstance(g, int) for g in grid) and tuple(grid) == self.grid_size
+        if same:
+            return pos
+        prefix = pos[:, : self.num_prefix_tokens]
+        patch_rows = pos[:, self.num_prefix_tokens :]
+        gh, gw = self.grid_size
+        patch_rows = ops.reshape(patch_rows, (1, gh, gw, self.hidden_size))
+        patch_rows = resize_position_grid(patch_rows, grid)
+        patch_rows = ops.reshape(patch_rows, (1, -1, self.hidden_size))
+        return ops.concatenate([prefix, patch_rows], axis=1)
+
+    def call(self, patches):
+        static = patches.shape
+        dynamic = ops.shape(patches)
+        grid = tuple(
+            static[i] if static[i] is not None else dynamic[i] for i in (1, 2)
+        )
+        kernel = ops.reshape(
+            ops.cast(self.kernel, self.compute_dtype), (-1, self.hidden_size)
+        )
+        x = ops.matmul(patches, kernel) + ops.cast(self.bias, self.compute_dtype)
+        x = ops.reshape(x, (-1, grid[0] * grid[1], self.hidden_size))
+        if self.class_token:
+            cls = ops.cast(self.cls, self.compute_dtype)
+            cls = ops.broadcast_to(cls, (ops.shape(x)[0], 1, self.hidden_size))
+            x = ops.concatenate([cls, x], axis=1)
+        return x + self.position_embedding_for(grid)
+
+    def compute_output_shape(self, input_shape):
+        batch, gh, gw, _ = input_shape
+        tokens = None if gh is None or gw is None else gh * gw + self.num_prefix_tokens
+        return (batch, tokens, self.hidden_size)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "hidden_size": self.hidden_size,
+                "patch_size": self.patch_size,
+                "grid_size": self.grid_size,
+                "class_token": self.class_token,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(
+                    self.bias_initializer
+                ),
+                "position_initializer": keras.initializers.serialize(
+                    self.position_initializer
+                ),
+                "class_token_initializer": keras.initializers.serialize(
+                    self.class_token_initializer
+                ),
+            }
+        )
+        return config

@@ -1,0 +1,197 @@
+"""`TransformerBlock` (pre-LN encoder block) and its `MlpBlock`."""
+
+import keras
+from keras import ops
+
+from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.utils import (
+    check_positive_float,
+    check_positive_int,
+    check_rate,
+)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MlpBlock(keras.layers.Layer):
+    """Dense -> GELU -> Dropout -> Dense -> Dropout (paper eq. 3).
+
+    Args:
+        mlp_dim: int, hidden width.
+        dropout_rate: float in [0, 1), dropout after each Dense.
+        gelu_approximate: bool, default True. True: the tanh approximation
+            (official code and checkpoints); False: exact erf GELU (timm/DeiT).
+
+    Example:
+
+    >>> import numpy as np
+    >>> tuple(MlpBlock(mlp_dim=16)(np.zeros((1, 3, 8), "float32")).shape)
+    (1, 3, 8)
+    """
+
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, **kwargs):
+        super().__init__(**kwargs)
+        self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
+        self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
+        self.gelu_approximate = bool(gelu_approximate)
+
+    def build(self, input_shape):
+        dense = dict(
+            kernel_initializer="glorot_uniform",
+            bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
+            dtype=self.dtype_policy,
+        )
+        self.dense_0 = keras.layers.Dense(self.mlp_dim, name="Dense_0", **dense)
+        self.dense_0.build(input_shape)
+        self.dense_1 = keras.layers.Dense(input_shape[-1], name="Dense_1", **dense)
+        self.dense_1.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.built = True
+
+    def call(self, x, training=None):
+        x = ops.gelu(self.dense_0(x), approximate=self.gelu_approximate)
+        x = self.dropout(x, training=training)
+        x = self.dense_1(x)
+        return self.dropout(x, training=training)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "mlp_dim": self.mlp_dim,
+                "dropout_rate": self.dropout_rate,
+                "gelu_approximate": self.gelu_approximate,
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class TransformerBlock(keras.layers.Layer):
+    """Pre-LayerNorm Transformer encoder block (paper eq. 2-3).
+
+    `x = x + drop_path(dropout(MSA(LN(x))))`, then
+    `x = x + drop_path(MLP(LN(x)))`. Sublayer names follow the official
+    checkpoint (`LayerNorm_0`, `MultiHeadDotProductAttention_1`,
+    `LayerNorm_2`, `MlpBlock_3`).
+
+    Args:
+        num_heads: int, attention heads; must divide the input width.
+        mlp_dim: int, MLP hidden width.
+        dropout_rate: float, dropout after attention and after each MLP Dense.
+        attention_dropout_rate: float, dropout on attention probabilities.
+        stochastic_depth_rate: float, probability of dropping the residual
+            branches of a sample (stochastic depth); 0 disables it.
+        layer_norm_epsilon: float, default 1e-6 (the official value).
+        gelu_approximate: bool, default True (tanh GELU, as the official code).
+
+    Input shape:
+        `(batch, tokens, D)`.
+
+    Returns:
+        `(batch, tokens, D)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> block = TransformerBlock(num_heads=2, mlp_dim=16)
+    >>> tuple(block(np.zeros((1, 5, 8), "float32")).shape)
+    (1, 5, 8)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        mlp_dim,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        stochastic_depth_rate=0.0,
+        layer_norm_epsilon=1e-6,
+        gelu_approximate=True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = check_positive_int(num_heads, "num_heads")
+        self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
+        self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
+        self.attention_dropout_rate = check_rate(
+            attention_dropout_rate, "attention_dropout_rate"
+        )
+        self.stochastic_depth_rate = check_rate(
+            stochastic_depth_rate, "stochastic_depth_rate"
+        )
+        self.layer_norm_epsilon = check_positive_float(
+            layer_norm_epsilon, "layer_norm_epsilon"
+        )
+        self.gelu_approximate = bool(gelu_approximate)
+        if self.stochastic_depth_rate > 0:
+            self.seed_generator = keras.random.SeedGenerator(0)
+
+    def build(self, input_shape):
+        dim = input_shape[-1]
+        if dim % self.num_heads:
+            raise ValueError(
+                "`hidden_size` must be divisible by `num_heads`. "
+                f"Received: hidden_size={dim}, num_heads={self.num_heads}"
+            )
+        norm = dict(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy)
+        self.norm_0 = keras.layers.LayerNormalization(name="LayerNorm_0", **norm)
+        self.attention = MultiHeadSelfAttention(
+            self.num_heads,
+            dim // self.num_heads,
+            dropout_rate=self.attention_dropout_rate,
+            dtype=self.dtype_policy,
+            name="MultiHeadDotProductAttention_1",
+        )
+        self.norm_2 = keras.layers.LayerNormalization(name="LayerNorm_2", **norm)
+        self.mlp = MlpBlock(
+            self.mlp_dim,
+            dropout_rate=self.dropout_rate,
+            gelu_approximate=self.gelu_approximate,
+            dtype=self.dtype_policy,
+            name="MlpBlock_3",
+        )
+        for layer in (self.norm_0, self.attention, self.norm_2, self.mlp):
+            layer.build(input_shape)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.built = True
+
+    def _drop_path(self, x, training):
+        if not training or self.stochastic_depth_rate == 0:
+            return x
+        keep = 1.0 - self.stochastic_depth_rate
+        noise = keras.random.uniform(
+            (ops.shape(x)[0], 1, 1), seed=self.seed_generator, dtype=x.dtype
+        )
+        return x * ops.floor(keep + noise) / keep
+
+    def call(self, x, training=None):
+        y = self.attention(self.norm_0(x), training=training)
+        y = self.dropout(y, training=training)
+        x = x + self._drop_path(y, training)
+        y = self.mlp(self.norm_2(x), training=training)
+        return x + self._drop_path(y, training)
+
+    def attention_probs(self, x):
+        """The block's attention probabilities for input `x` (float32)."""
+        return self.attention.attention_probs(self.norm_0(x))
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "mlp_dim": self.mlp_dim,
+                "dropout_rate": self.dropout_rate,
+                "attention_dropout_rate": self.attention_dropout_rate,
+                "stochastic_depth_rate": self.stochastic_depth_rate,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "gelu_approximate": self.gelu_approximate,
+            }
+        )
+        return config

@@ -1,0 +1,3 @@
+"""Pretrained weights: registry, downloads and checkpoint loaders."""
+
+from keras_vit.weights.registry import WEIGHTS, weights_names
