@@ -1,8 +1,471 @@
-"""Registry of published checkpoints (filled in by the weights module)."""
+"""The table of published ViT checkpoints: one `WeightsRecord` per file.
+
+Every difference between checkpoints (resolution, classes, pre-logits layer,
+input range, GELU flavour, licence, expected parameter count) is a field of a
+record, so loaders and models read the table instead of branching on names.
+Records are keyed by `(architecture, name)`, with architecture strings as in
+`keras_vit.models.variants.ARCHITECTURES` ("B/16", "R50+B/16", ...).
+
+Weights names:
+
+- "imagenet21k": ImageNet-21k pre-training of the ViT paper (with pre-logits).
+- "imagenet21k+imagenet2012": the same, fine-tuned on ImageNet-1k at 384 px;
+  "imagenet21k+imagenet2012-224": fine-tuned at 224 px.
+- "augreg-i21k": the recommended ImageNet-21k checkpoint of "How to train your
+  ViT?" (AugReg); "augreg-i21k+imagenet2012" (384 px) and
+  "augreg-i21k+imagenet2012-224" (224 px): its ImageNet-1k fine-tunes.
+- "sam-imagenet2012": trained on ImageNet-1k with the SAM optimizer.
+
+A "-224" suffix always means a 224 px fine-tune; the other fine-tunes are at
+384 px.
+"""
+
+import dataclasses
+
+PREPROCESSING = ("inception", "imagenet")
+CLASSIFIERS = ("token", "gap")
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightsRecord:
+    """Metadata of one published checkpoint file.
+
+    Args:
+        name: weights name, e.g. "imagenet21k".
+        architecture: architecture string, e.g. "B/16".
+        urls: tuple of download URLs: the primary (GCS) URL first, then
+            mirrors.
+        file_name: name of the file in the cache, unique over the table.
+        image_size: int, the training resolution (square).
+        classes: int, width of the classifier head in the file.
+        representation_size: width of the Dense+tanh pre-logits layer, or
+            None when the file has none.
+        preprocessing: "inception" (inputs scaled to [-1, 1]) or "imagenet"
+            (ImageNet mean/std), see `keras_vit.preprocess_input`.
+        gelu_approximate: True when the weights were trained with the tanh
+            GELU (every Google checkpoint), False for the exact erf GELU.
+        license: SPDX licence identifier.
+        params: int, exact parameter count of the model built for the
+            record (head and pre-logits included).
+        sha256: hex digest of the file, or None when none is published.
+        description: what the checkpoint is, first sentence short.
+        classifier: "token" (class token) or "gap" (global average pooling).
+    """
+
+    name: str
+    architecture: str
+    urls: tuple
+    file_name: str
+    image_size: int
+    classes: int
+    representation_size: object
+    preprocessing: str
+    gelu_approximate: bool
+    license: str
+    params: int
+    sha256: object
+    description: str
+    classifier: str = "token"
+
+    def __post_init__(self):
+        if isinstance(self.urls, str) or not self.urls:
+            raise ValueError(
+                "`urls` must be a non-empty tuple of URLs. "
+                f"Received: urls={self.urls!r}"
+            )
+        object.__setattr__(self, "urls", tuple(self.urls))
+        if self.preprocessing not in PREPROCESSING:
+            raise ValueError(
+                f"`preprocessing` must be one of {PREPROCESSING}. "
+                f"Received: preprocessing={self.preprocessing!r}"
+            )
+        if self.classifier not in CLASSIFIERS:
+            raise ValueError(
+                f"`classifier` must be one of {CLASSIFIERS}. "
+                f"Received: classifier={self.classifier!r}"
+            )
+        if self.sha256 is not None and (
+            len(self.sha256) != 64
+            or any(c not in "0123456789abcdef" for c in self.sha256)
+        ):
+            raise ValueError(
+                "`sha256` must be None or 64 lower-case hex digits. "
+                f"Received: sha256={self.sha256!r}"
+            )
+        if "/" in self.file_name or not self.file_name:
+            raise ValueError(
+                "`file_name` must be a bare, non-empty file name. "
+                f"Received: file_name={self.file_name!r}"
+            )
+
+    @property
+    def key(self):
+        """`(architecture, name)`, the record's key in `WEIGHTS`."""
+        return (self.architecture, self.name)
+
+    @property
+    def summary(self):
+        """The first sentence of `description`."""
+        return self.description.split(". ")[0].rstrip(".") + "."
+
+
+_GCS = "https://storage.googleapis.com/vit_models/"
+# The "+" of the folder name is percent-encoded: in a URL path it is literal,
+# but some HTTP stacks still decode a bare "+" as a space.
+_I21K_I1K = _GCS + "imagenet21k%2Bimagenet2012/"
+_VIT_KERAS = "https://github.com/faustomorales/vit-keras/releases/download/dl/"
+# vit-keras re-hosts these architectures only.
+_VIT_KERAS_ARCHS = ("B/16", "B/32", "L/16", "L/32")
+
+# No checksum is published for any GCS file (CHECKPOINTS.md §1.6 and §7), so
+# every record below has sha256=None: downloads are checked against the size
+# the server reports, and the loader checks every tensor's shape.
+_GOOGLE = dict(
+    preprocessing="inception",
+    gelu_approximate=True,
+    license="Apache-2.0",
+    sha256=None,
+    classifier="token",
+)
+
+
+def _stem(architecture):
+    # "B/16" -> "B_16", the spelling of the official file names.
+    return architecture.replace("/", "_")
+
+
+# Original ViT paper files (arXiv:2010.11929), CHECKPOINTS.md §1.2 and §1.3.
+# (architecture, representation_size, params)
+_ORIGINAL_I21K = (
+    ("B/16", 768, 103_186_515),
+    ("B/32", 768, 104_843_091),
+    ("B/8", 768, 103_195_731),
+    ("L/16", 1024, 326_740_307),
+    ("L/32", 1024, 328_949_075),
+    ("H/14", 1280, 660_385_363),
+)
+# (architecture, image_size, file suffix, params)
+_ORIGINAL_I1K = (
+    ("B/16", 384, "", 86_859_496),
+    ("B/32", 384, "", 88_297_192),
+    ("B/8", 384, "", 87_744_232),
+    ("L/16", 384, "", 304_715_752),
+    ("L/32", 384, "", 306_632_680),
+    ("B/16", 224, "-224", 86_567_656),
+    ("L/16", 224, "-224", 304_326_632),
+)
+
+# AugReg ("How to train your ViT?", arXiv:2106.10270), CHECKPOINTS.md §1.4:
+# the README's recommended ImageNet-21k checkpoint per architecture.
+# (architecture, upstream file stem, params with the 21843-way head)
+_AUGREG_I21K = (
+    ("Ti/16", "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", 9_740_115),
+    ("S/16", "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0", 30_075_219),
+    ("S/32", "S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0", 30_903_507),
+    ("B/16", "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", 102_595_923),
+    ("B/32", "B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", 104_252_499),
+    ("L/16", "L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0", 325_690_707),
+    ("B/8", "B_8-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0", 102_605_139),
+)
+# ImageNet-1k fine-tunes of the upstream files above.
+# (architecture, image_size, fine-tune learning rate, params, ImageNet top-1)
+_AUGREG_I1K = (
+    ("Ti/16", 384, "0.03", 5_790_376, "78.22%"),
+    ("S/16", 384, "0.03", 22_196_584, "83.73%"),
+    ("S/32", 384, "0.01", 22_915_432, "79.58%"),
+    ("B/16", 384, "0.03", 86_859_496, "85.49%"),
+    ("B/32", 384, "0.01", 88_297_192, "83.59%"),
+    ("L/16", 384, "0.01", 304_715_752, "85.59%"),
+    # B/8 was released with 224 px adaptations only.
+    ("B/8", 224, "0.03", 86_576_872, None),
+    # 224 px fine-tunes of the same upstream files, as used by timm's
+    # `vit_{tiny,small,base}_patch16_224.augreg_in21k_ft_in1k`. (timm's 224 px
+    # S/32, B/32 and L/16 start from other upstream files, so they are not
+    # listed under these names.)
+    ("Ti/16", 224, "0.03", 5_717_416, None),
+    ("S/16", 224, "0.03", 22_050_664, None),
+    ("B/16", 224, "0.01", 86_567_656, None),
+)
+
+# SAM-trained ImageNet-1k models (arXiv:2106.01548), CHECKPOINTS.md §1.5.
+# sam/ViT-S_16.npz is left out: it is 3x the size of the S/16 parameters, so
+# it holds more than the weights and its key layout is unknown.
+# (architecture, params)
+_SAM = (
+    ("B/16", 86_567_656),
+    ("B/32", 88_224_232),
+    ("L/16", 304_326_632),
+    ("L/32", 306_535_400),
+)
+
+
+def _original_records():
+    for arch, width, params in _ORIGINAL_I21K:
+        file = f"ViT-{_stem(arch)}.npz"
+        mirrors = (
+            (f"{_VIT_KERAS}ViT-{_stem(arch)}_imagenet21k.npz",)
+            if arch in _VIT_KERAS_ARCHS
+            else ()
+        )
+        note = (
+            " The README dropped H/14 in 2021: it does worse than B/16 and "
+            "L/16 on ImageNet-21k."
+            if arch == "H/14"
+            else ""
+        )
+        yield WeightsRecord(
+            name="imagenet21k",
+            architecture=arch,
+            urls=(_GCS + "imagenet21k/" + file,) + mirrors,
+            file_name=f"ViT-{_stem(arch)}_imagenet21k.npz",
+            image_size=224,
+            classes=21843,
+            representation_size=width,
+            params=params,
+            description=(
+                f"ViT-{arch} pre-trained on ImageNet-21k at 224 px "
+                "(arXiv:2010.11929). The file has the Dense+tanh pre-logits "
+                "layer, but its 21843-way head is zeroed in the original "
+                "release: it is not a usable classifier, use the model for "
+                "features or fine-tuning." + note
+            ),
+            **_GOOGLE,
+        )
+    for arch, size, suffix, params in _ORIGINAL_I1K:
+        name = "imagenet21k+imagenet2012" + suffix
+        mirrors = (
+            (f"{_VIT_KERAS}ViT-{_stem(arch)}_imagenet21k+imagenet2012.npz",)
+            if arch in _VIT_KERAS_ARCHS and not suffix
+            else ()
+        )
+        yield WeightsRecord(
+            name=name,
+            architecture=arch,
+            urls=(f"{_I21K_I1K}ViT-{_stem(arch)}{suffix}.npz",) + mirrors,
+            file_name=f"ViT-{_stem(arch)}{suffix}_imagenet21k+imagenet2012.npz",
+            image_size=size,
+            classes=1000,
+            representation_size=None,
+            params=params,
+            description=(
+                f"ViT-{arch} pre-trained on ImageNet-21k, fine-tuned on "
+                f"ImageNet-1k at {size} px (arXiv:2010.11929). No pre-logits "
+                "layer."
+                + (
+                    " Expected top-1: 81.2% (B/16), 82.7% (L/16)."
+                    if suffix
+                    else ""
+                )
+                + (
+                    " The 384 px resolution is inferred from the file size."
+                    if arch == "B/8"
+                    else ""
+                )
+            ),
+            **_GOOGLE,
+        )
+
+
+def _augreg_records():
+    upstream = {}
+    for arch, stem, params in _AUGREG_I21K:
+        upstream[arch] = stem
+        yield WeightsRecord(
+            name="augreg-i21k",
+            architecture=arch,
+            urls=(f"{_GCS}augreg/{stem}.npz",),
+            file_name=f"{stem}.npz",
+            image_size=224,
+            classes=21843,
+            representation_size=None,
+            params=params,
+            description=(
+                f"ViT-{arch} pre-trained on ImageNet-21k with AugReg "
+                "(arXiv:2106.10270), the recommended checkpoint (best "
+                "upstream validation). Valid 21843-way head, no pre-logits "
+                "layer."
+            ),
+            **_GOOGLE,
+        )
+    for arch, size, lr, params, top1 in _AUGREG_I1K:
+        stem = (
+            f"{upstream[arch]}--imagenet2012-steps_20k-lr_{lr}-res_{size}"
+        )
+        yield WeightsRecord(
+            name="augreg-i21k+imagenet2012" + ("-224" if size == 224 else ""),
+            architecture=arch,
+            urls=(f"{_GCS}augreg/{stem}.npz",),
+            file_name=f"{stem}.npz",
+            image_size=size,
+            classes=1000,
+            representation_size=None,
+            params=params,
+            description=(
+                f"ViT-{arch} AugReg ImageNet-21k checkpoint fine-tuned on "
+                f"ImageNet-1k at {size} px (arXiv:2106.10270)."
+                + (f" ImageNet top-1 {top1}." if top1 else "")
+            ),
+            **_GOOGLE,
+        )
+
+
+def _sam_records():
+    for arch, params in _SAM:
+        yield WeightsRecord(
+            name="sam-imagenet2012",
+            architecture=arch,
+            urls=(f"{_GCS}sam/ViT-{_stem(arch)}.npz",),
+            file_name=f"ViT-{_stem(arch)}_sam.npz",
+            image_size=224,
+            classes=1000,
+            representation_size=None,
+            params=params,
+            description=(
+                f"ViT-{arch} trained from scratch on ImageNet-1k at 224 px "
+                "with the SAM optimizer (arXiv:2106.01548). No pre-logits "
+                "layer."
+            ),
+            **_GOOGLE,
+        )
+
 
 WEIGHTS = {}
 
 
+def register(record):
+    """Adds a record to `WEIGHTS`.
+
+    Args:
+        record: a `WeightsRecord` whose key and `file_name` are not taken.
+
+    Returns:
+        The record.
+
+    Raises:
+        ValueError: on a duplicate key or cache file name.
+    """
+    if not isinstance(record, WeightsRecord):
+        raise ValueError(
+            "`record` must be a WeightsRecord. "
+            f"Received: record={type(record).__name__}"
+        )
+    if record.key in WEIGHTS:
+        raise ValueError(f"Weights {record.key} are already registered.")
+    taken = {r.file_name: r.key for r in WEIGHTS.values()}
+    if record.file_name in taken:
+        raise ValueError(
+            f"Cache file name {record.file_name!r} of {record.key} is already "
+            f"used by {taken[record.file_name]}."
+        )
+    WEIGHTS[record.key] = record
+    return record
+
+
+for _record in (*_original_records(), *_augreg_records(), *_sam_records()):
+    register(_record)
+del _record
+
+
+class UnknownWeightsError(KeyError, ValueError):
+    """No record for an `(architecture, name)` pair.
+
+    A `KeyError` and a `ValueError`, so either catches it.
+    """
+
+    def __str__(self):
+        return str(self.args[0]) if self.args else ""
+
+
+def _architectures():
+    from keras_vit.models.variants import ARCHITECTURES
+
+    return list(ARCHITECTURES)
+
+
 def weights_names(architecture):
-    """Registered weights names for an architecture such as "B/16"."""
+    """Registered weights names for an architecture such as "B/16".
+
+    Args:
+        architecture: architecture string.
+
+    Returns:
+        Sorted list of names; empty for an architecture without weights.
+    """
     return sorted(name for arch, name in WEIGHTS if arch == architecture)
+
+
+def list_records(architecture=None):
+    """All records, or those of one architecture, in table order.
+
+    Args:
+        architecture: None (default, all records) or an architecture string.
+
+    Returns:
+        List of `WeightsRecord`.
+    """
+    return [
+        r for r in WEIGHTS.values()
+        if architecture is None or r.architecture == architecture
+    ]
+
+
+def get_record(architecture, name):
+    """The record of the weights `name` for `architecture`.
+
+    Args:
+        architecture: architecture string, e.g. "B/16".
+        name: weights name, e.g. "imagenet21k+imagenet2012".
+
+    Returns:
+        A `WeightsRecord`.
+
+    Raises:
+        UnknownWeightsError: (a `KeyError` and `ValueError`) when there is no
+            such record; the message lists the names registered for the
+            architecture and the known architectures.
+
+    Example:
+
+    >>> get_record("B/16", "imagenet21k").classes
+    21843
+    """
+    record = WEIGHTS.get((architecture, name))
+    if record is not None:
+        return record
+    known = _architectures()
+    if architecture in known:
+        names = weights_names(architecture)
+        available = ", ".join(repr(n) for n in names) if names else "none"
+        message = (
+            f"No weights named {name!r} for architecture {architecture!r}. "
+            f"Available for {architecture!r}: {available}."
+        )
+    else:
+        message = f"Unknown architecture {architecture!r}."
+    message += " Architectures: " + ", ".join(repr(a) for a in known) + "."
+    raise UnknownWeightsError(message)
+
+
+def markdown_table():
+    """The weights table as Markdown, one row per record, for the README.
+
+    Returns:
+        A string: a Markdown table sorted by architecture.
+    """
+    order = {a: i for i, a in enumerate(_architectures())}
+    records = sorted(
+        WEIGHTS.values(), key=lambda r: order.get(r.architecture, len(order))
+    )
+    lines = [
+        "| Architecture | `weights=` | Resolution | Classes | Pre-logits "
+        "| Parameters | Input | File |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
+    for r in records:
+        input_range = "[-1, 1]" if r.preprocessing == "inception" else "mean/std"
+        lines.append(
+            f"| {r.architecture} | `{r.name}` | {r.image_size} | {r.classes} "
+            f"| {r.representation_size or '-'} | {r.params:,} | {input_range} "
+            f"| [npz]({r.urls[0]}) |"
+        )
+    return "\n".join(lines) + "\n"
