@@ -1,3 +1,5 @@
 """Pretrained weights: registry, downloads and checkpoint loaders."""
 
 from keras_vit.weights.registry import WEIGHTS, weights_names
+from keras_vit.weights.describe import describe_weights
+from keras_vit.weights.loader import load_weights

@@ -1,0 +1,206 @@
+"""`load_weights`: strict loading of any supported checkpoint into a model."""
+
+import logging
+import os
+import warnings
+
+import numpy as np
+
+from keras_vit.weights import describe, sources
+from keras_vit.weights.mapping import (
+    CLS_KEY,
+    HEAD_PREFIX,
+    POSEMB_KEY,
+    PRE_LOGITS_PREFIX,
+    model_variables,
+)
+from keras_vit.weights.posemb import resample_posemb
+
+logger = logging.getLogger("keras_vit")
+
+_LIST_LIMIT = 25
+
+
+def _model_architecture(model):
+    from keras_vit.models.variants import architecture_name
+
+    config = {
+        k: getattr(model, k, None)
+        for k in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
+    }
+    for k in ("resnet_layers", "resnet_width"):
+        if hasattr(model, k):
+            config[k] = getattr(model, k)
+    return architecture_name(config)
+
+
+def fetch_weights(weights, architecture):
+    """The local file of `weights` (a path, or a registered name, downloaded)."""
+    path, record = describe.resolve(weights, architecture)
+    if record is not None:
+        from keras_vit.weights.download import fetch
+
+        path = fetch(record)
+    return os.fspath(path)
+
+
+def _with_prefix(keys, prefix):
+    return [k for k in keys if k.startswith(prefix)]
+
+
+def _adapt(params, targets, model, path):
+    """Fine-tuning adaptations. Returns `(params, ignored, notes)`."""
+    params = dict(params)
+    ignored = {}
+    notes = []
+    has_head = any(k.startswith(HEAD_PREFIX) for k in targets)
+    has_pre = any(k.startswith(PRE_LOGITS_PREFIX) for k in targets)
+    if not has_head:
+        for key in _with_prefix(params, HEAD_PREFIX) + _with_prefix(params, PRE_LOGITS_PREFIX):
+            ignored[key] = "the model has no classifier (include_top=False)"
+            params.pop(key)
+    elif not has_pre and _with_prefix(params, PRE_LOGITS_PREFIX):
+        for key in _with_prefix(params, PRE_LOGITS_PREFIX):
+            ignored[key] = "the model has no pre-logits layer (representation_size=None)"
+            params.pop(key)
+        # The head was trained on the dropped pre-logits features.
+        for key in _with_prefix(params, HEAD_PREFIX):
+            ignored[key] = "trained on the dropped pre-logits features; replaced by zeros"
+            params.pop(key)
+        notes.append(
+            f"{path}: the checkpoint's pre-logits layer is dropped (the model "
+            "has representation_size=None), and the head is zero-initialised."
+        )
+    if has_head and HEAD_PREFIX + "kernel" in targets:
+        kernel, bias = targets[HEAD_PREFIX + "kernel"], targets[HEAD_PREFIX + "bias"]
+        source = params.get(HEAD_PREFIX + "kernel")
+        differs = source is None or (
+            source.ndim == 2
+            and source.shape[0] == kernel.shape[0]
+            and source.shape[1] != kernel.shape[1]
+        )
+        if differs:
+            if source is not None:
+                notes.append(
+                    f"{path}: the checkpoint's head has {source.shape[1]} classes, "
+                    f"the model {kernel.shape[1]}: the head is zero-initialised "
+                    "(as for fine-tuning)."
+                )
+                for key in _with_prefix(params, HEAD_PREFIX):
+                    ignored[key] = f"{source.shape[1]}-class head; the model has {kernel.shape[1]}"
+            elif not any("pre-logits" in n for n in notes):
+                notes.append(f"{path}: the checkpoint has no head: it is zero-initialised.")
+            params[HEAD_PREFIX + "kernel"] = np.zeros(kernel.shape, "float32")
+            params[HEAD_PREFIX + "bias"] = np.zeros(bias.shape, "float32")
+    posemb, target = params.get(POSEMB_KEY), targets.get(POSEMB_KEY)
+    if (
+        posemb is not None
+        and target is not None
+        and posemb.ndim == 3
+        and posemb.shape[-1] == target.shape[-1]
+        and posemb.shape[1] != target.shape[1]
+        and (CLS_KEY in params) == (CLS_KEY in targets)
+    ):
+        prefix = int(CLS_KEY in targets)
+        grid = getattr(model, "grid_size", None)
+        if grid is None or prefix + grid[0] * grid[1] != target.shape[1]:
+            side = int(round((target.shape[1] - prefix) ** 0.5))
+            grid = (side, side)
+        try:
+            params[POSEMB_KEY] = resample_posemb(posemb, grid, prefix)
+            logger.info("%s: position embedding resized to the %s grid", path, grid)
+        except ValueError as error:
+            raise ValueError(f"Cannot load {path!r} into model {model.name!r}: {error}") from None
+    return params, ignored, notes
+
+
+def _listing(title, items):
+    items = sorted(items)
+    shown = "\n    ".join(items[:_LIST_LIMIT])
+    more = f"\n    ... and {len(items) - _LIST_LIMIT} more" if len(items) > _LIST_LIMIT else ""
+    return f"\n  {title} ({len(items)}):\n    {shown}{more}"
+
+
+def plan_assignment(checkpoint, model):
+    """Matches a `Checkpoint` to a model's variables, strictly.
+
+    Returns:
+        `(assignments, ignored, notes)`: `{checkpoint key: (variable, array)}`,
+        `{source key: reason}` and user-facing messages.
+
+    Raises:
+        ValueError: naming the file and listing missing keys (model weights
+            with no value), unexpected keys (checkpoint entries not used) and
+            shape mismatches (both shapes).
+    """
+    targets = model_variables(model)
+    params, ignored, notes = _adapt(checkpoint.params, targets, model, checkpoint.path)
+    ignored.update(checkpoint.ignored)
+    missing = [f"{k}  (model variable {v.path})" for k, v in targets.items() if k not in params]
+    unexpected = [k for k in params if k not in targets]
+    mismatched = [
+        f"{k}: checkpoint {tuple(params[k].shape)} vs model {tuple(v.shape)} ({v.path})"
+        for k, v in targets.items()
+        if k in params and tuple(params[k].shape) != tuple(v.shape)
+    ]
+    if missing or unexpected or mismatched:
+        message = f"Cannot load checkpoint {checkpoint.path!r} into model {model.name!r}:"
+        if missing:
+            message += _listing("missing keys: model weights the checkpoint lacks", missing)
+        if unexpected:
+            message += _listing("unexpected keys: checkpoint entries the model lacks", unexpected)
+        if mismatched:
+            message += _listing("shape mismatches", mismatched)
+        raise ValueError(message)
+    assignments = {k: (v, params[k]) for k, v in targets.items()}
+    return assignments, ignored, notes
+
+
+def load_weights(model, weights):
+    """Loads a checkpoint into a keras_vit model, strictly.
+
+    Every model weight must receive a value and every checkpoint entry must be
+    used or deliberately ignored, else nothing is loaded. As the official
+    fine-tuning code does: the position embedding is resized to the model's
+    patch grid (`scipy.ndimage.zoom(order=1)`, class-token row kept; the grid
+    may be non-square); a head whose class count differs is replaced by
+    zeros (with a warning); the pre-logits layer is kept when the model has
+    `representation_size` and otherwise dropped together with the head it
+    fed; models built with `include_top=False` ignore both.
+
+    Args:
+        model: a `keras_vit.ViT` (or `ViTHybrid`).
+        weights: a registered weights name for the model's architecture, or a
+            checkpoint path: official/big_vision `.npz`, timm `.safetensors`
+            or `.pth`, keras_vit `.weights.h5` / `.keras`.
+
+    Returns:
+        The model.
+
+    Raises:
+        ValueError: for unknown names, unreadable files (including `.npz`
+            files with pickled objects, which are never unpickled) and any
+            key or shape mismatch; the message names the file.
+        FileNotFoundError: when the file does not exist.
+
+    Example:
+
+    >>> import keras_vit, os, tempfile
+    >>> tiny = dict(image_size=32, patch_size=8, hidden_size=16,
+    ...             num_layers=2, num_heads=2, mlp_dim=32, classes=10)
+    >>> file = os.path.join(tempfile.mkdtemp(), "tiny.weights.h5")
+    >>> keras_vit.ViT(**tiny).save_weights(file)
+    >>> model = load_weights(keras_vit.ViT(**dict(tiny, image_size=48)), file)
+    >>> model.get_layer("embedding").pos_embedding.shape
+    (1, 37, 16)
+    """
+    path = fetch_weights(weights, _model_architecture(model))
+    checkpoint = sources.read_checkpoint(path, model)
+    assignments, ignored, notes = plan_assignment(checkpoint, model)
+    for key, reason in sorted(ignored.items()):
+        logger.info("%s: ignored %s: %s", path, key, reason)
+    for note in notes:
+        warnings.warn(note, stacklevel=2)
+    for variable, value in assignments.values():
+        variable.assign(np.asarray(value, dtype="float32"))
+    return model
