@@ -1,0 +1,233 @@
+"""ViT model tests: every variant's exact size, argument checks, any image size."""
+
+import gc
+
+import keras
+import numpy as np
+import pytest
+import scipy.ndimage
+
+import keras_vit
+from conftest import TINY, to_numpy
+from keras_vit.models import ARCHITECTURES, CONSTRUCTORS
+
+# Official parameter counts, 1000-way head, no pre-logits (vit_jax
+# models_test.py MODEL_SIZES at 224; ../shared/CHECKPOINTS.md §4 at 384).
+OFFICIAL_PARAMS = {
+    "Ti/16": (5_717_416, 5_790_376),
+    "S/16": (22_050_664, 22_196_584),
+    "S/32": (22_878_952, 22_915_432),
+    "B/8": (86_576_872, 87_744_232),
+    "B/16": (86_567_656, 86_859_496),
+    "B/32": (88_224_232, 88_297_192),
+    "L/16": (304_326_632, 304_715_752),
+    "L/32": (306_535_400, 306_632_680),
+    "H/14": (632_045_800, 632_651_240),
+}
+PLAIN = sorted(name for name, arch in CONSTRUCTORS.items() if "resnet_layers" not in ARCHITECTURES[arch])
+
+
+def test_every_plain_variant_has_an_official_count():
+    assert {CONSTRUCTORS[name] for name in PLAIN} == set(OFFICIAL_PARAMS)
+
+
+@pytest.mark.parametrize("size_index,size", [(0, 224), (1, 384)])
+@pytest.mark.parametrize("constructor", PLAIN)
+def test_variant_parameter_count_and_tiny_forward(constructor, size_index, size):
+    arch = CONSTRUCTORS[constructor]
+    if arch == "H/14" and size == 384:
+        # The official conv embedding (VALID, stride 14) drops the last 6
+        # pixels of a 384 image: its "384" count is that of a 27x27 grid.
+        size = 378
+    model = getattr(keras_vit, constructor)(image_size=size)
+    assert model.count_params() == OFFICIAL_PARAMS[arch][size_index]
+    if size_index == 0:
+        # The full-size model also runs on an image of only 2x2 patches.
+        patch = model.patch_size[0]
+        x = np.random.default_rng(0).uniform(-1, 1, (1, 2 * patch, 2 * patch, 3)).astype("float32")
+        out = to_numpy(model(x))
+        assert out.shape == (1, 1000) and np.isfinite(out).all()
+        np.testing.assert_allclose(out.sum(-1), 1.0, atol=1e-5)
+    del model
+    gc.collect()
+
+
+def test_imagenet21k_head_with_pre_logits_count():
+    model = keras_vit.ViTB16(classes=21843, representation_size=768)
+    assert model.count_params() == 103_186_515
+    assert model.get_layer("pre_logits").activation is keras.activations.tanh
+
+
+@pytest.mark.parametrize("constructor", PLAIN)
+def test_variant_trains_every_weight(constructor):
+    """Each variant's shapes, one block deep, at 2x2 patches: all weights learn."""
+    arch = ARCHITECTURES[CONSTRUCTORS[constructor]]
+    patch = arch["patch_size"]
+    model = getattr(keras_vit, constructor)(
+        image_size=2 * patch, classes=3, classifier_activation=None, num_layers=1
+    )
+    check_every_weight_gets_gradient(model, 2 * patch)
+
+
+def check_every_weight_gets_gradient(model, size):
+    rng = np.random.default_rng(0)
+    # The head is zero-initialised, which would block gradients to the
+    # backbone on the first step; give it random values.
+    head = model.get_layer("head")
+    head.kernel.assign(rng.normal(size=head.kernel.shape).astype("float32"))
+    before = [to_numpy(w).copy() for w in model.trainable_weights]
+    model.compile(
+        optimizer=keras.optimizers.SGD(learning_rate=1.0),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    x = rng.uniform(-1, 1, (4, size, size, 3)).astype("float32")
+    y = np.arange(4) % model.classes
+    model.train_on_batch(x, y)
+    unchanged = [
+        w.path for w, old in zip(model.trainable_weights, before) if np.array_equal(to_numpy(w), old)
+    ]
+    assert not unchanged, f"weights without gradient: {unchanged}"
+
+
+def test_tiny_model_trains_every_weight_with_pre_logits():
+    model = keras_vit.ViT(**TINY, classes=4, representation_size=8, classifier_activation=None)
+    check_every_weight_gets_gradient(model, 32)
+
+
+def test_model_built_at_one_size_runs_at_another(rng):
+    """The position embedding is resized exactly as zoom(order=1) would."""
+    small = keras_vit.ViT(**TINY, classes=5)
+    for w in small.weights:
+        w.assign(rng.normal(scale=0.3, size=w.shape).astype("float32"))
+    for size in [(48, 48), (32, 56)]:
+        config = dict(TINY, image_size=size)
+        big = keras_vit.ViT(**config, classes=5)
+        pos = to_numpy(small.get_layer("embedding").pos_embedding)
+        grid = pos[0, 1:].reshape(4, 4, -1).astype("float64")
+        gh, gw = size[0] // 8, size[1] // 8
+        zoomed = scipy.ndimage.zoom(grid, (gh / 4, gw / 4, 1), order=1).reshape(1, -1, grid.shape[-1])
+        for src, dst in zip(small.weights, big.weights):
+            value = to_numpy(src)
+            if "pos_embedding" in src.path:
+                value = np.concatenate([pos[:, :1], zoomed], axis=1)
+            dst.assign(value.astype("float32"))
+        x = rng.uniform(-1, 1, (2, *size, 3)).astype("float32")
+        np.testing.assert_allclose(to_numpy(small(x)), to_numpy(big(x)), atol=1e-5)
+        np.testing.assert_allclose(
+            to_numpy(small.predict(x, verbose=0)), to_numpy(big(x)), atol=1e-5
+        )
+
+
+def test_ti16_built_at_224_runs_at_384():
+    model = keras_vit.ViTTi16(num_layers=1)
+    out = to_numpy(model(np.zeros((1, 384, 384, 3), "float32")))
+    assert out.shape == (1, 1000)
+    assert model.input_shape == (None, 224, 224, 3)
+
+
+def test_call_with_indivisible_size_is_rejected():
+    model = keras_vit.ViT(**TINY, classes=2)
+    with pytest.raises(ValueError, match="patch"):
+        model(np.zeros((1, 36, 32, 3), "float32"))
+
+
+def test_feature_extraction_from_any_block(rng):
+    model = keras_vit.ViT(**TINY, classes=2)
+    extractor = keras.Model(model.input, model.get_layer("encoderblock_0").output)
+    x = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    assert tuple(extractor(x).shape) == (2, 17, 16)
+    assert [b.name for b in model.encoder_blocks] == ["encoderblock_0", "encoderblock_1"]
+
+
+@pytest.mark.parametrize(
+    "pooling,shape", [(None, (2, 17, 16)), ("token", (2, 16)), ("avg", (2, 16)), ("max", (2, 16))]
+)
+def test_include_top_false_pooling(rng, pooling, shape):
+    model = keras_vit.ViT(**TINY, include_top=False, pooling=pooling)
+    x = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    out = to_numpy(model(x))
+    assert out.shape == shape
+    tokens = to_numpy(keras.Model(model.input, model.get_layer("encoder_norm").output)(x))
+    expected = {None: tokens, "token": tokens[:, 0], "avg": tokens[:, 1:].mean(1), "max": tokens[:, 1:].max(1)}
+    np.testing.assert_allclose(out, expected[pooling], atol=1e-5)
+
+
+def test_gap_classifier_has_no_class_token(rng):
+    model = keras_vit.ViT(**TINY, classifier="gap", classes=3)
+    names = [w.path for w in model.weights]
+    assert "embedding/cls" not in names
+    assert model.get_layer("embedding").pos_embedding.shape == (1, 16, 16)
+    assert to_numpy(model(rng.uniform(size=(1, 32, 32, 3)).astype("float32"))).shape == (1, 3)
+
+
+def test_classifier_activation_none_gives_logits(rng):
+    logits_model = keras_vit.ViT(**TINY, classes=3, classifier_activation=None)
+    softmax_model = keras_vit.ViT(**TINY, classes=3)
+    softmax_model.set_weights(logits_model.get_weights())
+    logits_model.get_layer("head").kernel.assign(rng.normal(size=(16, 3)).astype("float32"))
+    softmax_model.get_layer("head").kernel.assign(to_numpy(logits_model.get_layer("head").kernel))
+    x = rng.uniform(size=(2, 32, 32, 3)).astype("float32")
+    logits = to_numpy(logits_model(x))
+    probs = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    np.testing.assert_allclose(to_numpy(softmax_model(x)), probs, atol=1e-6)
+
+
+def test_input_shape_sets_channels(rng):
+    model = keras_vit.ViTTi16(input_shape=(32, 48, 1), num_layers=1, classes=2)
+    assert model.input_shape == (None, 32, 48, 1)
+    assert to_numpy(model(rng.uniform(size=(1, 32, 48, 1)).astype("float32"))).shape == (1, 2)
+
+
+def test_stochastic_depth_rate_grows_with_depth():
+    model = keras_vit.ViT(**dict(TINY, num_layers=3), stochastic_depth_rate=0.2)
+    rates = [b.stochastic_depth_rate for b in model.encoder_blocks]
+    np.testing.assert_allclose(rates, [0.0, 0.1, 0.2])
+
+
+BAD_ARGUMENTS = [
+    (dict(image_size=30), "image_size"),
+    (dict(image_size=0), "image_size"),
+    (dict(patch_size=0), "patch_size"),
+    (dict(classifier="cls"), "classifier"),
+    (dict(pooling="mean", include_top=False), "pooling"),
+    (dict(classifier="gap", pooling="token", include_top=False), "pooling"),
+    (dict(classes=0), "classes"),
+    (dict(classes=2.5), "classes"),
+    (dict(num_heads=3), "num_heads"),
+    (dict(hidden_size=0), "hidden_size"),
+    (dict(num_layers=-1), "num_layers"),
+    (dict(mlp_dim=0), "mlp_dim"),
+    (dict(input_shape=(32, 32, 0), image_size=None), "input_shape"),
+    (dict(input_shape=(32, 32), image_size=None), "input_shape"),
+    (dict(input_shape=(48, 48, 3)), "input_shape"),
+    (dict(dropout_rate=1.0), "dropout_rate"),
+    (dict(attention_dropout_rate=-0.5), "attention_dropout_rate"),
+    (dict(stochastic_depth_rate=2), "stochastic_depth_rate"),
+    (dict(layer_norm_epsilon=-1e-6), "layer_norm_epsilon"),
+    (dict(gelu_approximate="tanh"), "gelu_approximate"),
+    (dict(representation_size=0), "representation_size"),
+    (dict(classifier_activation="sofmax"), "classifier_activation"),
+]
+
+
+@pytest.mark.parametrize("kwargs,name", BAD_ARGUMENTS, ids=[n + str(i) for i, (_, n) in enumerate(BAD_ARGUMENTS)])
+def test_bad_argument_is_named(kwargs, name):
+    config = dict(TINY)
+    config.update(kwargs)
+    with pytest.raises(ValueError) as info:
+        keras_vit.ViT(**config)
+    message = str(info.value)
+    assert name in message and "Received" in message
+
+
+def test_wrong_number_of_channels_at_call_time():
+    model = keras_vit.ViT(**TINY, classes=2)
+    with pytest.raises(ValueError, match="3"):
+        model(np.zeros((1, 32, 32, 1), "float32"))
+
+
+def test_named_constructor_rejects_bad_argument():
+    with pytest.raises(ValueError, match="image_size"):
+        keras_vit.ViTB16(image_size=100)
+    with pytest.raises(ValueError, match="classes"):
+        keras_vit.ViTTi16(classes=-3)
