@@ -1,0 +1,65 @@
+"""Tests of tools/benchmark.py: FLOP formula and a `--smoke` run (no speed checks)."""
+
+import json
+import pathlib
+import sys
+
+import keras
+import pytest
+
+TOOLS = pathlib.Path(__file__).resolve().parents[1] / "tools"
+sys.path.insert(0, str(TOOLS))
+import benchmark  # noqa: E402
+
+
+def test_flops_match_torch_flop_counter():
+    """The analytic FLOP count equals torch's counter on an HF ViT (eager attention)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    patch, hidden, layers, heads, mlp = benchmark.ARCHS["tiny"]
+    config = transformers.ViTConfig(
+        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        intermediate_size=mlp, image_size=32, patch_size=patch, num_labels=1000,
+    )
+    config._attn_implementation = "eager"
+    model = transformers.ViTForImageClassification(config).eval()
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(pixel_values=torch.zeros(1, 3, 32, 32))
+    assert benchmark.forward_flops("tiny", 32) == counter.get_total_flops()
+
+
+def test_flops_of_vit_b16():
+    # 17.56 G multiply-adds per image, the figure usually quoted for ViT-B/16.
+    assert abs(benchmark.forward_flops("B/16", 224) / 1e9 - 35.1) < 0.1
+
+
+def test_rejects_unknown_workload():
+    with pytest.raises(SystemExit, match="unknown workloads"):
+        benchmark.main(["--workloads", "nope"])
+
+
+def test_smoke_run_writes_table_and_json(tmp_path):
+    """One tiny case per workload for keras_vit on the current backend."""
+    system = f"keras_vit-{keras.backend.backend()}"
+    prefix = tmp_path / "bench"
+    code = benchmark.main(
+        ["--smoke", "--systems", f"{system},timm", "--dtypes", "float32",
+         "--output", str(prefix)]
+    )
+    assert code == 0
+    report = json.loads((tmp_path / "bench.json").read_text())
+    rows = {(r["workload"], r["system"]): r for r in report["results"]}
+    for workload in benchmark.SMOKE_WORKLOADS:
+        row = rows[(workload, system)]
+        assert row["status"] == "ok", row
+        assert row["images_per_s"] > 0 and row["peak_rss_mib"] > 0
+        assert row["gflops"] > 0
+        assert row["first_s"] > 0
+    assert rows[(benchmark.SMOKE_WORKLOADS[0], "timm")]["status"] in ("ok", "skipped")
+    assert report["peak"]["gflops"]["numpy_float32"] > 0
+    table = (tmp_path / "bench.md").read_text()
+    assert system in table and "| workload |" in table
+    assert report["machine"]["versions"]["keras"] == keras.__version__

@@ -1,0 +1,308 @@
+"""Benchmarks keras_vit against its peers (keras-hub, HF transformers, timm).
+
+One invocation measures every (system, workload, dtype) case in a separate
+subprocess (`tools/benchmark_worker.py`), plus the machine's own matmul peak,
+and writes a Markdown table and a JSON file.
+
+Systems: `keras_vit-{jax,tensorflow,torch}`, `keras_hub-{jax,tensorflow,torch}`
+(`ViTBackbone` + Dense head, random init), `hf-sdpa`, `hf-eager` (transformers
+`ViTForImageClassification`, torch), `timm` (skipped when not importable).
+A Keras system may end in `+compile` (`jit_compile=True`, i.e. torch.compile
+on torch) or `+eager` (`jit_compile=False`); by default Keras decides
+(XLA on jax and tensorflow, eager on torch).
+
+Figures per case: images/s (median of the timed repetitions after warm-up),
+time to first result (first call: tracing/compilation plus one run), peak RSS
+of the subprocess, achieved GFLOP/s and its fraction of the measured matmul
+peak of the same dtype.
+
+FLOPs (2 per multiply-add), per image, forward, for patch `p`, image `HxW`,
+`C` channels, `n = HW/p^2` patches, `N = n + 1` tokens, width `D`, MLP width
+`M`, `L` blocks, `K` classes:
+
+    patch embedding   n * (p^2 C) * D
+    per block         4 N D^2           (query, key, value, out projections)
+                      2 N^2 D           (q k^T and probabilities x v)
+                      2 N D M           (the two MLP matmuls)
+    head              D * K
+    FLOPs = 2 * (patch embedding + L * per block + head)
+
+which gives 35.1 GFLOP for ViT-B/16 at 224 px. A training step (forward,
+backward, update) is counted as 3x the forward FLOPs. Element-wise work
+(softmax, LayerNorm, GELU, AdamW) is not counted.
+
+Usage:
+    python tools/benchmark.py                    # full default run
+    python tools/benchmark.py --quick            # fewer repetitions
+    python tools/benchmark.py --smoke            # tiny model, seconds
+    python tools/benchmark.py --systems keras_vit-jax,hf-sdpa \\
+        --workloads infer-b16-bs8 --dtypes float32 --output docs/benchmark
+"""
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+WORKER = HERE / "benchmark_worker.py"
+
+SYSTEMS = (
+    "keras_vit-jax",
+    "keras_vit-tensorflow",
+    "keras_vit-torch",
+    "keras_hub-jax",
+    "keras_hub-tensorflow",
+    "keras_hub-torch",
+    "hf-sdpa",
+    "hf-eager",
+    "timm",
+)
+# name: (kind, architecture, image size, batch)
+WORKLOADS = {
+    "infer-b16-bs1": ("infer", "B/16", 224, 1),
+    "infer-b16-bs8": ("infer", "B/16", 224, 8),
+    "train-s16-bs16": ("train", "S/16", 224, 16),
+    "infer-l16-bs8": ("infer", "L/16", 224, 8),
+    "infer-b16-384-bs8": ("infer", "B/16", 384, 8),
+    "infer-tiny-bs2": ("infer", "tiny", 32, 2),
+    "train-tiny-bs2": ("train", "tiny", 32, 2),
+}
+DEFAULT_WORKLOADS = ("infer-b16-bs1", "infer-b16-bs8", "train-s16-bs16")
+SMOKE_WORKLOADS = ("infer-tiny-bs2", "train-tiny-bs2")
+DTYPES = ("float32", "bfloat16")
+ARCHS = {  # (patch, hidden, layers, heads, mlp); same table as the worker
+    "tiny": (8, 32, 2, 2, 64),
+    "S/16": (16, 384, 12, 6, 1536),
+    "B/16": (16, 768, 12, 12, 3072),
+    "L/16": (16, 1024, 24, 16, 4096),
+}
+PACKAGES = ("keras", "keras-hub", "jax", "jaxlib", "tensorflow", "torch",
+            "transformers", "timm", "numpy")
+
+
+def forward_flops(arch, image, channels=3, classes=1000):
+    """FLOPs (2 per multiply-add) of one image's forward pass; see module doc."""
+    patch, dim, layers, _, mlp = ARCHS[arch]
+    patches = (image // patch) ** 2
+    tokens = patches + 1
+    embed = patches * patch * patch * channels * dim
+    block = 4 * tokens * dim**2 + 2 * tokens**2 * dim + 2 * tokens * dim * mlp
+    return 2 * (embed + layers * block + dim * classes)
+
+
+def case_flops(workload):
+    kind, arch, image, _ = WORKLOADS[workload]
+    return forward_flops(arch, image) * (3 if kind == "train" else 1)
+
+
+def machine_info():
+    info = {"platform": platform.platform(), "python": platform.python_version(),
+            "cpu": platform.processor(), "cores": os.cpu_count(), "flags": []}
+    try:
+        text = pathlib.Path("/proc/cpuinfo").read_text()
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                info["cpu"] = value.strip()
+            elif key.strip() == "flags":
+                flags = value.split()
+                info["flags"] = sorted(
+                    f for f in flags
+                    if f.startswith(("amx", "avx512", "avx2", "fma", "avx_vnni"))
+                )
+                break
+    except OSError:
+        pass
+    if hasattr(os, "sched_getaffinity"):
+        info["cores_usable"] = len(os.sched_getaffinity(0))
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    info["versions"] = versions
+    return info
+
+
+def run_case(spec, timeout):
+    """Runs one case in a fresh interpreter; returns its result dict."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+    root = str(HERE.parent)
+    if (HERE.parent / "keras_vit").is_dir():
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (root, env.get("PYTHONPATH")) if p
+        )
+    system = spec["system"]
+    if system.startswith(("keras_vit", "keras_hub")):
+        env["KERAS_BACKEND"] = system.split("-")[1].split("+")[0]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(WORKER), json.dumps(spec)],
+            env=env, capture_output=True, text=True, timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return {"status": "error", "reason": f"timed out after {timeout} s"}
+    result = None
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT "):])
+    if result is None:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        result = {"status": "error",
+                  "reason": f"exit code {proc.returncode}: {' | '.join(tail)}"}
+    result["wall_s"] = time.perf_counter() - start
+    return result
+
+
+def _fmt(value, digits=1):
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def to_markdown(report):
+    peak = report["peak"].get("gflops", {})
+    lines = [
+        "# keras_vit benchmark",
+        "",
+        f"- Date: {report['date']}; command: `{report['command']}`",
+        f"- CPU: {report['machine']['cpu']} ({report['machine']['cores']} cores;"
+        f" flags: {' '.join(report['machine']['flags']) or 'n/a'})",
+        "- Versions: " + ", ".join(
+            f"{k} {v}" for k, v in report["machine"]["versions"].items() if v
+        ),
+        "- Matmul peak (GFLOP/s, n=%s): " % report["peak"].get("matmul_size")
+        + ", ".join(f"{k} {v:.0f}" for k, v in peak.items()),
+        f"- Repetitions: {report['reps']} timed after {report['warmup']} warm-up;"
+        " images/s from the median. First = first call (trace/compile + run).",
+        "",
+        "| workload | dtype | system | images/s | ms/batch | build (s) | first (s) | peak RSS (MiB)"
+        " | GFLOP/s | % peak | note |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for row in report["results"]:
+        ok = row["status"] == "ok"
+        note = "" if ok else f"{row['status']}: {row.get('reason', '')}"[:120]
+        if ok and row.get("info", {}).get("jit_compile"):
+            note = f"jit_compile={row['info']['jit_compile']}"
+        lines.append(
+            f"| {row['workload']} | {row['dtype']} | {row['system']} | "
+            f"{_fmt(row.get('images_per_s'), 2)} | "
+            f"{_fmt(ok and row['median_s'] * 1e3 or None, 0)} | "
+            f"{_fmt(row.get('build_s'))} | {_fmt(row.get('first_s'))} | {_fmt(row.get('peak_rss_mib'), 0)} | "
+            f"{_fmt(row.get('gflops'), 0)} | {_fmt(row.get('peak_fraction') and 100 * row['peak_fraction'], 0)} | "
+            f"{note} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report, prefix):
+    """Writes PREFIX.json and PREFIX.md."""
+    output = pathlib.Path(prefix)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.with_name(output.name + ".json").write_text(json.dumps(report, indent=1))
+    output.with_name(output.name + ".md").write_text(to_markdown(report))
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="keras-vit-benchmark",
+        description="Benchmark keras_vit against keras-hub, HF transformers and timm.",
+    )
+    parser.add_argument("--systems", default=",".join(SYSTEMS),
+                        help="comma-separated systems (default: %(default)s)")
+    parser.add_argument("--workloads", default=None,
+                        help="comma-separated workloads or 'all' (default: "
+                        f"{','.join(DEFAULT_WORKLOADS)}; choices: {','.join(WORKLOADS)})")
+    parser.add_argument("--dtypes", default=",".join(DTYPES),
+                        help="comma-separated: float32,bfloat16 (default: both)")
+    parser.add_argument("--reps", type=int, default=None,
+                        help="timed repetitions per case (default 5; --quick 3; --smoke 1)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="untimed calls after the first (default 2; --quick 1; --smoke 0)")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer repetitions and a smaller peak matmul")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny model, one repetition: checks that everything runs")
+    parser.add_argument("--timeout", type=float, default=900,
+                        help="seconds allowed per case (default %(default)s)")
+    parser.add_argument("--output", default="benchmark",
+                        help="output path prefix: writes PREFIX.md and PREFIX.json")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.smoke:
+        reps, warmup, size = 1, 0, 256
+        workloads = SMOKE_WORKLOADS
+    elif args.quick:
+        reps, warmup, size = 3, 1, 2048
+        workloads = DEFAULT_WORKLOADS
+    else:
+        reps, warmup, size = 5, 2, 4096
+        workloads = DEFAULT_WORKLOADS
+    reps = args.reps or reps
+    warmup = warmup if args.warmup is None else args.warmup
+    if args.workloads == "all":
+        workloads = tuple(w for w in WORKLOADS if "tiny" not in w)
+    elif args.workloads:
+        workloads = tuple(args.workloads.split(","))
+    systems = tuple(args.systems.split(","))
+    dtypes = tuple(args.dtypes.split(","))
+    for value, allowed, name in ((workloads, WORKLOADS, "workloads"),
+                                 (dtypes, DTYPES, "dtypes")):
+        bad = [v for v in value if v not in allowed]
+        if bad:
+            raise SystemExit(f"unknown {name}: {bad}; choices: {list(allowed)}")
+
+    started = time.perf_counter()
+    report = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["keras-vit-benchmark", *(sys.argv[1:] if argv is None else argv)]),
+        "machine": machine_info(), "reps": reps, "warmup": warmup,
+        "flops_formula": "see tools/benchmark.py module docstring", "results": [],
+    }
+    print(f"matmul peak (n={size}) ...", flush=True)
+    report["peak"] = run_case({"system": "peak", "matmul_size": size, "reps": reps},
+                              args.timeout)
+    peaks = report["peak"].get("gflops", {})
+    for workload in workloads:
+        kind, arch, image, batch = WORKLOADS[workload]
+        for dtype in dtypes:
+            peak = max((v for k, v in peaks.items() if k.endswith(dtype)), default=None)
+            for system in systems:
+                spec = dict(system=system, workload=workload, kind=kind, arch=arch,
+                            image=image, batch=batch, dtype=dtype, reps=reps,
+                            warmup=warmup)
+                result = run_case(spec, args.timeout)
+                row = dict(workload=workload, dtype=dtype, system=system, **result)
+                if result["status"] == "ok":
+                    row["gflops"] = case_flops(workload) * row["images_per_s"] / 1e9
+                    row["peak_fraction"] = row["gflops"] / peak if peak else None
+                report["results"].append(row)
+                print(f"{workload:18s} {dtype:9s} {system:22s} "
+                      + (f"{row['images_per_s']:8.2f} img/s  first {row['first_s']:.1f} s"
+                         f"  rss {row['peak_rss_mib']:.0f} MiB"
+                         if result["status"] == "ok"
+                         else f"{result['status']}: {result.get('reason', '')[:100]}"),
+                      flush=True)
+                report["total_s"] = time.perf_counter() - started
+                write_report(report, args.output)  # after each case: a cut run keeps its rows
+    report["total_s"] = time.perf_counter() - started
+    write_report(report, args.output)
+    output = pathlib.Path(args.output)
+    print(f"\nwrote {output}.md and {output}.json"
+          f" in {report['total_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,278 @@
+"""Runs one benchmark case in its own process and prints its result as JSON.
+
+`tools/benchmark.py` starts this file once per (system, workload, dtype), so
+that no two systems share a process, a thread pool, a compilation cache or a
+memory high-water mark. Usage:
+
+    python tools/benchmark_worker.py '{"system": "keras_vit-jax", ...}'
+
+The last line printed is `RESULT <json>`.
+"""
+
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+# Architectures: (patch, hidden, layers, heads, mlp). "tiny" is for --smoke.
+ARCHS = {
+    "tiny": (8, 32, 2, 2, 64),
+    "S/16": (16, 384, 12, 6, 1536),
+    "B/16": (16, 768, 12, 12, 3072),
+    "L/16": (16, 1024, 24, 16, 4096),
+}
+CLASSES = 1000
+
+
+def rss_mib():
+    """Current resident set size in MiB (Linux /proc, else the high-water mark)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        return peak_rss_mib()
+
+
+def peak_rss_mib():
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024 if sys.platform != "darwin" else peak / 2**20
+
+
+def _timed(fn, warmup, reps):
+    """(time of the first call, [times of `reps` calls after `warmup` more])."""
+    start = time.perf_counter()
+    fn()
+    first = time.perf_counter() - start
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return first, times
+
+
+# ----------------------------------------------------------------- Keras --
+def _keras_model(library, arch, image):
+    import keras
+
+    patch, hidden, layers, heads, mlp = ARCHS[arch]
+    if library == "keras_vit":
+        import keras_vit
+
+        return keras_vit.ViT(
+            image_size=image,
+            patch_size=patch,
+            hidden_size=hidden,
+            num_layers=layers,
+            num_heads=heads,
+            mlp_dim=mlp,
+            classes=CLASSES,
+            classifier_activation=None,
+        )
+    from keras_hub.models import ViTBackbone
+
+    backbone = ViTBackbone(
+        image_shape=(image, image, 3),
+        patch_size=patch,
+        num_layers=layers,
+        num_heads=heads,
+        hidden_dim=hidden,
+        mlp_dim=mlp,
+    )
+    inputs = keras.Input((image, image, 3))
+    tokens = backbone(inputs)
+    logits = keras.layers.Dense(CLASSES, name="head")(tokens[:, 0])
+    return keras.Model(inputs, logits)
+
+
+def run_keras(spec, x, y):
+    import keras
+
+    library, _, variant = spec["system"].partition("-")
+    backend, _, option = variant.partition("+")
+    if keras.backend.backend() != backend:
+        raise RuntimeError(f"KERAS_BACKEND={keras.backend.backend()}, wanted {backend}")
+    if spec["dtype"] == "bfloat16":
+        keras.config.set_dtype_policy("mixed_bfloat16")
+    start = time.perf_counter()
+    model = _keras_model(library, spec["arch"], spec["image"])
+    jit = {"compile": True, "eager": False}.get(option, "auto")
+    if spec["kind"] == "train":
+        model.compile(
+            optimizer=keras.optimizers.AdamW(1e-4),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            jit_compile=jit,
+        )
+        step = lambda: model.train_on_batch(x, y)  # noqa: E731
+    else:
+        if jit != "auto":
+            model.compile(jit_compile=jit)
+        step = lambda: model.predict_on_batch(x)  # noqa: E731
+    build = time.perf_counter() - start
+    first, times = _timed(step, spec["warmup"], spec["reps"])
+    info = {"jit_compile": str(model.jit_compile), "keras": keras.__version__}
+    return build, first, times, info
+
+
+# -------------------------------------------------------------- HF / timm --
+def _hf_model(spec):
+    import transformers
+
+    patch, hidden, layers, heads, mlp = ARCHS[spec["arch"]]
+    config = transformers.ViTConfig(
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=mlp,
+        image_size=spec["image"],
+        patch_size=patch,
+        num_labels=CLASSES,
+        hidden_act="gelu",
+    )
+    impl = spec["system"].split("-", 1)[1]
+    config._attn_implementation = impl
+    model = transformers.ViTForImageClassification(config)
+    return model, {"transformers": transformers.__version__, "attn": impl}
+
+
+def _timm_model(spec):
+    import timm  # noqa: F401  (raises ImportError where timm is unusable)
+
+    patch, hidden, layers, heads, mlp = ARCHS[spec["arch"]]
+    from timm.models.vision_transformer import VisionTransformer
+
+    model = VisionTransformer(
+        img_size=spec["image"],
+        patch_size=patch,
+        embed_dim=hidden,
+        depth=layers,
+        num_heads=heads,
+        mlp_ratio=mlp / hidden,
+        num_classes=CLASSES,
+    )
+    return model, {"timm": timm.__version__}
+
+
+def run_torch_module(spec, x, y):
+    import torch
+
+    start = time.perf_counter()
+    if spec["system"].startswith("hf"):
+        model, info = _hf_model(spec)
+        forward = lambda inp: model(pixel_values=inp).logits  # noqa: E731
+    else:
+        model, info = _timm_model(spec)
+        forward = model
+    bf16 = spec["dtype"] == "bfloat16"
+    xt = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()
+    if spec["kind"] == "train":
+        model.train()
+        yt = torch.from_numpy(y).long()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        loss_fn = torch.nn.CrossEntropyLoss()
+
+        def step():
+            # Mixed precision: float32 weights, bfloat16 matmuls (autocast).
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = loss_fn(forward(xt).float(), yt)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            return float(loss)
+
+    else:
+        model.eval()
+        if bf16:  # the usual torch inference recipe: bfloat16 weights
+            model.to(torch.bfloat16)
+            xt = xt.to(torch.bfloat16)
+
+        def step():
+            with torch.inference_mode():
+                return forward(xt).float().numpy()
+
+    build = time.perf_counter() - start
+    first, times = _timed(step, spec["warmup"], spec["reps"])
+    info.update(torch=torch.__version__, threads=torch.get_num_threads())
+    return build, first, times, info
+
+
+# ------------------------------------------------------------- matmul peak --
+def run_peak(spec):
+    """GFLOP/s of a large square matmul, float32 and bfloat16 (torch), float32 (NumPy)."""
+    import numpy as np
+
+    n = spec["matmul_size"]
+    out = {}
+    try:
+        import torch
+
+        for dtype in ("float32", "bfloat16"):
+            a = torch.randn(n, n).to(getattr(torch, dtype))
+            b = torch.randn(n, n).to(getattr(torch, dtype))
+            _, times = _timed(lambda: torch.mm(a, b), 1, spec["reps"])
+            out[f"torch_{dtype}"] = 2 * n**3 / statistics.median(times) / 1e9
+    except ImportError:
+        pass
+    a = np.random.rand(n, n).astype("float32")
+    _, times = _timed(lambda: a @ a, 1, spec["reps"])
+    out["numpy_float32"] = 2 * n**3 / statistics.median(times) / 1e9
+    return {"status": "ok", "matmul_size": n, "gflops": out}
+
+
+def run(spec):
+    import numpy as np
+
+    if spec["system"] == "peak":
+        return run_peak(spec)
+    rng = np.random.default_rng(0)
+    batch, image = spec["batch"], spec["image"]
+    x = rng.standard_normal((batch, image, image, 3), dtype=np.float32)
+    y = rng.integers(0, CLASSES, size=(batch,)).astype("int32")
+    keras_system = spec["system"].startswith(("keras_vit", "keras_hub"))
+    # Import the framework first so that the memory baseline includes it.
+    if keras_system:
+        import keras  # noqa: F401
+
+        __import__(spec["system"].split("-")[0])
+    else:
+        import torch  # noqa: F401
+    rss_before = rss_mib()
+    if keras_system:
+        build, first, times, info = run_keras(spec, x, y)
+    else:
+        build, first, times, info = run_torch_module(spec, x, y)
+    median = statistics.median(times)
+    return {
+        "status": "ok",
+        "images_per_s": batch / median,
+        "median_s": median,
+        "times_s": times,
+        "build_s": build,
+        "first_s": first,
+        "peak_rss_mib": peak_rss_mib(),
+        "rss_after_import_mib": rss_before,
+        "info": info,
+    }
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    spec = json.loads(argv[0])
+    try:
+        result = run(spec)
+    except ImportError as err:
+        result = {"status": "skipped", "reason": f"{type(err).__name__}: {err}"}
+    except Exception as err:  # reported in the table, not fatal to the run
+        import traceback
+
+        traceback.print_exc()
+        result = {"status": "error", "reason": f"{type(err).__name__}: {err}"}
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
