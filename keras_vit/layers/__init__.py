@@ -3,10 +3,22 @@
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.patch_encoder import PatchEncoder, resize_position_grid
 from keras_vit.layers.patches import Patches
+from keras_vit.layers.resnet import (
+    BottleneckUnit,
+    ResNetStage,
+    StdConv2D,
+    group_norm,
+    resnet_backbone,
+)
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.transformer import MlpBlock, TransformerBlock
 
 __all__ = [
+    "BottleneckUnit",
+    "ResNetStage",
+    "StdConv2D",
+    "group_norm",
+    "resnet_backbone",
     "MlpBlock",
     "MultiHeadSelfAttention",
     "PatchEncoder",

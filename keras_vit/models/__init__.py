@@ -3,6 +3,11 @@
 from keras_vit.models.variants import (
     ARCHITECTURES,
     CONSTRUCTORS,
+    R26ViTB32,
+    R26ViTS32,
+    R50ViTB16,
+    R50ViTL32,
+    RViTTi16,
     ViTB8,
     ViTB16,
     ViTB32,
@@ -15,3 +20,4 @@ from keras_vit.models.variants import (
     architecture_name,
 )
 from keras_vit.models.vit import ViT
+from keras_vit.models.hybrid import ViTHybrid

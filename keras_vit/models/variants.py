@@ -1,5 +1,6 @@
 """The table of ViT variants and the named constructors built from it."""
 
+from keras_vit.models.hybrid import ViTHybrid
 from keras_vit.models.vit import ViT
 
 # Architectures of the paper (Table 1) and of the AugReg release (Ti, S),
@@ -15,6 +16,15 @@ ARCHITECTURES = {
     "L/16": dict(patch_size=16, hidden_size=1024, num_layers=24, num_heads=16, mlp_dim=4096),
     "L/32": dict(patch_size=32, hidden_size=1024, num_layers=24, num_heads=16, mlp_dim=4096),
     "H/14": dict(patch_size=14, hidden_size=1280, num_layers=32, num_heads=16, mlp_dim=5120),
+    # Hybrids (§3.1): `patch_size` is counted on the ResNet feature map.
+    # R+Ti/16 keeps the ResNet stem only (stride 4), so with 8x8 patches its
+    # effective stride is 32 despite the official name.
+    "R+Ti/16": dict(patch_size=8, hidden_size=192, num_layers=12, num_heads=3, mlp_dim=768, resnet_layers=(), resnet_width=1.0),
+    "R26+S/32": dict(patch_size=1, hidden_size=384, num_layers=12, num_heads=6, mlp_dim=1536, resnet_layers=(2, 2, 2, 2), resnet_width=1.0),
+    "R26+B/32": dict(patch_size=1, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072, resnet_layers=(2, 2, 2, 2), resnet_width=1.0),
+    # (3, 4, 9) instead of ResNet-50's (3, 4, 6, 3): stride 16 (paper §3.1).
+    "R50+B/16": dict(patch_size=1, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072, resnet_layers=(3, 4, 9), resnet_width=1.0),
+    "R50+L/32": dict(patch_size=1, hidden_size=1024, num_layers=24, num_heads=16, mlp_dim=4096, resnet_layers=(3, 4, 6, 3), resnet_width=1.0),
 }
 
 # Named constructor -> architecture.
@@ -28,6 +38,11 @@ CONSTRUCTORS = {
     "ViTL16": "L/16",
     "ViTL32": "L/32",
     "ViTH14": "H/14",
+    "RViTTi16": "R+Ti/16",
+    "R26ViTS32": "R26+S/32",
+    "R26ViTB32": "R26+B/32",
+    "R50ViTB16": "R50+B/16",
+    "R50ViTL32": "R50+L/32",
 }
 
 _KEYS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
@@ -180,3 +195,49 @@ ViTB32 = make_constructor("ViTB32", "B/32", ViT)
 ViTL16 = make_constructor("ViTL16", "L/16", ViT)
 ViTL32 = make_constructor("ViTL32", "L/32", ViT)
 ViTH14 = make_constructor("ViTH14", "H/14", ViT)
+
+_HYBRID = dict(
+    extra=" hybrid",
+    reference="; BiT ResNet: arXiv:1912.11370",
+)
+RViTTi16 = make_constructor(
+    "RViTTi16",
+    "R+Ti/16",
+    ViTHybrid,
+    summary="ResNet stem (7x7/2 StdConv, GroupNorm, 3x3/2 max-pool) and 8x8 "
+    "patches on its stride-4 feature map (effective stride 32: a 7x7 grid at "
+    "224 px), then a Ti Transformer (12 layers, width 192, 3 heads).",
+    **_HYBRID,
+)
+R26ViTS32 = make_constructor(
+    "R26ViTS32",
+    "R26+S/32",
+    ViTHybrid,
+    summary="ResNet-26 (2, 2, 2, 2 bottleneck units, stride 32), 1x1 patches "
+    "on its feature map, then an S Transformer (12 layers, width 384).",
+    **_HYBRID,
+)
+R26ViTB32 = make_constructor(
+    "R26ViTB32",
+    "R26+B/32",
+    ViTHybrid,
+    summary="ResNet-26 (2, 2, 2, 2 bottleneck units, stride 32), 1x1 patches "
+    "on its feature map, then a B Transformer (12 layers, width 768).",
+    **_HYBRID,
+)
+R50ViTB16 = make_constructor(
+    "R50ViTB16",
+    "R50+B/16",
+    ViTHybrid,
+    summary="ResNet-50 with stages (3, 4, 9) (stride 16), 1x1 patches on its "
+    "feature map, then a B Transformer (12 layers, width 768).",
+    **_HYBRID,
+)
+R50ViTL32 = make_constructor(
+    "R50ViTL32",
+    "R50+L/32",
+    ViTHybrid,
+    summary="ResNet-50 (3, 4, 6, 3) (stride 32), 1x1 patches on its feature "
+    "map, then an L Transformer (24 layers, width 1024).",
+    **_HYBRID,
+)

@@ -1,0 +1,403 @@
+"""ResNet (BiT) layers of the hybrid ViTs: `StdConv2D`, `BottleneckUnit`,
+`ResNetStage` and `resnet_backbone`.
+
+Numerics follow the official `vit_jax/models_resnet.py`: weight-standardised
+convolutions (eps 1e-5 added to the population std), GroupNorm with 32 groups
+and eps 1e-6, TF-style "SAME" padding for strided convolutions and the stem's
+max-pool.
+"""
+
+import keras
+from keras import ops
+
+from keras_vit.layers.utils import check_positive_float, check_positive_int, pair
+
+GROUPS = 32
+NORM_EPSILON = 1e-6
+CONV_EPSILON = 1e-5
+
+
+def _check_groups(channels, groups, what):
+    if channels % groups:
+        raise ValueError(
+            f"`{what}` must be a multiple of the GroupNorm groups ({groups}). "
+            f"Received: {what}={channels}"
+        )
+
+
+def group_norm(name, groups=GROUPS, epsilon=NORM_EPSILON, zero_init=False, dtype=None):
+    """A `keras.layers.GroupNormalization` with the official BiT settings.
+
+    Args:
+        name: layer name, e.g. "gn_root".
+        groups: int, default 32.
+        epsilon: float, default 1e-6 (Flax's `nn.GroupNorm` default; Keras'
+            own default, 1e-3, would change the outputs).
+        zero_init: bool, default False. True starts the scale at 0, as the
+            official code does for the last norm of each residual branch.
+        dtype: dtype or dtype policy.
+
+    Returns:
+        A `GroupNormalization` layer with weights `gamma` and `beta` of
+        shape `(channels,)` (the checkpoint's `scale` and `bias`).
+    """
+    return keras.layers.GroupNormalization(
+        groups=groups,
+        epsilon=epsilon,
+        gamma_initializer="zeros" if zero_init else "ones",
+        name=name,
+        dtype=dtype,
+    )
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class StdConv2D(keras.layers.Conv2D):
+    """2D convolution with weight standardisation (arXiv:1903.10520, BiT).
+
+    The stored `kernel` is the raw parameter; each call uses
+    `(kernel - mean) / (std + epsilon)`, with the mean and the population
+    standard deviation taken per output channel over (height, width,
+    input channels). Padding defaults to "same", which in Keras is the
+    TF/Flax "SAME" rule (the extra pixel goes at the end), as in the official
+    checkpoints.
+
+    Args:
+        filters: int, output channels.
+        kernel_size: int or `(kh, kw)`.
+        strides: int or `(sh, sw)`, default 1.
+        padding: "same" (default) or "valid".
+        epsilon: float, default 1e-5: added to the standard deviation.
+        use_bias: bool, default False (the official convolutions have none).
+        kernel_initializer: default "lecun_normal" (Flax's default).
+        **kwargs: any other `keras.layers.Conv2D` argument.
+
+    Input shape:
+        `(batch, height, width, channels)`.
+
+    Returns:
+        `(batch, out_height, out_width, filters)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> conv = StdConv2D(8, 3, strides=2)
+    >>> tuple(conv(np.ones((1, 7, 7, 4), "float32")).shape)
+    (1, 4, 4, 8)
+    """
+
+    def __init__(
+        self,
+        filters,
+        kernel_size,
+        strides=1,
+        padding="same",
+        epsilon=CONV_EPSILON,
+        use_bias=False,
+        kernel_initializer="lecun_normal",
+        **kwargs,
+    ):
+        check_positive_int(filters, "filters")
+        pair(kernel_size, "kernel_size")
+        pair(strides, "strides")
+        if padding not in ("same", "valid"):
+            raise ValueError(
+                "`padding` must be 'same' or 'valid'. "
+                f"Received: padding={padding!r}"
+            )
+        if kwargs.get("data_format", "channels_last") != "channels_last":
+            raise ValueError(
+                "`data_format` must be 'channels_last'. "
+                f"Received: data_format={kwargs['data_format']!r}"
+            )
+        super().__init__(
+            filters,
+            kernel_size,
+            strides=strides,
+            padding=padding,
+            use_bias=use_bias,
+            kernel_initializer=kernel_initializer,
+            **kwargs,
+        )
+        self.epsilon = check_positive_float(epsilon, "epsilon")
+
+    def standardized_kernel(self, kernel):
+        """Returns `kernel` standardised per output channel.
+
+        The statistics are taken in float32 whatever the compute dtype.
+        """
+        dtype = kernel.dtype
+        kernel = ops.cast(kernel, "float32")
+        mean = ops.mean(kernel, axis=(0, 1, 2), keepdims=True)
+        std = ops.std(kernel, axis=(0, 1, 2), keepdims=True)
+        return ops.cast((kernel - mean) / (std + self.epsilon), dtype)
+
+    def convolution_op(self, inputs, kernel):
+        return super().convolution_op(inputs, self.standardized_kernel(kernel))
+
+    def get_config(self):
+        config = super().get_config()
+        config["epsilon"] = self.epsilon
+        return config
+
+
+def _check_stride(value, name):
+    if isinstance(value, bool) or value not in (1, 2):
+        raise ValueError(f"`{name}` must be 1 or 2. Received: {name}={value!r}")
+    return value
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class BottleneckUnit(keras.layers.Layer):
+    """Bottleneck ResNet unit with StdConv and GroupNorm (as in BiT).
+
+    `relu(shortcut + gn3(conv3(relu(gn2(conv2(relu(gn1(conv1(x)))))))))`:
+    a 1x1 conv to `filters`, a 3x3 conv with the unit's stride, and a 1x1
+    conv to `4 * filters`. The shortcut is `gn_proj(conv_proj(x))` (1x1, same
+    stride) when the stride is not 1 or the input does not have
+    `4 * filters` channels, else the identity. Sublayer names equal the
+    official checkpoint keys (`conv1`, `gn1`, ..., `conv_proj`, `gn_proj`).
+
+    Args:
+        filters: int, bottleneck width `F`; the output has `4 * F` channels.
+            Must be a multiple of `groups`.
+        strides: 1 (default) or 2, the stride of `conv2` and `conv_proj`.
+        groups: int, GroupNorm groups, default 32.
+        norm_epsilon: float, GroupNorm epsilon, default 1e-6.
+        conv_epsilon: float, weight-standardisation epsilon, default 1e-5.
+
+    Input shape:
+        `(batch, height, width, channels)`.
+
+    Returns:
+        `(batch, ceil(height / strides), ceil(width / strides), 4 * filters)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> unit = BottleneckUnit(32, strides=2)
+    >>> tuple(unit(np.ones((1, 5, 6, 64), "float32")).shape)
+    (1, 3, 3, 128)
+    """
+
+    def __init__(
+        self,
+        filters,
+        strides=1,
+        groups=GROUPS,
+        norm_epsilon=NORM_EPSILON,
+        conv_epsilon=CONV_EPSILON,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.filters = check_positive_int(filters, "filters")
+        self.strides = _check_stride(strides, "strides")
+        self.groups = check_positive_int(groups, "groups")
+        _check_groups(self.filters, self.groups, "filters")
+        self.norm_epsilon = check_positive_float(norm_epsilon, "norm_epsilon")
+        self.conv_epsilon = check_positive_float(conv_epsilon, "conv_epsilon")
+        self.input_spec = keras.layers.InputSpec(ndim=4)
+
+    def _conv(self, filters, size, strides, name):
+        return StdConv2D(
+            filters,
+            size,
+            strides=strides,
+            epsilon=self.conv_epsilon,
+            name=name,
+            dtype=self.dtype_policy,
+        )
+
+    def _norm(self, name, zero_init=False):
+        return group_norm(
+            name, self.groups, self.norm_epsilon, zero_init, dtype=self.dtype_policy
+        )
+
+    def build(self, input_shape):
+        input_shape = tuple(input_shape)
+        out = 4 * self.filters
+        self.has_projection = self.strides != 1 or input_shape[-1] != out
+        self.conv1 = self._conv(self.filters, 1, 1, "conv1")
+        self.gn1 = self._norm("gn1")
+        self.conv2 = self._conv(self.filters, 3, self.strides, "conv2")
+        self.gn2 = self._norm("gn2")
+        self.conv3 = self._conv(out, 1, 1, "conv3")
+        # Zero scale: each residual branch starts as the identity (official).
+        self.gn3 = self._norm("gn3", zero_init=True)
+        shape = input_shape
+        for conv, norm in ((self.conv1, self.gn1), (self.conv2, self.gn2), (self.conv3, self.gn3)):
+            conv.build(shape)
+            shape = conv.compute_output_shape(shape)
+            norm.build(shape)
+        if self.has_projection:
+            self.conv_proj = self._conv(out, 1, self.strides, "conv_proj")
+            self.gn_proj = self._norm("gn_proj")
+            self.conv_proj.build(input_shape)
+            self.gn_proj.build(self.conv_proj.compute_output_shape(input_shape))
+        self.built = True
+
+    def call(self, x):
+        shortcut = x
+        if self.has_projection:
+            shortcut = self.gn_proj(self.conv_proj(x))
+        y = ops.relu(self.gn1(self.conv1(x)))
+        y = ops.relu(self.gn2(self.conv2(y)))
+        y = self.gn3(self.conv3(y))
+        return ops.relu(shortcut + y)
+
+    def compute_output_shape(self, input_shape):
+        batch, height, width, _ = input_shape
+        s = self.strides
+        height = None if height is None else -(-height // s)
+        width = None if width is None else -(-width // s)
+        return (batch, height, width, 4 * self.filters)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "filters": self.filters,
+                "strides": self.strides,
+                "groups": self.groups,
+                "norm_epsilon": self.norm_epsilon,
+                "conv_epsilon": self.conv_epsilon,
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ResNetStage(keras.layers.Layer):
+    """A stage of `num_units` bottleneck units (`unit1`, `unit2`, ...).
+
+    Only the first unit strides (and projects its shortcut); the stage's
+    variables are named `<stage name>/unit{u}/conv1/kernel` etc., the
+    official `block{s}/unit{u}/...` keys when the stage is named `block{s}`.
+
+    Args:
+        filters: int, bottleneck width `F` of every unit (output `4 * F`).
+        num_units: int >= 1, number of units.
+        strides: 1 (default) or 2, the stride of the first unit.
+        groups: int, GroupNorm groups, default 32.
+        norm_epsilon: float, GroupNorm epsilon, default 1e-6.
+        conv_epsilon: float, weight-standardisation epsilon, default 1e-5.
+
+    Input shape:
+        `(batch, height, width, channels)`.
+
+    Returns:
+        `(batch, ceil(height / strides), ceil(width / strides), 4 * filters)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> stage = ResNetStage(32, num_units=2, strides=2, name="block2")
+    >>> tuple(stage(np.ones((1, 8, 8, 64), "float32")).shape)
+    (1, 4, 4, 128)
+    """
+
+    def __init__(
+        self,
+        filters,
+        num_units,
+        strides=1,
+        groups=GROUPS,
+        norm_epsilon=NORM_EPSILON,
+        conv_epsilon=CONV_EPSILON,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.filters = check_positive_int(filters, "filters")
+        self.num_units = check_positive_int(num_units, "num_units")
+        self.strides = _check_stride(strides, "strides")
+        self.groups = check_positive_int(groups, "groups")
+        _check_groups(self.filters, self.groups, "filters")
+        self.norm_epsilon = check_positive_float(norm_epsilon, "norm_epsilon")
+        self.conv_epsilon = check_positive_float(conv_epsilon, "conv_epsilon")
+        self.input_spec = keras.layers.InputSpec(ndim=4)
+
+    def build(self, input_shape):
+        shape = tuple(input_shape)
+        self.units = []
+        for u in range(self.num_units):
+            unit = BottleneckUnit(
+                self.filters,
+                strides=self.strides if u == 0 else 1,
+                groups=self.groups,
+                norm_epsilon=self.norm_epsilon,
+                conv_epsilon=self.conv_epsilon,
+                name=f"unit{u + 1}",
+                dtype=self.dtype_policy,
+            )
+            unit.build(shape)
+            shape = unit.compute_output_shape(shape)
+            self.units.append(unit)
+        self.built = True
+
+    def call(self, x):
+        for unit in self.units:
+            x = unit(x)
+        return x
+
+    def compute_output_shape(self, input_shape):
+        batch, height, width, _ = input_shape
+        s = self.strides
+        height = None if height is None else -(-height // s)
+        width = None if width is None else -(-width // s)
+        return (batch, height, width, 4 * self.filters)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "filters": self.filters,
+                "num_units": self.num_units,
+                "strides": self.strides,
+                "groups": self.groups,
+                "norm_epsilon": self.norm_epsilon,
+                "conv_epsilon": self.conv_epsilon,
+            }
+        )
+        return config
+
+
+def resnet_stride(resnet_layers):
+    """Total downsampling of `resnet_backbone`: 4 for the stem, x2 per
+    stage after the first."""
+    return 4 * 2 ** max(len(resnet_layers) - 1, 0)
+
+
+def resnet_backbone(x, resnet_layers, resnet_width=1.0, dtype=None):
+    """Applies the hybrid ViT's ResNet to the symbolic tensor `x`.
+
+    The stem (`conv_root` 7x7/2 StdConv, `gn_root`, ReLU, 3x3/2 SAME
+    max-pool) is made of top-level layers rather than one wrapper layer, so
+    that its variable paths are exactly the checkpoint's `conv_root/kernel`
+    and `gn_root/...`. Then one `ResNetStage` per entry of `resnet_layers`,
+    named `block1`, `block2`, ..., with bottleneck widths
+    `int(64 * resnet_width) * 2**s` and stride 2 from the second stage on.
+
+    Args:
+        x: `(batch, height, width, channels)` symbolic tensor.
+        resnet_layers: sequence of units per stage; `()` keeps the stem only.
+        resnet_width: float, width factor, default 1.0.
+        dtype: dtype or dtype policy of the layers.
+
+    Returns:
+        The feature map, downsampled by `resnet_stride(resnet_layers)`.
+    """
+    width = int(64 * resnet_width)
+    x = StdConv2D(width, 7, strides=2, name="conv_root", dtype=dtype)(x)
+    x = group_norm("gn_root", dtype=dtype)(x)
+    x = keras.layers.ReLU(name="relu_root", dtype=dtype)(x)
+    x = keras.layers.MaxPooling2D(
+        3, strides=2, padding="same", name="pool_root", dtype=dtype
+    )(x)
+    for s, units in enumerate(resnet_layers):
+        x = ResNetStage(
+            width * 2**s,
+            units,
+            strides=1 if s == 0 else 2,
+            name=f"block{s + 1}",
+            dtype=dtype,
+        )(x)
+    return x
