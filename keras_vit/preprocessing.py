@@ -1,0 +1,189 @@
+"""Input scaling for the pretrained weights, and ImageNet label decoding."""
+
+import sys
+
+import keras
+import numpy as np
+
+# Per-channel statistics of ImageNet, on [0, 1] inputs (DeiT, timm).
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+MODES = ("inception", "imagenet")
+# The names `keras.applications.imagenet_utils` uses for the same scalings.
+_ALIASES = {"tf": "inception", "torch": "imagenet"}
+
+
+def _resolve_mode(mode, weights):
+    if mode is not None:
+        resolved = _ALIASES.get(mode, mode)
+        if resolved not in MODES:
+            raise ValueError(
+                f"`mode` must be one of {MODES + tuple(_ALIASES)}. "
+                f"Received: mode={mode!r}"
+            )
+    if weights is None:
+        return resolved if mode is not None else "inception"
+    from_weights = getattr(weights, "preprocessing", None)
+    if isinstance(weights, str):
+        from keras_vit.weights.registry import list_records
+
+        found = {r.preprocessing for r in list_records() if r.name == weights}
+        if len(found) != 1:
+            known = sorted({r.name for r in list_records()})
+            raise ValueError(
+                "`weights` must be a registered weights name ("
+                + ", ".join(repr(n) for n in known)
+                + f") or a WeightsRecord. Received: weights={weights!r}"
+            )
+        from_weights = found.pop()
+    if from_weights not in MODES:
+        raise ValueError(
+            "`weights` must be a registered weights name or an object with a "
+            f"`preprocessing` attribute in {MODES}. Received: weights={weights!r}"
+        )
+    if mode is not None and resolved != from_weights:
+        raise ValueError(
+            f"`mode` and `weights` disagree: the weights expect "
+            f"mode={from_weights!r}. Received: mode={mode!r}, weights={weights!r}"
+        )
+    return from_weights
+
+
+def _check_channels(shape, mode):
+    if len(shape) < 1 or (mode == "imagenet" and shape[-1] not in (None, 3)):
+        raise ValueError(
+            "`images` must be channels-last with 3 channels for "
+            f"mode='imagenet'. Received: images.shape={tuple(shape)}"
+        )
+
+
+def _affine(mode):
+    """`(scale, offset)` with `scale * x + offset` equal to the mode's formula."""
+    if mode == "inception":
+        return 1.0 / 127.5, -1.0
+    std = np.asarray(IMAGENET_STD, "float64")
+    return 1.0 / (255.0 * std), -np.asarray(IMAGENET_MEAN, "float64") / std
+
+
+def _scale(x, mode, constant):
+    # One multiply and one add, each correctly rounded on every backend (XLA
+    # on CPU rounds float32 division differently from NumPy), so NumPy,
+    # backend tensors and tf.data give bit-identical results.
+    scale, offset = _affine(mode)
+    return x * constant(scale) + constant(offset)
+
+
+def _tf_tensor(images):
+    # tf can only have produced `images` if it is imported already; checking
+    # sys.modules keeps TensorFlow out of the other backends' processes.
+    tf = sys.modules.get("tensorflow")
+    return tf if tf is not None and isinstance(images, tf.Tensor) else None
+
+
+def preprocess_input(images, mode=None, weights=None):
+    """Scales images with pixel values in [0, 255] the way weights expect.
+
+    - "inception" (every Google ViT checkpoint): `x / 127.5 - 1`, in [-1, 1].
+    - "imagenet" (DeiT and timm-trained ViTs): `(x / 255 - mean) / std` with
+      the ImageNet `mean` (0.485, 0.456, 0.406) and `std` (0.229, 0.224,
+      0.225) per channel.
+
+    It is computed as `x * scale + offset` with the constants rounded to the
+    compute dtype (within 2 ulp of the formulas above), the same on every
+    backend. Works on NumPy arrays, on tensors of the current backend (also
+    symbolic `keras.Input`s), and on `tf.Tensor`s inside a `tf.data` map
+    function under any backend (that path uses TensorFlow ops only).
+
+    Args:
+        images: channels-last images, uint8 or float in [0, 255], any
+            leading shape (a single image or a batch).
+        mode: None (default: from `weights`, else "inception"), "inception"
+            or "imagenet" ("tf" and "torch" are accepted as in
+            `keras.applications`).
+        weights: None, a registered weights name such as "imagenet21k", or
+            a `WeightsRecord` (any object with a `preprocessing` attribute).
+
+    Returns:
+        Float images of the same shape and kind (NumPy in, NumPy out):
+        float32 for integer input, the input's dtype for float input.
+
+    Example:
+
+    >>> import numpy as np
+    >>> preprocess_input(np.array([[[0, 127.5, 255]]]))
+    array([[[-1.,  0.,  1.]]])
+    >>> preprocess_input(np.zeros((1, 1, 3), "uint8"), weights="imagenet21k").dtype
+    dtype('float32')
+    """
+    mode = _resolve_mode(mode, weights)
+    tf = _tf_tensor(images)
+    if tf is not None:
+        _check_channels(images.shape, mode)
+        if not images.dtype.is_floating:
+            images = tf.cast(images, "float32")
+        dtype = images.dtype
+        return _scale(images, mode, lambda v: tf.constant(v, dtype))
+    if keras.ops.is_tensor(images) or isinstance(images, keras.KerasTensor):
+        _check_channels(images.shape, mode)
+        if not keras.backend.is_float_dtype(images.dtype):
+            images = keras.ops.cast(images, "float32")
+        dtype = keras.backend.standardize_dtype(images.dtype)
+        return _scale(
+            images,
+            mode,
+            lambda v: keras.ops.convert_to_tensor(np.asarray(v, dtype), dtype),
+        )
+    images = np.asarray(images)
+    _check_channels(images.shape, mode)
+    if not np.issubdtype(images.dtype, np.floating):
+        images = images.astype("float32")
+    dtype = images.dtype
+    return _scale(images, mode, lambda v: np.asarray(v, dtype))
+
+
+def decode_predictions(preds, top=5):
+    """Names the top classes of ImageNet-1k or ImageNet-21k predictions.
+
+    Class names are read offline from the lists shipped in
+    `keras_vit.labels`.
+
+    Args:
+        preds: scores of shape `(batch, 1000)` or `(batch, 21843)`, NumPy or
+            a tensor.
+        top: int, default 5: how many classes to return per sample.
+
+    Returns:
+        A list with, per sample, a list of `top` tuples
+        `(synset_id, class_name, score)`, highest score first, as
+        `keras.applications.imagenet_utils.decode_predictions`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> preds = np.zeros((1, 1000), "float32")
+    >>> preds[0, 281] = 0.5
+    >>> decode_predictions(preds, top=1)
+    [[('n02123045', 'tabby', 0.5)]]
+    """
+    from keras_vit import labels
+
+    if keras.ops.is_tensor(preds):
+        preds = keras.ops.convert_to_numpy(preds)
+    preds = np.asarray(preds)
+    if preds.ndim != 2 or preds.shape[1] not in labels.NUM_CLASSES:
+        raise ValueError(
+            "`decode_predictions` expects a batch of ImageNet predictions of "
+            "shape (batch, 1000) or (batch, 21843). "
+            f"Received: preds.shape={preds.shape}"
+        )
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise ValueError(f"`top` must be a positive int. Received: top={top!r}")
+    classes = preds.shape[1]
+    ids = labels.synsets(classes)
+    names = labels.class_names(classes)
+    results = []
+    for row in preds:
+        # Stable sort: equal scores keep class order.
+        best = np.argsort(-row, kind="stable")[:top]
+        results.append([(ids[i], names[i], float(row[i])) for i in best])
+    return results

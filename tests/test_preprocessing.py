@@ -1,0 +1,195 @@
+"""`preprocess_input` (NumPy, backend tensors, tf.data) and `decode_predictions`."""
+
+import doctest
+import gzip
+import re
+import types
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import SHARED, to_numpy
+from keras_vit import labels, preprocessing
+from keras_vit.preprocessing import decode_predictions, preprocess_input
+from keras_vit.weights.registry import get_record
+
+LABELS = SHARED / "labels"
+requires_labels = pytest.mark.skipif(
+    not (LABELS / "imagenet_synset_to_lemma.txt").exists(),
+    reason=f"the source label lists are not at {LABELS} (../shared is absent)",
+)
+# Published ImageNet statistics (DeiT / timm / torchvision).
+MEAN = np.array([0.485, 0.456, 0.406])
+STD = np.array([0.229, 0.224, 0.225])
+
+
+def _images(dtype="uint8", shape=(3, 8, 8, 3)):
+    x = np.random.default_rng(0).integers(0, 256, shape)
+    x.flat[:2] = (0, 255)  # both ends of the range
+    return x.astype(dtype)
+
+
+def _expected(x, mode):
+    """NumPy float32: `x * scale + offset`, constants from the definitions."""
+    if mode == "inception":
+        scale, offset = 1 / 127.5, -1.0
+    else:
+        scale, offset = 1 / (255 * STD), -MEAN / STD
+    x = x.astype("float32")
+    return x * np.asarray(scale, "float32") + np.asarray(offset, "float32")
+
+
+def _definition(x, mode):
+    x = x.astype("float64")
+    return x / 127.5 - 1 if mode == "inception" else (x / 255 - MEAN) / STD
+
+
+@pytest.mark.parametrize("mode", ["inception", "imagenet"])
+@pytest.mark.parametrize("dtype", ["uint8", "float32"])
+def test_numpy_exact(mode, dtype):
+    x = _images(dtype)
+    y = preprocess_input(x, mode=mode)
+    assert isinstance(y, np.ndarray) and y.dtype == np.float32
+    np.testing.assert_array_equal(y, _expected(x, mode))
+    # Within 2 float32 ulp of the formula evaluated in float64.
+    ref = _definition(x, mode)
+    ulp = np.spacing(np.abs(ref).astype("float32").max())
+    assert np.abs(y - ref).max() <= 2 * ulp
+    if mode == "inception":
+        assert y.min() == -1 and y.max() == 1
+
+
+@pytest.mark.parametrize("mode", ["inception", "imagenet"])
+def test_backend_tensor_exact(mode):
+    x = _images()
+    y = preprocess_input(keras.ops.convert_to_tensor(x), mode=mode)
+    assert keras.ops.is_tensor(y)
+    assert keras.backend.standardize_dtype(y.dtype) == "float32"
+    np.testing.assert_array_equal(to_numpy(y), _expected(x, mode))
+
+
+def test_symbolic_input_in_a_model():
+    inputs = keras.Input((8, 8, 3), dtype="uint8")
+    model = keras.Model(inputs, preprocess_input(inputs, mode="imagenet"))
+    x = _images()
+    np.testing.assert_array_equal(to_numpy(model(x)), _expected(x, "imagenet"))
+
+
+@pytest.mark.parametrize("mode", ["inception", "imagenet"])
+def test_tf_data_pipeline(mode):
+    # tf.data runs the map function as a TensorFlow graph under every Keras
+    # backend, so the function must not need the backend's ops.
+    import tensorflow as tf
+
+    x = _images(shape=(5, 8, 8, 3))
+    labels_ = np.arange(5)
+    ds = (
+        tf.data.Dataset.from_tensor_slices((x, labels_))
+        .map(lambda image, label: (preprocess_input(image, mode=mode), label))
+        .batch(2)
+    )
+    batches = [(image.numpy(), label.numpy()) for image, label in ds]
+    images = np.concatenate([b[0] for b in batches])
+    assert images.dtype == np.float32
+    np.testing.assert_array_equal(images, _expected(x, mode))
+    np.testing.assert_array_equal(np.concatenate([b[1] for b in batches]), labels_)
+    # Float tensors keep their dtype.
+    eager = preprocess_input(tf.constant(x, tf.float64), mode=mode)
+    assert eager.dtype == tf.float64
+
+
+def test_weights_select_mode():
+    x = _images()
+    inception = _expected(x, "inception")
+    np.testing.assert_array_equal(preprocess_input(x, weights="imagenet21k"), inception)
+    record = get_record("B/16", "augreg-i21k")
+    np.testing.assert_array_equal(preprocess_input(x, weights=record), inception)
+    deit = types.SimpleNamespace(preprocessing="imagenet")
+    np.testing.assert_array_equal(
+        preprocess_input(x, weights=deit), _expected(x, "imagenet")
+    )
+    np.testing.assert_array_equal(preprocess_input(x), inception)
+    np.testing.assert_array_equal(preprocess_input(x, mode="tf"), inception)
+    np.testing.assert_array_equal(
+        preprocess_input(x, mode="torch"), _expected(x, "imagenet")
+    )
+
+
+def test_argument_errors():
+    x = _images()
+    with pytest.raises(ValueError, match="`mode` must be one of .*mode='caffe'"):
+        preprocess_input(x, mode="caffe")
+    with pytest.raises(ValueError, match="'imagenet21k'.*weights='in1k'"):
+        preprocess_input(x, weights="in1k")
+    with pytest.raises(ValueError, match="disagree"):
+        preprocess_input(x, mode="imagenet", weights="imagenet21k")
+    with pytest.raises(ValueError, match="`preprocessing` attribute"):
+        preprocess_input(x, weights=3)
+    with pytest.raises(ValueError, match=r"images.shape=\(2, 4, 4, 1\)"):
+        preprocess_input(np.zeros((2, 4, 4, 1)), mode="imagenet")
+    # Any channel count is fine for the per-pixel [-1, 1] scaling.
+    assert preprocess_input(np.zeros((2, 4, 4, 1))).shape == (2, 4, 4, 1)
+
+
+def _source_lines(name):
+    return (LABELS / name).read_text().split()
+
+
+def _source_names():
+    table = {}
+    for line in (LABELS / "imagenet_synset_to_lemma.txt").read_text().splitlines():
+        synset, lemma = line.split("\t")
+        table[synset] = lemma.split(",")[0].strip().replace(" ", "_")
+    return table
+
+
+@requires_labels
+def test_packaged_labels_equal_sources():
+    assert list(labels.synsets(1000)) == _source_lines("imagenet_synsets.txt")
+    assert list(labels.synsets(21843)) == _source_lines("imagenet21k_goog_synsets.txt")
+    with gzip.open(labels._HERE + "/synset_lemmas.txt.gz", "rt") as f:
+        packaged = f.read()
+    assert packaged == (LABELS / "imagenet_synset_to_lemma.txt").read_text()
+
+
+@requires_labels
+@pytest.mark.parametrize(
+    "classes, synset_file, picks",
+    [
+        (1000, "imagenet_synsets.txt", (281, 282, 285)),
+        (21843, "imagenet21k_goog_synsets.txt", (2398, 12345, 21842)),
+    ],
+)
+def test_decode_predictions(classes, synset_file, picks):
+    synsets = _source_lines(synset_file)
+    names = _source_names()
+    preds = np.full((2, classes), 1e-6, "float32")
+    preds[0, list(picks)] = (0.5, 0.3, 0.2)
+    preds[1, list(picks)] = (0.1, 0.2, 0.6)
+    decoded = decode_predictions(keras.ops.convert_to_tensor(preds), top=3)
+    assert len(decoded) == 2 and all(len(d) == 3 for d in decoded)
+    for b, order in enumerate(((0, 1, 2), (2, 1, 0))):
+        for (synset, name, score), j in zip(decoded[b], order):
+            i = picks[j]
+            assert synset == synsets[i]
+            assert name == names[synsets[i]]
+            assert score == float(preds[b, i])
+    if classes == 1000:
+        assert decoded[0][0][:2] == ("n02123045", "tabby")  # the source files' 281
+
+
+def test_decode_predictions_errors():
+    for shape in ((2, 10), (1000,), (1, 2, 1000)):
+        with pytest.raises(ValueError, match=re.escape(f"preds.shape={shape}")):
+            decode_predictions(np.zeros(shape))
+    with pytest.raises(ValueError, match="`top`"):
+        decode_predictions(np.zeros((1, 1000)), top=0)
+    with pytest.raises(ValueError, match="`classes`"):
+        labels.synsets(10)
+
+
+def test_docstring_examples():
+    for module in (preprocessing, labels):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0
