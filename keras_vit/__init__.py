@@ -24,3 +24,4 @@ from keras_vit.models import (
     ViTTi16,
 )
 from keras_vit.version import __version__
+from keras_vit.preprocessing import decode_predictions, preprocess_input
