@@ -20,9 +20,10 @@ class TokenPooling(keras.layers.Layer):
 
     Example:
 
-    >>> import numpy as np
+    >>> import keras, numpy as np
     >>> x = np.arange(6, dtype="float32").reshape(1, 3, 2)
-    >>> TokenPooling("avg", num_prefix_tokens=1)(x).tolist()
+    >>> y = TokenPooling("avg", num_prefix_tokens=1)(x)
+    >>> keras.ops.convert_to_numpy(y).tolist()
     [[3.0, 4.0]]
     """
 
