@@ -1,0 +1,93 @@
+"""The converter tool: files written, reloaded outputs, exit codes."""
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import reference
+from conftest import DEIT_NPZ, DEIT_SAFETENSORS, ROOT, TINY, requires_shared, to_numpy
+from synthetic import images, official_params
+
+_spec = importlib.util.spec_from_file_location("keras_vit_convert", ROOT / "tools" / "convert.py")
+_convert = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_convert)
+main = _convert.main
+
+TINY_ARCH = json.dumps({k: v for k, v in TINY.items() if k != "image_size"})
+
+
+def test_help_runs_as_a_script():
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "convert.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    for option in ("--variant", "--weights", "--output", "--image-size", "--classes", "--gelu", "--keras", "--tolerance"):
+        assert option in result.stdout
+
+
+def h5_arrays(path):
+    import h5py
+
+    found = []
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: found.append(obj[()]) if isinstance(obj, h5py.Dataset) else None)
+    return found
+
+
+@requires_shared
+def test_real_weights_convert_and_reload(tmp_path, capsys):
+    output = tmp_path / "deit_tiny.weights.h5"
+    argv = ["--variant", "ViTTi16", "--weights", str(DEIT_SAFETENSORS), "--output", str(output), "--batch-size", "1"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "max |reloaded .weights.h5 - source model| = 0\n" in printed
+    assert "max |NumPy reference (float64) - source model|" in printed
+    assert "GELU erf" in printed and printed.rstrip().endswith("OK (tolerance 0.0001)")
+    # Independently of any loader: the file holds exactly the official tensors.
+    written = h5_arrays(output)
+    official = np.load(DEIT_NPZ)
+    assert len(written) == len(official.files) == 200
+    by_shape = {}
+    for array in written:
+        by_shape.setdefault(array.shape, []).append(array)
+    for key in official.files:
+        assert any(np.array_equal(official[key], a) for a in by_shape.get(official[key].shape, [])), key
+
+
+def test_tiny_checkpoint_with_keras_file(tmp_path, rng):
+    params = official_params(rng, representation_size=12)
+    np.savez(tmp_path / "tiny.npz", **params)
+    output = tmp_path / "out" / "tiny.weights.h5"
+    argv = ["--config", TINY_ARCH, "--weights", str(tmp_path / "tiny.npz"), "--output", str(output), "--keras"]
+    assert main(argv) == 0
+    loaded = keras.saving.load_model(tmp_path / "out" / "tiny.keras")
+    assert loaded.representation_size == 12 and loaded.gelu_approximate
+    head = keras.Model(loaded.input, loaded.get_layer("head").output)
+    x = images(rng)
+    np.testing.assert_allclose(to_numpy(head(x)), reference.forward(params, x), rtol=0, atol=2e-5)
+
+
+def test_exit_code_when_tolerance_is_violated(tmp_path, rng, capsys):
+    np.savez(tmp_path / "tiny.npz", **official_params(rng))
+    # float32 Keras can never equal the float64 NumPy pass to the last bit.
+    argv = ["--config", TINY_ARCH, "--weights", str(tmp_path / "tiny.npz"), "--output", str(tmp_path / "t.weights.h5"), "--tolerance", "0"]
+    assert main(argv) == 1
+    assert "FAILED" in capsys.readouterr().out
+
+
+def test_exit_code_on_unusable_input(tmp_path, capsys):
+    argv = ["--variant", "Ti/16", "--weights", str(tmp_path / "none.npz"), "--output", str(tmp_path / "x.h5")]
+    assert main(argv) == 2
+    assert "--output must end with '.weights.h5'" in capsys.readouterr().err
+    argv[-1] = str(tmp_path / "x.weights.h5")
+    assert main(argv) == 2
+    assert "none.npz" in capsys.readouterr().err
