@@ -1,0 +1,271 @@
+"""Tests of `keras_vit.inspect` and `keras_vit.plots`.
+
+Tiny random models are checked against NumPy written from the definitions
+(attention softmax, rollout, distances, cosine similarity, PCA); the real
+DeiT-Tiny weights are checked for the behaviour the paper reports (§4.5).
+"""
+
+import io
+import math
+
+import keras
+import numpy as np
+import pytest
+import reference
+from conftest import DEIT_NPZ, TINY, requires_shared
+from PIL import Image
+
+import keras_vit
+from keras_vit import inspect, plots
+
+MEAN = np.array([0.485, 0.456, 0.406], "float32")
+STD = np.array([0.229, 0.224, 0.225], "float32")
+# Where the 144x96 cat goes on the 224x224 background: (top, left), pixels
+# of the model input. Both boxes are patch-aligned and off-centre.
+CAT_BOXES = ((16, 16), (112, 64))
+CAT_SIZE = (96, 144)
+
+
+def _random_tiny(**kwargs):
+    config = dict(TINY, gelu_approximate=False)
+    config.update(kwargs)
+    model = keras_vit.ViT(**config)
+    rng = np.random.default_rng(1)
+    for variable in model.weights:
+        variable.assign(rng.normal(0, 0.3, variable.shape).astype("float32"))
+    return model
+
+
+def _params(model, prefix):
+    """The model's weights under `prefix`, renamed to the official layout."""
+    out = {}
+    for v in model.weights:
+        if v.path.startswith(prefix):
+            key = v.path[len(prefix):].replace("gamma", "scale").replace("beta", "bias")
+            out[key] = keras.ops.convert_to_numpy(v).astype("float64")
+    return out
+
+
+def _numpy_attention(model, images):
+    """Per-block probabilities from the official equations, in NumPy."""
+    emb = _params(model, "embedding/")
+    x = reference.embed_patches(images.astype("float64"), emb["kernel"], emb["bias"])
+    if "cls" in emb:
+        x = np.concatenate([np.broadcast_to(emb["cls"], (len(x), 1, x.shape[-1])), x], 1)
+    x = x + emb["pos_embedding"]
+    maps = []
+    for i in range(model.num_layers):
+        p = _params(model, f"encoderblock_{i}/")
+        y = reference.layer_norm(x, p["LayerNorm_0/scale"], p["LayerNorm_0/bias"])
+        att = "MultiHeadDotProductAttention_1/"
+        q = np.einsum("btd,dhk->bhtk", y, p[att + "query/kernel"]) + p[att + "query/bias"][:, None]
+        k = np.einsum("btd,dhk->bhtk", y, p[att + "key/kernel"]) + p[att + "key/bias"][:, None]
+        logits = q @ k.transpose(0, 1, 3, 2) / math.sqrt(q.shape[-1])
+        e = np.exp(logits - logits.max(-1, keepdims=True))
+        maps.append(e / e.sum(-1, keepdims=True))
+        x = reference.encoder_block(x, p, gelu_approximate=False)
+    return maps
+
+
+def test_attention_maps_match_numpy_reference():
+    model = _random_tiny()
+    images = np.random.default_rng(2).normal(size=(3, 32, 32, 3)).astype("float32")
+    expected = _numpy_attention(model, images)
+    maps = inspect.attention_maps(model, images, batch_size=2)
+    assert sorted(maps) == [0, 1]
+    for i, probs in maps.items():
+        assert probs.shape == (3, 2, 17, 17) and probs.dtype == np.float32
+        np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+        np.testing.assert_allclose(probs, expected[i], atol=2e-5)
+    only_last = inspect.attention_maps(model, images, layers=-1)
+    assert list(only_last) == [1]
+    np.testing.assert_allclose(only_last[1], maps[1], atol=1e-6)
+
+
+def test_inspection_leaves_inference_unchanged():
+    model = _random_tiny()
+    images = np.random.default_rng(3).normal(size=(2, 32, 32, 3)).astype("float32")
+    before = keras.ops.convert_to_numpy(model(images))
+    inspect.attention_rollout(model, images)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(model(images)), before)
+
+
+@pytest.mark.parametrize("classifier", ["token", "gap"])
+def test_attention_rollout_matches_numpy_reference(classifier):
+    model = _random_tiny(classifier=classifier)
+    images = np.random.default_rng(4).normal(size=(2, 32, 32, 3)).astype("float32")
+    prefix = int(classifier == "token")
+    joint = None
+    for probs in _numpy_attention(model, images):
+        a = probs.mean(axis=1) + np.eye(probs.shape[-1])
+        a = a / a.sum(-1, keepdims=True)
+        joint = a if joint is None else np.einsum("bij,bjk->bik", a, joint)
+    readout = joint[:, 0] if prefix else joint.mean(axis=1)
+    expected = readout[:, prefix:].reshape(2, 4, 4)
+    maps, grid = inspect.attention_rollout(model, images, return_grid=True)
+    np.testing.assert_allclose(grid, expected, atol=1e-5)
+    assert maps.shape == (2, 32, 32)
+    # Bilinear upsampling keeps each patch's value near its centre.
+    np.testing.assert_allclose(maps[:, 4::8, 4::8], expected, rtol=0.3)
+
+
+def test_mean_attention_distance_matches_numpy_reference():
+    model = _random_tiny()
+    images = np.random.default_rng(5).normal(size=(2, 32, 32, 3)).astype("float32")
+    expected = np.zeros((2, 2, 2))
+    for layer, probs in enumerate(_numpy_attention(model, images)):
+        for b in range(2):
+            for h in range(2):
+                total = 0.0
+                for q in range(16):
+                    w = probs[b, h, 1 + q, 1:]
+                    w = w / w.sum()
+                    for k in range(16):
+                        dy, dx = 8 * (q // 4 - k // 4), 8 * (q % 4 - k % 4)
+                        total += w[k] * math.hypot(dy, dx)
+                expected[b, layer, h] = total / 16
+    per_image = inspect.mean_attention_distance(model, images, per_image=True)
+    np.testing.assert_allclose(per_image, expected, rtol=1e-4)
+    np.testing.assert_allclose(
+        inspect.mean_attention_distance(model, images), expected.mean(0), rtol=1e-4
+    )
+
+
+def test_position_embedding_similarity_matches_cosine():
+    model = _random_tiny()
+    pos = _params(model, "embedding/")["pos_embedding"][0, 1:]
+    norms = np.sqrt((pos**2).sum(-1))
+    expected = np.array([[a @ b / (na * nb) for b, nb in zip(pos, norms)] for a, na in zip(pos, norms)])
+    similarity = inspect.position_embedding_similarity(model)
+    assert similarity.shape == (4, 4, 4, 4)
+    np.testing.assert_allclose(similarity.reshape(16, 16), expected, atol=1e-5)
+
+
+def test_embedding_filters_are_principal_components():
+    from sklearn.decomposition import PCA
+
+    model = _random_tiny()
+    kernel = _params(model, "embedding/")["kernel"]
+    components = PCA(n_components=5).fit(kernel.reshape(-1, 16).T).components_
+    filters = inspect.embedding_filters(model, n=5)
+    assert filters.shape == (5, 8, 8, 3)
+    assert filters.min() >= 0.0 and filters.max() <= 1.0
+    for got, want in zip(filters.reshape(5, -1), components):
+        # Same direction (up to sign) once rescaled to [0, 1] for display.
+        want = want * np.sign(want[np.abs(want).argmax()])
+        want = (want - want.min()) / (want.max() - want.min())
+        np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_argument_errors():
+    model = _random_tiny()
+    images = np.zeros((1, 32, 32, 3), "float32")
+    with pytest.raises(ValueError, match="layers"):
+        inspect.attention_maps(model, images, layers=[2])
+    with pytest.raises(ValueError, match="head_fusion"):
+        inspect.attention_rollout(model, images, head_fusion="median")
+    with pytest.raises(ValueError, match="images"):
+        inspect.attention_maps(model, np.zeros((32, 32)))
+    with pytest.raises(ValueError, match="`n`"):
+        inspect.embedding_filters(model, n=17)
+
+
+def test_plots_write_png_files(tmp_path):
+    model = _random_tiny()
+    images = np.random.default_rng(6).uniform(size=(1, 32, 32, 3)).astype("float32")
+    paths = [
+        plots.plot_attention_rollout(
+            images[0], inspect.attention_rollout(model, images)[0], tmp_path / "a.png"
+        ),
+        plots.plot_mean_attention_distance(
+            inspect.mean_attention_distance(model, images), tmp_path / "b.png"
+        ),
+        plots.plot_position_embedding_similarity(
+            inspect.position_embedding_similarity(model), tmp_path / "c.png"
+        ),
+        plots.plot_embedding_filters(inspect.embedding_filters(model, n=7), tmp_path / "d.png"),
+    ]
+    for path in paths:
+        data = open(path, "rb").read()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        assert 2_000 < len(data) < 300_000
+        width, height = Image.open(io.BytesIO(data)).size
+        assert 200 <= width <= 2000 and 100 <= height <= 2000
+
+
+# --- Real DeiT-Tiny weights -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def deit():
+    return keras_vit.ViTTi16(
+        weights=str(DEIT_NPZ), gelu_approximate=False, classifier_activation=None
+    )
+
+
+def _resized(array, size):
+    return np.asarray(Image.fromarray(array).resize(size[::-1], Image.BICUBIC))
+
+
+@pytest.fixture(scope="module")
+def cat_scenes():
+    """Chelsea the cat (shrunk to 96x144) on a gravel texture, two places."""
+    import skimage.data
+
+    cat = _resized(skimage.data.chelsea(), CAT_SIZE)
+    background = np.repeat(_resized(skimage.data.gravel(), (224, 224))[..., None], 3, -1)
+    scenes = []
+    for top, left in CAT_BOXES:
+        scene = background.copy()
+        scene[top : top + CAT_SIZE[0], left : left + CAT_SIZE[1]] = cat
+        scenes.append((scene / 255.0 - MEAN) / STD)
+    return np.stack(scenes).astype("float32")
+
+
+@requires_shared
+def test_real_rollout_concentrates_on_the_cat(deit, cat_scenes):
+    maps, grid = inspect.attention_rollout(deit, cat_scenes, return_grid=True)
+    area_share = CAT_SIZE[0] * CAT_SIZE[1] / 224**2  # 0.276
+    for (top, left), image_map, grid_map in zip(CAT_BOXES, maps, grid):
+        rows = slice(top // 16, (top + CAT_SIZE[0]) // 16)
+        cols = slice(left // 16, (left + CAT_SIZE[1]) // 16)
+        share = grid_map[rows, cols].sum() / grid_map.sum()
+        # A uniform map gives the area share; measured about 1.7x on DeiT-Ti.
+        assert share > 1.4 * area_share, (top, left, share)
+        pixels = image_map[top : top + CAT_SIZE[0], left : left + CAT_SIZE[1]]
+        assert pixels.sum() / image_map.sum() > 1.3 * area_share
+
+
+@requires_shared
+def test_real_attention_distance_grows_with_depth(deit, cat_scenes):
+    import skimage.data
+
+    chelsea = (skimage.data.chelsea()[38:262, 113:337] / 255.0 - MEAN) / STD
+    images = np.concatenate([cat_scenes, chelsea[None].astype("float32")])
+    distances = inspect.mean_attention_distance(deit, images)
+    assert distances.shape == (12, 3)
+    # Attending uniformly to all patches gives the mean distance between
+    # patch centres, about 117 px at 224: the ceiling of a "global" head.
+    uniform = inspect.patch_distances(deit).mean()
+    per_layer = distances.mean(axis=1)
+    assert per_layer[-4:].mean() > per_layer[:4].mean() + 20
+    assert per_layer[-4:].mean() > 0.85 * uniform
+    assert np.corrcoef(np.arange(12), per_layer)[0, 1] > 0.7
+    early = distances[:4]
+    # Local: within 2.5 patches (40 px) on average; global: over 3/4 of the
+    # uniform-attention distance. Both kinds appear in the first 4 layers.
+    assert early.min() < 40.0, early
+    assert early.max() > 0.75 * uniform, early
+
+
+@requires_shared
+def test_real_position_embeddings_are_local(deit):
+    similarity = inspect.position_embedding_similarity(deit)
+    assert similarity.shape == (14, 14, 14, 14)
+    flat = similarity.reshape(196, 196)
+    rows, cols = np.divmod(np.arange(196), 14)
+    steps = np.maximum(abs(rows[:, None] - rows[None]), abs(cols[:, None] - cols[None]))
+    near = np.array([flat[i][steps[i] == 1].mean() for i in range(196)])
+    far = np.array([flat[i][steps[i] >= 4].mean() for i in range(196)])
+    assert np.all(near > far)
+    assert near.mean() > far.mean() + 0.2
