@@ -240,6 +240,9 @@ def run(spec):
         __import__(spec["system"].split("-")[0])
     else:
         import torch  # noqa: F401
+
+        if spec["system"].startswith("hf"):
+            import transformers  # noqa: F401
     rss_before = rss_mib()
     if keras_system:
         build, first, times, info = run_keras(spec, x, y)
