@@ -1,0 +1,31 @@
+"""Training ViT classifiers with `model.fit`, at any scale.
+
+- `recipes`: the paper's optimizers, schedules and losses
+  (`finetune_optimizer`, `pretrain_optimizer`, `compile_for_finetuning`).
+- `data`: tf.data training/evaluation pipelines (imported lazily).
+- `sources`: tfds datasets, image folders, scikit-learn digits.
+- `distribute`: `get_distribution(name)` for tf.distribute strategies,
+  TPUs and the jax data/model-parallel distributions.
+- `callbacks`: a resumable run directory (`run_callbacks`).
+
+TensorFlow is needed only by `data` and `sources` (and by the tensorflow
+strategies); the recipes and callbacks are backend-neutral.
+"""
+
+from keras_vit.training.callbacks import SaveFinalWeights, run_callbacks
+from keras_vit.training.distribute import (
+    TrainingDistribution,
+    connect_tpu,
+    get_distribution,
+)
+from keras_vit.training.recipes import (
+    SparseCategoricalCrossentropyWithSmoothing,
+    WarmupDecay,
+    accumulation_steps,
+    classification_loss,
+    compile_for_finetuning,
+    compile_for_pretraining,
+    finetune_optimizer,
+    pretrain_optimizer,
+    scaled_learning_rate,
+)
