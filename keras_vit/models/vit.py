@@ -368,3 +368,46 @@ class ViT(keras.Model):
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
+
+    @classmethod
+    def get_layout_map(cls, device_mesh, model_axis="model"):
+        """Shards the Transformer weights over a mesh's `model_axis`.
+
+        Megatron-style tensor parallelism: query, key and value kernels
+        `(D, heads, head_dim)` and biases are split by head, the attention
+        output kernel `(heads, head_dim, D)` by head, the first MLP kernel
+        `(D, mlp_dim)` and bias by column and the second `(mlp_dim, D)` by
+        row; everything else is replicated. `num_heads` and `mlp_dim` must be
+        divisible by the size of `model_axis`. Used with
+        `keras.distribution.ModelParallel` (jax) for the L and H variants.
+
+        Args:
+            device_mesh: a `keras.distribution.DeviceMesh` with an axis named
+                `model_axis`.
+            model_axis: str, default "model".
+
+        Returns:
+            A `keras.distribution.LayoutMap`.
+
+        Example:
+
+        >>> import keras
+        >>> mesh = keras.distribution.DeviceMesh(
+        ...     (1, 1), ("batch", "model"), keras.distribution.list_devices()[:1])
+        >>> layout_map = ViT.get_layout_map(mesh)
+        """
+        if model_axis not in device_mesh.axis_names:
+            raise ValueError(
+                f"`device_mesh` has no axis named {model_axis!r}. "
+                f"Received: axis_names={device_mesh.axis_names!r}"
+            )
+        m = model_axis
+        attention = r"MultiHeadDotProductAttention_1/"
+        layout_map = keras.distribution.LayoutMap(device_mesh)
+        layout_map[attention + r"(query|key|value)/kernel$"] = (None, m, None)
+        layout_map[attention + r"(query|key|value)/bias$"] = (m, None)
+        layout_map[attention + r"out/kernel$"] = (m, None, None)
+        layout_map[r"MlpBlock_3/Dense_0/kernel$"] = (None, m)
+        layout_map[r"MlpBlock_3/Dense_0/bias$"] = (m,)
+        layout_map[r"MlpBlock_3/Dense_1/kernel$"] = (m, None)
+        return layout_map
