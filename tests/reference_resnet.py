@@ -1,14 +1,13 @@
-"""Independent NumPy (float64) forward pass of the official hybrid ViT.
+"""Independent NumPy (float64) forward pass of the hybrids' ResNet.
 
 Written from the definitions in the official `vit_jax/models_resnet.py` and
 `vit_jax/models_vit.py` (as summarised in ../shared/CHECKPOINTS.md §2-3):
 weight standardisation `(w - mean) / (std + 1e-5)` per output channel,
-GroupNorm 32 groups eps 1e-6, TF "SAME" padding, bottleneck units, then the
-ViT (pre-LN blocks, tanh GELU, class token). Parameters are read from a dict
-with the official `.npz` key names, so nothing here depends on keras_vit.
+GroupNorm 32 groups eps 1e-6, TF "SAME" padding, bottleneck units. The
+parameters are read from a dict with the official `.npz` key names, so
+nothing here depends on keras_vit. The Transformer part of a hybrid is
+`tests/reference.py`'s `forward(..., stem=stem(resnet_layers))`.
 """
-
-import math
 
 import numpy as np
 
@@ -108,61 +107,6 @@ def resnet(params, x, resnet_layers):
     return x
 
 
-def layer_norm(x, scale, bias, eps=1e-6):
-    mean = x.mean(-1, keepdims=True)
-    var = x.var(-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * scale + bias
-
-
-def gelu_tanh(x):
-    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
-
-
-def encoder_block(params, prefix, x):
-    """Official pre-LN block: x + MHA(LN0(x)), then x + MLP(LN2(x))."""
-    p = lambda k: np.asarray(params[f"{prefix}/{k}"], np.float64)  # noqa: E731
-    att = "MultiHeadDotProductAttention_1"
-    y = layer_norm(x, p("LayerNorm_0/scale"), p("LayerNorm_0/bias"))
-    q, k, v = (
-        np.einsum("nld,dhk->nlhk", y, p(f"{att}/{n}/kernel")) + p(f"{att}/{n}/bias")
-        for n in ("query", "key", "value")
-    )
-    logits = np.einsum("nqhk,nshk->nhqs", q, k) / math.sqrt(q.shape[-1])
-    logits -= logits.max(-1, keepdims=True)
-    weights = np.exp(logits)
-    weights /= weights.sum(-1, keepdims=True)
-    heads = np.einsum("nhqs,nshk->nqhk", weights, v)
-    x = x + np.einsum("nqhk,hkd->nqd", heads, p(f"{att}/out/kernel")) + p(f"{att}/out/bias")
-    y = layer_norm(x, p("LayerNorm_2/scale"), p("LayerNorm_2/bias"))
-    y = gelu_tanh(y @ p("MlpBlock_3/Dense_0/kernel") + p("MlpBlock_3/Dense_0/bias"))
-    return x + y @ p("MlpBlock_3/Dense_1/kernel") + p("MlpBlock_3/Dense_1/bias")
-
-
-def hybrid_vit(params, images, resnet_layers, num_layers):
-    """Logits of the official hybrid ViT (`classifier='token'`).
-
-    Args:
-        params: dict of official `.npz` keys to arrays (GroupNorm params may
-            be `(C,)` or `(1, 1, 1, C)`).
-        images: `(n, h, w, 3)` array.
-        resnet_layers: units per ResNet stage.
-        num_layers: number of Transformer blocks.
-
-    Returns:
-        `(n, classes)` float64 logits.
-    """
-    x = resnet(params, np.asarray(images, np.float64), resnet_layers)
-    kernel = params["embedding/kernel"]
-    x = conv2d(x, kernel, stride=kernel.shape[0], padding="VALID")
-    x = x + params["embedding/bias"]
-    n, gh, gw, d = x.shape
-    x = x.reshape(n, gh * gw, d)
-    cls = np.broadcast_to(params["cls"], (n, 1, d))
-    x = np.concatenate([cls, x], axis=1) + params["Transformer/posembed_input/pos_embedding"]
-    for i in range(num_layers):
-        x = encoder_block(params, f"Transformer/encoderblock_{i}", x)
-    x = layer_norm(x, params["Transformer/encoder_norm/scale"], params["Transformer/encoder_norm/bias"])
-    x = x[:, 0]
-    if "pre_logits/kernel" in params:
-        x = np.tanh(x @ params["pre_logits/kernel"] + params["pre_logits/bias"])
-    return x @ params["head/kernel"] + params["head/bias"]
+def stem(resnet_layers):
+    """`stem(params, images)` for `tests/reference.py`'s `forward`."""
+    return lambda params, images: resnet(params, images, resnet_layers)
