@@ -60,10 +60,11 @@ def plot_attention_rollout(image, rollout, path, title=None):
     image = image / 255.0 if image.dtype == np.uint8 else _display_image(image)
     rollout = np.asarray(rollout, dtype="float32")
     mask = rollout / max(float(rollout.max()), 1e-12)
-    figure = _figure(9.6, 3.6)
+    figure = _figure(8.1, 3.0)
     panels = (
         (image, "input", {}),
-        (mask, "attention rollout", {"cmap": "inferno", "vmin": 0, "vmax": 1}),
+        # Stretched from its minimum: the map's contrast, not its scale.
+        (mask, "attention rollout", {"cmap": "inferno", "vmin": mask.min(), "vmax": 1}),
         (image * mask[..., None], "input x rollout", {}),
     )
     for k, (data, label, style) in enumerate(panels):
@@ -132,7 +133,9 @@ def plot_position_embedding_similarity(similarity, path, title=None):
     for i in range(gh):
         for j in range(gw):
             axis = figure.add_subplot(grid[i, j])
-            image = axis.imshow(similarity[i, j], cmap="viridis", vmin=-1, vmax=1)
+            image = axis.imshow(
+                similarity[i, j], cmap="viridis", vmin=-1, vmax=1, interpolation="nearest"
+            )
             axis.set_xticks([])
             axis.set_yticks([])
             if j == 0:

@@ -1,0 +1,212 @@
+"""`keras-vit` command line.
+
+`keras-vit inspect IMAGE --model ViTTi16 --weights W --out DIR` runs the
+paper's inspection analyses (§4.5, Fig. 6-7) on one image and writes
+`attention_rollout.png`, `attention_distance.png`,
+`position_embedding_similarity.png`, `embedding_filters.png` (plain ViTs
+only) and `summary.txt` to DIR.
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+NORMALIZATIONS = {
+    # Google ViT checkpoints: pixels scaled to [-1, 1].
+    "inception": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+    # timm/DeiT weights: ImageNet statistics.
+    "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+}
+
+
+def load_image(image, size, crop_fraction=0.875, normalization="inception"):
+    """Reads and preprocesses an image the way ViT checkpoints expect it.
+
+    The shorter side is resized (bicubic) to `size / crop_fraction`, the
+    centre `size` is cropped, pixels are scaled to [0, 1] and normalised
+    with the mean and standard deviation of `normalization`.
+
+    Args:
+        image: a file path, or an `(H, W, 3)` uint8 array.
+        size: `(height, width)` of the model input.
+        crop_fraction: float in (0, 1], default 0.875 (256 -> 224).
+        normalization: "inception" (default, [-1, 1], the Google
+            checkpoints) or "imagenet" (ImageNet mean/std, timm and DeiT).
+
+    Returns:
+        `(display, pixels)`: the cropped uint8 image `(height, width, 3)` and
+        the normalised float32 model input of the same shape.
+    """
+    try:
+        from PIL import Image
+    except ImportError as error:
+        raise ImportError("Reading images needs Pillow: pip install pillow") from error
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(
+            f"`normalization` must be one of {tuple(NORMALIZATIONS)}. "
+            f"Received: normalization={normalization!r}"
+        )
+    if not 0.0 < crop_fraction <= 1.0:
+        raise ValueError(
+            "`crop_fraction` must be in (0, 1]. "
+            f"Received: crop_fraction={crop_fraction!r}"
+        )
+    if isinstance(image, (str, os.PathLike)):
+        picture = Image.open(image).convert("RGB")
+    else:
+        picture = Image.fromarray(np.asarray(image, dtype="uint8")).convert("RGB")
+    height, width = size
+    width_in, height_in = picture.size
+    scale = max(height, width) / crop_fraction / min(width_in, height_in)
+    resized = (
+        max(width, round(width_in * scale)),
+        max(height, round(height_in * scale)),
+    )
+    picture = picture.resize(resized, Image.BICUBIC)
+    left = (resized[0] - width) // 2
+    top = (resized[1] - height) // 2
+    picture = picture.crop((left, top, left + width, top + height))
+    display = np.asarray(picture, dtype="uint8")
+    mean, std = (np.asarray(v, "float32") for v in NORMALIZATIONS[normalization])
+    pixels = (display.astype("float32") / 255.0 - mean) / std
+    return display, pixels
+
+
+def _build_model(name, weights, gelu):
+    import keras_vit
+
+    constructor = getattr(keras_vit, name, None)
+    if not callable(constructor) or not name[:1].isupper():
+        raise SystemExit(f"keras-vit: unknown model {name!r}")
+    gelu_approximate = {None: None, "tanh": True, "exact": False}[gelu]
+    return constructor(
+        weights=weights,
+        gelu_approximate=gelu_approximate,
+        classifier_activation=None,
+    )
+
+
+def _summary(model, logits, distances, rollout_grid, similarity):
+    from keras import ops
+
+    lines = [f"model: {model.name}, image {model.image_size}, patch {model.patch_size}"]
+    if logits is not None:
+        probs = ops.convert_to_numpy(ops.softmax(ops.convert_to_tensor(logits)))[0]
+        top = np.argsort(probs)[::-1][:5]
+        lines.append(
+            "top-5 classes: "
+            + ", ".join(f"{int(k)} ({probs[k]:.3f})" for k in top)
+        )
+    lines.append("mean attention distance (pixels), per layer: min / mean / max over heads")
+    for i, row in enumerate(distances):
+        lines.append(f"  layer {i + 1:2d}: {row.min():6.1f} / {row.mean():6.1f} / {row.max():6.1f}")
+    grid = rollout_grid[0]
+    peak = np.unravel_index(grid.argmax(), grid.shape)
+    lines.append(
+        f"rollout: peak at patch (row {peak[0] + 1}, column {peak[1] + 1}); "
+        f"max/mean ratio {grid.max() / grid.mean():.2f}"
+    )
+    gh, gw = similarity.shape[:2]
+    flat = similarity.reshape(gh * gw, gh * gw)
+    rows, cols = np.divmod(np.arange(gh * gw), gw)
+    steps = np.maximum(
+        np.abs(rows[:, None] - rows[None]), np.abs(cols[:, None] - cols[None])
+    )
+    lines.append(
+        "position embedding cosine similarity: neighbours "
+        f"{flat[steps == 1].mean():.3f}, 4+ patches apart {flat[steps >= 4].mean():.3f}"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def inspect_command(args):
+    from keras_vit import inspect, plots
+
+    model = _build_model(args.model, args.weights, args.gelu)
+    display, pixels = load_image(
+        args.image, model.image_size, args.crop_fraction, args.normalization
+    )
+    images = pixels[None]
+    os.makedirs(args.out, exist_ok=True)
+    out = lambda name: os.path.join(args.out, name)  # noqa: E731
+    logits = model.predict_on_batch(images) if model.include_top else None
+    maps, grid = inspect.attention_rollout(model, images, return_grid=True)
+    distances = inspect.mean_attention_distance(model, images)
+    similarity = inspect.position_embedding_similarity(model)
+    written = [
+        plots.plot_attention_rollout(display, maps[0], out("attention_rollout.png")),
+        plots.plot_mean_attention_distance(
+            distances, out("attention_distance.png"),
+            title=f"{model.name}: mean attention distance",
+        ),
+        plots.plot_position_embedding_similarity(
+            similarity, out("position_embedding_similarity.png")
+        ),
+    ]
+    if inspect.effective_patch_size(model) == tuple(model.patch_size):
+        filters = inspect.embedding_filters(model, n=min(28, model.hidden_size))
+        written.append(plots.plot_embedding_filters(filters, out("embedding_filters.png")))
+    text = _summary(model, logits, distances, grid, similarity)
+    with open(out("summary.txt"), "w") as handle:
+        handle.write(text)
+    written.append(out("summary.txt"))
+    sys.stdout.write(text + "wrote: " + ", ".join(written) + "\n")
+    return 0
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog="keras-vit", description="Vision Transformer tools for Keras 3."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    inspect = commands.add_parser(
+        "inspect",
+        help="attention rollout, attention distance and embedding plots",
+        description=(
+            "Plots the analyses of the ViT paper (Fig. 6-7) for one image: "
+            "attention rollout, mean attention distance per head, position "
+            "embedding similarity and the embedding filters' principal "
+            "components, with a text summary."
+        ),
+    )
+    inspect.add_argument("image", help="path of the image to inspect")
+    inspect.add_argument("--model", default="ViTB16", help="constructor name, e.g. ViTTi16")
+    inspect.add_argument(
+        "--weights", required=True, help="registered weights name or checkpoint path"
+    )
+    inspect.add_argument(
+        "--gelu", choices=("tanh", "exact"), default=None,
+        help="GELU flavour (default: the one the weights were trained with)",
+    )
+    inspect.add_argument(
+        "--normalization", choices=tuple(NORMALIZATIONS), default="inception",
+        help="input normalisation: inception ([-1, 1], Google checkpoints, "
+        "default) or imagenet (mean/std, timm and DeiT weights)",
+    )
+    inspect.add_argument(
+        "--crop-fraction", type=float, default=0.875,
+        help="centre-crop fraction after resizing (default 0.875)",
+    )
+    inspect.add_argument("--out", required=True, help="output directory")
+    inspect.set_defaults(handler=inspect_command)
+    return parser
+
+
+def main(argv=None):
+    """Entry point of the `keras-vit` console script.
+
+    Args:
+        argv: list of arguments without the program name; default
+            `sys.argv[1:]`.
+
+    Returns:
+        The exit status, 0 on success.
+    """
+    args = _parser().parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Tests of the `keras-vit` command line (`keras_vit.cli`)."""
+
+import numpy as np
+import pytest
+from conftest import DEIT_NPZ, requires_shared
+from PIL import Image
+
+from keras_vit import cli
+
+CAT_CLASSES = {281, 282, 285}  # tabby, tiger cat, Egyptian cat
+
+
+def test_load_image_crops_the_centre_and_normalises():
+    # Left half red, right half blue, with a green bar in the middle third.
+    image = np.zeros((300, 450, 3), "uint8")
+    image[:, :225, 0] = 255
+    image[:, 225:, 2] = 255
+    image[100:200, 150:300] = (0, 255, 0)
+    display, pixels = cli.load_image(image, (224, 224), crop_fraction=0.875)
+    assert display.shape == pixels.shape == (224, 224, 3)
+    # Resized to 256 x 384, then the centre 224 x 224: the bar (rows
+    # 85-171, columns 128-256 of the resized image) lands at rows 69-155,
+    # columns 48-176 of the crop.
+    assert tuple(display[112, 112]) == (0, 255, 0)
+    assert display[20, 20, 0] > 250 and display[20, 200, 2] > 250
+    np.testing.assert_allclose(pixels, display / 127.5 - 1.0, atol=1e-6)
+    _, imagenet = cli.load_image(image, (224, 224), normalization="imagenet")
+    mean, std = np.array(cli.NORMALIZATIONS["imagenet"])
+    np.testing.assert_allclose(imagenet, (display / 255.0 - mean) / std, atol=1e-5)
+    with pytest.raises(ValueError, match="normalization"):
+        cli.load_image(image, (224, 224), normalization="caffe")
+
+
+def test_usage_errors(tmp_path):
+    with pytest.raises(SystemExit):
+        cli.main(["inspect", "missing.png", "--out", str(tmp_path)])  # no --weights
+    with pytest.raises(SystemExit):
+        cli.main(["inspect", "x.png", "--model", "NoSuchViT", "--weights", "w", "--out", str(tmp_path)])
+
+
+@requires_shared
+def test_inspect_chelsea_with_real_weights(tmp_path, capsys):
+    import skimage.data
+
+    photo = tmp_path / "chelsea.png"
+    Image.fromarray(skimage.data.chelsea()).save(photo)
+    out = tmp_path / "plots"
+    status = cli.main(
+        [
+            "inspect", str(photo), "--model", "ViTTi16", "--weights", str(DEIT_NPZ),
+            "--gelu", "exact", "--normalization", "imagenet", "--out", str(out),
+        ]
+    )
+    assert status == 0
+    names = (
+        "attention_rollout.png",
+        "attention_distance.png",
+        "position_embedding_similarity.png",
+        "embedding_filters.png",
+    )
+    for name in names:
+        data = (out / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n", name
+        assert 10_000 < len(data) < 400_000, name
+        width, height = Image.open(out / name).size
+        assert width >= 400 and height >= 250, name
+    summary = (out / "summary.txt").read_text()
+    assert summary in capsys.readouterr().out
+    top = summary.split("top-5 classes: ")[1].split(",")[0].split(" ")[0]
+    assert int(top) in CAT_CLASSES, summary
+    assert summary.count("  layer ") == 12
