@@ -76,7 +76,10 @@ def resolve(weights, architecture):
         return None, _registry().get_record(architecture, weights)
     if _looks_like_path(weights):
         return weights, None
-    valid = ", ".join(repr(n) for n in names) or "none registered"
+    valid = ", ".join(repr(n) for n in names) or (
+        "none registered" if architecture else "none (registered weights exist "
+        "only for the architectures of `keras_vit.models.ARCHITECTURES`)"
+    )
     raise ValueError(
         f"Unknown weights name {weights!r} for architecture {architecture!r}. "
         f"Valid names: {valid}; or give the path of a checkpoint file "

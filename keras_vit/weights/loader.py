@@ -191,7 +191,7 @@ def load_weights(model, weights):
     >>> file = os.path.join(tempfile.mkdtemp(), "tiny.weights.h5")
     >>> keras_vit.ViT(**tiny).save_weights(file)
     >>> model = load_weights(keras_vit.ViT(**dict(tiny, image_size=48)), file)
-    >>> model.get_layer("embedding").pos_embedding.shape
+    >>> tuple(model.get_layer("embedding").pos_embedding.shape)
     (1, 37, 16)
     """
     path = fetch_weights(weights, _model_architecture(model))
