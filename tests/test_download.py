@@ -11,6 +11,7 @@ import threading
 import numpy as np
 import pytest
 
+from conftest import DEIT_NPZ, requires_shared
 from keras_vit.weights import download
 from keras_vit.weights.download import (
     WeightsDownloadError,
@@ -213,3 +214,12 @@ def test_stale_cached_file_is_replaced(server, tmp_path):
         path = fetch(_record(server.url + "/w.npz", sha256=SHA), cache_dir=tmp_path, progress=False)
     assert pathlib.Path(path).read_bytes() == PAYLOAD
     assert download.CACHE_SUBDIR == os.path.join("keras_vit", "weights")
+
+
+@requires_shared
+def test_real_checkpoint_with_published_sha256(tmp_path):
+    # The sha256 published in ../shared/README.md for the DeiT-Tiny file.
+    sha = "eaca0f5347c3833606d535f553c84b73a5c6e1f1a81ce3700aba34dc76450df6"
+    record = _record(DEIT_NPZ.as_uri(), sha256=sha)
+    path = fetch(record, cache_dir=tmp_path, progress=False)
+    assert pathlib.Path(path).read_bytes() == DEIT_NPZ.read_bytes()

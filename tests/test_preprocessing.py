@@ -9,7 +9,8 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import SHARED, to_numpy
+import keras_vit
+from conftest import DEIT_NPZ, SHARED, requires_shared, to_numpy
 from keras_vit import labels, preprocessing
 from keras_vit.preprocessing import decode_predictions, preprocess_input
 from keras_vit.weights.registry import get_record
@@ -193,3 +194,40 @@ def test_docstring_examples():
     for module in (preprocessing, labels):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert result.attempted > 0 and result.failed == 0
+
+
+def _eval_crop(image, size=224, short_side=256):
+    """DeiT evaluation crop: shorter side to 256 (bicubic), centre 224."""
+    h, w = image.shape[:2]
+    scale = short_side / min(h, w)
+    x = keras.ops.image.resize(
+        image[None].astype("float32"),
+        (round(h * scale), round(w * scale)),
+        interpolation="bicubic",
+    )
+    x = np.clip(to_numpy(x), 0, 255)
+    top, left = (x.shape[1] - size) // 2, (x.shape[2] - size) // 2
+    return x[:, top : top + size, left : left + size]
+
+
+@requires_shared
+def test_real_weights_classify_photos():
+    # DeiT-Tiny expects ImageNet mean/std inputs; ../shared/README.md gives
+    # the expected classes: the cat -> 281/282/285 (~0.85 together), the
+    # coffee -> 967 espresso (~0.85).
+    skimage_data = pytest.importorskip("skimage.data")
+    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False)
+    deit = types.SimpleNamespace(preprocessing="imagenet")
+    photos = (skimage_data.chelsea(), skimage_data.coffee())
+    expected = ((281, 282, 285), (967,))
+    x = np.concatenate([_eval_crop(image) for image in photos])
+    # One batch and predict(): a single compiled forward pass per call.
+    probs = model.predict(preprocess_input(x, weights=deit), verbose=0)
+    # The [-1, 1] scaling of the Google checkpoints is wrong for DeiT.
+    wrong = model.predict(preprocess_input(x, mode="inception"), verbose=0)
+    decoded = decode_predictions(probs, top=3)
+    for i, classes in enumerate(expected):
+        assert probs[i, list(classes)].sum() > 0.75
+        assert wrong[i, list(classes)].sum() < probs[i, list(classes)].sum() - 0.05
+        top = {synset for synset, _, _ in decoded[i][: len(classes)]}
+        assert top == {labels.synsets(1000)[c] for c in classes}
