@@ -402,12 +402,13 @@ class ViT(keras.Model):
                 f"Received: axis_names={device_mesh.axis_names!r}"
             )
         m = model_axis
-        attention = r"MultiHeadDotProductAttention_1/"
+        # Keys are matched against whole variable paths (`re.fullmatch`).
+        attention = r".*MultiHeadDotProductAttention_1/"
         layout_map = keras.distribution.LayoutMap(device_mesh)
-        layout_map[attention + r"(query|key|value)/kernel$"] = (None, m, None)
-        layout_map[attention + r"(query|key|value)/bias$"] = (m, None)
-        layout_map[attention + r"out/kernel$"] = (m, None, None)
-        layout_map[r"MlpBlock_3/Dense_0/kernel$"] = (None, m)
-        layout_map[r"MlpBlock_3/Dense_0/bias$"] = (m,)
-        layout_map[r"MlpBlock_3/Dense_1/kernel$"] = (m, None)
+        layout_map[attention + r"(query|key|value)/kernel"] = (None, m, None)
+        layout_map[attention + r"(query|key|value)/bias"] = (m, None)
+        layout_map[attention + r"out/kernel"] = (m, None, None)
+        layout_map[r".*MlpBlock_3/Dense_0/kernel"] = (None, m)
+        layout_map[r".*MlpBlock_3/Dense_0/bias"] = (m,)
+        layout_map[r".*MlpBlock_3/Dense_1/kernel"] = (m, None)
         return layout_map
