@@ -101,9 +101,9 @@ def _stride(config):
 def _shapes(path, kind):
     """`(patch rows of the position embedding, classes, pre-logits width)`."""
     if kind == "npz":
-        headers = sources._npz_headers(path)
+        headers = sources.npz_headers(path)
         shapes = {key: shape for key, (shape, _) in headers.items()}
-        shapes, _ = sources._strip_prefix(shapes)
+        shapes, _ = sources.strip_prefix(shapes)
         if POSEMB_KEY in shapes:
             rows = shapes[POSEMB_KEY][1] - int(CLS_KEY in shapes)
         else:

@@ -44,73 +44,74 @@ def fetch_weights(weights, architecture):
     return os.fspath(path)
 
 
-def _with_prefix(keys, prefix):
-    return [k for k in keys if k.startswith(prefix)]
+def _pop(params, prefix, ignored, reason):
+    for key in [k for k in params if k.startswith(prefix)]:
+        ignored[key] = reason
+        params.pop(key)
 
 
-def _adapt(params, targets, model, path):
-    """Fine-tuning adaptations. Returns `(params, ignored, notes)`."""
-    params = dict(params)
-    ignored = {}
-    notes = []
-    has_head = any(k.startswith(HEAD_PREFIX) for k in targets)
+def _adapt_classifier(params, targets, path, ignored, notes):
+    """include_top=False, dropped pre-logits and a new head, as the official code."""
+    if HEAD_PREFIX + "kernel" not in targets:
+        reason = "the model has no classifier (include_top=False)"
+        _pop(params, HEAD_PREFIX, ignored, reason)
+        _pop(params, PRE_LOGITS_PREFIX, ignored, reason)
+        return
+    kernel = targets[HEAD_PREFIX + "kernel"]
+    source = params.get(HEAD_PREFIX + "kernel")
     has_pre = any(k.startswith(PRE_LOGITS_PREFIX) for k in targets)
-    if not has_head:
-        for key in _with_prefix(params, HEAD_PREFIX) + _with_prefix(params, PRE_LOGITS_PREFIX):
-            ignored[key] = "the model has no classifier (include_top=False)"
-            params.pop(key)
-    elif not has_pre and _with_prefix(params, PRE_LOGITS_PREFIX):
-        for key in _with_prefix(params, PRE_LOGITS_PREFIX):
-            ignored[key] = "the model has no pre-logits layer (representation_size=None)"
-            params.pop(key)
-        # The head was trained on the dropped pre-logits features.
-        for key in _with_prefix(params, HEAD_PREFIX):
-            ignored[key] = "trained on the dropped pre-logits features; replaced by zeros"
-            params.pop(key)
+    if not has_pre and any(k.startswith(PRE_LOGITS_PREFIX) for k in params):
+        _pop(params, PRE_LOGITS_PREFIX, ignored, "the model has no pre-logits layer (representation_size=None)")
+        # The head was trained on the features of the dropped layer.
+        _pop(params, HEAD_PREFIX, ignored, "it was fed by the dropped pre-logits layer")
         notes.append(
             f"{path}: the checkpoint's pre-logits layer is dropped (the model "
             "has representation_size=None), and the head is zero-initialised."
         )
-    if has_head and HEAD_PREFIX + "kernel" in targets:
-        kernel, bias = targets[HEAD_PREFIX + "kernel"], targets[HEAD_PREFIX + "bias"]
-        source = params.get(HEAD_PREFIX + "kernel")
-        differs = source is None or (
-            source.ndim == 2
-            and source.shape[0] == kernel.shape[0]
-            and source.shape[1] != kernel.shape[1]
+    elif source is None:
+        notes.append(f"{path}: the checkpoint has no head: the head is zero-initialised.")
+    elif source.ndim == 2 and source.shape[0] == kernel.shape[0] and source.shape[1] != kernel.shape[1]:
+        _pop(params, HEAD_PREFIX, ignored, f"{source.shape[1]}-class head; the model has {kernel.shape[1]}")
+        notes.append(
+            f"{path}: the checkpoint's head has {source.shape[1]} classes, the "
+            f"model {kernel.shape[1]}: the head is zero-initialised (as for fine-tuning)."
         )
-        if differs:
-            if source is not None:
-                notes.append(
-                    f"{path}: the checkpoint's head has {source.shape[1]} classes, "
-                    f"the model {kernel.shape[1]}: the head is zero-initialised "
-                    "(as for fine-tuning)."
-                )
-                for key in _with_prefix(params, HEAD_PREFIX):
-                    ignored[key] = f"{source.shape[1]}-class head; the model has {kernel.shape[1]}"
-            elif not any("pre-logits" in n for n in notes):
-                notes.append(f"{path}: the checkpoint has no head: it is zero-initialised.")
-            params[HEAD_PREFIX + "kernel"] = np.zeros(kernel.shape, "float32")
-            params[HEAD_PREFIX + "bias"] = np.zeros(bias.shape, "float32")
+    else:
+        return
+    params[HEAD_PREFIX + "kernel"] = np.zeros(kernel.shape, "float32")
+    params[HEAD_PREFIX + "bias"] = np.zeros(targets[HEAD_PREFIX + "bias"].shape, "float32")
+
+
+def _adapt_posemb(params, targets, model, path):
+    """Resizes the position embedding to the model's patch grid."""
     posemb, target = params.get(POSEMB_KEY), targets.get(POSEMB_KEY)
-    if (
+    resizable = (
         posemb is not None
         and target is not None
         and posemb.ndim == 3
         and posemb.shape[-1] == target.shape[-1]
         and posemb.shape[1] != target.shape[1]
         and (CLS_KEY in params) == (CLS_KEY in targets)
-    ):
-        prefix = int(CLS_KEY in targets)
-        grid = getattr(model, "grid_size", None)
-        if grid is None or prefix + grid[0] * grid[1] != target.shape[1]:
-            side = int(round((target.shape[1] - prefix) ** 0.5))
-            grid = (side, side)
-        try:
-            params[POSEMB_KEY] = resample_posemb(posemb, grid, prefix)
-            logger.info("%s: position embedding resized to the %s grid", path, grid)
-        except ValueError as error:
-            raise ValueError(f"Cannot load {path!r} into model {model.name!r}: {error}") from None
+    )
+    if not resizable:
+        return
+    prefix = int(CLS_KEY in targets)
+    grid = getattr(model, "grid_size", None)
+    if grid is None or prefix + grid[0] * grid[1] != target.shape[1]:
+        side = int(round((target.shape[1] - prefix) ** 0.5))
+        grid = (side, side)
+    try:
+        params[POSEMB_KEY] = resample_posemb(posemb, grid, prefix)
+    except ValueError as error:
+        raise ValueError(f"Cannot load {path!r} into model {model.name!r}: {error}") from None
+    logger.info("%s: position embedding resized to the %s grid", path, grid)
+
+
+def _adapt(params, targets, model, path):
+    """Fine-tuning adaptations. Returns `(params, ignored, notes)`."""
+    params, ignored, notes = dict(params), {}, []
+    _adapt_classifier(params, targets, path, ignored, notes)
+    _adapt_posemb(params, targets, model, path)
     return params, ignored, notes
 
 

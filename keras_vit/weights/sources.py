@@ -99,11 +99,16 @@ def _open_zip(path):
     return zipfile.ZipFile(path)
 
 
-def _npz_headers(path):
-    """`{key: (shape, dtype)}` from the `.npy` headers, without the data."""
+def npz_headers(path):
+    """`{key: (shape, dtype)}` from the `.npy` headers, without the data.
+
+    Raises:
+        ValueError: for a file that is not a readable `.npz`, or one holding
+            pickled object arrays (nothing is unpickled).
+    """
     out = {}
-    try:
-        with _open_zip(path) as archive:
+    with _open_zip(path) as archive:
+        try:
             for member in archive.namelist():
                 if not member.endswith(".npy"):
                     continue
@@ -116,12 +121,11 @@ def _npz_headers(path):
                     )
                     shape, _, dtype = read(stream)
                 out[member[: -len(".npy")]] = (shape, dtype)
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as error:
-        if isinstance(error, (FileNotFoundError, ValueError)) and str(error).startswith("Checkpoint"):
-            raise
-        raise ValueError(
-            f"Cannot read checkpoint {path!r}: {type(error).__name__}: {error}"
-        ) from None
+        except (zipfile.BadZipFile, EOFError, OSError, ValueError) as error:
+            raise ValueError(
+                f"Cannot read checkpoint {path!r} (truncated or corrupt): "
+                f"{type(error).__name__}: {error}"
+            ) from None
     for key, (_, dtype) in out.items():
         if dtype.hasobject:
             raise _pickle_error(path, key)
@@ -136,7 +140,7 @@ def _pickle_error(path, key):
     )
 
 
-def _strip_prefix(raw):
+def strip_prefix(raw):
     """Removes a `params/` or `opt/target/` prefix; the rest is ignored."""
     for prefix in _PREFIXES:
         if any(key.startswith(prefix) for key in raw):
@@ -165,7 +169,7 @@ def _unscan(params):
 
 def _flax_to_canonical(raw):
     """Official or big_vision `.npz` keys/arrays -> canonical layout."""
-    params, ignored = _strip_prefix(raw)
+    params, ignored = strip_prefix(raw)
     params = _unscan(params)
     linen = any("MultiHeadDotProductAttention_0" in k or "MlpBlock_0" in k for k in params)
     out = {}
@@ -190,7 +194,7 @@ def _flax_to_canonical(raw):
 def read_npz(path):
     """Reads an official or big_vision `.npz` into a `Checkpoint`."""
     path = _check_file(path)
-    headers = _npz_headers(path)
+    headers = npz_headers(path)
     raw = {}
     try:
         with np.load(path, allow_pickle=False) as archive:
@@ -198,7 +202,8 @@ def read_npz(path):
                 raw[key] = archive[key]
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as error:
         raise ValueError(
-            f"Cannot read checkpoint {path!r}: {type(error).__name__}: {error}"
+            f"Cannot read checkpoint {path!r} (truncated or corrupt): "
+            f"{type(error).__name__}: {error}"
         ) from None
     params, ignored = _flax_to_canonical(raw)
     return Checkpoint(path, "npz", params, ignored)
