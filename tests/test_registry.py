@@ -93,14 +93,18 @@ def test_file_names_unique():
 def test_name_matches_file(record):
     # Facts in the name must agree with the official file name in the URL.
     url = record.urls[0]
-    stem = record.architecture.replace("/", "_")
+    # Official spellings: "B/16" -> "ViT-B_16", "R50+B/16" -> "R50+ViT-B_16"
+    # (the "+" percent-encoded in URLs); AugReg: "B_16", "R50_L_32", "R_Ti_16".
+    resnet, _, vit = record.architecture.rpartition("+")
+    original = (resnet + "%2B" if resnet else "") + "ViT-" + vit.replace("/", "_")
+    stem = record.architecture.replace("/", "_").replace("+", "_")
     if record.name == "imagenet21k":
-        assert url.endswith(f"/imagenet21k/ViT-{stem}.npz")
+        assert url.endswith(f"/imagenet21k/{original}.npz")
         assert record.classes == 21843 and record.representation_size
         assert "zeroed" in record.description
     elif record.name.startswith("imagenet21k+imagenet2012"):
         suffix = "-224" if record.name.endswith("-224") else ""
-        assert url.endswith(f"/imagenet21k%2Bimagenet2012/ViT-{stem}{suffix}.npz")
+        assert url.endswith(f"/imagenet21k%2Bimagenet2012/{original}{suffix}.npz")
     elif record.name == "augreg-i21k":
         assert re.search(rf"/augreg/{stem}-i21k-300ep-[^/]*-sd_0\.\d\.npz$", url)
         assert record.classes == 21843
@@ -110,7 +114,7 @@ def test_name_matches_file(record):
         assert url.endswith(f"-res_{record.image_size}.npz")
     else:
         assert record.name == "sam-imagenet2012"
-        assert url.endswith(f"/sam/ViT-{stem}.npz")
+        assert url.endswith(f"/sam/{original}.npz")
     if record.name != "imagenet21k":
         assert record.representation_size is None
     if record.classes == 1000:
