@@ -1,6 +1,7 @@
 """The weights table: fields, names, errors, and exact parameter counts."""
 
 import dataclasses
+import doctest
 import re
 
 import keras
@@ -8,7 +9,7 @@ import pytest
 
 import keras_vit
 from keras_vit.models.variants import ARCHITECTURES
-from keras_vit.weights import registry
+from keras_vit.weights import download, registry
 from keras_vit.weights.registry import (
     WEIGHTS,
     UnknownWeightsError,
@@ -211,3 +212,9 @@ def test_markdown_table():
     archs = [row.split("|")[1].strip() for row in rows[1:]]
     order = list(ARCHITECTURES)
     assert archs == sorted(archs, key=order.index)
+
+
+@pytest.mark.parametrize("module", [registry, download], ids=["registry", "download"])
+def test_docstring_examples(module):
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0

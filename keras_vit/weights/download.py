@@ -106,6 +106,19 @@ def fetch(record, cache_dir=None, progress=True, timeout=60):
 
     >>> from keras_vit.weights.registry import get_record
     >>> path = fetch(get_record("B/16", "imagenet21k"))  # doctest: +SKIP
+
+    Any URL urllib opens works, e.g. a local mirror:
+
+    >>> import dataclasses, pathlib, tempfile
+    >>> mirror = pathlib.Path(tempfile.mkdtemp())
+    >>> (mirror / "ViT-B_16.npz").write_bytes(b"weights")
+    7
+    >>> record = dataclasses.replace(
+    ...     get_record("B/16", "imagenet21k"),
+    ...     urls=((mirror / "ViT-B_16.npz").as_uri(),))
+    >>> path = fetch(record, cache_dir=mirror / "cache", progress=False)
+    >>> os.path.basename(path), open(path, "rb").read()
+    ('ViT-B_16_imagenet21k.npz', b'weights')
     """
     path = cache_path(record, cache_dir)
     if os.path.isfile(path):
