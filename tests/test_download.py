@@ -48,6 +48,12 @@ class _Server:
                 if header and server.ranges:
                     start = int(header.split("=")[1].split("-")[0])
                     status = 206
+                    if start >= len(data):
+                        self.send_response(416)
+                        self.send_header("Content-Range", f"bytes */{len(data)}")
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(data) - start))
                 self.send_header("ETag", '"v1"')
@@ -139,6 +145,36 @@ def test_resume_partial_download(server, tmp_path):
     assert server.requests[-1] == ("/w.npz", "bytes=1000000-")
     assert pathlib.Path(path).read_bytes() == PAYLOAD
     assert sorted(os.listdir(tmp_path)) == ["test_weights.npz"]
+
+
+def test_complete_part_is_not_downloaded_again(server, tmp_path):
+    # A process stopped between the last byte and the final rename.
+    url = server.url + "/w.npz"
+    part = tmp_path / "test_weights.npz.part"
+    part.write_bytes(PAYLOAD)
+    download._write_info(str(part), {"url": url, "total": len(PAYLOAD)})
+    path = fetch(_record(url, sha256=SHA), cache_dir=tmp_path, progress=False)
+    assert server.requests == [("/w.npz", f"bytes={len(PAYLOAD)}-")]
+    assert pathlib.Path(path).read_bytes() == PAYLOAD
+
+
+def test_part_longer_than_file_restarts(server, tmp_path):
+    url = server.url + "/w.npz"
+    part = tmp_path / "test_weights.npz.part"
+    part.write_bytes(PAYLOAD + b"extra")
+    download._write_info(str(part), {"url": url, "total": None})
+    path = fetch(_record(url, sha256=SHA), cache_dir=tmp_path, progress=False)
+    assert server.requests == [("/w.npz", f"bytes={len(PAYLOAD) + 5}-"), ("/w.npz", None)]
+    assert pathlib.Path(path).read_bytes() == PAYLOAD
+
+
+def test_part_from_another_url_is_not_resumed(server, tmp_path):
+    part = tmp_path / "test_weights.npz.part"
+    part.write_bytes(b"x" * 1000)
+    download._write_info(str(part), {"url": "https://elsewhere/w.npz", "total": 9})
+    path = fetch(_record(server.url + "/w.npz", sha256=SHA), cache_dir=tmp_path, progress=False)
+    assert server.requests == [("/w.npz", None)]
+    assert pathlib.Path(path).read_bytes() == PAYLOAD
 
 
 def test_restart_when_server_ignores_range(server, tmp_path):

@@ -180,8 +180,11 @@ def _download(url, part, label, progress, timeout):
     except urllib.error.HTTPError as error:
         if error.code != 416 or not offset:
             raise
-        # The part does not fit the file any more: start from scratch.
+        size = error.headers.get("Content-Range", "").rpartition("/")[2]
         error.close()
+        if size == str(offset):
+            return  # the part is already complete
+        # The part does not fit the file any more: start from scratch.
         _remove(part)
         response = urllib.request.urlopen(
             urllib.request.Request(url, headers={"User-Agent": headers["User-Agent"]}),
