@@ -1,0 +1,170 @@
+"""Distributions: tf.distribute and jax data/model parallelism, TPU errors.
+
+Multi-device runs need the device count fixed before the framework starts
+(logical CPU devices for TensorFlow, XLA_FLAGS for jax), so they run in
+subprocesses with their own KERAS_BACKEND. Each takes about a minute on two
+shared cores, so it runs once, in the test session of its own backend.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit import training
+from keras_vit.training import distribute
+from tests.conftest import ROOT, TINY
+
+pytest.importorskip("tensorflow", reason="the subprocess runs need TensorFlow")
+pytest.importorskip("jax", reason="the subprocess runs need jax")
+
+# A task a tiny ViT learns in a few steps: dark images are class 0, bright 1.
+TASK = """
+import json, numpy as np, keras, keras_vit
+from keras_vit import training
+rng = np.random.default_rng(0)
+y = np.tile([0, 1], 16).astype("int32")
+x = (rng.normal(0, 0.3, (32, 16, 16, 3)) + np.where(y, 0.5, -0.5)[:, None, None, None]).astype("float32")
+
+def fit(dist):
+    with dist.scope():
+        keras.utils.set_random_seed(0)
+        model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=16, num_layers=1,
+                              num_heads=2, mlp_dim=32, classes=2, classifier_activation=None)
+        training.compile_for_pretraining(model, total_steps=40, base_lr=3e-3, warmup_steps=0,
+                                         weight_decay=0.0, global_batch_size=8)
+        history = model.fit(x, y, batch_size=8, epochs=10, verbose=0, shuffle=False)
+    return model, history.history["loss"]
+"""
+
+TF_MIRRORED = """
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+""" + TASK + """
+dist = training.get_distribution("mirrored")
+model, loss = fit(dist)
+kinds = sorted({type(w.value).__name__ for w in model.trainable_weights})
+print(json.dumps({"replicas": dist.num_replicas, "loss": loss, "kinds": kinds}))
+"""
+
+JAX_PARALLEL = """
+import os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+""" + TASK + """
+out = {}
+dist = training.get_distribution("data_parallel")
+model, out["dp_loss"] = fit(dist)
+out["dp_replicas"] = dist.num_replicas
+dist = training.get_distribution("model_parallel", model_parallel=2, num_heads=2, mlp_dim=32)
+model, out["mp_loss"] = fit(dist)
+out["mp_replicas"] = dist.num_replicas
+out["specs"] = {w.path: [list(s) if isinstance(s, tuple) else s for s in w.value.sharding.spec]
+                for w in model.weights}
+out["shard_shapes"] = {w.path: list(w.value.addressable_shards[0].data.shape) for w in model.weights}
+print(json.dumps(out))
+"""
+
+
+def _run(script, backend, timeout=300):
+    env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _falls(loss):
+    return loss[-1] < 0.5 * loss[0]
+
+
+def _only_under(backend):
+    return pytest.mark.skipif(
+        keras.backend.backend() != backend, reason=f"runs under the {backend} backend job"
+    )
+
+
+@_only_under("tensorflow")
+def test_tensorflow_mirrored_over_two_logical_cpus():
+    out = _run(TF_MIRRORED, "tensorflow")
+    assert out["replicas"] == 2
+    assert _falls(out["loss"]), out["loss"]
+    assert all("Mirrored" in kind for kind in out["kinds"]), out["kinds"]
+
+
+@_only_under("jax")
+def test_jax_data_and_model_parallel_over_four_host_devices():
+    out = _run(JAX_PARALLEL, "jax")
+    assert out["dp_replicas"] == 4 and out["mp_replicas"] == 2
+    assert _falls(out["dp_loss"]), out["dp_loss"]
+    assert _falls(out["mp_loss"]), out["mp_loss"]
+    specs, shards = out["specs"], out["shard_shapes"]
+    attention = "encoderblock_0/MultiHeadDotProductAttention_1/"
+    mlp = "encoderblock_0/MlpBlock_3/"
+    expected = {
+        attention + "query/kernel": ([None, "model", None], [16, 1, 8]),
+        attention + "key/kernel": ([None, "model", None], [16, 1, 8]),
+        attention + "value/kernel": ([None, "model", None], [16, 1, 8]),
+        attention + "value/bias": (["model", None], [1, 8]),
+        attention + "out/kernel": (["model", None, None], [1, 8, 16]),
+        mlp + "Dense_0/kernel": ([None, "model"], [16, 16]),
+        mlp + "Dense_0/bias": (["model"], [16]),
+        mlp + "Dense_1/kernel": (["model", None], [16, 16]),
+    }
+    for path, (spec, shard) in expected.items():
+        assert specs[path] == spec, (path, specs[path])
+        assert shards[path] == shard, (path, shards[path])
+    for path in ("embedding/kernel", "head/kernel", mlp + "Dense_1/bias", attention + "out/bias"):
+        assert all(axis is None for axis in specs[path]), (path, specs[path])
+
+
+def test_tpu_without_a_tpu_fails_fast(monkeypatch):
+    for name in ("COLAB_TPU_ADDR", "TPU_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(distribute, "local_tpu_present", lambda: False)
+    start = time.time()
+    with pytest.raises(RuntimeError, match="No TPU found"):
+        training.connect_tpu()
+    with pytest.raises(RuntimeError, match="tpu='local'"):
+        training.connect_tpu("local")
+    with pytest.raises(RuntimeError, match="unreachable"):
+        training.connect_tpu("grpc://127.0.0.1:1", timeout=5)
+    with pytest.raises(RuntimeError, match="TPU"):
+        training.get_distribution("tpu")
+    assert time.time() - start < 30
+
+
+def test_unavailable_distributions_explain(monkeypatch):
+    with pytest.raises(ValueError, match="name"):
+        training.get_distribution("horovod")
+    with pytest.raises(RuntimeError, match="divisible"):
+        distribute._mesh_shape(4, 2, num_heads=3, mlp_dim=8)
+    with pytest.raises(RuntimeError, match="divide"):
+        distribute._mesh_shape(4, 3, num_heads=3, mlp_dim=3)
+    assert distribute._mesh_shape(8, 4, num_heads=16, mlp_dim=4096) == (2, 4)
+    monkeypatch.setattr(distribute.keras.backend, "backend", lambda: "torch")
+    with pytest.raises(RuntimeError, match="single device"):
+        training.get_distribution("data_parallel")
+    assert training.get_distribution("auto").name == "none"
+
+
+def test_fit_in_the_single_device_scope(rng):
+    dist = training.get_distribution("none")
+    y = np.tile([0, 1], 8)
+    x = (rng.normal(0, 0.3, (16, 32, 32, 3)) + np.where(y, 0.5, -0.5)[:, None, None, None]).astype("float32")
+    with dist.scope():
+        model = keras_vit.ViT(**TINY, classes=2, classifier_activation=None)
+        training.compile_for_pretraining(
+            model, total_steps=20, base_lr=3e-3, warmup_steps=0, weight_decay=0.0, global_batch_size=8
+        )
+        loss = model.fit(x, y, batch_size=8, epochs=10, verbose=0).history["loss"]
+    assert _falls(loss), loss
+    assert keras.backend.backend() == dist.backend
