@@ -5,6 +5,7 @@ Tiny random models are checked against NumPy written from the definitions
 DeiT-Tiny weights are checked for the behaviour the paper reports (§4.5).
 """
 
+import doctest
 import io
 import math
 
@@ -16,7 +17,7 @@ from conftest import DEIT_NPZ, TINY, requires_shared
 from PIL import Image
 
 import keras_vit
-from keras_vit import inspect, plots
+from keras_vit import cli, evaluation, inspect, plots
 
 MEAN = np.array([0.485, 0.456, 0.406], "float32")
 STD = np.array([0.229, 0.224, 0.225], "float32")
@@ -109,26 +110,65 @@ def test_attention_rollout_matches_numpy_reference(classifier):
     np.testing.assert_allclose(maps[:, 4::8, 4::8], expected, rtol=0.3)
 
 
+def _numpy_distances(maps, cell, grid=4):
+    """Mean attention distance by explicit loops over query and key patches."""
+    batch, heads = maps[0].shape[:2]
+    tokens = grid * grid
+    expected = np.zeros((batch, len(maps), heads))
+    for layer, probs in enumerate(maps):
+        for b in range(batch):
+            for h in range(heads):
+                total = 0.0
+                for q in range(tokens):
+                    w = probs[b, h, 1 + q, 1:]
+                    w = w / w.sum()
+                    for k in range(tokens):
+                        dy = cell * (q // grid - k // grid)
+                        dx = cell * (q % grid - k % grid)
+                        total += w[k] * math.hypot(dy, dx)
+                expected[b, layer, h] = total / tokens
+    return expected
+
+
 def test_mean_attention_distance_matches_numpy_reference():
     model = _random_tiny()
     images = np.random.default_rng(5).normal(size=(2, 32, 32, 3)).astype("float32")
-    expected = np.zeros((2, 2, 2))
-    for layer, probs in enumerate(_numpy_attention(model, images)):
-        for b in range(2):
-            for h in range(2):
-                total = 0.0
-                for q in range(16):
-                    w = probs[b, h, 1 + q, 1:]
-                    w = w / w.sum()
-                    for k in range(16):
-                        dy, dx = 8 * (q // 4 - k // 4), 8 * (q % 4 - k % 4)
-                        total += w[k] * math.hypot(dy, dx)
-                expected[b, layer, h] = total / 16
+    expected = _numpy_distances(_numpy_attention(model, images), cell=8)
     per_image = inspect.mean_attention_distance(model, images, per_image=True)
     np.testing.assert_allclose(per_image, expected, rtol=1e-4)
     np.testing.assert_allclose(
         inspect.mean_attention_distance(model, images), expected.mean(0), rtol=1e-4
     )
+
+
+def test_hybrid_distances_count_the_stem_stride():
+    from keras_vit.models.hybrid import ViTHybrid
+
+    # Stem stride 4 times patch 2: each token covers 8x8 pixels.
+    model = ViTHybrid(
+        resnet_layers=(1,), resnet_width=0.5, image_size=32, patch_size=2,
+        hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
+    )
+    assert inspect.effective_patch_size(model) == (8, 8)
+    images = np.random.default_rng(7).uniform(size=(1, 32, 32, 3)).astype("float32")
+    maps = inspect.attention_maps(model, images)
+    expected = _numpy_distances([maps[0], maps[1]], cell=8)
+    np.testing.assert_allclose(
+        inspect.mean_attention_distance(model, images, per_image=True), expected, rtol=1e-4
+    )
+    rollout, grid = inspect.attention_rollout(model, images, return_grid=True)
+    assert rollout.shape == (1, 32, 32) and grid.shape == (1, 4, 4)
+    with pytest.raises(ValueError, match="feature map"):
+        inspect.embedding_filters(model)
+
+
+@pytest.mark.parametrize("module", [inspect, plots, evaluation, cli])
+def test_docstring_examples(module):
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    for test in finder.find(module, module.__name__, globs=dict(vars(module))):
+        runner.run(test)
+    assert runner.failures == 0
 
 
 def test_position_embedding_similarity_matches_cosine():
