@@ -61,17 +61,26 @@ SCRATCH = dict(image_size=224, batch_size=512, total_steps=10_000, warmup_steps=
                eval_every=1_000, lr=1e-3, weight_decay=0.03, area_min=0.05, flip=True)
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a flag's default only when it is a value (unset flags explain theirs)."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser():
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         epilog="Unset flags take the defaults of the offline demo (--dataset "
         "digits), of the paper's fine-tuning recipe (with --weights) or of "
         "training from scratch.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     a = p.add_argument
     a("--model", default=None, help="keras_vit constructor name (ViTTi16, ViTB16, ViTL16, R50ViTB16, ...); default: a small demo ViT")
-    a("--weights", default=None, help="registered weights name (e.g. imagenet21k, augreg_in21k) or checkpoint path; default: none (random init)")
+    a("--weights", default=None, help="registered weights name (e.g. imagenet21k, augreg-i21k) or checkpoint path; default: none (random init)")
     a("--dataset", default="digits", help="'digits' (scikit-learn, offline), a tfds name ('cifar10', 'tfds:oxford_iiit_pet', 'imagenet2012') or an image folder (one subfolder per class, or train/ and test/ subfolders)")
     a("--train-split", default="train", help="training split (tfds split string or folder subset)")
     a("--eval-split", default="test", help="held-out split for evaluation (e.g. 'validation' for imagenet2012, 'train[98%%:]' for a held-out sub-split)")

@@ -137,7 +137,7 @@ def test_tpu_without_a_tpu_fails_fast(monkeypatch):
         training.connect_tpu("local")
     with pytest.raises(RuntimeError, match="unreachable"):
         training.connect_tpu("grpc://127.0.0.1:1", timeout=5)
-    with pytest.raises(RuntimeError, match="TPU"):
+    with pytest.raises(RuntimeError, match="(?i)tpu"):
         training.get_distribution("tpu")
     assert time.time() - start < 30
 
