@@ -393,8 +393,10 @@ class ViT(keras.Model):
 
         >>> import keras
         >>> mesh = keras.distribution.DeviceMesh(
-        ...     (1, 1), ("batch", "model"), keras.distribution.list_devices()[:1])
+        ...     (2, 4), ("batch", "model"), devices=[f"cpu:{i}" for i in range(8)])
         >>> layout_map = ViT.get_layout_map(mesh)
+        >>> layout_map["encoderblock_0/MlpBlock_3/Dense_0/kernel"].axes
+        (None, 'model')
         """
         if model_axis not in device_mesh.axis_names:
             raise ValueError(

@@ -19,13 +19,11 @@ batch across the replicas.
   batch is padded to `batch_size` with zero-weight examples, so every batch
   has the same shape and weighted metrics stay exact.
 
-Value ranges (`mode`), the same as `keras_vit.preprocess_input`:
+Value ranges (`mode`), applied with `keras_vit.preprocess_input`:
 "inception" maps [0, 255] to [-1, 1] (the Google checkpoints); "imagenet"
 scales to [0, 1] then normalises with the ImageNet mean and std (DeiT, timm).
 """
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 MODES = ("inception", "imagenet")
 
 
@@ -62,13 +60,11 @@ def value_range(images, mode="inception"):
     Returns:
         A float32 tensor of the same shape.
     """
-    tf = _tf()
-    images = tf.cast(images, tf.float32)
-    if _check_mode(mode) == "inception":
-        return images / 127.5 - 1.0
-    mean = tf.constant(IMAGENET_MEAN, tf.float32)
-    std = tf.constant(IMAGENET_STD, tf.float32)
-    return (images / 255.0 - mean) / std
+    from keras_vit.preprocessing import preprocess_input
+
+    images = _tf().cast(images, "float32")
+    # preprocess_input runs TensorFlow ops on tf.Tensors, whatever the backend.
+    return preprocess_input(images, mode=_check_mode(mode))
 
 
 def _as_rgb(image):
