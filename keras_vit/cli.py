@@ -13,27 +13,25 @@ import sys
 
 import numpy as np
 
-NORMALIZATIONS = {
-    # Google ViT checkpoints: pixels scaled to [-1, 1].
-    "inception": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
-    # timm/DeiT weights: ImageNet statistics.
-    "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-}
+NORMALIZATIONS = ("inception", "imagenet")
 
 
-def load_image(image, size, crop_fraction=0.875, normalization="inception"):
+def load_image(image, size, crop_fraction=0.875, normalization="inception", weights=None):
     """Reads and preprocesses an image the way ViT checkpoints expect it.
 
     The shorter side is resized (bicubic) to `size / crop_fraction`, the
-    centre `size` is cropped, pixels are scaled to [0, 1] and normalised
-    with the mean and standard deviation of `normalization`.
+    centre `size` is cropped, and pixels are scaled by
+    `keras_vit.preprocessing.preprocess_input`.
 
     Args:
         image: a file path, or an `(H, W, 3)` uint8 array.
         size: `(height, width)` of the model input.
         crop_fraction: float in (0, 1], default 0.875 (256 -> 224).
         normalization: "inception" (default, [-1, 1], the Google
-            checkpoints) or "imagenet" (ImageNet mean/std, timm and DeiT).
+            checkpoints), "imagenet" (ImageNet mean/std, timm and DeiT), or
+            None to take it from the registered `weights`.
+        weights: None, or a registered weights name (used when
+            `normalization` is None).
 
     Returns:
         `(display, pixels)`: the cropped uint8 image `(height, width, 3)` and
@@ -43,9 +41,11 @@ def load_image(image, size, crop_fraction=0.875, normalization="inception"):
         from PIL import Image
     except ImportError as error:
         raise ImportError("Reading images needs Pillow: pip install pillow") from error
-    if normalization not in NORMALIZATIONS:
+    from keras_vit.preprocessing import preprocess_input
+
+    if normalization not in NORMALIZATIONS + (None,):
         raise ValueError(
-            f"`normalization` must be one of {tuple(NORMALIZATIONS)}. "
+            f"`normalization` must be one of {NORMALIZATIONS} or None. "
             f"Received: normalization={normalization!r}"
         )
     if not 0.0 < crop_fraction <= 1.0:
@@ -69,8 +69,7 @@ def load_image(image, size, crop_fraction=0.875, normalization="inception"):
     top = (resized[1] - height) // 2
     picture = picture.crop((left, top, left + width, top + height))
     display = np.asarray(picture, dtype="uint8")
-    mean, std = (np.asarray(v, "float32") for v in NORMALIZATIONS[normalization])
-    pixels = (display.astype("float32") / 255.0 - mean) / std
+    pixels = preprocess_input(display, mode=normalization, weights=weights)
     return display, pixels
 
 
@@ -95,9 +94,17 @@ def _summary(model, logits, distances, rollout_grid, similarity):
     if logits is not None:
         probs = ops.convert_to_numpy(ops.softmax(ops.convert_to_tensor(logits)))[0]
         top = np.argsort(probs)[::-1][:5]
+        names = {}
+        try:
+            from keras_vit.preprocessing import decode_predictions
+
+            decoded = decode_predictions(probs[None], top=5)[0]
+            names = {int(k): f" {name}" for k, (_, name, _) in zip(top, decoded)}
+        except ValueError:  # not an ImageNet head
+            pass
         lines.append(
             "top-5 classes: "
-            + ", ".join(f"{int(k)} ({probs[k]:.3f})" for k in top)
+            + ", ".join(f"{int(k)}{names.get(int(k), '')} ({probs[k]:.3f})" for k in top)
         )
     lines.append("mean attention distance (pixels), per layer: min / mean / max over heads")
     for i, row in enumerate(distances):
@@ -125,8 +132,11 @@ def inspect_command(args):
     from keras_vit import inspect, plots
 
     model = _build_model(args.model, args.weights, args.gelu)
+    # A checkpoint file carries no preprocessing record; a registered name does.
+    named = args.normalization is None and not os.path.exists(args.weights)
     display, pixels = load_image(
-        args.image, model.image_size, args.crop_fraction, args.normalization
+        args.image, model.image_size, args.crop_fraction, args.normalization,
+        weights=args.weights if named else None,
     )
     images = pixels[None]
     os.makedirs(args.out, exist_ok=True)
@@ -181,9 +191,10 @@ def _parser():
         help="GELU flavour (default: the one the weights were trained with)",
     )
     inspect.add_argument(
-        "--normalization", choices=tuple(NORMALIZATIONS), default="inception",
-        help="input normalisation: inception ([-1, 1], Google checkpoints, "
-        "default) or imagenet (mean/std, timm and DeiT weights)",
+        "--normalization", choices=NORMALIZATIONS, default=None,
+        help="input normalisation: inception ([-1, 1], Google checkpoints) or "
+        "imagenet (mean/std, timm and DeiT weights); default: from the "
+        "registered weights name, inception for a file",
     )
     inspect.add_argument(
         "--crop-fraction", type=float, default=0.875,
