@@ -20,102 +20,13 @@ A "-224" suffix always means a 224 px fine-tune; the other fine-tunes are at
 384 px.
 """
 
-import dataclasses
+from urllib.parse import quote
 
-PREPROCESSING = ("inception", "imagenet")
-CLASSIFIERS = ("token", "gap")
-
-
-@dataclasses.dataclass(frozen=True)
-class WeightsRecord:
-    """Metadata of one published checkpoint file.
-
-    Args:
-        name: weights name, e.g. "imagenet21k".
-        architecture: architecture string, e.g. "B/16".
-        urls: tuple of download URLs: the primary (GCS) URL first, then
-            mirrors.
-        file_name: name of the file in the cache, unique over the table.
-        image_size: int, the training resolution (square).
-        classes: int, width of the classifier head in the file.
-        representation_size: width of the Dense+tanh pre-logits layer, or
-            None when the file has none.
-        preprocessing: "inception" (inputs scaled to [-1, 1]) or "imagenet"
-            (ImageNet mean/std), see `keras_vit.preprocess_input`.
-        gelu_approximate: True when the weights were trained with the tanh
-            GELU (every Google checkpoint), False for the exact erf GELU.
-        license: SPDX licence identifier.
-        params: int, exact parameter count of the model built for the
-            record (head and pre-logits included).
-        sha256: hex digest of the file, or None when none is published.
-        description: what the checkpoint is, first sentence short.
-        classifier: "token" (class token) or "gap" (global average pooling).
-    """
-
-    name: str
-    architecture: str
-    urls: tuple
-    file_name: str
-    image_size: int
-    classes: int
-    representation_size: object
-    preprocessing: str
-    gelu_approximate: bool
-    license: str
-    params: int
-    sha256: object
-    description: str
-    classifier: str = "token"
-
-    def __post_init__(self):
-        if isinstance(self.urls, str) or not self.urls:
-            raise ValueError(
-                "`urls` must be a non-empty tuple of URLs. "
-                f"Received: urls={self.urls!r}"
-            )
-        object.__setattr__(self, "urls", tuple(self.urls))
-        if self.preprocessing not in PREPROCESSING:
-            raise ValueError(
-                f"`preprocessing` must be one of {PREPROCESSING}. "
-                f"Received: preprocessing={self.preprocessing!r}"
-            )
-        if self.classifier not in CLASSIFIERS:
-            raise ValueError(
-                f"`classifier` must be one of {CLASSIFIERS}. "
-                f"Received: classifier={self.classifier!r}"
-            )
-        if self.sha256 is not None and (
-            len(self.sha256) != 64
-            or any(c not in "0123456789abcdef" for c in self.sha256)
-        ):
-            raise ValueError(
-                "`sha256` must be None or 64 lower-case hex digits. "
-                f"Received: sha256={self.sha256!r}"
-            )
-        if "/" in self.file_name or not self.file_name:
-            raise ValueError(
-                "`file_name` must be a bare, non-empty file name. "
-                f"Received: file_name={self.file_name!r}"
-            )
-
-    @property
-    def key(self):
-        """`(architecture, name)`, the record's key in `WEIGHTS`."""
-        return (self.architecture, self.name)
-
-    @property
-    def summary(self):
-        """The first sentence of `description`."""
-        return self.description.split(". ")[0].rstrip(".") + "."
-
+# PREPROCESSING and CLASSIFIERS are public here too.
+from keras_vit.weights.record import CLASSIFIERS, PREPROCESSING, WeightsRecord  # noqa: F401
 
 _GCS = "https://storage.googleapis.com/vit_models/"
-# The "+" of the folder name is percent-encoded: in a URL path it is literal,
-# but some HTTP stacks still decode a bare "+" as a space.
-_I21K_I1K = _GCS + "imagenet21k%2Bimagenet2012/"
 _VIT_KERAS = "https://github.com/faustomorales/vit-keras/releases/download/dl/"
-# vit-keras re-hosts these architectures only.
-_VIT_KERAS_ARCHS = ("B/16", "B/32", "L/16", "L/32")
 
 # No checksum is published for any GCS file (CHECKPOINTS.md §1.6 and §7), so
 # every record below has sha256=None: downloads are checked against the size
@@ -129,34 +40,47 @@ _GOOGLE = dict(
 )
 
 
-def _stem(architecture):
-    # "B/16" -> "B_16", the spelling of the official file names.
-    return architecture.replace("/", "_")
+def _official(architecture):
+    # The official file spelling: "B/16" -> "ViT-B_16", "R50+B/16" ->
+    # "R50+ViT-B_16".
+    resnet, plus, vit = architecture.rpartition("+")
+    return f"{resnet}{plus}ViT-{vit.replace('/', '_')}"
 
 
-# Original ViT paper files (arXiv:2010.11929), CHECKPOINTS.md §1.2 and §1.3.
-# (architecture, representation_size, params)
-_ORIGINAL_I21K = (
-    ("B/16", 768, 103_186_515),
-    ("B/32", 768, 104_843_091),
-    ("B/8", 768, 103_195_731),
-    ("L/16", 1024, 326_740_307),
-    ("L/32", 1024, 328_949_075),
-    ("H/14", 1280, 660_385_363),
+# Original ViT paper files (arXiv:2010.11929), CHECKPOINTS.md §1.2, §1.3, §4.
+# The GCS folder is the weights name without "-224"; the "-224" files carry
+# that suffix too.
+# (architecture, weights name, image_size, classes, representation_size,
+#  params)
+_ORIGINAL = (
+    ("B/16", "imagenet21k", 224, 21843, 768, 103_186_515),
+    ("B/32", "imagenet21k", 224, 21843, 768, 104_843_091),
+    ("B/8", "imagenet21k", 224, 21843, 768, 103_195_731),
+    ("L/16", "imagenet21k", 224, 21843, 1024, 326_740_307),
+    ("L/32", "imagenet21k", 224, 21843, 1024, 328_949_075),
+    ("H/14", "imagenet21k", 224, 21843, 1280, 660_385_363),
+    ("R50+B/16", "imagenet21k", 224, 21843, 768, 115_277_971),
+    ("R26+B/32", "imagenet21k", 224, 21843, 768, 118_002_835),
+    ("R50+L/32", "imagenet21k", 224, 21843, 1024, 351_408_531),
+    ("B/16", "imagenet21k+imagenet2012", 384, 1000, None, 86_859_496),
+    ("B/32", "imagenet21k+imagenet2012", 384, 1000, None, 88_297_192),
+    ("B/8", "imagenet21k+imagenet2012", 384, 1000, None, 87_744_232),
+    ("L/16", "imagenet21k+imagenet2012", 384, 1000, None, 304_715_752),
+    ("L/32", "imagenet21k+imagenet2012", 384, 1000, None, 306_632_680),
+    ("R50+B/16", "imagenet21k+imagenet2012", 384, 1000, None, 98_950_952),
+    ("B/16", "imagenet21k+imagenet2012-224", 224, 1000, None, 86_567_656),
+    ("L/16", "imagenet21k+imagenet2012-224", 224, 1000, None, 304_326_632),
 )
-# (architecture, image_size, file suffix, params)
-_ORIGINAL_I1K = (
-    ("B/16", 384, "", 86_859_496),
-    ("B/32", 384, "", 88_297_192),
-    ("B/8", 384, "", 87_744_232),
-    ("L/16", 384, "", 304_715_752),
-    ("L/32", 384, "", 306_632_680),
-    ("B/16", 224, "-224", 86_567_656),
-    ("L/16", 224, "-224", 304_326_632),
-)
+# vit-keras re-hosts these as `<official>_<name>.npz`.
+_VIT_KERAS_FILES = {
+    (arch, name)
+    for arch in ("B/16", "B/32", "L/16", "L/32")
+    for name in ("imagenet21k", "imagenet21k+imagenet2012")
+}
 
 # AugReg ("How to train your ViT?", arXiv:2106.10270), CHECKPOINTS.md §1.4:
-# the README's recommended ImageNet-21k checkpoint per architecture.
+# the README's recommended ImageNet-21k checkpoint per architecture; the
+# file names spell the model as `name.replace("+", "_")`.
 # (architecture, upstream file stem, params with the 21843-way head)
 _AUGREG_I21K = (
     ("Ti/16", "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", 9_740_115),
@@ -166,6 +90,9 @@ _AUGREG_I21K = (
     ("B/32", "B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", 104_252_499),
     ("L/16", "L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0", 325_690_707),
     ("B/8", "B_8-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0", 102_605_139),
+    ("R50+L/32", "R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1", 350_358_931),
+    ("R26+S/32", "R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", 44_456_467),
+    ("R+Ti/16", "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", 10_360_403),
 )
 # ImageNet-1k fine-tunes of the upstream files above.
 # (architecture, image_size, fine-tune learning rate, params, ImageNet top-1)
@@ -176,6 +103,9 @@ _AUGREG_I1K = (
     ("B/16", 384, "0.03", 86_859_496, "85.49%"),
     ("B/32", 384, "0.01", 88_297_192, "83.59%"),
     ("L/16", 384, "0.01", 304_715_752, "85.59%"),
+    ("R50+L/32", 384, "0.01", 329_092_136, "85.99%"),
+    ("R26+S/32", 384, "0.01", 36_468_392, "83.85%"),
+    ("R+Ti/16", 384, "0.03", 6_355_944, "75.40%"),
     # B/8 was released with 224 px adaptations only.
     ("B/8", 224, "0.03", 86_576_872, None),
     # 224 px fine-tunes of the same upstream files, as used by timm's
@@ -198,134 +128,91 @@ _SAM = (
     ("L/32", 306_535_400),
 )
 
-
-def _original_records():
-    for arch, width, params in _ORIGINAL_I21K:
-        file = f"ViT-{_stem(arch)}.npz"
-        mirrors = (
-            (f"{_VIT_KERAS}ViT-{_stem(arch)}_imagenet21k.npz",)
-            if arch in _VIT_KERAS_ARCHS
-            else ()
-        )
-        note = (
-            " The README dropped H/14 in 2021: it does worse than B/16 and "
-            "L/16 on ImageNet-21k."
-            if arch == "H/14"
-            else ""
-        )
-        yield WeightsRecord(
-            name="imagenet21k",
-            architecture=arch,
-            urls=(_GCS + "imagenet21k/" + file,) + mirrors,
-            file_name=f"ViT-{_stem(arch)}_imagenet21k.npz",
-            image_size=224,
-            classes=21843,
-            representation_size=width,
-            params=params,
-            description=(
-                f"ViT-{arch} pre-trained on ImageNet-21k at 224 px "
-                "(arXiv:2010.11929). The file has the Dense+tanh pre-logits "
-                "layer, but its 21843-way head is zeroed in the original "
-                "release: it is not a usable classifier, use the model for "
-                "features or fine-tuning." + note
-            ),
-            **_GOOGLE,
-        )
-    for arch, size, suffix, params in _ORIGINAL_I1K:
-        name = "imagenet21k+imagenet2012" + suffix
-        mirrors = (
-            (f"{_VIT_KERAS}ViT-{_stem(arch)}_imagenet21k+imagenet2012.npz",)
-            if arch in _VIT_KERAS_ARCHS and not suffix
-            else ()
-        )
-        yield WeightsRecord(
-            name=name,
-            architecture=arch,
-            urls=(f"{_I21K_I1K}ViT-{_stem(arch)}{suffix}.npz",) + mirrors,
-            file_name=f"ViT-{_stem(arch)}{suffix}_imagenet21k+imagenet2012.npz",
-            image_size=size,
-            classes=1000,
-            representation_size=None,
-            params=params,
-            description=(
-                f"ViT-{arch} pre-trained on ImageNet-21k, fine-tuned on "
-                f"ImageNet-1k at {size} px (arXiv:2010.11929). No pre-logits "
-                "layer."
-                + (
-                    " Expected top-1: 81.2% (B/16), 82.7% (L/16)."
-                    if suffix
-                    else ""
-                )
-                + (
-                    " The 384 px resolution is inferred from the file size."
-                    if arch == "B/8"
-                    else ""
-                )
-            ),
-            **_GOOGLE,
-        )
+# What each family is; the "-224" names share the text of their family.
+_ABOUT = {
+    "imagenet21k": (
+        "pre-trained on ImageNet-21k at {size} px (arXiv:2010.11929). The "
+        "file has the Dense+tanh pre-logits layer, but its 21843-way head is "
+        "zeroed in the original release: it is not a usable classifier, use "
+        "the model for features or fine-tuning."
+    ),
+    "imagenet21k+imagenet2012": (
+        "pre-trained on ImageNet-21k, fine-tuned on ImageNet-1k at {size} px "
+        "(arXiv:2010.11929). No pre-logits layer."
+    ),
+    "augreg-i21k": (
+        "pre-trained on ImageNet-21k with AugReg (arXiv:2106.10270), the "
+        "recommended checkpoint (best upstream validation). Valid 21843-way "
+        "head, no pre-logits layer."
+    ),
+    "augreg-i21k+imagenet2012": (
+        "AugReg ImageNet-21k checkpoint fine-tuned on ImageNet-1k at {size} "
+        "px (arXiv:2106.10270)."
+    ),
+    "sam-imagenet2012": (
+        "trained from scratch on ImageNet-1k at {size} px with the SAM "
+        "optimizer (arXiv:2106.01548). No pre-logits layer."
+    ),
+}
+# Facts about single files.
+_NOTES = {
+    ("H/14", "imagenet21k"): (
+        "The README dropped H/14 in 2021: it does worse than B/16 and L/16 "
+        "on ImageNet-21k."
+    ),
+    ("B/8", "imagenet21k+imagenet2012"): (
+        "The 384 px resolution is inferred from the file size."
+    ),
+    ("B/16", "imagenet21k+imagenet2012-224"): "Expected top-1: 81.2%.",
+    ("L/16", "imagenet21k+imagenet2012-224"): "Expected top-1: 82.7%.",
+}
 
 
-def _augreg_records():
+def _make(arch, name, urls, file_name, size, classes, width, params, note=None):
+    about = _ABOUT[name.removesuffix("-224")].format(size=size)
+    note = note or _NOTES.get((arch, name))
+    return WeightsRecord(
+        name=name,
+        architecture=arch,
+        urls=urls,
+        file_name=file_name,
+        image_size=size,
+        classes=classes,
+        representation_size=width,
+        params=params,
+        description=f"ViT-{arch} {about}" + (f" {note}" if note else ""),
+        **_GOOGLE,
+    )
+
+
+def _records():
+    for arch, name, size, classes, width, params in _ORIGINAL:
+        folder, dash, suffix = name.partition("-")
+        official = _official(arch) + dash + suffix
+        # quote() writes "+" as %2B: literal in a URL path by the standard,
+        # but some HTTP stacks still decode a bare "+" as a space.
+        urls = (f"{_GCS}{quote(folder)}/{quote(official)}.npz",)
+        if (arch, name) in _VIT_KERAS_FILES:
+            urls += (f"{_VIT_KERAS}{official}_{name}.npz",)
+        file_name = f"{official}_{folder}.npz"
+        yield _make(arch, name, urls, file_name, size, classes, width, params)
     upstream = {}
     for arch, stem, params in _AUGREG_I21K:
         upstream[arch] = stem
-        yield WeightsRecord(
-            name="augreg-i21k",
-            architecture=arch,
-            urls=(f"{_GCS}augreg/{stem}.npz",),
-            file_name=f"{stem}.npz",
-            image_size=224,
-            classes=21843,
-            representation_size=None,
-            params=params,
-            description=(
-                f"ViT-{arch} pre-trained on ImageNet-21k with AugReg "
-                "(arXiv:2106.10270), the recommended checkpoint (best "
-                "upstream validation). Valid 21843-way head, no pre-logits "
-                "layer."
-            ),
-            **_GOOGLE,
-        )
+        urls = (f"{_GCS}augreg/{stem}.npz",)
+        name = "augreg-i21k"
+        yield _make(arch, name, urls, f"{stem}.npz", 224, 21843, None, params)
     for arch, size, lr, params, top1 in _AUGREG_I1K:
-        stem = (
-            f"{upstream[arch]}--imagenet2012-steps_20k-lr_{lr}-res_{size}"
-        )
-        yield WeightsRecord(
-            name="augreg-i21k+imagenet2012" + ("-224" if size == 224 else ""),
-            architecture=arch,
-            urls=(f"{_GCS}augreg/{stem}.npz",),
-            file_name=f"{stem}.npz",
-            image_size=size,
-            classes=1000,
-            representation_size=None,
-            params=params,
-            description=(
-                f"ViT-{arch} AugReg ImageNet-21k checkpoint fine-tuned on "
-                f"ImageNet-1k at {size} px (arXiv:2106.10270)."
-                + (f" ImageNet top-1 {top1}." if top1 else "")
-            ),
-            **_GOOGLE,
-        )
-
-
-def _sam_records():
+        stem = f"{upstream[arch]}--imagenet2012-steps_20k-lr_{lr}-res_{size}"
+        name = "augreg-i21k+imagenet2012" + ("-224" if size == 224 else "")
+        note = f"ImageNet top-1 {top1}." if top1 else None
+        urls = (f"{_GCS}augreg/{stem}.npz",)
+        yield _make(arch, name, urls, f"{stem}.npz", size, 1000, None, params, note)
     for arch, params in _SAM:
-        yield WeightsRecord(
-            name="sam-imagenet2012",
-            architecture=arch,
-            urls=(f"{_GCS}sam/ViT-{_stem(arch)}.npz",),
-            file_name=f"ViT-{_stem(arch)}_sam.npz",
-            image_size=224,
-            classes=1000,
-            representation_size=None,
-            params=params,
-            description=(
-                f"ViT-{arch} trained from scratch on ImageNet-1k at 224 px "
-                "with the SAM optimizer (arXiv:2106.01548). No pre-logits "
-                "layer."
-            ),
-            **_GOOGLE,
+        urls = (f"{_GCS}sam/{_official(arch)}.npz",)
+        file_name = f"{_official(arch)}_sam.npz"
+        yield _make(
+            arch, "sam-imagenet2012", urls, file_name, 224, 1000, None, params
         )
 
 
@@ -361,7 +248,7 @@ def register(record):
     return record
 
 
-for _record in (*_original_records(), *_augreg_records(), *_sam_records()):
+for _record in _records():
     register(_record)
 del _record
 
