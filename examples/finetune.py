@@ -250,7 +250,8 @@ def main(argv=None):
         json.dump({**results, "args": vars(args)}, f, indent=1, default=str)
     print(
         f"held-out accuracy: {results['accuracy']:.4f} "
-        f"({eval_source.num_examples or '?'} images, split {args.eval_split!r}); "
+        f"({64 if args.smoke else eval_source.num_examples or '?'} images, "
+        f"split {args.eval_split!r}); "
         f"{results['updates']} updates in {seconds:.0f}s",
         flush=True,
     )
