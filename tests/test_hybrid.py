@@ -276,3 +276,31 @@ def test_loads_synthetic_official_checkpoint(rng, tmp_path):
     np.savez(path, **params)
     with pytest.raises(ValueError, match="block2/unit2/conv2"):
         ViTHybrid(**config, weights=path)
+
+
+def test_registered_hybrid_weights():
+    from keras_vit.weights.registry import list_records
+
+    records = {r.key: r for r in list_records() if "resnet_layers" in ARCHITECTURES[r.architecture]}
+    # CHECKPOINTS.md §1.2-1.4: the original paper's hybrid files and the
+    # recommended AugReg hybrids with their ImageNet-1k fine-tunes.
+    assert set(records) == {
+        ("R50+B/16", "imagenet21k"),
+        ("R50+B/16", "imagenet21k+imagenet2012"),
+        ("R26+B/32", "imagenet21k"),
+        ("R50+L/32", "imagenet21k"),
+        *((a, n) for a in ("R26+S/32", "R50+L/32", "R+Ti/16") for n in ("augreg-i21k", "augreg-i21k+imagenet2012")),
+    }
+    for (arch, name), record in records.items():
+        url = record.urls[0]
+        if name.startswith("imagenet21k"):
+            # Original files: "R50+ViT-B_16.npz", "+" percent-encoded.
+            resnet, vit = arch.split("+")
+            assert url.endswith("/" + f"{resnet}%2BViT-{vit.replace('/', '_')}.npz")
+            assert (record.representation_size is not None) == (name == "imagenet21k")
+        else:
+            # AugReg files: the model name with "+" and "/" as "_".
+            stem = arch.replace("+", "_").replace("/", "_")
+            assert url.startswith(f"https://storage.googleapis.com/vit_models/augreg/{stem}-i21k-300ep-")
+            assert record.representation_size is None
+        assert record.image_size == (224 if record.classes == 21843 else 384)
