@@ -97,3 +97,20 @@ def test_run_callbacks_validate(tmp_path):
         training.run_callbacks(str(tmp_path), mode="up")
     with pytest.raises(ValueError, match="filepath"):
         training.SaveFinalWeights(str(tmp_path / "final.h5"))
+
+
+def test_run_is_logged_to_tensorboard(tmp_path):
+    pytest.importorskip("tensorboard", reason="TensorBoard logging needs the tensorboard package")
+    callbacks = training.run_callbacks(str(tmp_path), monitor="loss", mode="min", backup=False)
+    assert any(isinstance(c, keras.callbacks.TensorBoard) for c in callbacks)
+    model = keras_vit.ViT(**TINY, classes=2, classifier_activation=None)
+    training.compile_for_finetuning(model, total_steps=4, warmup_steps=1)
+    x, y = _data()
+    model.fit(x, y, batch_size=MICRO, epochs=2, verbose=0, callbacks=callbacks)
+    events = [
+        name
+        for _, _, files in os.walk(tmp_path / "tensorboard")
+        for name in files
+        if name.startswith("events.out.tfevents")
+    ]
+    assert events, list(os.walk(tmp_path))
