@@ -25,3 +25,11 @@ def test_label_files_are_package_data():
     files = [p.relative_to(ROOT / "keras_vit") for p in (ROOT / "keras_vit" / "labels").iterdir()]
     data = [f for f in files if f.suffix in (".txt", ".gz")]
     assert data and all(any(f.match(p) for p in patterns) for f in data)
+
+
+def test_all_extra_installs_every_other_extra():
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    extras = {k: set(v.split()) for k, v in config["options.extras_require"].items()}
+    union = set().union(*(v for k, v in extras.items() if k != "all"))
+    assert union <= extras["all"], f"missing from [all]: {sorted(union - extras['all'])}"
