@@ -1,9 +1,14 @@
 """Runs the test suite once per Keras backend and fails if any run fails.
 
-Usage: python tools/run_tests.py [--backends jax,tensorflow,torch] [pytest args]
+Usage: python tools/run_tests.py [--backends jax,tensorflow,torch] [--workers N] [pytest args]
+
+Each backend's run uses pytest-xdist with `--workers` processes (default: one
+per CPU core, at most 4) when it is installed, and lists the reason of every
+skipped test.
 """
 
 import argparse
+import importlib.util
 import os
 import re
 import subprocess
@@ -13,6 +18,28 @@ import time
 BACKENDS = ("jax", "tensorflow", "torch")
 
 
+def summary_counts(output):
+    """Counts from pytest's final summary line ("3 passed, 1 skipped in 2.1s").
+
+    Log lines that a backend prints at exit may follow the summary.
+    """
+    summaries = [
+        line for line in output.splitlines()
+        if re.search(r"\b(passed|failed|errors?|skipped|no tests ran)\b.* in [\d.]+s", line)
+    ]
+    last = summaries[-1] if summaries else ""
+    counts = {}
+    for key, pattern in (
+        ("passed", r"(\d+) passed"),
+        ("failed", r"(\d+) failed"),
+        ("skipped", r"(\d+) skipped"),
+        ("errors", r"(\d+) errors?"),
+    ):
+        match = re.search(pattern, last)
+        counts[key] = int(match.group(1)) if match else 0
+    return counts
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -20,7 +47,20 @@ def main(argv=None):
         default=",".join(BACKENDS),
         help="comma-separated Keras backends to test (default: all three)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=min(os.cpu_count() or 1, 4),
+        help="pytest-xdist worker processes per backend (default: CPU cores, "
+        "at most 4; 1 runs in a single process)",
+    )
     args, pytest_args = parser.parse_known_args(argv)
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
+    options = ["-q", "-rs"]
+    if args.workers > 1 and importlib.util.find_spec("xdist") is not None:
+        # Whole files per worker: module-scoped fixtures are built once.
+        options += ["-n", str(args.workers), "--dist", "loadfile"]
     totals = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     failed_backends = []
     for backend in args.backends.split(","):
@@ -28,22 +68,15 @@ def main(argv=None):
         env = dict(os.environ, KERAS_BACKEND=backend)
         start = time.time()
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", *pytest_args],
+            [sys.executable, "-m", "pytest", *options, *pytest_args],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
         )
         sys.stdout.write(proc.stdout)
-        last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-        for key, pattern in (
-            ("passed", r"(\d+) passed"),
-            ("failed", r"(\d+) failed"),
-            ("skipped", r"(\d+) skipped"),
-            ("errors", r"(\d+) errors?"),
-        ):
-            match = re.search(pattern, last)
-            totals[key] += int(match.group(1)) if match else 0
+        for key, count in summary_counts(proc.stdout).items():
+            totals[key] += count
         print(f"[{backend}] exit code {proc.returncode} in {time.time() - start:.0f}s")
         if proc.returncode != 0:
             failed_backends.append(backend)
