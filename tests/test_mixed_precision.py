@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import TINY, to_numpy
+from conftest import DEIT_NPZ, TINY, requires_shared, to_numpy
 
 # Tolerances on softmax probabilities: bfloat16 keeps 8 mantissa bits.
 POLICIES = {"mixed_bfloat16": 3e-2, "mixed_float16": 5e-3}
@@ -54,3 +54,18 @@ def test_layer_norm_statistics_in_float32(rng, policy):
     # Output rounding alone is below 1e-2; low-precision statistics of values
     # near 64 (spacing 0.25 in bfloat16, 0.03 in float16) would be far off.
     np.testing.assert_allclose(out, expected, atol=2e-2 if low == "bfloat16" else 4e-3)
+
+
+@requires_shared
+@pytest.mark.parametrize("policy", POLICIES)
+def test_real_weights_keep_their_top1_under_mixed_precision(policy):
+    import skimage.data
+
+    from test_loading import imagenet_preprocess
+
+    batch = np.stack([imagenet_preprocess(skimage.data.chelsea()), imagenet_preprocess(skimage.data.coffee())])
+    reference = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False)
+    expected = to_numpy(reference(batch)).argmax(-1)
+    assert expected[0] in (281, 282, 285) and expected[1] == 967, expected
+    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False, dtype=policy)
+    np.testing.assert_array_equal(to_numpy(model(batch)).argmax(-1), expected)
