@@ -47,7 +47,7 @@ def test_smoke_run_writes_table_and_json(tmp_path):
     prefix = tmp_path / "bench"
     code = benchmark.main(
         ["--smoke", "--systems", f"{system},timm", "--dtypes", "float32",
-         "--output", str(prefix)]
+         "--profile", "--output", str(prefix)]
     )
     assert code == 0
     report = json.loads((tmp_path / "bench.json").read_text())
@@ -63,3 +63,11 @@ def test_smoke_run_writes_table_and_json(tmp_path):
     table = (tmp_path / "bench.md").read_text()
     assert system in table and "| workload |" in table
     assert report["machine"]["versions"]["keras"] == keras.__version__
+    # --profile lists the top operators of cases that run on torch only.
+    profile = rows[(benchmark.SMOKE_WORKLOADS[0], system)]["info"].get("profile")
+    if keras.backend.backend() == "torch":
+        assert profile and all(p["self_ms"] >= 0 and p["calls"] > 0 for p in profile)
+        assert 0 < sum(p["share"] for p in profile) <= 1 + 1e-6
+        assert "Profile of one step" in table
+    else:
+        assert profile is None

@@ -204,6 +204,14 @@ def to_markdown(report):
         lines += ["", "| workload | dtype | ratio | value |", "|---|---|---|---:|"]
         lines += [f"| {r['workload']} | {r['dtype']} | {r['ratio']} | {r['value']:.2f} |"
                   for r in report["ratios"]]
+    for row in report["results"]:
+        profile = row.get("info", {}).get("profile") if row["status"] == "ok" else None
+        if profile:
+            lines += ["", f"Profile of one step, {row['workload']} {row['dtype']} {row['system']}"
+                      " (torch.profiler, self CPU time):", "",
+                      "| operator | self ms | share | calls |", "|---|---:|---:|---:|"]
+            lines += [f"| `{p['op']}` | {p['self_ms']:.1f} | {100 * p['share']:.0f}% | {p['calls']} |"
+                      for p in profile]
     return "\n".join(lines) + "\n"
 
 
@@ -276,6 +284,9 @@ def parse_args(argv):
     parser.add_argument("--rounds", type=int, default=1,
                         help="run every case this many times, interleaved, and keep"
                         " each case's fastest round (steadier on a busy machine)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile one more step of every case that runs on torch"
+                        " (keras *-torch, hf, timm) and list its top operators")
     parser.add_argument("--output", default="benchmark",
                         help="output path prefix: writes PREFIX.md and PREFIX.json")
     return parser.parse_args(argv)
@@ -328,7 +339,8 @@ def main(argv=None):
         for workload, dtype, system in cases:
             kind, arch, image, batch = WORKLOADS[workload]
             spec = dict(system=system, workload=workload, kind=kind, arch=arch,
-                        image=image, batch=batch, dtype=dtype, reps=reps, warmup=warmup)
+                        image=image, batch=batch, dtype=dtype, reps=reps, warmup=warmup,
+                        profile=args.profile)
             result = run_case(spec, args.timeout)
             key = (workload, dtype, system)
             old = rows.get(key)

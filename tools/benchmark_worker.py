@@ -115,7 +115,7 @@ def run_keras(spec, x, y):
     build = time.perf_counter() - start
     first, times = _timed(step, spec["warmup"], spec["reps"])
     info = {"jit_compile": str(model.jit_compile), "keras": keras.__version__}
-    return build, first, times, info
+    return build, first, times, info, step
 
 
 # -------------------------------------------------------------- HF / timm --
@@ -197,7 +197,26 @@ def run_torch_module(spec, x, y):
     build = time.perf_counter() - start
     first, times = _timed(step, spec["warmup"], spec["reps"])
     info.update(torch=torch.__version__, threads=torch.get_num_threads())
-    return build, first, times, info
+    return build, first, times, info, step
+
+
+def torch_profile(step, rows=10):
+    """The operators of one more `step`, by self CPU time (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events) or 1
+    return [
+        {
+            "op": e.key,
+            "self_ms": e.self_cpu_time_total / 1e3,
+            "share": e.self_cpu_time_total / total,
+            "calls": e.count,
+        }
+        for e in events[:rows]
+    ]
 
 
 # ------------------------------------------------------------- matmul peak --
@@ -245,10 +264,14 @@ def run(spec):
             import transformers  # noqa: F401
     rss_before = rss_mib()
     if keras_system:
-        build, first, times, info = run_keras(spec, x, y)
+        build, first, times, info, step = run_keras(spec, x, y)
+        torch_engine = "-torch" in spec["system"]
     else:
-        build, first, times, info = run_torch_module(spec, x, y)
+        build, first, times, info, step = run_torch_module(spec, x, y)
+        torch_engine = True
     median = statistics.median(times)
+    if spec.get("profile") and torch_engine:
+        info["profile"] = torch_profile(step)
     return {
         "status": "ok",
         "images_per_s": batch / median,
