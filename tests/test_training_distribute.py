@@ -157,14 +157,16 @@ def test_unavailable_distributions_explain(monkeypatch):
 
 
 def test_fit_in_the_single_device_scope(rng):
+    keras.utils.set_random_seed(0)
     dist = training.get_distribution("none")
     y = np.tile([0, 1], 8)
     x = (rng.normal(0, 0.3, (16, 32, 32, 3)) + np.where(y, 0.5, -0.5)[:, None, None, None]).astype("float32")
     with dist.scope():
         model = keras_vit.ViT(**TINY, classes=2, classifier_activation=None)
         training.compile_for_pretraining(
-            model, total_steps=20, base_lr=3e-3, warmup_steps=0, weight_decay=0.0, global_batch_size=8
+            model, total_steps=40, base_lr=3e-3, warmup_steps=0, weight_decay=0.0, global_batch_size=8
         )
-        loss = model.fit(x, y, batch_size=8, epochs=10, verbose=0).history["loss"]
+        # 40 updates: the loss falls to about 0.2x its start (0.5x needs ~20).
+        loss = model.fit(x, y, batch_size=8, epochs=20, verbose=0).history["loss"]
     assert _falls(loss), loss
     assert keras.backend.backend() == dist.backend
