@@ -22,6 +22,23 @@ TINY = dict(
     mlp_dim=32,
 )
 
+# The input statistics DeiT/timm-trained weights expect.
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], "float32")
+IMAGENET_STD = np.array([0.229, 0.224, 0.225], "float32")
+
+
+def imagenet_preprocess(image):
+    """Shorter side to 256 (bicubic), centre crop 224, ImageNet mean/std."""
+    from PIL import Image
+
+    img = Image.fromarray(image)
+    scale = 256 / min(img.size)
+    img = img.resize((round(img.size[0] * scale), round(img.size[1] * scale)), Image.BICUBIC)
+    left, top = (img.size[0] - 224) // 2, (img.size[1] - 224) // 2
+    img = img.crop((left, top, left + 224, top + 224))
+    return (np.asarray(img, "float32") / 255.0 - IMAGENET_MEAN) / IMAGENET_STD
+
+
 requires_shared = pytest.mark.skipif(
     not DEIT_NPZ.exists(),
     reason=f"the real weights are not at {DEIT_NPZ} (../shared is absent)",

@@ -7,14 +7,12 @@ import sys
 import keras
 import numpy as np
 import pytest
-from conftest import DEIT_NPZ, ROOT, requires_shared
+from conftest import DEIT_NPZ, IMAGENET_MEAN as MEAN, IMAGENET_STD as STD, ROOT, requires_shared
 from PIL import Image
 
 import keras_vit
 from keras_vit.evaluation import few_shot_linear, fit_least_squares
 
-MEAN = np.array([0.485, 0.456, 0.406], "float32")
-STD = np.array([0.229, 0.224, 0.225], "float32")
 
 
 # Five Gaussian blobs far apart (centres ~10 apart, spread 0.5): a linear

@@ -13,14 +13,12 @@ import keras
 import numpy as np
 import pytest
 import reference
-from conftest import DEIT_NPZ, TINY, requires_shared
+from conftest import DEIT_NPZ, IMAGENET_MEAN as MEAN, IMAGENET_STD as STD, TINY, requires_shared
 from PIL import Image
 
 import keras_vit
 from keras_vit import cli, evaluation, inspect, plots
 
-MEAN = np.array([0.485, 0.456, 0.406], "float32")
-STD = np.array([0.229, 0.224, 0.225], "float32")
 # Where the 144x96 cat goes on the 224x224 background: (top, left), pixels
 # of the model input. Both boxes are patch-aligned and off-centre.
 CAT_BOXES = ((16, 16), (112, 64))

@@ -6,12 +6,10 @@ import scipy.ndimage
 
 import keras_vit
 import reference
-from conftest import DEIT_NPZ, DEIT_SAFETENSORS, TINY, requires_shared, to_numpy
+from conftest import DEIT_NPZ, DEIT_SAFETENSORS, TINY, imagenet_preprocess, requires_shared, to_numpy
 from keras_vit.weights import load_weights
 from synthetic import POSEMB, images, official_params, tiny_model, to_big_vision, to_timm
 
-MEAN = np.array([0.485, 0.456, 0.406], "float32")
-STD = np.array([0.229, 0.224, 0.225], "float32")
 
 
 def write_npz(tmp_path, params, name="ckpt.npz"):
@@ -40,18 +38,6 @@ def test_big_vision_and_timm_layouts_give_identical_logits(tmp_path, rng):
     logits = [to_numpy(tiny_model(weights=f, gelu_approximate=True)(x)) for f in files]
     np.testing.assert_array_equal(logits[1], logits[0])
     np.testing.assert_array_equal(logits[2], logits[0])
-
-
-def imagenet_preprocess(image):
-    """Shorter side to 256 (bicubic), centre crop 224, ImageNet mean/std."""
-    from PIL import Image
-
-    img = Image.fromarray(image)
-    scale = 256 / min(img.size)
-    img = img.resize((round(img.size[0] * scale), round(img.size[1] * scale)), Image.BICUBIC)
-    left, top = (img.size[0] - 224) // 2, (img.size[1] - 224) // 2
-    img = img.crop((left, top, left + 224, top + 224))
-    return (np.asarray(img, "float32") / 255.0 - MEAN) / STD
 
 
 @requires_shared

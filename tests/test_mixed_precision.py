@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import DEIT_NPZ, TINY, requires_shared, to_numpy
+from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared, to_numpy
 
 # Tolerances on softmax probabilities: bfloat16 keeps 8 mantissa bits.
 POLICIES = {"mixed_bfloat16": 3e-2, "mixed_float16": 5e-3}
@@ -60,8 +60,6 @@ def test_layer_norm_statistics_in_float32(rng, policy):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_real_weights_keep_their_top1_under_mixed_precision(policy):
     import skimage.data
-
-    from test_loading import imagenet_preprocess
 
     batch = np.stack([imagenet_preprocess(skimage.data.chelsea()), imagenet_preprocess(skimage.data.coffee())])
     reference = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False)
