@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_vit.layers import kernels
 from keras_vit.layers.utils import check_positive_int, check_rate
 
 
@@ -17,10 +18,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     `(D,)`): the layout of the official checkpoints and of Keras'
     `MultiHeadAttention`, so they load without reshaping.
 
-    The ordinary call goes through `keras.ops.dot_product_attention`, which
-    uses each backend's fused kernel. `attention_probs()` computes the
+    The ordinary call runs the projections as 2D matrix products and the
+    attention through `keras_vit.layers.kernels.attention` (the backend's
+    fused kernel where it is the fastest). `attention_probs()` computes the
     softmax explicitly (in float32) for inspection; attention dropout, when
-    training with a non-zero rate, takes the explicit path too.
+    training with a non-zero rate, takes the explicit path too. Quantized or
+    LoRA-enabled projections are called as the Keras layers they are.
 
     Args:
         num_heads: int, number of heads.
@@ -86,8 +89,40 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
         self.built = True
 
+    def _plain_projections(self):
+        return all(
+            layer.quantization_mode is None and not getattr(layer, "lora_enabled", False)
+            for layer in (self.query, self.key, self.value, self.out)
+        )
+
     def _project(self, x):
-        return self.query(x), self.key(x), self.value(x)
+        if not self._plain_projections():
+            return self.query(x), self.key(x), self.value(x)
+        static = tuple(x.shape)
+        tokens = static[1] if static[1] is not None else ops.shape(x)[1]
+        width = self.num_heads * self.head_dim
+        heads = []
+        for layer in (self.query, self.key, self.value):
+            kernel = ops.cast(layer.kernel, self.compute_dtype)
+            bias = ops.cast(layer.bias, self.compute_dtype)
+            y = kernels.dense(
+                x, ops.reshape(kernel, (static[-1], width)), ops.reshape(bias, (width,))
+            )
+            heads.append(ops.reshape(y, (-1, tokens, self.num_heads, self.head_dim)))
+        return tuple(heads)
+
+    def _output(self, context):
+        if not self._plain_projections():
+            return self.out(context)
+        static = tuple(context.shape)
+        tokens = static[1] if static[1] is not None else ops.shape(context)[1]
+        width = self.num_heads * self.head_dim
+        kernel = ops.cast(self.out.kernel, self.compute_dtype)
+        return kernels.dense(
+            ops.reshape(context, (-1, tokens, width)),
+            ops.reshape(kernel, (width, kernel.shape[-1])),
+            ops.cast(self.out.bias, self.compute_dtype),
+        )
 
     def _probs(self, q, k):
         # The softmax runs in float32 whatever the compute dtype.
@@ -106,10 +141,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             probs = self.dropout(self._probs(q, k), training=training)
             context = ops.einsum("bhqt,bthk->bqhk", ops.cast(probs, v.dtype), v)
         else:
-            context = ops.dot_product_attention(
-                q, k, v, scale=1.0 / math.sqrt(self.head_dim)
-            )
-        return self.out(context)
+            context = kernels.attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim))
+        return self._output(context)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_vit.layers import kernels
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.utils import (
     check_positive_float,
@@ -47,10 +48,19 @@ class MlpBlock(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
         self.built = True
 
+    def _dense(self, layer, x):
+        if layer.quantization_mode is not None or layer.lora_enabled:
+            return layer(x)
+        return kernels.dense(
+            x,
+            ops.cast(layer.kernel, self.compute_dtype),
+            ops.cast(layer.bias, self.compute_dtype),
+        )
+
     def call(self, x, training=None):
-        x = ops.gelu(self.dense_0(x), approximate=self.gelu_approximate)
+        x = ops.gelu(self._dense(self.dense_0, x), approximate=self.gelu_approximate)
         x = self.dropout(x, training=training)
-        x = self.dense_1(x)
+        x = self._dense(self.dense_1, x)
         return self.dropout(x, training=training)
 
     def compute_output_shape(self, input_shape):

@@ -1,0 +1,147 @@
+"""The two computations that take nearly all of a ViT's time, written once.
+
+`dense` (a projection over the last axis) and `attention` (softmax attention
+over `(batch, tokens, heads, head_dim)` tensors) are what the layers call on
+their ordinary path. Both are `keras.ops` code; a backend gets its own variant
+only where measurements (`tools/benchmark.py`) showed that it pays:
+
+- `dense` flattens the tokens into one `(rows, features)` matrix, so that the
+  product and its two gradients are plain 2D GEMMs (XLA's CPU backend runs
+  the kernel gradient of a 3D product, which contracts two axes, at about
+  half the speed of the 2D one). On torch it is `torch.nn.functional.linear`,
+  which adds the bias inside the GEMM (`addmm`) instead of in a separate pass
+  over the output.
+- `attention` uses `keras.ops.dot_product_attention`, i.e. the backend's fused
+  kernel (torch's scaled-dot-product attention, cuDNN/flash attention on a
+  GPU), except on jax and tensorflow CPUs, where that op is a pair of einsums
+  with the batch axes in the middle and runs at a third of the speed of
+  batched matrix products on `(batch * heads, tokens, head_dim)` tensors.
+  The softmax is taken in float32 whatever the compute dtype.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+
+def dense(x, kernel, bias=None):
+    """`x @ kernel + bias`, contracting the last axis of `x`.
+
+    Args:
+        x: tensor `(..., d_in)`.
+        kernel: tensor `(d_in, d_out)`, in the dtype of `x`.
+        bias: None or a tensor `(d_out,)`.
+
+    Returns:
+        A tensor `(..., d_out)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> y = dense(np.ones((2, 3, 4), "float32"), np.ones((4, 5), "float32"),
+    ...           np.arange(5, dtype="float32"))
+    >>> keras.ops.convert_to_numpy(y)[1, 2].tolist()
+    [4.0, 5.0, 6.0, 7.0, 8.0]
+    """
+    if keras.backend.backend() == "torch":
+        return _dense_torch(x, kernel, bias)
+    x = ops.convert_to_tensor(x)
+    kernel = ops.convert_to_tensor(kernel)
+    static = tuple(x.shape)
+    if len(static) == 2:
+        y = ops.matmul(x, kernel)
+        return y if bias is None else y + bias
+    dynamic = ops.shape(x)
+    leading = [s if s is not None else dynamic[i] for i, s in enumerate(static[:-1])]
+    y = ops.matmul(ops.reshape(x, (-1, static[-1])), kernel)
+    if bias is not None:
+        y = y + bias
+    return ops.reshape(y, (*leading, kernel.shape[-1]))
+
+
+def _dense_torch(x, kernel, bias):
+    import torch.nn.functional as F
+
+    x = ops.convert_to_tensor(x)
+    kernel = ops.convert_to_tensor(kernel)
+    if bias is not None:
+        bias = ops.convert_to_tensor(bias)
+    # `kernel.T` is a view; `linear` multiplies by its transpose, i.e. by
+    # `kernel` itself, without a copy.
+    return F.linear(x, kernel.T, bias)
+
+
+def _use_fused_attention():
+    if keras.backend.backend() == "torch":
+        return True
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.default_backend() != "cpu"
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return bool(tf.config.list_logical_devices("GPU"))
+    return True
+
+
+def _heads_first(x, tokens_last=False):
+    """`(batch, tokens, heads, dim)` -> `(batch * heads, tokens, dim)`
+    (or `(batch * heads, dim, tokens)`)."""
+    static = tuple(x.shape)
+    dynamic = ops.shape(x)
+    tokens = static[1] if static[1] is not None else dynamic[1]
+    x = ops.transpose(x, (0, 2, 3, 1) if tokens_last else (0, 2, 1, 3))
+    shape = (static[3], tokens) if tokens_last else (tokens, static[3])
+    return ops.reshape(x, (-1, *shape))
+
+
+def attention_logits(q, k, scale):
+    """Scaled attention logits `(batch, heads, queries, keys)`, float32.
+
+    Args:
+        q, k: tensors `(batch, tokens, heads, head_dim)`.
+        scale: float multiplying `q . k`.
+    """
+    logits = ops.matmul(_heads_first(q), _heads_first(k, tokens_last=True))
+    logits = ops.cast(logits, "float32") * scale
+    static = tuple(q.shape)
+    dynamic = ops.shape(q)
+    tokens = static[1] if static[1] is not None else dynamic[1]
+    return ops.reshape(logits, (-1, static[2], tokens, ops.shape(logits)[-1]))
+
+
+def attention(q, k, v, scale=None):
+    """Softmax attention, `softmax(q k^T * scale) v`, per head.
+
+    Args:
+        q, k, v: tensors `(batch, tokens, heads, head_dim)`; `k` and `v` may
+            have another number of tokens than `q`.
+        scale: float, default `1 / sqrt(head_dim)`.
+
+    Returns:
+        A tensor `(batch, tokens, heads, head_dim)` in the dtype of `v`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> q = np.random.default_rng(0).normal(size=(1, 5, 2, 4)).astype("float32")
+    >>> tuple(attention(q, q, q).shape)
+    (1, 5, 2, 4)
+    """
+    q = ops.convert_to_tensor(q)
+    k = ops.convert_to_tensor(k)
+    v = ops.convert_to_tensor(v)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    if _use_fused_attention():
+        return ops.dot_product_attention(q, k, v, scale=scale)
+    static = tuple(q.shape)
+    dynamic = ops.shape(q)
+    tokens = static[1] if static[1] is not None else dynamic[1]
+    logits = ops.matmul(_heads_first(q), _heads_first(k, tokens_last=True))
+    probs = ops.softmax(ops.cast(logits, "float32") * scale, axis=-1)
+    context = ops.matmul(ops.cast(probs, v.dtype), _heads_first(v))
+    context = ops.reshape(context, (-1, static[2], tokens, static[3]))
+    return ops.transpose(context, (0, 2, 1, 3))
