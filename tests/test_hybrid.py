@@ -211,6 +211,31 @@ def test_runs_at_larger_non_square_size(tiny, rng):
     np.testing.assert_allclose(_predict(model, x), _reference(resized, x), atol=2e-5, rtol=1e-5)
 
 
+def test_for_inference_standardises_once(tiny, rng):
+    """The inference copy folds the weight standardisation into its kernels."""
+    from keras_vit.layers import StdConv2D
+
+    model, params = tiny
+    fast = model.for_inference()
+    convs = [layer for layer in fast._flatten_layers() if isinstance(layer, StdConv2D)]
+    assert convs and not any(conv.standardize for conv in convs)
+    assert fast.get_config()["weight_standardization"] is False and not fast.trainable
+    assert all(
+        layer.standardize for layer in model._flatten_layers() if isinstance(layer, StdConv2D)
+    )
+    x = synthetic.images(rng, 32)
+    np.testing.assert_allclose(_predict(fast, x), _reference(params, x), atol=2e-5, rtol=1e-5)
+
+
+def test_for_inference_at_another_size(tiny, rng):
+    """Built for 48x64 px, the copy equals the original run on 48x64 px."""
+    model, _ = tiny
+    fast = model.for_inference(image_size=(48, 64))
+    assert fast.grid_size == (6, 8) and fast.image_size == (48, 64)
+    x = synthetic.images(rng, (48, 64))
+    np.testing.assert_allclose(_predict(fast, x), _predict(model, x), atol=2e-5, rtol=1e-5)
+
+
 def test_keras_file_round_trip(tiny, tmp_path):
     model, _ = tiny
     path = str(tmp_path / "hybrid.keras")
@@ -244,6 +269,7 @@ def test_config_round_trip():
         (dict(resnet_width=0.3), "resnet_width"),
         (dict(resnet_width=True), "resnet_width"),
         (dict(image_size=36), "stem stride"),
+        (dict(weight_standardization="yes"), "weight_standardization"),
     ],
 )
 def test_invalid_arguments(overrides, message):

@@ -243,3 +243,67 @@ def test_named_constructor_rejects_bad_argument():
         keras_vit.ViTB16(image_size=100)
     with pytest.raises(ValueError, match="classes"):
         keras_vit.ViTTi16(classes=-3)
+
+
+def _jit_flags_of_predict_function(model, monkeypatch):
+    """The `jit_compile` arguments of the tf.functions that predict builds."""
+    import tensorflow as tf
+
+    flags = []
+    original = tf.function
+
+    def spy(*args, **kwargs):
+        flags.append(kwargs.get("jit_compile"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(tf, "function", spy)
+    model.make_predict_function(force=True)
+    monkeypatch.setattr(tf, "function", original)
+    return flags
+
+
+def test_inference_is_xla_compiled_on_a_tensorflow_cpu(rng, backend, monkeypatch):
+    """jit_compile="auto": XLA for predict on a tensorflow CPU, Keras' choice elsewhere."""
+    model = keras_vit.ViT(**TINY, classes=4, classifier_activation=None)
+    model.get_layer("head").kernel.assign(rng.normal(size=(16, 4)).astype("float32"))
+    x = rng.normal(size=(3, 32, 32, 3)).astype("float32")
+    eager = to_numpy(model(x))
+    if backend != "tensorflow":
+        assert not model._xla_inference()
+        np.testing.assert_allclose(model.predict(x, verbose=0), eager, atol=1e-5)
+        return
+    import tensorflow as tf
+
+    on_cpu = not tf.config.list_logical_devices("GPU")
+    assert model._xla_inference() == on_cpu
+    if on_cpu:
+        assert True in _jit_flags_of_predict_function(model, monkeypatch)
+    np.testing.assert_allclose(model.predict(x, verbose=0), eager, atol=1e-5)
+    assert model.jit_compile is False or not on_cpu  # training keeps Keras' choice
+    # A user's explicit choice is kept.
+    model.compile(jit_compile=False)
+    assert not model._xla_inference()
+    assert True not in _jit_flags_of_predict_function(model, monkeypatch)
+    model.compile()
+    assert model._xla_inference() == on_cpu
+
+
+def test_for_inference_resizes_the_position_embedding_once(rng):
+    """A copy built for another size equals the original resizing on the fly."""
+    model = keras_vit.ViT(**TINY, classes=4, classifier_activation=None)
+    for variable in model.weights:
+        variable.assign(rng.normal(scale=0.3, size=variable.shape).astype("float32"))
+    fast = model.for_inference(image_size=(48, 40))
+    assert fast.grid_size == (6, 5) and not fast.trainable and model.trainable
+    assert fast.get_layer("embedding").pos_embedding.shape == (1, 31, 16)
+    x = rng.normal(size=(2, 48, 40, 3)).astype("float32")
+    np.testing.assert_allclose(
+        fast.predict(x, verbose=0), model.predict(x, verbose=0), atol=2e-5, rtol=1e-5
+    )
+    same = model.for_inference()
+    np.testing.assert_array_equal(
+        to_numpy(same.get_layer("embedding").pos_embedding),
+        to_numpy(model.get_layer("embedding").pos_embedding),
+    )
+    with pytest.raises(ValueError, match="image_size"):
+        model.for_inference(image_size=(48, 41))

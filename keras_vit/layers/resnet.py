@@ -17,6 +17,12 @@ NORM_EPSILON = 1e-6
 CONV_EPSILON = 1e-5
 
 
+def _check_bool(value, name):
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+    return value
+
+
 def _check_groups(channels, groups, what):
     if channels % groups:
         raise ValueError(
@@ -67,6 +73,9 @@ class StdConv2D(keras.layers.Conv2D):
         strides: int or `(sh, sw)`, default 1.
         padding: "same" (default) or "valid".
         epsilon: float, default 1e-5: added to the standard deviation.
+        standardize: bool, default True. False makes a plain convolution of
+            the stored kernel: for kernels standardised once, ahead of
+            inference (`keras_vit.ViT.for_inference`).
         use_bias: bool, default False (the official convolutions have none).
         kernel_initializer: default "lecun_normal" (Flax's default).
         **kwargs: any other `keras.layers.Conv2D` argument.
@@ -92,6 +101,7 @@ class StdConv2D(keras.layers.Conv2D):
         strides=1,
         padding="same",
         epsilon=CONV_EPSILON,
+        standardize=True,
         use_bias=False,
         kernel_initializer="lecun_normal",
         **kwargs,
@@ -119,6 +129,7 @@ class StdConv2D(keras.layers.Conv2D):
             **kwargs,
         )
         self.epsilon = check_positive_float(epsilon, "epsilon")
+        self.standardize = _check_bool(standardize, "standardize")
 
     def standardized_kernel(self, kernel):
         """Returns `kernel` standardised per output channel.
@@ -132,11 +143,14 @@ class StdConv2D(keras.layers.Conv2D):
         return ops.cast((kernel - mean) / (std + self.epsilon), dtype)
 
     def convolution_op(self, inputs, kernel):
-        return super().convolution_op(inputs, self.standardized_kernel(kernel))
+        if self.standardize:
+            kernel = self.standardized_kernel(kernel)
+        return super().convolution_op(inputs, kernel)
 
     def get_config(self):
         config = super().get_config()
         config["epsilon"] = self.epsilon
+        config["standardize"] = self.standardize
         return config
 
 
@@ -164,6 +178,8 @@ class BottleneckUnit(keras.layers.Layer):
         groups: int, GroupNorm groups, default 32.
         norm_epsilon: float, GroupNorm epsilon, default 1e-6.
         conv_epsilon: float, weight-standardisation epsilon, default 1e-5.
+        standardize: bool, default True: whether the convolutions standardise
+            their kernels (see `StdConv2D`).
 
     Input shape:
         `(batch, height, width, channels)`.
@@ -186,6 +202,7 @@ class BottleneckUnit(keras.layers.Layer):
         groups=GROUPS,
         norm_epsilon=NORM_EPSILON,
         conv_epsilon=CONV_EPSILON,
+        standardize=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -195,6 +212,7 @@ class BottleneckUnit(keras.layers.Layer):
         _check_groups(self.filters, self.groups, "filters")
         self.norm_epsilon = check_positive_float(norm_epsilon, "norm_epsilon")
         self.conv_epsilon = check_positive_float(conv_epsilon, "conv_epsilon")
+        self.standardize = _check_bool(standardize, "standardize")
         self.input_spec = keras.layers.InputSpec(ndim=4)
 
     def _conv(self, filters, size, strides, name):
@@ -203,6 +221,7 @@ class BottleneckUnit(keras.layers.Layer):
             size,
             strides=strides,
             epsilon=self.conv_epsilon,
+            standardize=self.standardize,
             name=name,
             dtype=self.dtype_policy,
         )
@@ -260,6 +279,7 @@ class BottleneckUnit(keras.layers.Layer):
                 "groups": self.groups,
                 "norm_epsilon": self.norm_epsilon,
                 "conv_epsilon": self.conv_epsilon,
+                "standardize": self.standardize,
             }
         )
         return config
@@ -280,6 +300,8 @@ class ResNetStage(keras.layers.Layer):
         groups: int, GroupNorm groups, default 32.
         norm_epsilon: float, GroupNorm epsilon, default 1e-6.
         conv_epsilon: float, weight-standardisation epsilon, default 1e-5.
+        standardize: bool, default True: whether the convolutions standardise
+            their kernels (see `StdConv2D`).
 
     Input shape:
         `(batch, height, width, channels)`.
@@ -303,6 +325,7 @@ class ResNetStage(keras.layers.Layer):
         groups=GROUPS,
         norm_epsilon=NORM_EPSILON,
         conv_epsilon=CONV_EPSILON,
+        standardize=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -313,6 +336,7 @@ class ResNetStage(keras.layers.Layer):
         _check_groups(self.filters, self.groups, "filters")
         self.norm_epsilon = check_positive_float(norm_epsilon, "norm_epsilon")
         self.conv_epsilon = check_positive_float(conv_epsilon, "conv_epsilon")
+        self.standardize = _check_bool(standardize, "standardize")
         self.input_spec = keras.layers.InputSpec(ndim=4)
 
     def build(self, input_shape):
@@ -325,6 +349,7 @@ class ResNetStage(keras.layers.Layer):
                 groups=self.groups,
                 norm_epsilon=self.norm_epsilon,
                 conv_epsilon=self.conv_epsilon,
+                standardize=self.standardize,
                 name=f"unit{u + 1}",
                 dtype=self.dtype_policy,
             )
@@ -355,6 +380,7 @@ class ResNetStage(keras.layers.Layer):
                 "groups": self.groups,
                 "norm_epsilon": self.norm_epsilon,
                 "conv_epsilon": self.conv_epsilon,
+                "standardize": self.standardize,
             }
         )
         return config
@@ -366,7 +392,7 @@ def resnet_stride(resnet_layers):
     return 4 * 2 ** max(len(resnet_layers) - 1, 0)
 
 
-def resnet_backbone(x, resnet_layers, resnet_width=1.0, dtype=None):
+def resnet_backbone(x, resnet_layers, resnet_width=1.0, dtype=None, standardize=True):
     """Applies the hybrid ViT's ResNet to the symbolic tensor `x`.
 
     The stem (`conv_root` 7x7/2 StdConv, `gn_root`, ReLU, 3x3/2 SAME
@@ -381,12 +407,16 @@ def resnet_backbone(x, resnet_layers, resnet_width=1.0, dtype=None):
         resnet_layers: sequence of units per stage; `()` keeps the stem only.
         resnet_width: float, width factor, default 1.0.
         dtype: dtype or dtype policy of the layers.
+        standardize: bool, default True: whether the convolutions standardise
+            their kernels (see `StdConv2D`).
 
     Returns:
         The feature map, downsampled by `resnet_stride(resnet_layers)`.
     """
     width = int(64 * resnet_width)
-    x = StdConv2D(width, 7, strides=2, name="conv_root", dtype=dtype)(x)
+    x = StdConv2D(
+        width, 7, strides=2, standardize=standardize, name="conv_root", dtype=dtype
+    )(x)
     x = group_norm("gn_root", dtype=dtype)(x)
     x = keras.layers.ReLU(name="relu_root", dtype=dtype)(x)
     x = keras.layers.MaxPooling2D(
@@ -397,6 +427,7 @@ def resnet_backbone(x, resnet_layers, resnet_width=1.0, dtype=None):
             width * 2**s,
             units,
             strides=1 if s == 0 else 2,
+            standardize=standardize,
             name=f"block{s + 1}",
             dtype=dtype,
         )(x)

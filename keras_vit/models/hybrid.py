@@ -64,6 +64,10 @@ class ViTHybrid(ViT):
             bottlenecks of `int(64 * resnet_width) * 2**s`, outputs 4x that.
         patch_size: int or `(height, width)`, patch size on the feature map,
             default 1.
+        weight_standardization: bool, default True: the convolutions
+            standardise their kernels on every call, as the official model
+            (and as fine-tuning needs). `for_inference()` returns a copy with
+            the kernels standardised once and this set to False.
         name: model name, default "vit_hybrid".
         **kwargs: every other argument of `keras_vit.ViT` (`image_size`,
             `hidden_size`, `num_layers`, `num_heads`, `mlp_dim`, `classes`,
@@ -93,12 +97,19 @@ class ViTHybrid(ViT):
         resnet_layers=(3, 4, 9),
         resnet_width=1.0,
         patch_size=1,
+        weight_standardization=True,
         name="vit_hybrid",
         **kwargs,
     ):
         # Read by the hooks below, which ViT.__init__ calls while building.
         self.resnet_layers = _check_resnet_layers(resnet_layers)
         self.resnet_width = _check_resnet_width(resnet_width)
+        if not isinstance(weight_standardization, bool):
+            raise ValueError(
+                "`weight_standardization` must be True or False. Received: "
+                f"weight_standardization={weight_standardization!r}"
+            )
+        self.weight_standardization = weight_standardization
         super().__init__(patch_size=patch_size, name=name, **kwargs)
 
     def _architecture_config(self, **config):
@@ -112,11 +123,16 @@ class ViTHybrid(ViT):
 
     def _stem(self, inputs, dtype):
         return resnet_backbone(
-            inputs, self.resnet_layers, self.resnet_width, dtype=dtype
+            inputs,
+            self.resnet_layers,
+            self.resnet_width,
+            dtype=dtype,
+            standardize=self.weight_standardization,
         )
 
     def get_config(self):
         config = super().get_config()
         config["resnet_layers"] = list(self.resnet_layers)
         config["resnet_width"] = self.resnet_width
+        config["weight_standardization"] = self.weight_standardization
         return config
