@@ -71,11 +71,17 @@ WORKLOADS = {
     "train-s16-bs16": ("train", "S/16", 224, 16),
     "infer-l16-bs8": ("infer", "L/16", 224, 8),
     "infer-b16-384-bs8": ("infer", "B/16", 384, 8),
+    # Accelerator sizes (`--workloads gpu`).
+    "infer-b16-bs64": ("infer", "B/16", 224, 64),
+    "infer-l16-bs64": ("infer", "L/16", 224, 64),
+    "train-b16-bs32": ("train", "B/16", 224, 32),
+    "train-l16-bs32": ("train", "L/16", 224, 32),
     "infer-tiny-bs2": ("infer", "tiny", 32, 2),
     "train-tiny-bs2": ("train", "tiny", 32, 2),
 }
 DEFAULT_WORKLOADS = ("infer-b16-bs1", "infer-b16-bs8", "train-s16-bs16")
 SMOKE_WORKLOADS = ("infer-tiny-bs2", "train-tiny-bs2")
+GPU_WORKLOADS = ("infer-b16-bs64", "infer-l16-bs64", "train-b16-bs32", "train-l16-bs32")
 DTYPES = ("float32", "bfloat16")
 ARCHS = {  # (patch, hidden, layers, heads, mlp); same table as the worker
     "tiny": (8, 32, 2, 2, 64),
@@ -122,6 +128,7 @@ def machine_info():
         pass
     if hasattr(os, "sched_getaffinity"):
         info["cores_usable"] = len(os.sched_getaffinity(0))
+    info["gpus"] = gpu_names()
     versions = {}
     for name in PACKAGES:
         try:
@@ -130,6 +137,18 @@ def machine_info():
             versions[name] = None
     info["versions"] = versions
     return info
+
+
+def gpu_names():
+    """Names of the NVIDIA GPUs (nvidia-smi), [] where there are none."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
 
 
 def run_case(spec, timeout):
@@ -163,6 +182,21 @@ def run_case(spec, timeout):
     return result
 
 
+def slow_bfloat16(peak):
+    """Why bfloat16 cases are not worth running here, or None.
+
+    Without avx512_bf16 or AMX a CPU emulates bfloat16 matrix products, and
+    the measured rate falls to a fraction of float32 (about 1 GFLOP/s against
+    150 on a 2-core AVX2 machine).
+    """
+    rates = peak.get("gflops", {})
+    bf16, fp32 = rates.get("torch_bfloat16"), rates.get("torch_float32")
+    if bf16 is None or fp32 is None or bf16 >= 0.5 * fp32:
+        return None
+    return (f"no native bfloat16 matmul on this CPU (measured {bf16:.1f} GFLOP/s"
+            f" against {fp32:.0f} in float32)")
+
+
 def _fmt(value, digits=1):
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -175,11 +209,13 @@ def to_markdown(report):
         f"- Date: {report['date']}; command: `{report['command']}`",
         f"- CPU: {report['machine']['cpu']} ({report['machine']['cores']} cores;"
         f" flags: {' '.join(report['machine']['flags']) or 'n/a'})",
+        "- GPU: " + ("; ".join(report["machine"].get("gpus") or []) or "none"),
         "- Versions: " + ", ".join(
             f"{k} {v}" for k, v in report["machine"]["versions"].items() if v
         ),
-        "- Matmul peak (GFLOP/s, n=%s): " % report["peak"].get("matmul_size")
-        + ", ".join(f"{k} {v:.0f}" for k, v in peak.items()),
+        "- Matmul peak (GFLOP/s, square n x n): " + ", ".join(
+            f"{k} {v:.3g} (n={report['peak'].get('sizes', {}).get(k, '?')})"
+            for k, v in peak.items()),
         f"- Repetitions: {report['reps']} timed after {report['warmup']} warm-up;"
         " images/s from the median. First = first call (trace/compile + run).",
         "",
@@ -192,6 +228,8 @@ def to_markdown(report):
         note = "" if ok else f"{row['status']}: {row.get('reason', '')}"[:120]
         if ok and row.get("info", {}).get("jit_compile"):
             note = f"jit_compile={row['info']['jit_compile']}"
+        if ok and row.get("device_peak_mib"):
+            note = f"{note} device peak {row['device_peak_mib']:.0f} MiB".strip()
         lines.append(
             f"| {row['workload']} | {row['dtype']} | {row['system']} | "
             f"{_fmt(row.get('images_per_s'), 2)} | "
@@ -267,7 +305,7 @@ def parse_args(argv):
     parser.add_argument("--systems", default=",".join(SYSTEMS),
                         help="comma-separated systems (default: %(default)s)")
     parser.add_argument("--workloads", default=None,
-                        help="comma-separated workloads or 'all' (default: "
+                        help="comma-separated workloads, 'all' (CPU sizes) or 'gpu' (default: "
                         f"{','.join(DEFAULT_WORKLOADS)}; choices: {','.join(WORKLOADS)})")
     parser.add_argument("--dtypes", default=",".join(DTYPES),
                         help="comma-separated: float32,bfloat16 (default: both)")
@@ -287,6 +325,10 @@ def parse_args(argv):
     parser.add_argument("--profile", action="store_true",
                         help="also profile one more step of every case that runs on torch"
                         " (keras *-torch, hf, timm) and list its top operators")
+    parser.add_argument("--force-bfloat16", action="store_true",
+                        help="run the bfloat16 cases even where the measured bfloat16 matmul"
+                        " is slower than float32 (a CPU without avx512_bf16 or AMX emulates"
+                        " it: such cases take hours)")
     parser.add_argument("--output", default="benchmark",
                         help="output path prefix: writes PREFIX.md and PREFIX.json")
     return parser.parse_args(argv)
@@ -306,7 +348,9 @@ def main(argv=None):
     reps = args.reps or reps
     warmup = warmup if args.warmup is None else args.warmup
     if args.workloads == "all":
-        workloads = tuple(w for w in WORKLOADS if "tiny" not in w)
+        workloads = tuple(w for w in WORKLOADS if "tiny" not in w and w not in GPU_WORKLOADS)
+    elif args.workloads == "gpu":
+        workloads = GPU_WORKLOADS
     elif args.workloads:
         workloads = tuple(args.workloads.split(","))
     systems = tuple(args.systems.split(","))
@@ -335,9 +379,16 @@ def main(argv=None):
             best = report["peak"]["gflops"]
             for key, value in peak["gflops"].items():
                 best[key] = max(best.get(key, 0.0), value)
-            report["peak"].update(status="ok", matmul_size=size)
+            report["peak"].update(status="ok", matmul_size=size,
+                                  sizes=peak.get("sizes", {}))
         for workload, dtype, system in cases:
             kind, arch, image, batch = WORKLOADS[workload]
+            slow = slow_bfloat16(report["peak"])
+            if dtype == "bfloat16" and slow and not args.force_bfloat16:
+                rows[(workload, dtype, system)] = dict(
+                    workload=workload, dtype=dtype, system=system, status="skipped",
+                    reason=slow + "; --force-bfloat16 runs it anyway")
+                continue
             spec = dict(system=system, workload=workload, kind=kind, arch=arch,
                         image=image, batch=batch, dtype=dtype, reps=reps, warmup=warmup,
                         profile=args.profile)

@@ -35,6 +35,30 @@ def rss_mib():
         return peak_rss_mib()
 
 
+def device_peak_mib(system):
+    """Peak accelerator memory of this process in MiB, None on a CPU."""
+    try:
+        if system.startswith(("hf", "timm")) or system.endswith("torch") or "-torch+" in system:
+            import torch
+
+            if torch.cuda.is_available():
+                return torch.cuda.max_memory_allocated() / 2**20
+        elif "-jax" in system:
+            import jax
+
+            device = jax.devices()[0]
+            if device.platform != "cpu":
+                return (device.memory_stats() or {}).get("peak_bytes_in_use", 0) / 2**20
+        elif "-tensorflow" in system:
+            import tensorflow as tf
+
+            if tf.config.list_logical_devices("GPU"):
+                return tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+    except (ImportError, RuntimeError, ValueError, KeyError):
+        return None
+    return None
+
+
 def peak_rss_mib():
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 1024 if sys.platform != "darwin" else peak / 2**20
@@ -157,9 +181,17 @@ def _timm_model(spec):
     return model, {"timm": timm.__version__}
 
 
+def torch_device():
+    """"cuda" where torch sees a GPU, else "cpu"."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def run_torch_module(spec, x, y):
     import torch
 
+    device = torch_device()
     start = time.perf_counter()
     if spec["system"].startswith("hf"):
         model, info = _hf_model(spec)
@@ -168,16 +200,17 @@ def run_torch_module(spec, x, y):
         model, info = _timm_model(spec)
         forward = model
     bf16 = spec["dtype"] == "bfloat16"
-    xt = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()
+    model.to(device)
+    xt = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous().to(device)
     if spec["kind"] == "train":
         model.train()
-        yt = torch.from_numpy(y).long()
+        yt = torch.from_numpy(y).long().to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         loss_fn = torch.nn.CrossEntropyLoss()
 
         def step():
             # Mixed precision: float32 weights, bfloat16 matmuls (autocast).
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
                 loss = loss_fn(forward(xt).float(), yt)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -192,11 +225,11 @@ def run_torch_module(spec, x, y):
 
         def step():
             with torch.inference_mode():
-                return forward(xt).float().numpy()
+                return forward(xt).float().cpu().numpy()
 
     build = time.perf_counter() - start
     first, times = _timed(step, spec["warmup"], spec["reps"])
-    info.update(torch=torch.__version__, threads=torch.get_num_threads())
+    info.update(torch=torch.__version__, threads=torch.get_num_threads(), device=device)
     return build, first, times, info, step
 
 
@@ -220,26 +253,60 @@ def torch_profile(step, rows=10):
 
 
 # ------------------------------------------------------------- matmul peak --
+def _matmul_rate(matmul, make, largest, reps, budget_s=2.0):
+    """(GFLOP/s, n) of `matmul` on square operands of side n <= `largest`.
+
+    n doubles from 256 while one product takes less than `budget_s` / 8, so a
+    dtype that the CPU only emulates (bfloat16 without avx512_bf16 or AMX
+    runs hundreds of times slower) is measured on a smaller matrix instead of
+    taking minutes.
+    """
+    n = min(256, largest)
+    while True:
+        a, b = make(n), make(n)
+        start = time.perf_counter()
+        matmul(a, b)
+        elapsed = time.perf_counter() - start
+        if n >= largest or elapsed * 8 > budget_s:
+            break
+        n *= 2
+    _, times = _timed(lambda: matmul(a, b), 1, reps)
+    return 2 * n**3 / statistics.median(times) / 1e9, n
+
+
 def run_peak(spec):
     """GFLOP/s of a large square matmul, float32 and bfloat16 (torch), float32 (NumPy)."""
     import numpy as np
 
-    n = spec["matmul_size"]
-    out = {}
+    largest = spec["matmul_size"]
+    out, sizes = {}, {}
     try:
         import torch
 
+        device = torch_device()
+        if device == "cuda":  # GPUs need larger products to reach their peak
+            largest = max(largest, 16384)
+        # On a GPU: IEEE float32 (no TF32), and the products are waited for.
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+        def matmul(a, b):
+            out = torch.mm(a, b)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            return out
+
         for dtype in ("float32", "bfloat16"):
-            a = torch.randn(n, n).to(getattr(torch, dtype))
-            b = torch.randn(n, n).to(getattr(torch, dtype))
-            _, times = _timed(lambda: torch.mm(a, b), 1, spec["reps"])
-            out[f"torch_{dtype}"] = 2 * n**3 / statistics.median(times) / 1e9
+            make = lambda n, d=getattr(torch, dtype): torch.randn(n, n, device=device).to(d)  # noqa: E731
+            out[f"torch_{dtype}"], sizes[f"torch_{dtype}"] = _matmul_rate(
+                matmul, make, largest, spec["reps"]
+            )
     except ImportError:
         pass
-    a = np.random.rand(n, n).astype("float32")
-    _, times = _timed(lambda: a @ a, 1, spec["reps"])
-    out["numpy_float32"] = 2 * n**3 / statistics.median(times) / 1e9
-    return {"status": "ok", "matmul_size": n, "gflops": out}
+    make = lambda n: np.random.rand(n, n).astype("float32")  # noqa: E731
+    out["numpy_float32"], sizes["numpy_float32"] = _matmul_rate(
+        np.matmul, make, largest, spec["reps"]
+    )
+    return {"status": "ok", "matmul_size": largest, "sizes": sizes, "gflops": out}
 
 
 def run(spec):
@@ -280,6 +347,7 @@ def run(spec):
         "build_s": build,
         "first_s": first,
         "peak_rss_mib": peak_rss_mib(),
+        "device_peak_mib": device_peak_mib(spec["system"]),
         "rss_after_import_mib": rss_before,
         "info": info,
     }
