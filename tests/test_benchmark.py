@@ -71,3 +71,17 @@ def test_smoke_run_writes_table_and_json(tmp_path):
         assert "Profile of one step" in table
     else:
         assert profile is None
+
+
+def test_bfloat16_cases_skipped_only_where_emulated():
+    """bfloat16 is skipped with the measured reason only when it is slower than float32."""
+    emulated = {"gflops": {"torch_float32": 150.0, "torch_bfloat16": 1.0}}
+    reason = benchmark.slow_bfloat16(emulated)
+    assert "1.0 GFLOP/s" in reason and "150" in reason
+    assert benchmark.slow_bfloat16({"gflops": {"torch_float32": 150.0, "torch_bfloat16": 340.0}}) is None
+    assert benchmark.slow_bfloat16({"gflops": {"numpy_float32": 150.0}}) is None
+
+
+def test_gpu_workloads_are_listed_separately():
+    assert set(benchmark.GPU_WORKLOADS) <= set(benchmark.WORKLOADS)
+    assert not set(benchmark.GPU_WORKLOADS) & set(benchmark.DEFAULT_WORKLOADS)
