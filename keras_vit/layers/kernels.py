@@ -11,11 +11,12 @@ only where measurements (`tools/benchmark.py`) showed that it pays:
   half the speed of the 2D one). On torch it is `torch.nn.functional.linear`,
   which adds the bias inside the GEMM (`addmm`) instead of in a separate pass
   over the output.
-- `attention` uses `keras.ops.dot_product_attention`, i.e. the backend's fused
-  kernel (torch's scaled-dot-product attention, cuDNN/flash attention on a
-  GPU), except on jax and tensorflow CPUs, where that op is a pair of einsums
-  with the batch axes in the middle and runs at a third of the speed of
-  batched matrix products on `(batch * heads, tokens, head_dim)` tensors.
+- `attention` uses the backend's fused kernel (`keras.ops.dot_product_attention`;
+  on torch `scaled_dot_product_attention` called directly on strided views,
+  which saves the three copies Keras makes), except on jax and tensorflow
+  CPUs, where that op is a pair of einsums with the batch axes in the middle
+  and batched matrix products on `(batch * heads, tokens, head_dim)` tensors
+  run faster (`tools/benchmark_kernels.py` measures both).
   The softmax is taken in float32 whatever the compute dtype.
 """
 
@@ -72,6 +73,21 @@ def _dense_torch(x, kernel, bias):
     return F.linear(x, kernel.T, bias)
 
 
+def _attention_torch(q, k, v, scale):
+    import torch.nn.functional as F
+
+    if not _use_fused_attention():
+        return _attention_matmuls(q, k, v, scale)
+    # Strided (batch, heads, tokens, dim) views: the CPU flash kernel and the
+    # GPU kernels read them in place, where `keras.ops.dot_product_attention`
+    # copies all three to contiguous tensors first; its output comes back
+    # contiguous in (batch, tokens, heads, dim) order.
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=scale
+    )
+    return out.transpose(1, 2)
+
+
 def _use_fused_attention():
     if keras.backend.backend() == "torch":
         return True
@@ -97,21 +113,6 @@ def _heads_first(x, tokens_last=False):
     return ops.reshape(x, (-1, *shape))
 
 
-def attention_logits(q, k, scale):
-    """Scaled attention logits `(batch, heads, queries, keys)`, float32.
-
-    Args:
-        q, k: tensors `(batch, tokens, heads, head_dim)`.
-        scale: float multiplying `q . k`.
-    """
-    logits = ops.matmul(_heads_first(q), _heads_first(k, tokens_last=True))
-    logits = ops.cast(logits, "float32") * scale
-    static = tuple(q.shape)
-    dynamic = ops.shape(q)
-    tokens = static[1] if static[1] is not None else dynamic[1]
-    return ops.reshape(logits, (-1, static[2], tokens, ops.shape(logits)[-1]))
-
-
 def attention(q, k, v, scale=None):
     """Softmax attention, `softmax(q k^T * scale) v`, per head.
 
@@ -135,8 +136,14 @@ def attention(q, k, v, scale=None):
     v = ops.convert_to_tensor(v)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
+    if keras.backend.backend() == "torch":
+        return _attention_torch(q, k, v, scale)
     if _use_fused_attention():
         return ops.dot_product_attention(q, k, v, scale=scale)
+    return _attention_matmuls(q, k, v, scale)
+
+
+def _attention_matmuls(q, k, v, scale):
     static = tuple(q.shape)
     dynamic = ops.shape(q)
     tokens = static[1] if static[1] is not None else dynamic[1]

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_vit.layers import kernels
 from keras_vit.layers.utils import check_positive_int, pair
 
 
@@ -174,8 +175,8 @@ class PatchEncoder(keras.layers.Layer):
         kernel = ops.reshape(
             ops.cast(self.kernel, self.compute_dtype), (-1, self.hidden_size)
         )
-        x = ops.matmul(patches, kernel) + ops.cast(self.bias, self.compute_dtype)
-        x = ops.reshape(x, (-1, grid[0] * grid[1], self.hidden_size))
+        tokens = ops.reshape(patches, (-1, grid[0] * grid[1], kernel.shape[0]))
+        x = kernels.dense(tokens, kernel, ops.cast(self.bias, self.compute_dtype))
         if self.class_token:
             cls = ops.cast(self.cls, self.compute_dtype)
             cls = ops.broadcast_to(cls, (ops.shape(x)[0], 1, self.hidden_size))
