@@ -12,7 +12,6 @@ def test_every_package_is_declared():
     config.read(ROOT / "setup.cfg")
     declared = set(config["options"]["packages"].split())
     found = set(setuptools.find_packages(str(ROOT), include=["keras_vit", "keras_vit.*"]))
-    found.discard("keras_vit.labels")  # data only, shipped as package_data
     assert found <= declared, f"undeclared packages: {sorted(found - declared)}"
     assert "keras_vit_tools" in declared
     assert (ROOT / "tools" / "__init__.py").exists()
@@ -21,8 +20,8 @@ def test_every_package_is_declared():
 def test_label_files_are_package_data():
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")
-    patterns = config["options.package_data"]["keras_vit"].replace(",", " ").split()
-    files = [p.relative_to(ROOT / "keras_vit") for p in (ROOT / "keras_vit" / "labels").iterdir()]
+    patterns = config["options.package_data"]["keras_vit.labels"].replace(",", " ").split()
+    files = [p.relative_to(ROOT / "keras_vit" / "labels") for p in (ROOT / "keras_vit" / "labels").iterdir()]
     data = [f for f in files if f.suffix in (".txt", ".gz")]
     assert data and all(any(f.match(p) for p in patterns) for f in data)
 
@@ -33,3 +32,24 @@ def test_all_extra_installs_every_other_extra():
     extras = {k: set(v.split()) for k, v in config["options.extras_require"].items()}
     union = set().union(*(v for k, v in extras.items() if k != "all"))
     assert union <= extras["all"], f"missing from [all]: {sorted(union - extras['all'])}"
+
+
+def test_wheel_holds_every_module_and_data_file(tmp_path):
+    """A regular (non-editable) install gets every module and label file."""
+    import subprocess
+    import sys
+    import zipfile
+
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("keras_vit-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = {
+        str(p.relative_to(ROOT)) for p in (ROOT / "keras_vit").rglob("*")
+        if p.suffix in (".py", ".txt", ".gz") and "__pycache__" not in p.parts
+    }
+    expected |= {f"keras_vit_tools/{p.name}" for p in (ROOT / "tools").glob("*.py")}
+    assert expected <= names, f"missing from the wheel: {sorted(expected - names)}"
