@@ -85,3 +85,16 @@ def test_bfloat16_cases_skipped_only_where_emulated():
 def test_gpu_workloads_are_listed_separately():
     assert set(benchmark.GPU_WORKLOADS) <= set(benchmark.WORKLOADS)
     assert not set(benchmark.GPU_WORKLOADS) & set(benchmark.DEFAULT_WORKLOADS)
+
+
+def test_kernel_timings_table(tmp_path):
+    """tools/benchmark_kernels.py times every piece on the current backend."""
+    import benchmark_kernels
+
+    prefix = tmp_path / "kernels"
+    assert benchmark_kernels.main(["--arch", "tiny", "--batch", "2", "--reps", "1",
+                                   "--output", str(prefix)]) == 0
+    text = (tmp_path / "kernels.md").read_text()
+    assert f"### {keras.backend.backend()}: one tiny block" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "ms" not in line]
+    assert len(rows) == 5 and all(float(r.split("|")[2]) > 0 for r in rows)

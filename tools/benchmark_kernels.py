@@ -1,0 +1,168 @@
+"""Times the pieces of one Transformer block on the current Keras backend.
+
+Where `tools/benchmark.py` compares whole models with their peers, this
+shows where a backend spends a block's time: forward and forward+backward of
+the attention (both implementations of `keras_vit.layers.kernels.attention`:
+the backend's fused `dot_product_attention` and batched matrix products),
+the MLP, a LayerNorm and the whole block, compiled as the backend's trainer
+compiles them (XLA on jax and tensorflow, eager on torch). It is the profile
+behind the choice of attention implementation per backend.
+
+Usage:
+    KERAS_BACKEND=jax python tools/benchmark_kernels.py [--arch S/16] [--batch 16]
+        [--reps 7] [--output PREFIX]
+
+Prints a Markdown table (milliseconds, minimum over `--reps` calls after one
+warm-up call) and, with `--output`, appends it to PREFIX.md.
+"""
+
+import argparse
+import pathlib
+import sys
+import time
+
+ARCHS = {  # (hidden, heads, mlp, tokens at 224 px)
+    "tiny": (32, 2, 64, 17),
+    "S/16": (384, 6, 1536, 197),
+    "B/16": (768, 12, 3072, 197),
+}
+
+
+def _timer(reps):
+    def measure(fn):
+        fn()
+        best = float("inf")
+        for _ in range(reps):
+            start = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - start)
+        return best * 1e3
+
+    return measure
+
+
+def _compiled(backend, fn):
+    """`fn` compiled as the Keras trainer would, returning a NumPy-synced call."""
+    import keras
+
+    if backend == "jax":
+        import jax
+
+        jitted = jax.jit(fn)
+        return lambda *a: jax.block_until_ready(jitted(*a))
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        graph = tf.function(fn, jit_compile=False)
+        return lambda *a: keras.tree.map_structure(lambda t: t.numpy(), graph(*a))
+    return fn
+
+
+def _forward_backward(backend, layer, x):
+    """(forward call, forward+backward call) of `layer` on `x`."""
+    import keras
+
+    if backend == "jax":
+        import jax
+
+        trainable = [v.value for v in layer.trainable_variables]
+
+        def forward(weights, inputs):
+            return layer.stateless_call(weights, [], inputs)[0]
+
+        def loss(weights, inputs):
+            return (forward(weights, inputs) ** 2).sum()
+
+        fwd = _compiled(backend, forward)
+        grad = _compiled(backend, jax.grad(loss, argnums=(0, 1)))
+        return lambda: fwd(trainable, x), lambda: grad(trainable, x)
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        xt = tf.convert_to_tensor(x)
+
+        def grads(inputs):
+            with tf.GradientTape() as tape:
+                tape.watch(inputs)
+                loss = tf.reduce_sum(layer(inputs) ** 2)
+            return tape.gradient(loss, [inputs] + layer.trainable_weights)
+
+        fwd = _compiled(backend, lambda inputs: layer(inputs))
+        grad = _compiled(backend, grads)
+        return lambda: fwd(xt), lambda: grad(xt)
+    import torch
+
+    xt = torch.from_numpy(x).requires_grad_(True)
+
+    def forward():
+        with torch.no_grad():
+            return layer(xt)
+
+    def backward():
+        loss = (layer(xt) ** 2).sum()
+        loss.backward()
+
+    return forward, backward
+
+
+def run(arch, batch, reps):
+    import keras
+    import numpy as np
+
+    from keras_vit.layers import MlpBlock, MultiHeadSelfAttention, TransformerBlock, kernels
+
+    backend = keras.backend.backend()
+    hidden, heads, mlp, tokens = ARCHS[arch]
+    x = np.random.default_rng(0).standard_normal((batch, tokens, hidden), dtype=np.float32)
+    measure = _timer(reps)
+    rows = []
+    default = kernels._use_fused_attention
+    cases = [
+        ("attention, fused dot_product_attention", lambda: MultiHeadSelfAttention(heads, hidden // heads), True),
+        ("attention, batched matmuls", lambda: MultiHeadSelfAttention(heads, hidden // heads), False),
+        ("MLP", lambda: MlpBlock(mlp), None),
+        ("LayerNorm", lambda: keras.layers.LayerNormalization(epsilon=1e-6), None),
+        ("block (library default)", lambda: TransformerBlock(heads, mlp), None),
+    ]
+    try:
+        for name, make, fused in cases:
+            kernels._use_fused_attention = default if fused is None else (lambda f=fused: f)
+            layer = make()
+            layer.build(x.shape)
+            forward, backward = _forward_backward(backend, layer, x)
+            fwd_ms, bwd_ms = measure(forward), measure(backward)
+            rows.append((name, fwd_ms, bwd_ms))
+            print(f"  {name}: {fwd_ms:.1f} / {bwd_ms:.1f} ms", file=sys.stderr, flush=True)
+    finally:
+        kernels._use_fused_attention = default
+    chosen = "fused" if default() else "batched matmuls"
+    lines = [
+        f"### {backend}: one {arch} block, batch {batch}, {tokens} tokens"
+        f" (library default attention here: {chosen})",
+        "",
+        "| piece | forward (ms) | forward + backward (ms) |",
+        "|---|---:|---:|",
+    ]
+    lines += [f"| {name} | {f:.1f} | {b:.1f} |" for name, f, b in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", default="S/16", choices=sorted(ARCHS))
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--output", default=None, help="append the table to PREFIX.md")
+    args = parser.parse_args(argv)
+    table = run(args.arch, args.batch, args.reps)
+    print(table)
+    if args.output:
+        path = pathlib.Path(args.output + ".md")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.write(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
