@@ -193,8 +193,8 @@ def slow_bfloat16(peak):
     bf16, fp32 = rates.get("torch_bfloat16"), rates.get("torch_float32")
     if bf16 is None or fp32 is None or bf16 >= 0.5 * fp32:
         return None
-    return (f"no native bfloat16 matmul on this CPU (measured {bf16:.1f} GFLOP/s"
-            f" against {fp32:.0f} in float32)")
+    return (f"no native bfloat16 matmul on this CPU ({bf16:.1f} GFLOP/s,"
+            f" float32 {fp32:.0f})")
 
 
 def _fmt(value, digits=1):
@@ -387,7 +387,7 @@ def main(argv=None):
             if dtype == "bfloat16" and slow and not args.force_bfloat16:
                 rows[(workload, dtype, system)] = dict(
                     workload=workload, dtype=dtype, system=system, status="skipped",
-                    reason=slow + "; --force-bfloat16 runs it anyway")
+                    reason=slow + "; --force-bfloat16 runs it")
                 continue
             spec = dict(system=system, workload=workload, kind=kind, arch=arch,
                         image=image, batch=batch, dtype=dtype, reps=reps, warmup=warmup,
