@@ -371,7 +371,7 @@ class ViT(keras.Model):
 
         - Hybrids: the convolution kernels are standardised once, in the
           copy's weights (`weight_standardization=False`), instead of on every
-          call (about 9 % of an R50+B/16 batch-1 call on jax and torch).
+          call (6-9 % of an R50+B/16 batch-1 call on a 2-core CPU).
         - `image_size`: the copy is built for that size and its position
           embedding is resized once, as loading a checkpoint at a new size
           does (`scipy.ndimage.zoom`, order 1), instead of on every call of
