@@ -82,6 +82,21 @@ def test_bfloat16_cases_skipped_only_where_emulated():
     assert benchmark.slow_bfloat16({"gflops": {"numpy_float32": 150.0}}) is None
 
 
+def test_table_collapses_a_skip_shared_by_every_system():
+    """Where every system skipped a workload for the same reason, the table shows it once."""
+    skip = dict(status="skipped", reason="no native bfloat16 matmul")
+    results = [dict(workload="w", dtype="bfloat16", system=s, **skip) for s in ("a", "b", "c")]
+    results += [dict(workload="w", dtype="float32", system="a", **skip),
+                dict(workload="w", dtype="float32", system="b", status="error", reason="boom")]
+    rows = benchmark._collapse_skips(results)
+    assert [(r["dtype"], r["system"]) for r in rows] == [
+        ("bfloat16", "all systems"), ("float32", "a"), ("float32", "b")]
+    table = benchmark.to_markdown(dict(
+        date="d", command="c", machine=dict(cpu="cpu", cores=2, flags=[], versions={}), peak={},
+        reps=5, warmup=2, results=results, ratios=[]))
+    assert table.count("no native bfloat16 matmul") == 2 and "| all systems |" in table
+
+
 def test_gpu_workloads_are_listed_separately():
     assert set(benchmark.GPU_WORKLOADS) <= set(benchmark.WORKLOADS)
     assert not set(benchmark.GPU_WORKLOADS) & set(benchmark.DEFAULT_WORKLOADS)

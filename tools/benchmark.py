@@ -201,6 +201,21 @@ def _fmt(value, digits=1):
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _collapse_skips(results):
+    """Rows for the table: one row for a workload and dtype that every system skipped alike."""
+    groups = {}
+    for row in results:
+        groups.setdefault((row["workload"], row["dtype"]), []).append(row)
+    out = []
+    for rows in groups.values():
+        reasons = {(r["status"], r.get("reason")) for r in rows}
+        if len(rows) > 1 and len(reasons) == 1 and rows[0]["status"] != "ok":
+            out.append(dict(rows[0], system="all systems"))
+        else:
+            out.extend(rows)
+    return out
+
+
 def to_markdown(report):
     peak = report["peak"].get("gflops", {})
     lines = [
@@ -223,7 +238,7 @@ def to_markdown(report):
         " | GFLOP/s | % peak | note |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for row in report["results"]:
+    for row in _collapse_skips(report["results"]):
         ok = row["status"] == "ok"
         note = "" if ok else f"{row['status']}: {row.get('reason', '')}"[:120]
         if ok and row.get("info", {}).get("jit_compile"):
