@@ -91,7 +91,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def _plain_projections(self):
         return all(
-            layer.quantization_mode is None and not getattr(layer, "lora_enabled", False)
+            kernels.runs_plain(layer)
             for layer in (self.query, self.key, self.value, self.out)
         )
 

@@ -73,11 +73,18 @@ def _dense_torch(x, kernel, bias):
     return F.linear(x, kernel.T, bias)
 
 
+def runs_plain(layer):
+    """Whether a `Dense`/`EinsumDense` layer's call is just its matrix product.
+
+    Quantized and LoRA-enabled layers compute more than `x @ kernel + bias`,
+    so the layers call them as they are instead of through `dense`.
+    """
+    return layer.quantization_mode is None and not getattr(layer, "lora_enabled", False)
+
+
 def _attention_torch(q, k, v, scale):
     import torch.nn.functional as F
 
-    if not _use_fused_attention():
-        return _attention_matmuls(q, k, v, scale)
     # Strided (batch, heads, tokens, dim) views: the CPU flash kernel and the
     # GPU kernels read them in place, where `keras.ops.dot_product_attention`
     # copies all three to contiguous tensors first; its output comes back
@@ -136,11 +143,11 @@ def attention(q, k, v, scale=None):
     v = ops.convert_to_tensor(v)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
+    if not _use_fused_attention():
+        return _attention_matmuls(q, k, v, scale)
     if keras.backend.backend() == "torch":
         return _attention_torch(q, k, v, scale)
-    if _use_fused_attention():
-        return ops.dot_product_attention(q, k, v, scale=scale)
-    return _attention_matmuls(q, k, v, scale)
+    return ops.dot_product_attention(q, k, v, scale=scale)
 
 
 def _attention_matmuls(q, k, v, scale):

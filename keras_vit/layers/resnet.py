@@ -10,17 +10,16 @@ max-pool.
 import keras
 from keras import ops
 
-from keras_vit.layers.utils import check_positive_float, check_positive_int, pair
+from keras_vit.layers.utils import (
+    check_bool,
+    check_positive_float,
+    check_positive_int,
+    pair,
+)
 
 GROUPS = 32
 NORM_EPSILON = 1e-6
 CONV_EPSILON = 1e-5
-
-
-def _check_bool(value, name):
-    if not isinstance(value, bool):
-        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
-    return value
 
 
 def _check_groups(channels, groups, what):
@@ -129,7 +128,7 @@ class StdConv2D(keras.layers.Conv2D):
             **kwargs,
         )
         self.epsilon = check_positive_float(epsilon, "epsilon")
-        self.standardize = _check_bool(standardize, "standardize")
+        self.standardize = check_bool(standardize, "standardize")
 
     def standardized_kernel(self, kernel):
         """Returns `kernel` standardised per output channel.
@@ -212,7 +211,7 @@ class BottleneckUnit(keras.layers.Layer):
         _check_groups(self.filters, self.groups, "filters")
         self.norm_epsilon = check_positive_float(norm_epsilon, "norm_epsilon")
         self.conv_epsilon = check_positive_float(conv_epsilon, "conv_epsilon")
-        self.standardize = _check_bool(standardize, "standardize")
+        self.standardize = check_bool(standardize, "standardize")
         self.input_spec = keras.layers.InputSpec(ndim=4)
 
     def _conv(self, filters, size, strides, name):
@@ -336,7 +335,7 @@ class ResNetStage(keras.layers.Layer):
         _check_groups(self.filters, self.groups, "filters")
         self.norm_epsilon = check_positive_float(norm_epsilon, "norm_epsilon")
         self.conv_epsilon = check_positive_float(conv_epsilon, "conv_epsilon")
-        self.standardize = _check_bool(standardize, "standardize")
+        self.standardize = check_bool(standardize, "standardize")
         self.input_spec = keras.layers.InputSpec(ndim=4)
 
     def build(self, input_shape):

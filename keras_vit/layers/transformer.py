@@ -49,7 +49,7 @@ class MlpBlock(keras.layers.Layer):
         self.built = True
 
     def _dense(self, layer, x):
-        if layer.quantization_mode is not None or layer.lora_enabled:
+        if not kernels.runs_plain(layer):
             return layer(x)
         return kernels.dense(
             x,

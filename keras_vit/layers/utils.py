@@ -35,6 +35,12 @@ def pair(value, name):
     return value
 
 
+def check_bool(value, name):
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+    return value
+
+
 def check_rate(value, name):
     """Checks that a dropout-like rate lies in [0, 1)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -3,6 +3,7 @@
 import keras
 
 from keras_vit.layers.resnet import resnet_backbone, resnet_stride
+from keras_vit.layers.utils import check_bool
 from keras_vit.models.vit import ViT
 
 
@@ -104,12 +105,9 @@ class ViTHybrid(ViT):
         # Read by the hooks below, which ViT.__init__ calls while building.
         self.resnet_layers = _check_resnet_layers(resnet_layers)
         self.resnet_width = _check_resnet_width(resnet_width)
-        if not isinstance(weight_standardization, bool):
-            raise ValueError(
-                "`weight_standardization` must be True or False. Received: "
-                f"weight_standardization={weight_standardization!r}"
-            )
-        self.weight_standardization = weight_standardization
+        self.weight_standardization = check_bool(
+            weight_standardization, "weight_standardization"
+        )
         super().__init__(patch_size=patch_size, name=name, **kwargs)
 
     def _architecture_config(self, **config):

@@ -343,7 +343,7 @@ class ViT(keras.Model):
             self.jit_compile = chosen
 
     def _xla_inference(self):
-        if keras.backend.backend() != "tensorflow" or not self._xla_on_cpu_inference:
+        if keras.backend.backend() != "tensorflow":
             return False
         if not getattr(self, "_jit_compile_auto", True) or self.run_eagerly:
             return False
@@ -352,9 +352,6 @@ class ViT(keras.Model):
         if self.jit_compile or tf.config.list_logical_devices("GPU"):
             return False  # Keras has decided already (XLA on accelerators).
         return self.distribute_strategy.num_replicas_in_sync == 1
-
-    # Whether `_xla_inference` applies to this class (measured per family).
-    _xla_on_cpu_inference = True
 
     # Hooks for models with a convolutional stem (see `ViTHybrid`).
     def _architecture_config(self, **config):
@@ -419,10 +416,9 @@ class ViT(keras.Model):
         values = {v.path: keras.ops.convert_to_numpy(v) for v in self.weights}
         for layer in self._flatten_layers():
             if isinstance(layer, StdConv2D) and layer.standardize:
-                kernel = values[layer.kernel.path].astype("float64")
-                mean = kernel.mean(axis=(0, 1, 2), keepdims=True)
-                std = kernel.std(axis=(0, 1, 2), keepdims=True)
-                values[layer.kernel.path] = (kernel - mean) / (std + layer.epsilon)
+                values[layer.kernel.path] = keras.ops.convert_to_numpy(
+                    layer.standardized_kernel(layer.kernel)
+                )
         embedding = copy.get_layer("embedding")
         if copy.grid_size != self.grid_size:
             path = embedding.pos_embedding.path
