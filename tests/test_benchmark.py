@@ -12,6 +12,17 @@ sys.path.insert(0, str(TOOLS))
 import benchmark  # noqa: E402
 
 
+def test_architectures_are_the_library_table():
+    """The benchmark's (patch, hidden, layers, heads, mlp) rows are keras_vit's variants."""
+    from keras_vit.models.variants import ARCHITECTURES
+
+    for name, row in benchmark.ARCHS.items():
+        if name != "tiny":
+            arch = ARCHITECTURES[name]
+            assert row == tuple(arch[k] for k in (
+                "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")), name
+
+
 def test_flops_match_torch_flop_counter():
     """The analytic FLOP count equals torch's counter on an HF ViT (eager attention)."""
     torch = pytest.importorskip("torch")

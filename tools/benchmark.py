@@ -83,7 +83,10 @@ DEFAULT_WORKLOADS = ("infer-b16-bs1", "infer-b16-bs8", "train-s16-bs16")
 SMOKE_WORKLOADS = ("infer-tiny-bs2", "train-tiny-bs2")
 GPU_WORKLOADS = ("infer-b16-bs64", "infer-l16-bs64", "train-b16-bs32", "train-l16-bs32")
 DTYPES = ("float32", "bfloat16")
-ARCHS = {  # (patch, hidden, layers, heads, mlp); same table as the worker
+# (patch, hidden, layers, heads, mlp), as keras_vit's ARCHITECTURES (a test
+# keeps them equal; importing keras_vit here would load Keras into every
+# worker, HF's included). "tiny" is for --smoke.
+ARCHS = {
     "tiny": (8, 32, 2, 2, 64),
     "S/16": (16, 384, 12, 6, 1536),
     "B/16": (16, 768, 12, 12, 3072),

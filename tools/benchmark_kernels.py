@@ -21,11 +21,7 @@ import pathlib
 import sys
 import time
 
-ARCHS = {  # (hidden, heads, mlp, tokens at 224 px)
-    "tiny": (32, 2, 64, 17),
-    "S/16": (384, 6, 1536, 197),
-    "B/16": (768, 12, 3072, 197),
-}
+from benchmark import ARCHS  # this script's folder is on sys.path
 
 
 def _timer(reps):
@@ -112,7 +108,8 @@ def run(arch, batch, reps):
     from keras_vit.layers import MlpBlock, MultiHeadSelfAttention, TransformerBlock, kernels
 
     backend = keras.backend.backend()
-    hidden, heads, mlp, tokens = ARCHS[arch]
+    patch, hidden, _, heads, mlp = ARCHS[arch]
+    tokens = ((32 if arch == "tiny" else 224) // patch) ** 2 + 1
     x = np.random.default_rng(0).standard_normal((batch, tokens, hidden), dtype=np.float32)
     measure = _timer(reps)
     rows = []

@@ -16,13 +16,8 @@ import statistics
 import sys
 import time
 
-# Architectures: (patch, hidden, layers, heads, mlp). "tiny" is for --smoke.
-ARCHS = {
-    "tiny": (8, 32, 2, 2, 64),
-    "S/16": (16, 384, 12, 6, 1536),
-    "B/16": (16, 768, 12, 12, 3072),
-    "L/16": (16, 1024, 24, 16, 4096),
-}
+from benchmark import ARCHS  # this script's folder is on sys.path
+
 CLASSES = 1000
 
 
