@@ -16,6 +16,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit.validation import check_int, check_positive_int
+
 
 @dataclasses.dataclass
 class FewShotResult:
@@ -208,11 +210,8 @@ def few_shot_linear(
     >>> result.accuracy
     1.0
     """
-    for value, name in ((shots, "shots"), (batch_size, "batch_size")):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(
-                f"`{name}` must be a positive int. Received: {name}={value!r}"
-            )
+    check_positive_int(shots, "shots")
+    check_positive_int(batch_size, "batch_size")
     if num_classes is None:
         if not (isinstance(train_data, (tuple, list)) and len(train_data) == 2):
             raise ValueError(
@@ -220,10 +219,7 @@ def few_shot_linear(
                 "tuple of arrays. Received: num_classes=None"
             )
         num_classes = int(np.max(train_data[1])) + 1
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
-        raise ValueError(
-            f"`num_classes` must be an int >= 2. Received: num_classes={num_classes!r}"
-        )
+    check_int(num_classes, "num_classes", minimum=2)
     rng = np.random.default_rng(seed)
     features = _featurizer(model, batch_size)
     train_images, train_labels = _sample_shots(train_data, shots, num_classes, rng)

@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers import kernels
-from keras_vit.layers.utils import check_positive_int, check_rate
+from keras_vit.validation import check_positive_int, check_rate
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit.layers.utils import pair
+from keras_vit.validation import pair
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_vit.layers import kernels
 from keras_vit.layers.attention import MultiHeadSelfAttention
-from keras_vit.layers.utils import (
+from keras_vit.validation import (
     check_positive_float,
     check_positive_int,
     check_rate,

@@ -37,6 +37,8 @@ import threading
 
 import keras
 
+from keras_vit.validation import check_choice
+
 NAMES = ("none", "auto", "data_parallel", "mirrored", "multi_worker", "model_parallel", "tpu")
 
 
@@ -282,8 +284,7 @@ def get_distribution(
     >>> get_distribution("none").num_replicas
     1
     """
-    if name not in NAMES:
-        raise ValueError(f"`name` must be one of {NAMES}. Received: name={name!r}")
+    check_choice(name, NAMES, "name")
     backend = keras.backend.backend()
     if backend == "tensorflow":
         return _tf_distribution(name, tpu, devices, timeout)

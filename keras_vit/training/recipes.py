@@ -23,23 +23,9 @@ import math
 import keras
 from keras import ops
 
+from keras_vit.validation import check_choice, check_float, check_int
+
 DECAYS = ("cosine", "linear", "constant")
-
-
-def _check_int(value, name, minimum):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(
-            f"`{name}` must be an int >= {minimum}. Received: {name}={value!r}"
-        )
-    return value
-
-
-def _check_float(value, name, minimum=0.0):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-        raise ValueError(
-            f"`{name}` must be a number >= {minimum}. Received: {name}={value!r}"
-        )
-    return float(value)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -83,19 +69,18 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         name="warmup_decay",
     ):
         super().__init__()
-        self.base_learning_rate = _check_float(base_learning_rate, "base_learning_rate")
-        self.total_steps = _check_int(total_steps, "total_steps", 1)
-        self.warmup_steps = _check_int(warmup_steps, "warmup_steps", 0)
+        self.base_learning_rate = check_float(base_learning_rate, "base_learning_rate", minimum=0.0)
+        self.total_steps = check_int(total_steps, "total_steps", minimum=1)
+        self.warmup_steps = check_int(warmup_steps, "warmup_steps", minimum=0)
         if self.warmup_steps > self.total_steps:
             raise ValueError(
                 "`warmup_steps` must not exceed `total_steps`. Received: "
                 f"warmup_steps={warmup_steps}, total_steps={total_steps}"
             )
-        if decay not in DECAYS:
-            raise ValueError(f"`decay` must be one of {DECAYS}. Received: decay={decay!r}")
+        check_choice(decay, DECAYS, "decay")
         self.decay = decay
-        self.end_learning_rate = _check_float(end_learning_rate, "end_learning_rate")
-        self.steps_per_update = _check_int(steps_per_update, "steps_per_update", 1)
+        self.end_learning_rate = check_float(end_learning_rate, "end_learning_rate", minimum=0.0)
+        self.steps_per_update = check_int(steps_per_update, "steps_per_update", minimum=1)
         self.name = name
 
     def __call__(self, step):
@@ -137,10 +122,10 @@ def accumulation_steps(global_batch_size, device_batch_size=None):
     Returns:
         int `k >= 1` with `k * device_batch_size == global_batch_size`.
     """
-    _check_int(global_batch_size, "global_batch_size", 1)
+    check_int(global_batch_size, "global_batch_size", minimum=1)
     if device_batch_size is None:
         return 1
-    _check_int(device_batch_size, "device_batch_size", 1)
+    check_int(device_batch_size, "device_batch_size", minimum=1)
     if global_batch_size % device_batch_size:
         raise ValueError(
             "`global_batch_size` must be a multiple of `device_batch_size`. "
@@ -158,8 +143,8 @@ def scaled_learning_rate(base_learning_rate, global_batch_size, reference_batch_
     >>> scaled_learning_rate(0.03, 128)
     0.0075
     """
-    _check_int(global_batch_size, "global_batch_size", 1)
-    _check_int(reference_batch_size, "reference_batch_size", 1)
+    check_int(global_batch_size, "global_batch_size", minimum=1)
+    check_int(reference_batch_size, "reference_batch_size", minimum=1)
     return base_learning_rate * global_batch_size / reference_batch_size
 
 
@@ -317,7 +302,7 @@ class SparseCategoricalCrossentropyWithSmoothing(keras.losses.Loss):
 
 def classification_loss(from_logits=False, label_smoothing=0.0):
     """Cross-entropy for integer labels, optionally label-smoothed."""
-    smoothing = _check_float(label_smoothing, "label_smoothing")
+    smoothing = check_float(label_smoothing, "label_smoothing", minimum=0.0)
     if smoothing >= 1:
         raise ValueError(
             f"`label_smoothing` must be in [0, 1). Received: label_smoothing={label_smoothing}"

@@ -1,0 +1,152 @@
+"""Argument checks shared by every part of keras_vit.
+
+Each checker returns the (normalised) value or raises a `ValueError` of the
+form "`name` must be <what is allowed>. Received: name=<value>", so that a
+bad argument is reported before any work starts. Plain Python: no Keras and
+nothing else of keras_vit is imported here.
+"""
+
+import math
+
+
+def _fail(name, allowed, value):
+    raise ValueError(f"`{name}` must be {allowed}. Received: {name}={value!r}")
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def pair(value, name):
+    """Returns `value` as a `(height, width)` tuple of positive ints.
+
+    Args:
+        value: an int, or a sequence of two ints.
+        name: the argument's name, used in the error message.
+
+    Returns:
+        A tuple of two positive ints.
+
+    Raises:
+        ValueError: when `value` is not a positive int or a pair of them.
+
+    Example:
+
+    >>> pair(16, "patch_size")
+    (16, 16)
+    >>> pair([8, 12], "image_size")
+    (8, 12)
+    """
+    allowed = "a positive int or a pair of positive ints"
+    if _is_int(value):
+        value = (value, value)
+    try:
+        items = tuple(value)
+    except TypeError:
+        _fail(name, allowed, value)
+    if len(items) != 2 or not all(_is_int(v) and v > 0 for v in items):
+        _fail(name, allowed, value)
+    return items
+
+
+def check_bool(value, name):
+    """Checks that `value` is True or False."""
+    if not isinstance(value, bool):
+        _fail(name, "True or False", value)
+    return value
+
+
+def check_rate(value, name):
+    """Checks that a dropout-like rate is a number in [0, 1)."""
+    if not _is_number(value) or not 0.0 <= value < 1.0:
+        _fail(name, "a float in [0, 1)", value)
+    return float(value)
+
+
+def check_int(value, name, minimum=None, maximum=None, allow_none=False):
+    """Checks that `value` is an int within `[minimum, maximum]`.
+
+    Example:
+
+    >>> check_int(3, "bits", minimum=1, maximum=8)
+    3
+    >>> check_int(9, "bits", minimum=1, maximum=8)
+    Traceback (most recent call last):
+    ...
+    ValueError: `bits` must be an int in [1, 8]. Received: bits=9
+    """
+    if value is None and allow_none:
+        return None
+    if minimum is not None and maximum is not None:
+        allowed = f"an int in [{minimum}, {maximum}]"
+    elif minimum is not None:
+        allowed = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+    else:
+        allowed = "an int"
+    if allow_none:
+        allowed += " or None"
+    ok = (
+        _is_int(value)
+        and (minimum is None or value >= minimum)
+        and (maximum is None or value <= maximum)
+    )
+    if not ok:
+        _fail(name, allowed, value)
+    return value
+
+
+def check_positive_int(value, name, allow_none=False):
+    """Checks that `value` is an int >= 1 (or None when allowed)."""
+    return check_int(value, name, minimum=1, allow_none=allow_none)
+
+
+def check_float(value, name, minimum=None, maximum=None):
+    """Checks that `value` is a finite number within `[minimum, maximum]`."""
+    if minimum is not None and maximum is not None:
+        allowed = f"a number in [{minimum}, {maximum}]"
+    elif minimum is not None:
+        allowed = f"a number >= {minimum}"
+    else:
+        allowed = "a finite number"
+    ok = (
+        _is_number(value)
+        and math.isfinite(value)
+        and (minimum is None or value >= minimum)
+        and (maximum is None or value <= maximum)
+    )
+    if not ok:
+        _fail(name, allowed, value)
+    return float(value)
+
+
+def check_fraction(value, name, allow_none=False):
+    """Checks that `value` is a number in (0, 1] (or None when allowed)."""
+    if value is None and allow_none:
+        return None
+    if not _is_number(value) or not 0 < value <= 1:
+        _fail(name, "a number in (0, 1]" + (" or None" if allow_none else ""), value)
+    return float(value)
+
+
+def check_positive_float(value, name):
+    """Checks that `value` is a finite number > 0."""
+    if not _is_number(value) or not math.isfinite(value) or not value > 0:
+        _fail(name, "a positive float", value)
+    return float(value)
+
+
+def check_choice(value, allowed, name):
+    """Checks that `value` is one of `allowed`.
+
+    Example:
+
+    >>> check_choice("avg", ("token", "avg", "max"), "pooling")
+    'avg'
+    """
+    if value not in allowed:
+        _fail(name, f"one of {tuple(allowed)}", value)
+    return value
