@@ -3,7 +3,9 @@
 Works unchanged on the jax, tensorflow and torch backends (`KERAS_BACKEND`).
 """
 
-from keras_vit import layers
+import sys
+
+from keras_vit import architectures, layers
 from keras_vit.models import (
     ARCHITECTURES,
     R26ViTB32,
@@ -25,3 +27,10 @@ from keras_vit.models import (
 )
 from keras_vit.version import __version__
 from keras_vit.preprocessing import decode_predictions, preprocess_input
+
+# `keras_vit.inspect`, the module's former name (it shadowed the standard
+# library's `inspect` inside the package), stays importable.
+from keras_vit import inspection  # noqa: E402
+
+inspect = inspection
+sys.modules[__name__ + ".inspect"] = inspection

@@ -17,6 +17,8 @@ import numpy as np
 import keras
 from keras import ops
 
+from keras_vit.validation import check_choice, check_int, check_positive_int
+
 HEAD_FUSIONS = ("mean", "max", "min")
 
 
@@ -41,9 +43,7 @@ def effective_patch_size(model):
     >>> effective_patch_size(model)
     (8, 8)
     """
-    stride = model._stem_stride() if hasattr(model, "_stem_stride") else 1
-    ph, pw = model.patch_size
-    return (stride * ph, stride * pw)
+    return tuple(model.effective_patch_size)
 
 
 def _as_batch(images):
@@ -56,13 +56,6 @@ def _as_batch(images):
             f"(height, width, channels). Received: images.shape={images.shape}"
         )
     return images
-
-
-def _check_batch_size(batch_size):
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(
-            f"`batch_size` must be a positive int. Received: batch_size={batch_size!r}"
-        )
 
 
 def _layer_indices(model, layers):
@@ -154,7 +147,7 @@ def attention_maps(model, images, layers=None, batch_size=8):
     {1: (1, 2, 17, 17)}
     """
     images = _as_batch(images)
-    _check_batch_size(batch_size)
+    check_positive_int(batch_size, "batch_size")
     layers = _layer_indices(model, layers)
     parts = {i: [] for i in layers}
     for _, i, probs in _walk(model, images, layers, batch_size):
@@ -209,13 +202,9 @@ def attention_rollout(
     >>> maps.shape, grid.shape
     ((1, 32, 32), (1, 4, 4))
     """
-    if head_fusion not in HEAD_FUSIONS:
-        raise ValueError(
-            f"`head_fusion` must be one of {HEAD_FUSIONS}. "
-            f"Received: head_fusion={head_fusion!r}"
-        )
+    check_choice(head_fusion, HEAD_FUSIONS, "head_fusion")
     images = _as_batch(images)
-    _check_batch_size(batch_size)
+    check_positive_int(batch_size, "batch_size")
     layers = list(range(len(model.encoder_blocks)))
     prefix = _num_prefix(model)
     gh, gw = _grid(model, images)
@@ -300,7 +289,7 @@ def mean_attention_distance(model, images, per_image=False, batch_size=8):
     (2, 2)
     """
     images = _as_batch(images)
-    _check_batch_size(batch_size)
+    check_positive_int(batch_size, "batch_size")
     layers = list(range(len(model.encoder_blocks)))
     prefix = _num_prefix(model)
     distances = patch_distances(model, _grid(model, images))
@@ -380,10 +369,7 @@ def embedding_filters(model, n=28):
             f"Received: model={model.name!r}"
         )
     limit = min(dim, ph * pw * channels)
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= limit:
-        raise ValueError(
-            f"`n` must be an int in [1, {limit}]. Received: n={n!r}"
-        )
+    check_int(n, "n", minimum=1, maximum=limit)
     filters = kernel.reshape(-1, dim).T.astype("float64")
     filters -= filters.mean(axis=0, keepdims=True)
     _, _, components = np.linalg.svd(filters, full_matrices=False)

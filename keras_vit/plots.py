@@ -1,4 +1,4 @@
-"""PNG plots of the `keras_vit.inspect` analyses (paper Fig. 6-7).
+"""PNG plots of the `keras_vit.inspection` analyses (paper Fig. 6-7).
 
 Figures are drawn with Matplotlib's Agg canvas directly (no `pyplot`), so
 plotting never touches a GUI or the global pyplot state. Matplotlib is an
@@ -41,7 +41,7 @@ def plot_attention_rollout(image, rollout, path, title=None):
     Args:
         image: `(H, W, 3)` image for display: uint8, or floats (rescaled to
             [0, 1] when outside that range).
-        rollout: `(H, W)` map from `keras_vit.inspect.attention_rollout`.
+        rollout: `(H, W)` map from `keras_vit.inspection.attention_rollout`.
         path: output PNG path.
         title: optional figure title.
 
@@ -83,7 +83,7 @@ def plot_mean_attention_distance(distances, path, title=None):
 
     Args:
         distances: `(layers, heads)` pixels, from
-            `keras_vit.inspect.mean_attention_distance`.
+            `keras_vit.inspection.mean_attention_distance`.
         path: output PNG path.
         title: optional title.
 
@@ -116,7 +116,7 @@ def plot_position_embedding_similarity(similarity, path, title=None):
 
     Args:
         similarity: `(gh, gw, gh, gw)` array from
-            `keras_vit.inspect.position_embedding_similarity`.
+            `keras_vit.inspection.position_embedding_similarity`.
         path: output PNG path.
         title: optional title.
 
@@ -153,7 +153,7 @@ def plot_embedding_filters(filters, path, columns=7, title=None):
 
     Args:
         filters: `(n, ph, pw, 3)` array in [0, 1], from
-            `keras_vit.inspect.embedding_filters`.
+            `keras_vit.inspection.embedding_filters`.
         path: output PNG path.
         columns: int, components per row, default 7.
         title: optional title.

@@ -10,12 +10,13 @@ import reference
 import reference_resnet
 import synthetic
 from keras_vit.models import ARCHITECTURES, CONSTRUCTORS, ViTHybrid
-from keras_vit.models.variants import architecture_name
+from keras_vit.architectures import architecture_name
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
 HYBRIDS = sorted(n for n, a in CONSTRUCTORS.items() if "resnet_layers" in ARCHITECTURES[a])
 
-# ../shared/CHECKPOINTS.md §4, computed there from the official Flax model:
+# Counted from the parameter shapes of the official Flax model (vit_jax
+# models_vit.VisionTransformer under jax.eval_shape, see docs/checkpoints.md):
 # the 224 px grid and parameter counts for some head configurations (the
 # registry tests cover those of every published checkpoint).
 OFFICIAL = {
@@ -97,7 +98,7 @@ def test_stem_only_with_patches():
 
 
 def hybrid_params(rng, resnet_layers, resnet_width, grid, patch_size=1, **vit):
-    """A random official-layout hybrid checkpoint (CHECKPOINTS.md §2.2).
+    """A random official-layout hybrid checkpoint (docs/checkpoints.md §2).
 
     GroupNorm parameters alternate between `(C,)` and the `(1, 1, 1, C)` of
     the released files.
@@ -144,7 +145,7 @@ def hybrid_params(rng, resnet_layers, resnet_width, grid, patch_size=1, **vit):
 
 
 def _official_key(path):
-    # Independent of keras_vit.weights: the renames of CHECKPOINTS.md §2.
+    # Independent of keras_vit.weights: the renames of docs/checkpoints.md §2.
     head, leaf = path.rsplit("/", 1)
     key = f"{head}/{ {'gamma': 'scale', 'beta': 'bias'}.get(leaf, leaf)}"
     if key.startswith(("encoderblock_", "encoder_norm/")):
@@ -153,7 +154,7 @@ def _official_key(path):
 
 
 def _tiny_checkpoint(rng, config=TINY_HYBRID):
-    grid = tuple(s // (8 * config["patch_size"]) for s in keras_vit.layers.utils.pair(config["image_size"], "s"))
+    grid = tuple(s // (8 * config["patch_size"]) for s in keras_vit.validation.pair(config["image_size"], "s"))
     return hybrid_params(
         rng, config["resnet_layers"], config["resnet_width"], grid, config["patch_size"],
         hidden_size=config["hidden_size"], num_layers=config["num_layers"],
@@ -308,7 +309,7 @@ def test_registered_hybrid_weights():
     from keras_vit.weights.registry import list_records
 
     records = {r.key: r for r in list_records() if "resnet_layers" in ARCHITECTURES[r.architecture]}
-    # CHECKPOINTS.md §1.2-1.4: the original paper's hybrid files and the
+    # docs/checkpoints.md §1: the original paper's hybrid files and the
     # recommended AugReg hybrids with their ImageNet-1k fine-tunes.
     assert set(records) == {
         ("R50+B/16", "imagenet21k"),

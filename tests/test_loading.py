@@ -77,7 +77,7 @@ def test_other_class_count_gets_zero_head_and_warning(tmp_path, rng):
         model = tiny_model(weights=write_npz(tmp_path, params), classes=3)
     assert not to_numpy(model.get_layer("head").kernel).any()
     assert not to_numpy(model.get_layer("head").bias).any()
-    np.testing.assert_array_equal(to_numpy(model.get_layer("embedding").cls), params["cls"])
+    np.testing.assert_array_equal(to_numpy(model.get_layer("embedding").class_embedding), params["cls"])
 
 
 def test_include_top_false_ignores_classifier(tmp_path, rng):
@@ -119,7 +119,7 @@ def test_keras_weights_round_trip_and_adapt(tmp_path, rng):
 def test_registry_name_is_fetched(monkeypatch, tmp_path, rng):
     import dataclasses
 
-    from keras_vit.models.variants import ARCHITECTURES
+    from keras_vit.architectures import ARCHITECTURES
     from keras_vit.weights import download, registry
 
     arch = {k: v for k, v in TINY.items() if k != "image_size"}

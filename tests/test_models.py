@@ -12,7 +12,8 @@ from conftest import TINY, to_numpy
 from keras_vit.models import ARCHITECTURES, CONSTRUCTORS
 
 # Official parameter counts, 1000-way head, no pre-logits (vit_jax
-# models_test.py MODEL_SIZES at 224; ../shared/CHECKPOINTS.md §4 at 384).
+# models_test.py MODEL_SIZES at 224; at 384 counted from the official Flax
+# model's parameter shapes).
 OFFICIAL_PARAMS = {
     "Ti/16": (5_717_416, 5_790_376),
     "S/16": (22_050_664, 22_196_584),

@@ -1,16 +1,14 @@
 """The weights table: fields, names, errors, and exact parameter counts."""
 
 import dataclasses
-import doctest
 import re
 
 import keras
 import pytest
 
 import keras_vit
-from keras_vit.models.variants import ARCHITECTURES
+from keras_vit.architectures import ARCHITECTURES
 from keras_vit.weights import download, registry
-from keras_vit.weights import record as record_module
 from keras_vit.weights.registry import (
     WEIGHTS,
     UnknownWeightsError,
@@ -215,9 +213,3 @@ def test_markdown_table():
     assert archs == sorted(archs, key=order.index)
 
 
-@pytest.mark.parametrize(
-    "module", [record_module, registry, download], ids=["record", "registry", "download"]
-)
-def test_docstring_examples(module):
-    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0

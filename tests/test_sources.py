@@ -1,7 +1,5 @@
 """Checkpoint readers: every layout becomes the official flat dict."""
 
-import doctest
-import importlib
 import pathlib
 
 import numpy as np
@@ -168,21 +166,3 @@ def test_real_npz_and_safetensors_hold_the_same_tensors():
     assert_same_dict(timm, npz)
     info = describe_weights(pathlib.Path(DEIT_NPZ), dict(patch_size=16))
     assert (info.image_size, info.classes) == (224, 1000)
-
-
-@pytest.mark.parametrize(
-    "module_name",
-    ["mapping", "posemb", "sources", "timm_layout", "describe", "loader", "reference"],
-)
-def test_docstring_examples(module_name):
-    if module_name == "reference":
-        import reference
-
-        module = reference._module
-    else:
-        module = importlib.import_module(f"keras_vit.weights.{module_name}")
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
-    for test in doctest.DocTestFinder(exclude_empty=True).find(module):
-        runner.run(test)
-    result = runner.summarize(verbose=False)
-    assert result.failed == 0 and result.attempted > 0

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers import kernels
-from keras_vit.layers.utils import check_positive_int, pair
+from keras_vit.validation import check_positive_int, pair
 
 
 def _interpolation_matrix(new, old, dtype):
@@ -139,7 +139,7 @@ class PatchEncoder(keras.layers.Layer):
             name="bias", shape=(self.hidden_size,), initializer=self.bias_initializer
         )
         if self.class_token:
-            self.cls = self.add_weight(
+            self.class_embedding = self.add_weight(
                 name="cls",
                 shape=(1, 1, self.hidden_size),
                 initializer=self.class_token_initializer,
@@ -178,7 +178,7 @@ class PatchEncoder(keras.layers.Layer):
         tokens = ops.reshape(patches, (-1, grid[0] * grid[1], kernel.shape[0]))
         x = kernels.dense(tokens, kernel, ops.cast(self.bias, self.compute_dtype))
         if self.class_token:
-            cls = ops.cast(self.cls, self.compute_dtype)
+            cls = ops.cast(self.class_embedding, self.compute_dtype)
             cls = ops.broadcast_to(cls, (ops.shape(x)[0], 1, self.hidden_size))
             x = ops.concatenate([cls, x], axis=1)
         return x + self.position_embedding_for(grid)

@@ -3,7 +3,13 @@
 import keras
 from keras import ops
 
-POOLING_MODES = ("token", "avg", "max", "gap")
+from keras_vit.validation import check_choice
+
+POOLING_MODES = ("token", "avg", "max")
+# The official code's name for averaging the tokens of a model without a
+# class token; with no prefix tokens that is "avg". Kept so that configs
+# saved with it load.
+_ALIASES = {"gap": "avg"}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -13,8 +19,7 @@ class TokenPooling(keras.layers.Layer):
     Args:
         mode: "token" takes the class token (the first token); "avg" and "max"
             reduce over the patch tokens (those after the `num_prefix_tokens`
-            prefix); "gap" averages over every token (the official "gap"
-            classifier, used by models without a class token).
+            prefix). "gap", the official classifier's name, is "avg".
         num_prefix_tokens: int, number of leading non-patch tokens (1 with a
             class token, else 0).
 
@@ -29,10 +34,8 @@ class TokenPooling(keras.layers.Layer):
 
     def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
         super().__init__(**kwargs)
-        if mode not in POOLING_MODES:
-            raise ValueError(
-                f"`mode` must be one of {POOLING_MODES}. Received: mode={mode!r}"
-            )
+        mode = _ALIASES.get(mode, mode)
+        check_choice(mode, POOLING_MODES, "mode")
         if mode == "token" and num_prefix_tokens < 1:
             raise ValueError(
                 "mode='token' needs a class token, but the model has none "
@@ -44,8 +47,6 @@ class TokenPooling(keras.layers.Layer):
     def call(self, x):
         if self.mode == "token":
             return x[:, 0]
-        if self.mode == "gap":
-            return ops.mean(x, axis=1)
         patches = x[:, self.num_prefix_tokens :]
         if self.mode == "avg":
             return ops.mean(patches, axis=1)

@@ -10,8 +10,9 @@ max-pool.
 import keras
 from keras import ops
 
-from keras_vit.layers.utils import (
+from keras_vit.validation import (
     check_bool,
+    check_int,
     check_positive_float,
     check_positive_int,
     pair,
@@ -153,14 +154,54 @@ class StdConv2D(keras.layers.Conv2D):
         return config
 
 
-def _check_stride(value, name):
-    if isinstance(value, bool) or value not in (1, 2):
-        raise ValueError(f"`{name}` must be 1 or 2. Received: {name}={value!r}")
-    return value
+class _BottleneckLayer(keras.layers.Layer):
+    """What a bottleneck unit and a stage of them share: their arguments,
+    checks, config and output shape. Subclasses build and call."""
+
+    def __init__(
+        self,
+        filters,
+        strides=1,
+        groups=GROUPS,
+        norm_epsilon=NORM_EPSILON,
+        conv_epsilon=CONV_EPSILON,
+        standardize=True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.filters = check_positive_int(filters, "filters")
+        self.strides = check_int(strides, "strides", minimum=1, maximum=2)
+        self.groups = check_positive_int(groups, "groups")
+        _check_groups(self.filters, self.groups, "filters")
+        self.norm_epsilon = check_positive_float(norm_epsilon, "norm_epsilon")
+        self.conv_epsilon = check_positive_float(conv_epsilon, "conv_epsilon")
+        self.standardize = check_bool(standardize, "standardize")
+        self.input_spec = keras.layers.InputSpec(ndim=4)
+
+    def compute_output_shape(self, input_shape):
+        batch, height, width, _ = input_shape
+        s = self.strides
+        height = None if height is None else -(-height // s)
+        width = None if width is None else -(-width // s)
+        return (batch, height, width, 4 * self.filters)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "filters": self.filters,
+                "strides": self.strides,
+                "groups": self.groups,
+                "norm_epsilon": self.norm_epsilon,
+                "conv_epsilon": self.conv_epsilon,
+                "standardize": self.standardize,
+            }
+        )
+        return config
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class BottleneckUnit(keras.layers.Layer):
+class BottleneckUnit(_BottleneckLayer):
     """Bottleneck ResNet unit with StdConv and GroupNorm (as in BiT).
 
     `relu(shortcut + gn3(conv3(relu(gn2(conv2(relu(gn1(conv1(x)))))))))`:
@@ -193,26 +234,6 @@ class BottleneckUnit(keras.layers.Layer):
     >>> tuple(unit(np.ones((1, 5, 6, 64), "float32")).shape)
     (1, 3, 3, 128)
     """
-
-    def __init__(
-        self,
-        filters,
-        strides=1,
-        groups=GROUPS,
-        norm_epsilon=NORM_EPSILON,
-        conv_epsilon=CONV_EPSILON,
-        standardize=True,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        self.filters = check_positive_int(filters, "filters")
-        self.strides = _check_stride(strides, "strides")
-        self.groups = check_positive_int(groups, "groups")
-        _check_groups(self.filters, self.groups, "filters")
-        self.norm_epsilon = check_positive_float(norm_epsilon, "norm_epsilon")
-        self.conv_epsilon = check_positive_float(conv_epsilon, "conv_epsilon")
-        self.standardize = check_bool(standardize, "standardize")
-        self.input_spec = keras.layers.InputSpec(ndim=4)
 
     def _conv(self, filters, size, strides, name):
         return StdConv2D(
@@ -262,30 +283,9 @@ class BottleneckUnit(keras.layers.Layer):
         y = self.gn3(self.conv3(y))
         return ops.relu(shortcut + y)
 
-    def compute_output_shape(self, input_shape):
-        batch, height, width, _ = input_shape
-        s = self.strides
-        height = None if height is None else -(-height // s)
-        width = None if width is None else -(-width // s)
-        return (batch, height, width, 4 * self.filters)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "filters": self.filters,
-                "strides": self.strides,
-                "groups": self.groups,
-                "norm_epsilon": self.norm_epsilon,
-                "conv_epsilon": self.conv_epsilon,
-                "standardize": self.standardize,
-            }
-        )
-        return config
-
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class ResNetStage(keras.layers.Layer):
+class ResNetStage(_BottleneckLayer):
     """A stage of `num_units` bottleneck units (`unit1`, `unit2`, ...).
 
     Only the first unit strides (and projects its shortcut); the stage's
@@ -296,11 +296,8 @@ class ResNetStage(keras.layers.Layer):
         filters: int, bottleneck width `F` of every unit (output `4 * F`).
         num_units: int >= 1, number of units.
         strides: 1 (default) or 2, the stride of the first unit.
-        groups: int, GroupNorm groups, default 32.
-        norm_epsilon: float, GroupNorm epsilon, default 1e-6.
-        conv_epsilon: float, weight-standardisation epsilon, default 1e-5.
-        standardize: bool, default True: whether the convolutions standardise
-            their kernels (see `StdConv2D`).
+        **kwargs: `groups`, `norm_epsilon`, `conv_epsilon`, `standardize`
+            as in `BottleneckUnit`, and the usual layer arguments.
 
     Input shape:
         `(batch, height, width, channels)`.
@@ -316,27 +313,9 @@ class ResNetStage(keras.layers.Layer):
     (1, 4, 4, 128)
     """
 
-    def __init__(
-        self,
-        filters,
-        num_units,
-        strides=1,
-        groups=GROUPS,
-        norm_epsilon=NORM_EPSILON,
-        conv_epsilon=CONV_EPSILON,
-        standardize=True,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        self.filters = check_positive_int(filters, "filters")
+    def __init__(self, filters, num_units, strides=1, **kwargs):
+        super().__init__(filters, strides=strides, **kwargs)
         self.num_units = check_positive_int(num_units, "num_units")
-        self.strides = _check_stride(strides, "strides")
-        self.groups = check_positive_int(groups, "groups")
-        _check_groups(self.filters, self.groups, "filters")
-        self.norm_epsilon = check_positive_float(norm_epsilon, "norm_epsilon")
-        self.conv_epsilon = check_positive_float(conv_epsilon, "conv_epsilon")
-        self.standardize = check_bool(standardize, "standardize")
-        self.input_spec = keras.layers.InputSpec(ndim=4)
 
     def build(self, input_shape):
         shape = tuple(input_shape)
@@ -362,33 +341,10 @@ class ResNetStage(keras.layers.Layer):
             x = unit(x)
         return x
 
-    def compute_output_shape(self, input_shape):
-        batch, height, width, _ = input_shape
-        s = self.strides
-        height = None if height is None else -(-height // s)
-        width = None if width is None else -(-width // s)
-        return (batch, height, width, 4 * self.filters)
-
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "filters": self.filters,
-                "num_units": self.num_units,
-                "strides": self.strides,
-                "groups": self.groups,
-                "norm_epsilon": self.norm_epsilon,
-                "conv_epsilon": self.conv_epsilon,
-                "standardize": self.standardize,
-            }
-        )
+        config["num_units"] = self.num_units
         return config
-
-
-def resnet_stride(resnet_layers):
-    """Total downsampling of `resnet_backbone`: 4 for the stem, x2 per
-    stage after the first."""
-    return 4 * 2 ** max(len(resnet_layers) - 1, 0)
 
 
 def resnet_backbone(x, resnet_layers, resnet_width=1.0, dtype=None, standardize=True):
@@ -410,7 +366,8 @@ def resnet_backbone(x, resnet_layers, resnet_width=1.0, dtype=None, standardize=
             their kernels (see `StdConv2D`).
 
     Returns:
-        The feature map, downsampled by `resnet_stride(resnet_layers)`.
+        The feature map, downsampled by
+        `keras_vit.architectures.stem_stride(resnet_layers)`.
     """
     width = int(64 * resnet_width)
     x = StdConv2D(

@@ -2,9 +2,10 @@
 
 import keras
 
-from keras_vit.layers.resnet import resnet_backbone, resnet_stride
-from keras_vit.layers.utils import check_bool
+from keras_vit.architectures import stem_stride
+from keras_vit.layers.resnet import StdConv2D, resnet_backbone
 from keras_vit.models.vit import ViT
+from keras_vit.validation import check_bool
 
 
 def _check_resnet_layers(value):
@@ -110,14 +111,15 @@ class ViTHybrid(ViT):
         )
         super().__init__(patch_size=patch_size, name=name, **kwargs)
 
-    def _architecture_config(self, **config):
-        config.update(
-            resnet_layers=self.resnet_layers, resnet_width=self.resnet_width
-        )
+    def architecture_config(self):
+        config = super().architecture_config()
+        config.update(resnet_layers=self.resnet_layers, resnet_width=self.resnet_width)
         return config
 
-    def _stem_stride(self):
-        return resnet_stride(self.resnet_layers)
+    @property
+    def stem_stride(self):
+        """Downsampling of the ResNet before the patches (4, 16 or 32)."""
+        return stem_stride(self.resnet_layers)
 
     def _stem(self, inputs, dtype):
         return resnet_backbone(
@@ -127,6 +129,17 @@ class ViTHybrid(ViT):
             dtype=dtype,
             standardize=self.weight_standardization,
         )
+
+    def _inference_config(self, config):
+        # The copy's kernels are standardised once, below.
+        return dict(config, weight_standardization=False)
+
+    def _inference_values(self, values):
+        for layer in self._flatten_layers():
+            if isinstance(layer, StdConv2D) and layer.standardize:
+                kernel = layer.standardized_kernel(layer.kernel)
+                values[layer.kernel.path] = keras.ops.convert_to_numpy(kernel)
+        return values
 
     def get_config(self):
         config = super().get_config()

@@ -1,52 +1,55 @@
-"""`ViT`: the generic Vision Transformer model (Dosovitskiy et al., 2021)."""
+"""`ViT`: the generic Vision Transformer model (Dosovitskiy et al., 2021).
+
+`ViT` is an architecture: its constructor turns arguments into a graph. The
+`weights` argument is served by two calls into `keras_vit.weights`, before
+and after the graph is built (`describe_weights` fixes the defaults the
+checkpoint implies, `load_weights` loads it); how the model runs on a
+backend lives in `keras_vit.models.runtime`.
+"""
 
 import keras
+import numpy as np
 
+from keras_vit import architectures
+from keras_vit.architectures import CLASSIFIERS, POOLINGS
 from keras_vit.layers import PatchEncoder, Patches, TokenPooling, TransformerBlock
-from keras_vit.layers.utils import (
+from keras_vit.models.runtime import ModelRuntime
+from keras_vit.validation import (
+    check_choice,
+    check_int,
     check_positive_float,
     check_positive_int,
     check_rate,
     pair,
 )
+from keras_vit.weights.describe import WeightsInfo, describe_weights
+from keras_vit.weights.loader import load_weights
+from keras_vit.weights.posemb import resample_posemb
 
-CLASSIFIERS = ("token", "gap")
-POOLINGS = (None, "token", "avg", "max")
 
-
-def _image_size(image_size, input_shape, default):
+def _input_shape(image_size, input_shape, default):
     """Resolves `(height, width, channels)` from `image_size`/`input_shape`."""
-    channels = 3
-    if input_shape is not None:
-        shape = tuple(input_shape) if isinstance(input_shape, (list, tuple)) else None
-        if shape is None or len(shape) != 3:
-            raise ValueError(
-                "`input_shape` must be a tuple (height, width, channels). "
-                f"Received: input_shape={input_shape!r}"
-            )
-        channels = shape[2]
-        if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
-            raise ValueError(
-                "`input_shape` must end with a positive number of channels. "
-                f"Received: input_shape={input_shape!r}"
-            )
-        from_shape = pair(shape[:2], "input_shape")
-        if image_size is not None and pair(image_size, "image_size") != from_shape:
-            raise ValueError(
-                "`image_size` and `input_shape` disagree. Received: "
-                f"image_size={image_size!r}, input_shape={input_shape!r}"
-            )
-        return from_shape + (channels,)
-    size = pair(image_size if image_size is not None else default, "image_size")
-    return size + (channels,)
-
-
-def _check_choice(value, allowed, name):
-    if value not in allowed:
+    if input_shape is None:
+        return pair(image_size if image_size is not None else default, "image_size") + (3,)
+    shape = tuple(input_shape) if isinstance(input_shape, (list, tuple)) else None
+    if shape is None or len(shape) != 3:
         raise ValueError(
-            f"`{name}` must be one of {allowed}. Received: {name}={value!r}"
+            "`input_shape` must be a tuple (height, width, channels). "
+            f"Received: input_shape={input_shape!r}"
         )
-    return value
+    channels = shape[2]
+    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
+        raise ValueError(
+            "`input_shape` must end with a positive number of channels. "
+            f"Received: input_shape={input_shape!r}"
+        )
+    size = pair(shape[:2], "input_shape")
+    if image_size is not None and pair(image_size, "image_size") != size:
+        raise ValueError(
+            "`image_size` and `input_shape` disagree. Received: "
+            f"image_size={image_size!r}, input_shape={input_shape!r}"
+        )
+    return size + (channels,)
 
 
 def _check_activation(value):
@@ -62,8 +65,41 @@ def _check_activation(value):
     return value
 
 
+def _check_transformer(hidden_size, num_layers, num_heads, mlp_dim):
+    check_positive_int(hidden_size, "hidden_size")
+    check_int(num_layers, "num_layers", minimum=0)
+    check_positive_int(num_heads, "num_heads")
+    check_positive_int(mlp_dim, "mlp_dim")
+    if hidden_size % num_heads:
+        raise ValueError(
+            "`hidden_size` must be divisible by `num_heads`. "
+            f"Received: hidden_size={hidden_size}, num_heads={num_heads}"
+        )
+
+
+def _check_head(classifier, pooling, representation_size, classifier_activation):
+    check_choice(classifier, CLASSIFIERS, "classifier")
+    check_choice(pooling, POOLINGS, "pooling")
+    if pooling == "token" and classifier != "token":
+        raise ValueError(
+            "pooling='token' needs a class token, but classifier='gap' "
+            "builds none. Received: pooling='token', classifier='gap'"
+        )
+    check_positive_int(representation_size, "representation_size", allow_none=True)
+    return _check_activation(classifier_activation)
+
+
+def _check_numerics(gelu_approximate, layer_norm_epsilon):
+    if gelu_approximate not in (None, True, False):
+        raise ValueError(
+            "`gelu_approximate` must be True, False or None. "
+            f"Received: gelu_approximate={gelu_approximate!r}"
+        )
+    return check_positive_float(layer_norm_epsilon, "layer_norm_epsilon")
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
-class ViT(keras.Model):
+class ViT(ModelRuntime, keras.Model):
     """Vision Transformer (ViT), "An Image is Worth 16x16 Words".
 
     A functional `keras.Model`: images are cut into patches, embedded with a
@@ -158,221 +194,153 @@ class ViT(keras.Model):
         dtype=None,
         **kwargs,
     ):
-        patch_size = pair(patch_size, "patch_size")
-        hidden_size = check_positive_int(hidden_size, "hidden_size")
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 0:
-            raise ValueError(
-                "`num_layers` must be a non-negative int. "
-                f"Received: num_layers={num_layers!r}"
-            )
-        num_heads = check_positive_int(num_heads, "num_heads")
-        mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
-        if hidden_size % num_heads:
-            raise ValueError(
-                "`hidden_size` must be divisible by `num_heads`. "
-                f"Received: hidden_size={hidden_size}, num_heads={num_heads}"
-            )
-        _check_choice(classifier, CLASSIFIERS, "classifier")
-        representation_size = check_positive_int(
-            representation_size, "representation_size", allow_none=True
+        self.patch_size = pair(patch_size, "patch_size")
+        _check_transformer(hidden_size, num_layers, num_heads, mlp_dim)
+        self.hidden_size, self.num_layers = hidden_size, num_layers
+        self.num_heads, self.mlp_dim = num_heads, mlp_dim
+        self.classifier = classifier
+        self.classifier_activation = _check_head(
+            classifier, pooling, representation_size, classifier_activation
         )
-        _check_choice(pooling, POOLINGS, "pooling")
-        if pooling == "token" and classifier != "token":
-            raise ValueError(
-                "pooling='token' needs a class token, but classifier='gap' "
-                "builds none. Received: pooling='token', classifier='gap'"
-            )
-        classifier_activation = _check_activation(classifier_activation)
-        dropout_rate = check_rate(dropout_rate, "dropout_rate")
-        attention_dropout_rate = check_rate(
-            attention_dropout_rate, "attention_dropout_rate"
-        )
-        stochastic_depth_rate = check_rate(
-            stochastic_depth_rate, "stochastic_depth_rate"
-        )
-        layer_norm_epsilon = check_positive_float(
-            layer_norm_epsilon, "layer_norm_epsilon"
-        )
-        if gelu_approximate not in (None, True, False):
-            raise ValueError(
-                "`gelu_approximate` must be True, False or None. "
-                f"Received: gelu_approximate={gelu_approximate!r}"
-            )
+        self.representation_size, self.pooling = representation_size, pooling
+        self.include_top = bool(include_top)
+        self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
+        self.attention_dropout_rate = check_rate(attention_dropout_rate, "attention_dropout_rate")
+        self.stochastic_depth_rate = check_rate(stochastic_depth_rate, "stochastic_depth_rate")
+        self.layer_norm_epsilon = _check_numerics(gelu_approximate, layer_norm_epsilon)
 
-        architecture = self._architecture_config(
-            patch_size=patch_size,
-            hidden_size=hidden_size,
-            num_layers=num_layers,
-            num_heads=num_heads,
-            mlp_dim=mlp_dim,
-            classifier=classifier,
-        )
-        source = None
-        if weights is not None:
-            from keras_vit.weights import describe_weights
-
-            source = describe_weights(weights, architecture)
-        default_size = source.image_size if source and source.image_size else 224
-        height, width, channels = _image_size(image_size, input_shape, default_size)
-        if source is not None and channels != 3:
+        # What the checkpoint fixes (resolution, classes, GELU, channels).
+        info = WeightsInfo() if weights is None else describe_weights(weights, self.architecture_config())
+        shape = _input_shape(image_size, input_shape, info.image_size or 224)
+        if info.channels not in (None, shape[2]):
             raise ValueError(
-                "Pretrained weights take 3-channel images. Received: "
+                f"The weights take {info.channels}-channel images. Received: "
                 f"input_shape={input_shape!r} with weights={weights!r}"
             )
+        self.image_size, self.num_channels = shape[:2], shape[2]
+        self.grid_size = self._grid(self.image_size)
         if classes is None:
-            classes = source.classes if source and source.classes else 1000
-        if include_top:
-            classes = check_positive_int(classes, "classes")
+            classes = info.classes or 1000
+        self.classes = check_positive_int(classes, "classes") if include_top else classes
         if gelu_approximate is None:
-            gelu_approximate = (
-                source.gelu_approximate
-                if source is not None and source.gelu_approximate is not None
-                else True
-            )
+            gelu_approximate = True if info.gelu_approximate is None else info.gelu_approximate
+        self.gelu_approximate = bool(gelu_approximate)
 
-        stride = self._stem_stride()
-        cell = (stride * patch_size[0], stride * patch_size[1])
-        if height % cell[0] or width % cell[1]:
+        inputs = keras.Input(shape=shape, name="image")
+        outputs = self._head(self._encoder(self._embedding(inputs, dtype), dtype), dtype)
+        super().__init__(inputs=inputs, outputs=outputs, name=name, dtype=dtype, **kwargs)
+        # Any image size divisible by the patch size is accepted at call time.
+        self.input_spec = keras.layers.InputSpec(shape=(None, None, None, self.num_channels))
+        if weights is not None:
+            load_weights(self, weights)
+
+    def architecture_config(self):
+        """The arguments that identify the architecture (a table row).
+
+        Returns:
+            A dict with `patch_size`, `hidden_size`, `num_layers`,
+            `num_heads` and `mlp_dim` (hybrids add their ResNet's).
+        """
+        return dict(
+            patch_size=self.patch_size,
+            hidden_size=self.hidden_size,
+            num_layers=self.num_layers,
+            num_heads=self.num_heads,
+            mlp_dim=self.mlp_dim,
+        )
+
+    @property
+    def stem_stride(self):
+        """Downsampling before the patches: 1 (no stem) for a plain ViT."""
+        return 1
+
+    @property
+    def effective_patch_size(self):
+        """Image pixels covered by one token, `(height, width)`."""
+        return tuple(self.stem_stride * p for p in self.patch_size)
+
+    @property
+    def num_prefix_tokens(self):
+        """Tokens before the patch tokens: 1 with a class token, else 0."""
+        return int(self.classifier == "token")
+
+    def _grid(self, image_size):
+        cell = self.effective_patch_size
+        if image_size[0] % cell[0] or image_size[1] % cell[1]:
+            stride = self.stem_stride
             raise ValueError(
                 "The image size must be divisible by the patch size"
                 + (f" times the stem stride ({stride})" if stride > 1 else "")
-                + f". Received: image_size={(height, width)}, "
-                f"patch_size={patch_size}"
+                + f". Received: image_size={tuple(image_size)}, "
+                f"patch_size={self.patch_size}"
             )
-        grid = (height // cell[0], width // cell[1])
+        return (image_size[0] // cell[0], image_size[1] // cell[1])
 
-        inputs = keras.Input(shape=(height, width, channels), name="image")
+    def _stem(self, inputs, dtype):
+        """The layers before the patches (a convolutional stem in hybrids)."""
+        return inputs
+
+    def _embedding(self, inputs, dtype):
         x = self._stem(inputs, dtype)
-        x = Patches(patch_size, name="patches", dtype=dtype)(x)
+        x = Patches(self.patch_size, name="patches", dtype=dtype)(x)
         x = PatchEncoder(
-            hidden_size,
-            patch_size,
-            grid,
-            class_token=classifier == "token",
+            self.hidden_size,
+            self.patch_size,
+            self.grid_size,
+            class_token=self.classifier == "token",
             name="embedding",
             dtype=dtype,
         )(x)
-        x = keras.layers.Dropout(dropout_rate, name="dropout", dtype=dtype)(x)
-        for i in range(num_layers):
-            rate = stochastic_depth_rate * i / max(num_layers - 1, 1)
+        return keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=dtype)(x)
+
+    def _encoder(self, x, dtype):
+        for i in range(self.num_layers):
+            # Stochastic depth grows linearly from 0 in the first block.
+            rate = self.stochastic_depth_rate * i / max(self.num_layers - 1, 1)
             x = TransformerBlock(
-                num_heads,
-                mlp_dim,
-                dropout_rate=dropout_rate,
-                attention_dropout_rate=attention_dropout_rate,
+                self.num_heads,
+                self.mlp_dim,
+                dropout_rate=self.dropout_rate,
+                attention_dropout_rate=self.attention_dropout_rate,
                 stochastic_depth_rate=rate,
-                layer_norm_epsilon=layer_norm_epsilon,
-                gelu_approximate=gelu_approximate,
+                layer_norm_epsilon=self.layer_norm_epsilon,
+                gelu_approximate=self.gelu_approximate,
                 name=f"encoderblock_{i}",
                 dtype=dtype,
             )(x)
-        x = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name="encoder_norm", dtype=dtype
+        return keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, name="encoder_norm", dtype=dtype
         )(x)
-        num_prefix = int(classifier == "token")
-        if include_top:
-            x = TokenPooling(classifier, num_prefix, name="pool", dtype=dtype)(x)
-            if representation_size is not None:
-                x = keras.layers.Dense(
-                    representation_size,
-                    activation="tanh",
-                    name="pre_logits",
-                    dtype=dtype,
-                )(x)
-            # The official head is zero-initialised (also for fine-tuning).
+
+    def _head(self, x, dtype):
+        prefix = self.num_prefix_tokens
+        if not self.include_top:
+            if self.pooling is None:
+                return x
+            return TokenPooling(self.pooling, prefix, name="pool", dtype=dtype)(x)
+        mode = "token" if self.classifier == "token" else "avg"
+        x = TokenPooling(mode, prefix, name="pool", dtype=dtype)(x)
+        if self.representation_size is not None:
             x = keras.layers.Dense(
-                classes,
-                kernel_initializer="zeros",
-                name="head",
-                dtype=dtype,
+                self.representation_size, activation="tanh", name="pre_logits", dtype=dtype
             )(x)
-            if classifier_activation is not None:
-                x = keras.layers.Activation(
-                    classifier_activation, name="predictions", dtype="float32"
-                )(x)
-        elif pooling is not None:
-            x = TokenPooling(pooling, num_prefix, name="pool", dtype=dtype)(x)
-
-        super().__init__(inputs=inputs, outputs=x, name=name, dtype=dtype, **kwargs)
-
-        self.image_size = (height, width)
-        self.patch_size = patch_size
-        self.hidden_size = hidden_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.mlp_dim = mlp_dim
-        self.classifier = classifier
-        self.representation_size = representation_size
-        self.include_top = bool(include_top)
-        self.classes = classes
-        self.classifier_activation = classifier_activation
-        self.pooling = pooling
-        self.dropout_rate = dropout_rate
-        self.attention_dropout_rate = attention_dropout_rate
-        self.stochastic_depth_rate = stochastic_depth_rate
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.gelu_approximate = bool(gelu_approximate)
-        self.num_channels = channels
-        self.grid_size = grid
-        # Any image size divisible by the patch size is accepted at call time.
-        self.input_spec = keras.layers.InputSpec(shape=(None, None, None, channels))
-        if weights is not None:
-            from keras_vit.weights import load_weights
-
-            load_weights(self, weights)
-
-    def compile(self, *args, jit_compile="auto", **kwargs):
-        """`keras.Model.compile`; with `jit_compile="auto"`, inference on a
-        tensorflow CPU is compiled with XLA (see `make_predict_function`)."""
-        self._jit_compile_auto = jit_compile == "auto"
-        super().compile(*args, jit_compile=jit_compile, **kwargs)
-
-    def make_predict_function(self, force=False):
-        # Keras' "auto" turns XLA off for tensorflow on a CPU. For inference it
-        # pays there (ViT-B/16, batch 8: 1.3x the images/s of the graph
-        # runtime; see tools/benchmark.py), while training runs faster without
-        # it, so only the predict function is compiled, and only when the
-        # choice was left to Keras.
-        if not self._xla_inference():
-            return super().make_predict_function(force)
-        chosen = self.jit_compile
-        self.jit_compile = True
-        try:
-            return super().make_predict_function(force)
-        finally:
-            self.jit_compile = chosen
-
-    def _xla_inference(self):
-        if keras.backend.backend() != "tensorflow":
-            return False
-        if not getattr(self, "_jit_compile_auto", True) or self.run_eagerly:
-            return False
-        import tensorflow as tf
-
-        if self.jit_compile or tf.config.list_logical_devices("GPU"):
-            return False  # Keras has decided already (XLA on accelerators).
-        return self.distribute_strategy.num_replicas_in_sync == 1
-
-    # Hooks for models with a convolutional stem (see `ViTHybrid`).
-    def _architecture_config(self, **config):
-        return config
-
-    def _stem_stride(self):
-        return 1
-
-    def _stem(self, inputs, dtype):
-        return inputs
+        # The official head is zero-initialised (also for fine-tuning).
+        x = keras.layers.Dense(self.classes, kernel_initializer="zeros", name="head", dtype=dtype)(x)
+        if self.classifier_activation is None:
+            return x
+        return keras.layers.Activation(
+            self.classifier_activation, name="predictions", dtype="float32"
+        )(x)
 
     def for_inference(self, image_size=None):
         """A frozen copy of the model with per-call work done once.
 
-        - Hybrids: the convolution kernels are standardised once, in the
-          copy's weights (`weight_standardization=False`), instead of on every
-          call (6-9 % of an R50+B/16 batch-1 call on a 2-core CPU).
         - `image_size`: the copy is built for that size and its position
           embedding is resized once, as loading a checkpoint at a new size
           does (`scipy.ndimage.zoom`, order 1), instead of on every call of
           the original on images of that size.
+        - Subclasses fold their own per-call work (hybrids: the weight
+          standardisation of their convolutions).
 
         The copy gives the original's outputs up to float rounding. It is not
         trainable: fine-tune the original (a hybrid copy's convolutions no
@@ -399,39 +367,32 @@ class ViT(keras.Model):
         ...                  model.predict(x, verbose=0), atol=1e-5))
         True
         """
-        import numpy as np
-
-        from keras_vit.layers.resnet import StdConv2D
-        from keras_vit.weights.posemb import resample_posemb
-
-        config = self.get_config()
+        config = self._inference_config(self.get_config())
         if image_size is not None:
             size = pair(image_size, "image_size")
             config["image_size"] = size
             config["input_shape"] = size + (self.num_channels,)
-        if "weight_standardization" in config:
-            config["weight_standardization"] = False
         copy = self.__class__.from_config(config)
-
-        values = {v.path: keras.ops.convert_to_numpy(v) for v in self.weights}
-        for layer in self._flatten_layers():
-            if isinstance(layer, StdConv2D) and layer.standardize:
-                values[layer.kernel.path] = keras.ops.convert_to_numpy(
-                    layer.standardized_kernel(layer.kernel)
-                )
-        embedding = copy.get_layer("embedding")
+        values = self._inference_values(
+            {v.path: keras.ops.convert_to_numpy(v) for v in self.weights}
+        )
         if copy.grid_size != self.grid_size:
-            path = embedding.pos_embedding.path
+            path = copy.get_layer("embedding").pos_embedding.path
             values[path] = resample_posemb(
-                values[path],
-                copy.grid_size,
-                embedding.num_prefix_tokens,
-                old_grid=self.grid_size,
+                values[path], copy.grid_size, self.num_prefix_tokens, old_grid=self.grid_size
             )
         for variable in copy.weights:
             variable.assign(np.asarray(values[variable.path], variable.dtype))
         copy.trainable = False
         return copy
+
+    def _inference_config(self, config):
+        """Hook: the config of the `for_inference` copy."""
+        return config
+
+    def _inference_values(self, values):
+        """Hook: `{variable path: array}` of the `for_inference` copy."""
+        return values
 
     @property
     def encoder_blocks(self):

@@ -23,9 +23,19 @@ Source = collections.namedtuple("Source", ["dataset", "class_names", "num_exampl
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 
 
-def _tf():
-    import tensorflow as tf
+def tensorflow():
+    """The `tensorflow` module, imported on first use.
 
+    The data sources and pipelines run on tf.data under every Keras
+    backend, so TensorFlow is needed for them even with jax or torch.
+    """
+    try:
+        import tensorflow as tf
+    except ImportError:
+        raise ImportError(
+            "keras_vit.training's data sources and pipelines need TensorFlow "
+            "(tf.data), under every Keras backend: pip install tensorflow"
+        ) from None
     return tf
 
 
@@ -107,7 +117,7 @@ def image_folder_source(directory, validation_split=None, subset=None, seed=0):
     """
     import numpy as np
 
-    tf = _tf()
+    tf = tensorflow()
     class_names, paths, labels = _list_folder(directory)
     if validation_split is not None:
         if not 0 < validation_split < 1 or subset not in ("training", "validation"):
@@ -158,7 +168,7 @@ def digits_source(split, test_fraction=0.2, seed=0):
         raise ValueError(f"`split` must be 'train' or 'test'. Received: split={split!r}")
     train, test = digits_arrays(test_fraction, seed)
     images, labels = train if split == "train" else test
-    dataset = _tf().data.Dataset.from_tensor_slices((images, labels))
+    dataset = tensorflow().data.Dataset.from_tensor_slices((images, labels))
     return Source(dataset, [str(i) for i in range(10)], len(labels))
 
 

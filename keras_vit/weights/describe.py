@@ -3,7 +3,8 @@
 import os
 from dataclasses import dataclass
 
-from keras_vit.weights import sources
+from keras_vit.architectures import architecture_name, effective_patch_size
+from keras_vit.weights import registry, sources
 from keras_vit.weights.mapping import CLS_KEY, POSEMB_KEY
 from keras_vit.weights.posemb import square_grid
 
@@ -17,25 +18,21 @@ class WeightsInfo:
         classes: int, the size of its classifier head.
         gelu_approximate: True (tanh GELU, Google numerics), False (erf).
         representation_size: int, width of its pre-logits layer.
+        channels: int, image channels its first layer takes.
     """
 
     image_size: object = None
     classes: object = None
     gelu_approximate: object = None
     representation_size: object = None
-
-
-def _registry():
-    from keras_vit.weights import registry
-
-    return registry
+    channels: object = None
 
 
 def registered_names(architecture):
     """Registered weights names for an architecture (empty when none)."""
     if architecture is None:
         return []
-    return list(_registry().weights_names(architecture))
+    return list(registry.weights_names(architecture))
 
 
 def _looks_like_path(weights):
@@ -73,7 +70,7 @@ def resolve(weights, architecture):
         )
     names = registered_names(architecture)
     if weights in names:
-        return None, _registry().get_record(architecture, weights)
+        return None, registry.get_record(architecture, weights)
     if _looks_like_path(weights):
         return weights, None
     valid = ", ".join(repr(n) for n in names) or (
@@ -87,49 +84,54 @@ def resolve(weights, architecture):
     )
 
 
-def _stride(config):
-    """Pixels per token along each axis: patch size times the stem stride."""
-    patch = config.get("patch_size", 16)
-    patch = (patch, patch) if isinstance(patch, int) else tuple(patch)
-    stem = 1
-    if config.get("resnet_layers") is not None:
-        # Root conv and max-pool halve twice; every stage after the first once.
-        stem = 4 * 2 ** max(len(tuple(config["resnet_layers"])) - 1, 0)
-    return patch[0] * stem, patch[1] * stem
-
-
-def _shapes(path, kind):
-    """`(patch rows of the position embedding, classes, pre-logits width)`."""
+def _tensor_shapes(path, kind):
+    """`{key: shape}` of a checkpoint's tensors, reading headers only where possible."""
     if kind == "npz":
-        headers = sources.npz_headers(path)
-        shapes = {key: shape for key, (shape, _) in headers.items()}
-        shapes, _ = sources.strip_prefix(shapes)
-        if POSEMB_KEY in shapes:
-            rows = shapes[POSEMB_KEY][1] - int(CLS_KEY in shapes)
-        else:
-            rows = shapes["pos_embedding"][1] if "pos_embedding" in shapes else None
-        head, pre = shapes.get("head/bias"), shapes.get("pre_logits/bias")
-    else:
-        if path.lower().endswith(".safetensors"):
-            from safetensors import safe_open
+        shapes = {key: shape for key, (shape, _) in sources.npz_headers(path).items()}
+        return sources.strip_prefix(shapes)[0]
+    if not path.lower().endswith(".safetensors"):
+        return {k: v.shape for k, v in sources.read_state_dict(path).items()}
+    from safetensors import safe_open
 
-            try:
-                with safe_open(path, framework="numpy") as f:
-                    shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-            except Exception as error:  # safetensors raises its own types
-                raise ValueError(
-                    f"Cannot read checkpoint {path!r}: {type(error).__name__}: {error}"
-                ) from None
-        else:
-            shapes = {k: v.shape for k, v in sources.read_state_dict(path).items()}
-        pos = shapes.get("pos_embed")
-        rows = pos[1] - int("cls_token" in shapes) if pos else None
-        head, pre = shapes.get("head.bias"), shapes.get("pre_logits.fc.bias")
-    return rows, (head[0] if head else None), (pre[0] if pre else None)
+    try:
+        with safe_open(path, framework="numpy") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except Exception as error:  # safetensors raises its own types
+        raise ValueError(
+            f"Cannot read checkpoint {path!r}: {type(error).__name__}: {error}"
+        ) from None
+
+
+# Where each file kind keeps what `WeightsInfo` reports: (position
+# embedding, class token, head bias, pre-logits bias, first-layer kernels
+# with the axis of their input channels).
+_KEYS = {
+    "npz": (POSEMB_KEY, CLS_KEY, "head/bias", "pre_logits/bias",
+            (("embedding/kernel", 2), ("conv_root/kernel", 2))),
+    "timm": ("pos_embed", "cls_token", "head.bias", "pre_logits.fc.bias",
+             (("patch_embed.proj.weight", 1),)),
+}
+
+
+def _facts(shapes, kind):
+    """`(patch rows of the position embedding, classes, pre-logits width, channels)`."""
+    posemb, cls, head, pre, first = _KEYS[kind]
+    if kind == "npz" and posemb not in shapes and "pos_embedding" in shapes:
+        # big_vision: the embedding has no class-token row.
+        rows = shapes["pos_embedding"][1]
+    else:
+        rows = shapes[posemb][1] - int(cls in shapes) if posemb in shapes else None
+    # A hybrid's `embedding/kernel` takes feature maps: the root conv wins.
+    channels = None
+    for key, axis in first:
+        if key in shapes and len(shapes[key]) == 4:
+            channels = shapes[key][axis]
+    width = lambda key: shapes[key][0] if key in shapes else None  # noqa: E731
+    return rows, width(head), width(pre), channels
 
 
 def describe_weights(weights, architecture_config):
-    """What `weights` fixes about the model: resolution, classes, GELU.
+    """What `weights` fixes about the model: resolution, classes, GELU, channels.
 
     Reads as little as possible: a registry record, or only the array
     headers of an `.npz` / `.safetensors` file.
@@ -143,7 +145,7 @@ def describe_weights(weights, architecture_config):
     Returns:
         A `WeightsInfo`. Files: `.npz` -> tanh GELU (Google numerics),
         resolution from a square position-embedding grid, classes from the
-        head; timm files -> erf GELU; Keras `.h5` -> all None.
+        head; timm files -> erf GELU; Keras files -> all None.
 
     Example:
 
@@ -151,34 +153,38 @@ def describe_weights(weights, architecture_config):
     >>> file = os.path.join(tempfile.mkdtemp(), "tiny.npz")
     >>> np.savez(file, **{"cls": np.zeros((1, 1, 8)),
     ...     "Transformer/posembed_input/pos_embedding": np.zeros((1, 17, 8)),
+    ...     "embedding/kernel": np.zeros((8, 8, 3, 8)),
     ...     "head/bias": np.zeros(10)})
     >>> info = describe_weights(file, dict(patch_size=8))
-    >>> info.image_size, info.classes, info.gelu_approximate
-    (32, 10, True)
+    >>> info.image_size, info.classes, info.gelu_approximate, info.channels
+    (32, 10, True, 3)
     """
-    from keras_vit.models.variants import architecture_name
-
     path, record = resolve(weights, architecture_name(architecture_config))
     if record is not None:
         return WeightsInfo(
-            image_size=getattr(record, "image_size", None),
-            classes=getattr(record, "classes", None),
-            gelu_approximate=getattr(record, "gelu_approximate", None),
-            representation_size=getattr(record, "representation_size", None),
+            image_size=record.image_size,
+            classes=record.classes,
+            gelu_approximate=record.gelu_approximate,
+            representation_size=record.representation_size,
+            channels=3,
         )
-    path = sources._check_file(path)
+    path = sources.check_file(path)
     kind = sources.checkpoint_format(path)
     if kind == "keras":
         return WeightsInfo()
-    rows, classes, pre = _shapes(path, kind)
+    rows, classes, pre, channels = _facts(_tensor_shapes(path, kind), kind)
     side = square_grid(rows) if rows else None
     image_size = None
     if side:
-        height, width = (side * s for s in _stride(architecture_config))
+        cell = effective_patch_size(
+            architecture_config.get("patch_size", 16), architecture_config.get("resnet_layers")
+        )
+        height, width = (side * c for c in cell)
         image_size = height if height == width else (height, width)
     return WeightsInfo(
         image_size=image_size,
         classes=classes,
         gelu_approximate=kind == "npz",
         representation_size=pre,
+        channels=channels,
     )

@@ -5,6 +5,13 @@ Files land in `$KERAS_HOME/keras_vit/weights/` (`~/.keras/...` when
 to `<file>.part` and moved into place with `os.replace` only once complete
 and verified, so an interrupted download never looks like a checkpoint; the
 next call resumes it with an HTTP Range request when the server allows.
+
+Why not `keras.utils.get_file`: it writes straight to the final path, so a
+process killed mid-download leaves a partial file that later calls accept
+when no hash is known (no Google checkpoint publishes one); it cannot resume
+a multi-gigabyte file, try mirrors, or check the announced size. The
+sha256 check here serves records that carry a hash (`registry.register`
+takes any `WeightsRecord`, e.g. a team's own fine-tunes).
 """
 
 import hashlib

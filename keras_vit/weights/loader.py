@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 
+from keras_vit.architectures import architecture_name
 from keras_vit.weights import describe, sources
 from keras_vit.weights.mapping import (
     CLS_KEY,
@@ -19,19 +20,6 @@ from keras_vit.weights.posemb import resample_posemb
 logger = logging.getLogger("keras_vit")
 
 _LIST_LIMIT = 25
-
-
-def _model_architecture(model):
-    from keras_vit.models.variants import architecture_name
-
-    config = {
-        k: getattr(model, k, None)
-        for k in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
-    }
-    for k in ("resnet_layers", "resnet_width"):
-        if hasattr(model, k):
-            config[k] = getattr(model, k)
-    return architecture_name(config)
 
 
 def fetch_weights(weights, architecture):
@@ -195,13 +183,35 @@ def load_weights(model, weights):
     >>> tuple(model.get_layer("embedding").pos_embedding.shape)
     (1, 37, 16)
     """
-    path = fetch_weights(weights, _model_architecture(model))
-    checkpoint = sources.read_checkpoint(path, model)
+    path = fetch_weights(weights, architecture_name(model.architecture_config()))
+    return load_checkpoint(model, sources.read_checkpoint(path, model))
+
+
+def load_checkpoint(model, checkpoint):
+    """Loads a checkpoint in the canonical layout into a model, strictly.
+
+    The step every loader shares, whatever the source format: the rules of
+    `load_weights` (position-embedding resize, head replacement, dropped
+    pre-logits) and its strict accounting, then the assignment. Nothing is
+    assigned when a key or shape does not match.
+
+    Args:
+        model: a keras_vit model.
+        checkpoint: a `keras_vit.weights.sources.Checkpoint` (`params` keyed
+            by the official `.npz` names, see `keras_vit.weights.mapping`).
+
+    Returns:
+        The model.
+
+    Raises:
+        ValueError: listing missing, unexpected and mismatched keys, naming
+            `checkpoint.path`.
+    """
     assignments, ignored, notes = plan_assignment(checkpoint, model)
     for key, reason in sorted(ignored.items()):
-        logger.info("%s: ignored %s: %s", path, key, reason)
+        logger.info("%s: ignored %s: %s", checkpoint.path, key, reason)
     for note in notes:
-        warnings.warn(note, stacklevel=2)
+        warnings.warn(note, stacklevel=3)
     for variable, value in assignments.values():
         variable.assign(np.asarray(value, dtype="float32"))
     return model

@@ -2,8 +2,13 @@
 
 import dataclasses
 
+from keras_vit.architectures import CLASSIFIERS
+from keras_vit.validation import check_choice
+
+# The input scalings a checkpoint can expect (`keras_vit.preprocess_input`
+# modes): "inception" maps [0, 255] to [-1, 1] (every Google checkpoint),
+# "imagenet" normalises with the ImageNet mean and std (DeiT, timm).
 PREPROCESSING = ("inception", "imagenet")
-CLASSIFIERS = ("token", "gap")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,16 +71,8 @@ class WeightsRecord:
                 f"Received: urls={self.urls!r}"
             )
         object.__setattr__(self, "urls", tuple(self.urls))
-        if self.preprocessing not in PREPROCESSING:
-            raise ValueError(
-                f"`preprocessing` must be one of {PREPROCESSING}. "
-                f"Received: preprocessing={self.preprocessing!r}"
-            )
-        if self.classifier not in CLASSIFIERS:
-            raise ValueError(
-                f"`classifier` must be one of {CLASSIFIERS}. "
-                f"Received: classifier={self.classifier!r}"
-            )
+        check_choice(self.preprocessing, PREPROCESSING, "preprocessing")
+        check_choice(self.classifier, CLASSIFIERS, "classifier")
         if self.sha256 is not None and (
             len(self.sha256) != 64
             or any(c not in "0123456789abcdef" for c in self.sha256)

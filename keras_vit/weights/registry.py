@@ -4,7 +4,7 @@ Every difference between checkpoints (resolution, classes, pre-logits layer,
 input range, GELU flavour, licence, expected parameter count) is a field of a
 record, so loaders and models read the table instead of branching on names.
 Records are keyed by `(architecture, name)`, with architecture strings as in
-`keras_vit.models.variants.ARCHITECTURES` ("B/16", "R50+B/16", ...).
+`keras_vit.architectures.ARCHITECTURES` ("B/16", "R50+B/16", ...).
 
 Weights names:
 
@@ -22,13 +22,15 @@ A "-224" suffix always means a 224 px fine-tune; the other fine-tunes are at
 
 from urllib.parse import quote
 
+from keras_vit.architectures import ARCHITECTURES
+
 # PREPROCESSING and CLASSIFIERS are public here too.
 from keras_vit.weights.record import CLASSIFIERS, PREPROCESSING, WeightsRecord  # noqa: F401
 
 _GCS = "https://storage.googleapis.com/vit_models/"
 _VIT_KERAS = "https://github.com/faustomorales/vit-keras/releases/download/dl/"
 
-# No checksum is published for any GCS file (CHECKPOINTS.md §1.6 and §7), so
+# No checksum is published for any GCS file (docs/checkpoints.md §1), so
 # every record below has sha256=None: downloads are checked against the size
 # the server reports, and the loader checks every tensor's shape.
 _GOOGLE = dict(
@@ -47,7 +49,7 @@ def _official(architecture):
     return f"{resnet}{plus}ViT-{vit.replace('/', '_')}"
 
 
-# Original ViT paper files (arXiv:2010.11929), CHECKPOINTS.md §1.2, §1.3, §4.
+# Original ViT paper files (arXiv:2010.11929), docs/checkpoints.md §1.
 # The GCS folder is the weights name without "-224"; the "-224" files carry
 # that suffix too.
 # (architecture, weights name, image_size, classes, representation_size,
@@ -78,7 +80,7 @@ _VIT_KERAS_FILES = {
     for name in ("imagenet21k", "imagenet21k+imagenet2012")
 }
 
-# AugReg ("How to train your ViT?", arXiv:2106.10270), CHECKPOINTS.md §1.4:
+# AugReg ("How to train your ViT?", arXiv:2106.10270), docs/checkpoints.md §1:
 # the README's recommended ImageNet-21k checkpoint per architecture; the
 # file names spell the model as `name.replace("+", "_")`.
 # (architecture, upstream file stem, params with the 21843-way head)
@@ -117,7 +119,7 @@ _AUGREG_I1K = (
     ("B/16", 224, "0.01", 86_567_656, None),
 )
 
-# SAM-trained ImageNet-1k models (arXiv:2106.01548), CHECKPOINTS.md §1.5.
+# SAM-trained ImageNet-1k models (arXiv:2106.01548), docs/checkpoints.md §1.
 # sam/ViT-S_16.npz is left out: it is 3x the size of the S/16 parameters, so
 # it holds more than the weights and its key layout is unknown.
 # (architecture, params)
@@ -263,12 +265,6 @@ class UnknownWeightsError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
-def _architectures():
-    from keras_vit.models.variants import ARCHITECTURES
-
-    return list(ARCHITECTURES)
-
-
 def weights_names(architecture):
     """Registered weights names for an architecture such as "B/16".
 
@@ -319,7 +315,7 @@ def get_record(architecture, name):
     record = WEIGHTS.get((architecture, name))
     if record is not None:
         return record
-    known = _architectures()
+    known = list(ARCHITECTURES)
     if architecture in known:
         names = weights_names(architecture)
         available = ", ".join(repr(n) for n in names) if names else "none"
@@ -339,7 +335,7 @@ def markdown_table():
     Returns:
         A string: a Markdown table sorted by architecture.
     """
-    order = {a: i for i, a in enumerate(_architectures())}
+    order = {a: i for i, a in enumerate(list(ARCHITECTURES))}
     records = sorted(
         WEIGHTS.values(), key=lambda r: order.get(r.architecture, len(order))
     )

@@ -78,7 +78,8 @@ def checkpoint_format(path):
     )
 
 
-def _check_file(path):
+def check_file(path):
+    """`path` as a string, if it is an existing, non-empty file; else an error naming it."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"Checkpoint file not found: {path!r}")
@@ -193,7 +194,7 @@ def _flax_to_canonical(raw):
 
 def read_npz(path):
     """Reads an official or big_vision `.npz` into a `Checkpoint`."""
-    path = _check_file(path)
+    path = check_file(path)
     headers = npz_headers(path)
     raw = {}
     try:
@@ -211,7 +212,7 @@ def read_npz(path):
 
 def read_state_dict(path):
     """A PyTorch-style state dict from `.safetensors` or `.pth` as NumPy."""
-    path = _check_file(path)
+    path = check_file(path)
     if path.lower().endswith(".safetensors"):
         from safetensors.numpy import load_file
 
@@ -262,83 +263,96 @@ def read_timm(path, num_heads):
     return Checkpoint(os.fspath(path), "timm", params, {})
 
 
-def _h5_names(model):
-    """`{layer path: [variable names in save order]}` of a template model."""
-    table = {}
-    for variable in model.weights:
-        layer, _, name = variable.path.rpartition("/")
-        table.setdefault(layer, []).append(name)
-    return table
+def _structure_template(model, pre_logits):
+    """A model with `model`'s layer tree and tiny shapes, to read files with.
+
+    Keras' weight loader walks a model's layers and hands each the arrays
+    stored for it; shapes do not matter for reading, so the template is small
+    (one token, one unit per attention head). It has a head, and a
+    pre-logits layer when `pre_logits`, so that a file's classifier is read
+    whether or not `model` keeps it.
+    """
+    config = model.get_config()
+    cell = tuple(model.effective_patch_size)
+    config.update(
+        weights=None,
+        include_top=True,
+        classes=1,
+        representation_size=1 if pre_logits else None,
+        hidden_size=model.num_heads,
+        mlp_dim=1,
+        image_size=cell,
+        input_shape=cell + (model.num_channels,),
+        dtype="float32",
+        name=model.name,
+    )
+    return model.__class__.from_config(config)
 
 
-# Variable names of common Keras layers, for layers the template lacks
-# (such as a `pre_logits` layer that the target model drops).
-_CLASS_VARIABLES = {
-    "dense": ("kernel", "bias"),
-    "einsum_dense": ("kernel", "bias"),
-    "conv2d": ("kernel", "bias"),
-    "layer_normalization": ("gamma", "beta"),
-    "group_normalization": ("gamma", "beta"),
-}
+def _read_weights_h5(path, model):
+    """`{variable path: array}` of a `.weights.h5`, read by Keras' loader."""
+    for pre_logits in (True, False):
+        template, raw = _structure_template(model, pre_logits), {}
+        for layer in template._flatten_layers(include_self=True):
+            layer.load_own_variables = _capture(layer, raw)
+        template.load_weights(path)
+        # Keras tells layers of one class apart by their order in the model:
+        # a file without a pre-logits layer hands its head to the
+        # template's pre-logits layer and nothing to its head.
+        if "head/kernel" in raw or "pre_logits/kernel" not in raw:
+            return raw
+    return raw
 
 
-def _read_h5_groups(root, template):
-    import h5py
+def _capture(layer, out):
+    """A `load_own_variables` for `layer` that records the stored arrays."""
 
-    names = _h5_names(template) if template is not None else {}
-    out = {}
+    def load_own_variables(store):
+        own = {}
+        layer.save_own_variables(own)  # index -> the layer's own variable
+        for index in store.keys():
+            variable = own.get(index)
+            path = getattr(variable, "path", None) or f"{layer.path}/{index}"
+            out[path] = np.asarray(store[index])
 
-    def visit(group, chain):
-        own = group.get("vars")
-        if isinstance(own, h5py.Group):
-            name = own.attrs.get("name")
-            if group is not root and name is not None:
-                chain = chain + (name.decode() if isinstance(name, bytes) else str(name),)
-            indices = sorted((k for k in own if k.isdigit()), key=int)
-            if indices:
-                layer = "/".join(chain)
-                known = names.get(layer)
-                if known is None or len(known) != len(indices):
-                    cls = re.sub(r"_\d+$", "", group.name.rsplit("/", 1)[-1])
-                    fallback = _CLASS_VARIABLES.get(cls, ())
-                    known = list(fallback) if len(fallback) == len(indices) else indices
-                for index, var_name in zip(indices, known):
-                    out[f"{layer}/{var_name}"] = np.asarray(own[index])
-        for key in sorted(group):
-            child = group[key]
-            if key != "vars" and isinstance(child, h5py.Group):
-                visit(child, chain)
-
-    visit(root, ())
-    return out
+    return load_own_variables
 
 
 def read_keras(path, model=None):
     """Reads keras_vit weights (`.weights.h5` or `.keras`) into a `Checkpoint`.
 
-    Keras stores variables by index, under the names of their layers; the
-    variable names come from `model` (a model of the same family), or from
-    the usual Keras layer classes for layers it lacks.
-    """
-    import h5py
+    Keras reads its own files: a `.keras` archive is loaded as the model it
+    holds (`safe_mode=True`); a `.weights.h5` file is read by Keras' weight
+    loader walking a template with `model`'s layer tree, each layer
+    recording the arrays stored for it instead of assigning them (so a file
+    saved at another image size or class count is read as it is).
 
-    path = _check_file(path)
+    Args:
+        path: the file.
+        model: for `.weights.h5`, a keras_vit model of the family the file
+            was saved from (the target model).
+    """
+    import keras
+
+    path = check_file(path)
     try:
         if path.lower().endswith(".keras"):
-            with zipfile.ZipFile(path) as archive, archive.open("model.weights.h5") as f:
-                with h5py.File(f, "r") as root:
-                    raw = _read_h5_groups(root, model)
+            saved = keras.saving.load_model(path, compile=False, safe_mode=True)
+            params = {
+                checkpoint_key(v.path): keras.ops.convert_to_numpy(v) for v in saved.weights
+            }
         else:
-            with h5py.File(path, "r") as root:
-                raw = _read_h5_groups(root, model)
-    except (OSError, KeyError, zipfile.BadZipFile) as error:
+            if model is None:
+                raise ValueError(f"Reading the Keras weights file {path!r} needs `model`.")
+            raw = _read_weights_h5(path, model)
+            params = {checkpoint_key(key): value for key, value in raw.items()}
+    except (OSError, KeyError, TypeError, zipfile.BadZipFile) as error:
         raise ValueError(
             f"Cannot read checkpoint {path!r} as Keras weights: "
             f"{type(error).__name__}: {error}"
         ) from None
-    if not raw:
+    if not params:
         raise ValueError(f"Checkpoint {path!r} holds no Keras layer weights.")
-    params = {checkpoint_key(key): value for key, value in raw.items()}
     return Checkpoint(path, "keras", params, {})
 
 
