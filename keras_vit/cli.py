@@ -12,16 +12,21 @@ import os
 import sys
 
 import numpy as np
+from keras import ops
 
-NORMALIZATIONS = ("inception", "imagenet")
+from keras_vit import inspection, models, plots
+from keras_vit.architectures import CONSTRUCTORS, GELU_FLAVOURS
+from keras_vit.preprocessing import MODES, center_crop, decode_predictions, preprocess_input
+from keras_vit.validation import check_choice
+
 
 
 def load_image(image, size, crop_fraction=0.875, normalization="inception", weights=None):
     """Reads and preprocesses an image the way ViT checkpoints expect it.
 
-    The shorter side is resized (bicubic) to `size / crop_fraction`, the
-    centre `size` is cropped, and pixels are scaled by
-    `keras_vit.preprocessing.preprocess_input`.
+    `keras_vit.preprocessing.center_crop` (bicubic, shorter side to
+    `size / crop_fraction`, then the centre `size`), then
+    `keras_vit.preprocess_input`.
 
     Args:
         image: a file path, or an `(H, W, 3)` uint8 array.
@@ -36,50 +41,34 @@ def load_image(image, size, crop_fraction=0.875, normalization="inception", weig
     Returns:
         `(display, pixels)`: the cropped uint8 image `(height, width, 3)` and
         the normalised float32 model input of the same shape.
+
+    Example:
+
+    >>> image = np.full((300, 450, 3), 255, "uint8")
+    >>> display, pixels = load_image(image, (224, 224))
+    >>> display.shape, float(pixels.max())
+    ((224, 224, 3), 1.0)
     """
     try:
         from PIL import Image
     except ImportError as error:
         raise ImportError("Reading images needs Pillow: pip install pillow") from error
-    from keras_vit.preprocessing import preprocess_input
 
-    if normalization not in NORMALIZATIONS + (None,):
-        raise ValueError(
-            f"`normalization` must be one of {NORMALIZATIONS} or None. "
-            f"Received: normalization={normalization!r}"
-        )
-    if not 0.0 < crop_fraction <= 1.0:
-        raise ValueError(
-            "`crop_fraction` must be in (0, 1]. "
-            f"Received: crop_fraction={crop_fraction!r}"
-        )
+    check_choice(normalization, MODES + (None,), "normalization")
     if isinstance(image, (str, os.PathLike)):
-        picture = Image.open(image).convert("RGB")
-    else:
-        picture = Image.fromarray(np.asarray(image, dtype="uint8")).convert("RGB")
-    height, width = size
-    width_in, height_in = picture.size
-    scale = max(height, width) / crop_fraction / min(width_in, height_in)
-    resized = (
-        max(width, round(width_in * scale)),
-        max(height, round(height_in * scale)),
-    )
-    picture = picture.resize(resized, Image.BICUBIC)
-    left = (resized[0] - width) // 2
-    top = (resized[1] - height) // 2
-    picture = picture.crop((left, top, left + width, top + height))
-    display = np.asarray(picture, dtype="uint8")
+        image = np.asarray(Image.open(image).convert("RGB"))
+    display = center_crop(np.asarray(image, dtype="uint8"), size, crop_fraction)
     pixels = preprocess_input(display, mode=normalization, weights=weights)
     return display, pixels
 
 
 def _build_model(name, weights, gelu):
-    import keras_vit
-
-    constructor = getattr(keras_vit, name, None)
-    if not callable(constructor) or not name[:1].isupper():
-        raise SystemExit(f"keras-vit: unknown model {name!r}")
-    gelu_approximate = {None: None, "tanh": True, "exact": False}[gelu]
+    if name not in CONSTRUCTORS:
+        raise SystemExit(
+            f"keras-vit: unknown model {name!r}; choose one of {', '.join(CONSTRUCTORS)}"
+        )
+    constructor = getattr(models, name)
+    gelu_approximate = None if gelu is None else GELU_FLAVOURS[gelu]
     return constructor(
         weights=weights,
         gelu_approximate=gelu_approximate,
@@ -88,16 +77,12 @@ def _build_model(name, weights, gelu):
 
 
 def _summary(model, logits, distances, rollout_grid, similarity):
-    from keras import ops
-
     lines = [f"model: {model.name}, image {model.image_size}, patch {model.patch_size}"]
     if logits is not None:
         probs = ops.convert_to_numpy(ops.softmax(ops.convert_to_tensor(logits)))[0]
         top = np.argsort(probs)[::-1][:5]
         names = {}
         try:
-            from keras_vit.preprocessing import decode_predictions
-
             decoded = decode_predictions(probs[None], top=5)[0]
             names = {int(k): f" {name}" for k, (_, name, _) in zip(top, decoded)}
         except ValueError:  # not an ImageNet head
@@ -129,8 +114,6 @@ def _summary(model, logits, distances, rollout_grid, similarity):
 
 
 def inspect_command(args):
-    from keras_vit import inspect, plots
-
     model = _build_model(args.model, args.weights, args.gelu)
     # A checkpoint file carries no preprocessing record; a registered name does.
     named = args.normalization is None and not os.path.exists(args.weights)
@@ -142,9 +125,9 @@ def inspect_command(args):
     os.makedirs(args.out, exist_ok=True)
     out = lambda name: os.path.join(args.out, name)  # noqa: E731
     logits = model.predict_on_batch(images) if model.include_top else None
-    maps, grid = inspect.attention_rollout(model, images, return_grid=True)
-    distances = inspect.mean_attention_distance(model, images)
-    similarity = inspect.position_embedding_similarity(model)
+    maps, grid = inspection.attention_rollout(model, images, return_grid=True)
+    distances = inspection.mean_attention_distance(model, images)
+    similarity = inspection.position_embedding_similarity(model)
     written = [
         plots.plot_attention_rollout(display, maps[0], out("attention_rollout.png")),
         plots.plot_mean_attention_distance(
@@ -155,8 +138,8 @@ def inspect_command(args):
             similarity, out("position_embedding_similarity.png")
         ),
     ]
-    if inspect.effective_patch_size(model) == tuple(model.patch_size):
-        filters = inspect.embedding_filters(model, n=min(28, model.hidden_size))
+    if inspection.effective_patch_size(model) == tuple(model.patch_size):
+        filters = inspection.embedding_filters(model, n=min(28, model.hidden_size))
         written.append(plots.plot_embedding_filters(filters, out("embedding_filters.png")))
     text = _summary(model, logits, distances, grid, similarity)
     with open(out("summary.txt"), "w") as handle:
@@ -187,11 +170,11 @@ def _parser():
         "--weights", required=True, help="registered weights name or checkpoint path"
     )
     inspect.add_argument(
-        "--gelu", choices=("tanh", "exact"), default=None,
+        "--gelu", choices=tuple(GELU_FLAVOURS), default=None,
         help="GELU flavour (default: the one the weights were trained with)",
     )
     inspect.add_argument(
-        "--normalization", choices=NORMALIZATIONS, default=None,
+        "--normalization", choices=MODES, default=None,
         help="input normalisation: inception ([-1, 1], Google checkpoints) or "
         "imagenet (mean/std, timm and DeiT weights); default: from the "
         "registered weights name, inception for a file",

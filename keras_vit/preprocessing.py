@@ -1,14 +1,24 @@
-"""Input scaling for the pretrained weights, and ImageNet label decoding."""
+"""Input scaling and centre crops for the pretrained weights; label decoding.
+
+One home for each: the scaling modes (`preprocess_input`), the resize and
+centre crop of evaluation images (`center_crop`, used by the `keras-vit`
+command, the tf.data pipelines and the tests) and `decode_predictions`.
+"""
 
 import sys
 
 import keras
 import numpy as np
 
+from keras_vit import labels
+from keras_vit.validation import check_choice, check_fraction, pair
+from keras_vit.weights.record import PREPROCESSING as MODES
+from keras_vit.weights.registry import list_records
+
 # Per-channel statistics of ImageNet, on [0, 1] inputs (DeiT, timm).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-MODES = ("inception", "imagenet")
+INTERPOLATIONS = ("bilinear", "bicubic")
 # The names `keras.applications.imagenet_utils` uses for the same scalings.
 _ALIASES = {"tf": "inception", "torch": "imagenet"}
 
@@ -25,8 +35,6 @@ def _resolve_mode(mode, weights):
         return resolved if mode is not None else "inception"
     from_weights = getattr(weights, "preprocessing", None)
     if isinstance(weights, str):
-        from keras_vit.weights.registry import list_records
-
         found = {r.preprocessing for r in list_records() if r.name == weights}
         if len(found) != 1:
             known = sorted({r.name for r in list_records()})
@@ -73,7 +81,8 @@ def _scale(x, mode, constant):
     return x * constant(scale) + constant(offset)
 
 
-def _tf_tensor(images):
+def _tf_module(images):
+    """The `tensorflow` module if `images` is a `tf.Tensor`, else None."""
     # tf can only have produced `images` if it is imported already; checking
     # sys.modules keeps TensorFlow out of the other backends' processes.
     tf = sys.modules.get("tensorflow")
@@ -116,7 +125,7 @@ def preprocess_input(images, mode=None, weights=None):
     dtype('float32')
     """
     mode = _resolve_mode(mode, weights)
-    tf = _tf_tensor(images)
+    tf = _tf_module(images)
     if tf is not None:
         _check_channels(images.shape, mode)
         if not images.dtype.is_floating:
@@ -139,6 +148,107 @@ def preprocess_input(images, mode=None, weights=None):
         images = images.astype("float32")
     dtype = images.dtype
     return _scale(images, mode, lambda v: np.asarray(v, dtype))
+
+
+def crop_geometry(height, width, size, crop_fraction, maximum=max, rounding=round):
+    """Where `center_crop` resizes an image to and where it crops it.
+
+    The image is scaled (keeping its aspect ratio) by the smallest factor
+    that makes the crop `size` cover `crop_fraction` of it along both axes
+    (224 px at 0.875: the shorter side becomes 256), then the centre `size`
+    is cut out.
+
+    Args:
+        height, width: the image size; Python numbers, or scalar tensors
+            together with `maximum` and `rounding` of their library.
+        size: `(height, width)` of the crop.
+        crop_fraction: float in (0, 1].
+
+    Returns:
+        `(resized_height, resized_width, top, left)`.
+
+    Example:
+
+    >>> crop_geometry(300, 450, (224, 224), 0.875)
+    (256, 384, 16, 80)
+    """
+    crop_h, crop_w = size
+    scale = maximum(crop_h / crop_fraction / height, crop_w / crop_fraction / width)
+    resized_h = maximum(crop_h, rounding(height * scale))
+    resized_w = maximum(crop_w, rounding(width * scale))
+    return resized_h, resized_w, (resized_h - crop_h) // 2, (resized_w - crop_w) // 2
+
+
+def _center_crop_tf(tf, image, size, crop_fraction, interpolation):
+    shape = tf.cast(tf.shape(image)[-3:-1], tf.float32)
+    maximum = lambda a, b: tf.maximum(tf.cast(a, tf.float32), tf.cast(b, tf.float32))  # noqa: E731
+    height, width, top, left = crop_geometry(shape[0], shape[1], size, crop_fraction, maximum, tf.round)
+    resized = tf.cast(tf.stack([height, width]), tf.int32)
+    top, left = tf.cast(top, tf.int32), tf.cast(left, tf.int32)
+    image = tf.image.resize(tf.cast(image, tf.float32), resized, method=interpolation)
+    image = image[..., top : top + size[0], left : left + size[1], :]
+    return tf.ensure_shape(image, image.shape[:-3] + size + image.shape[-1:])
+
+
+def _center_crop_pil(image, size, crop_fraction, interpolation):
+    from PIL import Image
+
+    height, width, top, left = crop_geometry(image.shape[0], image.shape[1], size, crop_fraction)
+    method = Image.BICUBIC if interpolation == "bicubic" else Image.BILINEAR
+    if image.dtype == np.uint8:
+        channels = [Image.fromarray(image)] if image.shape[-1] in (3, 4) else None
+    else:
+        channels = None
+    if channels is None:  # float images or unusual channel counts: one plane each
+        planes = [Image.fromarray(np.ascontiguousarray(image[..., c], "float32"), "F")
+                  for c in range(image.shape[-1])]
+        planes = [np.asarray(p.resize((width, height), method)) for p in planes]
+        resized = np.stack(planes, axis=-1)
+    else:
+        resized = np.asarray(channels[0].resize((width, height), method))
+    return resized[top : top + size[0], left : left + size[1]]
+
+
+def center_crop(images, size, crop_fraction=0.875, interpolation="bicubic"):
+    """Resizes images (aspect ratio kept) and cuts out the centre `size`.
+
+    The evaluation crop of timm and DeiT (shorter side to `size /
+    crop_fraction`, then the centre); `crop_fraction=1` keeps as much of the
+    image as the aspect ratio allows. NumPy images are resized with Pillow;
+    `tf.Tensor`s (e.g. inside a `tf.data` map, under any backend) with
+    `tf.image.resize`, where "bicubic" is TensorFlow's, not Pillow's, kernel.
+
+    Args:
+        images: one `(H, W, C)` image or a batch `(B, H, W, C)`; NumPy uint8
+            or float, or a `tf.Tensor`.
+        size: int or `(height, width)` of the crop.
+        crop_fraction: float in (0, 1], default 0.875 (256 -> 224).
+        interpolation: "bicubic" (default) or "bilinear".
+
+    Returns:
+        The crops: NumPy of the input's dtype, or a float32 `tf.Tensor`.
+
+    Example:
+
+    >>> image = np.zeros((300, 450, 3), "uint8")
+    >>> center_crop(image, 224).shape
+    (224, 224, 3)
+    """
+    size = pair(size, "size")
+    check_fraction(crop_fraction, "crop_fraction")
+    check_choice(interpolation, INTERPOLATIONS, "interpolation")
+    tf = _tf_module(images)
+    if tf is not None:
+        return _center_crop_tf(tf, images, size, crop_fraction, interpolation)
+    images = np.asarray(images)
+    if images.ndim not in (3, 4):
+        raise ValueError(
+            "`images` must be (height, width, channels) or a batch of them. "
+            f"Received: images.shape={images.shape}"
+        )
+    if images.ndim == 4:
+        return np.stack([_center_crop_pil(i, size, crop_fraction, interpolation) for i in images])
+    return _center_crop_pil(images, size, crop_fraction, interpolation)
 
 
 def decode_predictions(preds, top=5):
@@ -165,8 +275,6 @@ def decode_predictions(preds, top=5):
     >>> decode_predictions(preds, top=1)
     [[('n02123045', 'tabby', 0.5)]]
     """
-    from keras_vit import labels
-
     if keras.ops.is_tensor(preds):
         preds = keras.ops.convert_to_numpy(preds)
     preds = np.asarray(preds)

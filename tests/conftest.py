@@ -1,7 +1,9 @@
 """Shared fixtures: the backend under test, tiny configs and ../shared paths."""
 
+import importlib.util
 import os
 import pathlib
+import sys
 
 import keras
 import numpy as np
@@ -9,6 +11,24 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
+
+
+def _bind_tools():
+    """`keras_vit_tools` (the installed name of tools/) is this checkout's tools/.
+
+    `pip install -e .` maps the name to the checkout it was run in; binding
+    it here makes a second checkout test its own tools.
+    """
+    folder = ROOT / "tools"
+    spec = importlib.util.spec_from_file_location(
+        "keras_vit_tools", folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["keras_vit_tools"] = module
+    spec.loader.exec_module(module)
+
+
+_bind_tools()
 DEIT_NPZ = SHARED / "weights" / "deit_tiny_patch16_224.npz"
 DEIT_SAFETENSORS = SHARED / "weights" / "deit_tiny_patch16_224.timm.safetensors"
 
@@ -29,14 +49,10 @@ IMAGENET_STD = np.array([0.229, 0.224, 0.225], "float32")
 
 def imagenet_preprocess(image):
     """Shorter side to 256 (bicubic), centre crop 224, ImageNet mean/std."""
-    from PIL import Image
+    from keras_vit.preprocessing import center_crop
 
-    img = Image.fromarray(image)
-    scale = 256 / min(img.size)
-    img = img.resize((round(img.size[0] * scale), round(img.size[1] * scale)), Image.BICUBIC)
-    left, top = (img.size[0] - 224) // 2, (img.size[1] - 224) // 2
-    img = img.crop((left, top, left + 224, top + 224))
-    return (np.asarray(img, "float32") / 255.0 - IMAGENET_MEAN) / IMAGENET_STD
+    crop = center_crop(image, 224, crop_fraction=224 / 256)
+    return (crop.astype("float32") / 255.0 - IMAGENET_MEAN) / IMAGENET_STD
 
 
 requires_shared = pytest.mark.skipif(

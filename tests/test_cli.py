@@ -48,7 +48,7 @@ def test_inspect_chelsea_with_real_weights(tmp_path, capsys):
     status = cli.main(
         [
             "inspect", str(photo), "--model", "ViTTi16", "--weights", str(DEIT_NPZ),
-            "--gelu", "exact", "--normalization", "imagenet", "--out", str(out),
+            "--gelu", "erf", "--normalization", "imagenet", "--out", str(out),
         ]
     )
     assert status == 0

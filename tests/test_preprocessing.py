@@ -1,6 +1,5 @@
 """`preprocess_input` (NumPy, backend tensors, tf.data) and `decode_predictions`."""
 
-import doctest
 import gzip
 import re
 import types
@@ -12,7 +11,7 @@ import pytest
 import keras_vit
 from conftest import DEIT_NPZ, SHARED, requires_shared, to_numpy
 from keras_vit import labels, preprocessing
-from keras_vit.preprocessing import decode_predictions, preprocess_input
+from keras_vit.preprocessing import center_crop, decode_predictions, preprocess_input
 from keras_vit.weights.registry import get_record
 
 LABELS = SHARED / "labels"
@@ -190,26 +189,6 @@ def test_decode_predictions_errors():
         labels.synsets(10)
 
 
-def test_docstring_examples():
-    for module in (preprocessing, labels):
-        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
-        assert result.attempted > 0 and result.failed == 0
-
-
-def _eval_crop(image, size=224, short_side=256):
-    """DeiT evaluation crop: shorter side to 256 (bicubic), centre 224."""
-    h, w = image.shape[:2]
-    scale = short_side / min(h, w)
-    x = keras.ops.image.resize(
-        image[None].astype("float32"),
-        (round(h * scale), round(w * scale)),
-        interpolation="bicubic",
-    )
-    x = np.clip(to_numpy(x), 0, 255)
-    top, left = (x.shape[1] - size) // 2, (x.shape[2] - size) // 2
-    return x[:, top : top + size, left : left + size]
-
-
 @requires_shared
 def test_real_weights_classify_photos():
     # DeiT-Tiny expects ImageNet mean/std inputs; ../shared/README.md gives
@@ -220,7 +199,8 @@ def test_real_weights_classify_photos():
     deit = types.SimpleNamespace(preprocessing="imagenet")
     photos = (skimage_data.chelsea(), skimage_data.coffee())
     expected = ((281, 282, 285), (967,))
-    x = np.concatenate([_eval_crop(image) for image in photos])
+    # The DeiT evaluation crop: shorter side to 256 (bicubic), centre 224.
+    x = np.stack([center_crop(image, 224) for image in photos]).astype("float32")
     # One batch and predict(): a single compiled forward pass per call.
     probs = model.predict(preprocess_input(x, weights=deit), verbose=0)
     # The [-1, 1] scaling of the Google checkpoints is wrong for DeiT.
@@ -231,3 +211,48 @@ def test_real_weights_classify_photos():
         assert wrong[i, list(classes)].sum() < probs[i, list(classes)].sum() - 0.05
         top = {synset for synset, _, _ in decoded[i][: len(classes)]}
         assert top == {labels.synsets(1000)[c] for c in classes}
+
+
+def test_center_crop_geometry_and_content():
+    # 300x450 at 0.875: the shorter side becomes 224 / 0.875 = 256, the
+    # longer 450 * 256 / 300 = 384; the crop starts at (16, 80).
+    assert preprocessing.crop_geometry(300, 450, (224, 224), 0.875) == (256, 384, 16, 80)
+    image = np.zeros((300, 450, 3), "uint8")
+    image[:, 150:300] = 255  # the central third of the columns
+    crop = center_crop(image, 224)
+    assert crop.shape == (224, 224, 3) and crop.dtype == np.uint8
+    # Resized columns 128-256 are white: crop columns 48-176.
+    assert crop[:, 60:164].min() == 255 and crop[:, :36].max() == 0 and crop[:, 190:].max() == 0
+    batch = center_crop(np.stack([image, image]), (224, 160), crop_fraction=1.0)
+    assert batch.shape == (2, 224, 160, 3)
+
+
+def test_center_crop_numpy_and_tf_data_agree():
+    tf = pytest.importorskip("tensorflow")
+    rows, cols = np.meshgrid(np.arange(60), np.arange(90), indexing="ij")
+    image = np.stack([rows * 2, cols, rows + cols], axis=-1).astype("float32")
+    expected = center_crop(image, 32, crop_fraction=0.8, interpolation="bilinear")
+    dataset = tf.data.Dataset.from_tensors(image).map(
+        lambda x: center_crop(x, 32, crop_fraction=0.8, interpolation="bilinear")
+    )
+    got = next(iter(dataset)).numpy()
+    assert got.shape == expected.shape == (32, 32, 3)
+    # Pillow and TensorFlow sample the same linear ramps.
+    np.testing.assert_allclose(got, expected, atol=1.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(crop_fraction=0.0), "crop_fraction"),
+        (dict(crop_fraction=1.5), "crop_fraction"),
+        (dict(interpolation="nearest"), "interpolation"),
+        (dict(size=0), "size"),
+    ],
+)
+def test_center_crop_rejects_bad_arguments(kwargs, message):
+    arguments = dict(dict(size=8), **kwargs)
+    with pytest.raises(ValueError, match=message):
+        center_crop(np.zeros((10, 10, 3), "uint8"), **arguments)
+    with pytest.raises(ValueError, match="images"):
+        center_crop(np.zeros((10, 10), "uint8"), 8)

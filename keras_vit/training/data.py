@@ -24,30 +24,13 @@ Value ranges (`mode`), applied with `keras_vit.preprocess_input`:
 scales to [0, 1] then normalises with the ImageNet mean and std (DeiT, timm).
 """
 
-MODES = ("inception", "imagenet")
-
-
-def _tf():
-    import tensorflow as tf
-
-    return tf
-
-
-def _size(image_size):
-    if isinstance(image_size, int) and not isinstance(image_size, bool) and image_size > 0:
-        return (image_size, image_size)
-    if isinstance(image_size, (tuple, list)) and len(image_size) == 2:
-        return tuple(int(s) for s in image_size)
-    raise ValueError(
-        "`image_size` must be a positive int or (height, width). "
-        f"Received: image_size={image_size!r}"
-    )
+from keras_vit.preprocessing import MODES, center_crop, preprocess_input
+from keras_vit.training.sources import tensorflow as _tf
+from keras_vit.validation import check_choice, check_fraction, pair
 
 
 def _check_mode(mode):
-    if mode not in MODES:
-        raise ValueError(f"`mode` must be one of {MODES}. Received: mode={mode!r}")
-    return mode
+    return check_choice(mode, MODES, "mode")
 
 
 def value_range(images, mode="inception"):
@@ -60,8 +43,6 @@ def value_range(images, mode="inception"):
     Returns:
         A float32 tensor of the same shape.
     """
-    from keras_vit.preprocessing import preprocess_input
-
     images = _tf().cast(images, "float32")
     # preprocess_input runs TensorFlow ops on tf.Tensors, whatever the backend.
     return preprocess_input(images, mode=_check_mode(mode))
@@ -110,7 +91,7 @@ def inception_crop(image, area_range=(0.05, 1.0), aspect_ratio_range=(3 / 4, 4 /
 def train_transform(image_size, mode="inception", area_range=(0.05, 1.0), flip=True):
     """The per-example training augmentation, `(image, label) -> (x, label)`."""
     tf = _tf()
-    size = _size(image_size)
+    size = pair(image_size, "image_size")
     _check_mode(mode)
     if not (0 < area_range[0] <= area_range[1] <= 1):
         raise ValueError(
@@ -143,28 +124,16 @@ def eval_transform(image_size, mode="inception", crop_fraction=None):
             takes the central crop (e.g. 0.875 for timm-style evaluation).
     """
     tf = _tf()
-    size = _size(image_size)
+    size = pair(image_size, "image_size")
     _check_mode(mode)
-    if crop_fraction is not None and not 0 < crop_fraction <= 1:
-        raise ValueError(
-            "`crop_fraction` must be None or in (0, 1]. "
-            f"Received: crop_fraction={crop_fraction!r}"
-        )
+    check_fraction(crop_fraction, "crop_fraction", allow_none=True)
 
     def transform(image, label):
         image = tf.cast(_as_rgb(image), tf.float32)
         if crop_fraction is None:
             image = tf.image.resize(image, size, method="bilinear")
         else:
-            shape = tf.cast(tf.shape(image)[:2], tf.float32)
-            target = tf.constant(size, tf.float32) / crop_fraction
-            scale = tf.reduce_max(target / shape)
-            resized = tf.cast(tf.math.ceil(shape * scale), tf.int32)
-            image = tf.image.resize(image, resized, method="bilinear")
-            top = (resized[0] - size[0]) // 2
-            left = (resized[1] - size[1]) // 2
-            image = image[top : top + size[0], left : left + size[1]]
-            image = tf.ensure_shape(image, size + (3,))
+            image = center_crop(image, size, crop_fraction, interpolation="bilinear")
         image = tf.clip_by_value(image, 0.0, 255.0)
         return value_range(image, mode), tf.cast(label, tf.int32)
 
@@ -241,7 +210,7 @@ def eval_pipeline(dataset, image_size, batch_size, mode="inception", crop_fracti
         A finite `tf.data.Dataset` of `(images, labels, weights)` batches.
     """
     tf = _tf()
-    height, width = _size(image_size)
+    height, width = pair(image_size, "image_size")
     dataset = dataset.map(
         eval_transform(image_size, mode, crop_fraction), num_parallel_calls=tf.data.AUTOTUNE
     )
