@@ -1,20 +1,16 @@
 """Tests of tools/benchmark.py: FLOP formula and a `--smoke` run (no speed checks)."""
 
 import json
-import pathlib
-import sys
 
 import keras
 import pytest
 
-TOOLS = pathlib.Path(__file__).resolve().parents[1] / "tools"
-sys.path.insert(0, str(TOOLS))
-import benchmark  # noqa: E402
+from keras_vit_tools import benchmark
 
 
 def test_architectures_are_the_library_table():
     """The benchmark's (patch, hidden, layers, heads, mlp) rows are keras_vit's variants."""
-    from keras_vit.models.variants import ARCHITECTURES
+    from keras_vit.architectures import ARCHITECTURES
 
     for name, row in benchmark.ARCHS.items():
         if name != "tiny":
@@ -115,7 +111,7 @@ def test_gpu_workloads_are_listed_separately():
 
 def test_kernel_timings_table(tmp_path):
     """tools/benchmark_kernels.py times every piece on the current backend."""
-    import benchmark_kernels
+    from keras_vit_tools import benchmark_kernels
 
     prefix = tmp_path / "kernels"
     assert benchmark_kernels.main(["--arch", "tiny", "--batch", "2", "--reps", "1",

@@ -1,6 +1,5 @@
 """The converter tool: files written, reloaded outputs, exit codes."""
 
-import importlib.util
 import json
 import pathlib
 import subprocess
@@ -14,10 +13,7 @@ import reference
 from conftest import DEIT_NPZ, DEIT_SAFETENSORS, ROOT, TINY, requires_shared, to_numpy
 from synthetic import images, official_params
 
-_spec = importlib.util.spec_from_file_location("keras_vit_convert", ROOT / "tools" / "convert.py")
-_convert = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_convert)
-main = _convert.main
+from keras_vit_tools.convert import main
 
 TINY_ARCH = json.dumps({k: v for k, v in TINY.items() if k != "image_size"})
 

@@ -21,7 +21,7 @@ import pathlib
 import sys
 import time
 
-from benchmark import ARCHS  # this script's folder is on sys.path
+from keras_vit_tools.benchmark import ARCHS
 
 
 def _timer(reps):

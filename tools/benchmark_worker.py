@@ -16,7 +16,7 @@ import statistics
 import sys
 import time
 
-from benchmark import ARCHS  # this script's folder is on sys.path
+from keras_vit_tools.benchmark import ARCHS
 
 CLASSES = 1000
 

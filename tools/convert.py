@@ -22,24 +22,32 @@ Examples:
 """
 
 import argparse
-import importlib.util
 import json
 import os
-import pathlib
 import sys
+
+import keras
+import numpy as np
+
+from keras_vit import architectures
+from keras_vit.architectures import GELU_FLAVOURS
+from keras_vit.models import ViT, ViTHybrid
+from keras_vit.validation import pair
+from keras_vit.weights import describe_weights, loader, sources
+from keras_vit.weights.mapping import model_state
+from keras_vit_tools import reference
 
 SUFFIX = ".weights.h5"
 
 
 def _size(text):
-    parts = text.lower().replace("x", ",").split(",")
+    """`N` or `HxW` (also `H,W`) as an image size."""
     try:
-        values = [int(p) for p in parts]
+        values = tuple(int(p) for p in text.lower().replace("x", ",").split(","))
+        size = pair(values[0] if len(values) == 1 else values, "size")
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}") from None
-    if len(values) not in (1, 2) or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}")
-    return values[0] if len(values) == 1 else tuple(values)
+    return size[0] if len(values) == 1 else size
 
 
 def build_parser():
@@ -71,7 +79,7 @@ def build_parser():
     )
     parser.add_argument(
         "--gelu",
-        choices=("tanh", "erf"),
+        choices=tuple(GELU_FLAVOURS),
         help="GELU flavour; default: the weights' (Google .npz: tanh, timm: erf, registry: recorded)",
     )
     parser.add_argument("--keras", action="store_true", help="also write a whole .keras model beside --output")
@@ -81,27 +89,15 @@ def build_parser():
     return parser
 
 
-def _reference():
-    """The NumPy forward pass, loaded by path (also from an installed copy)."""
-    path = pathlib.Path(__file__).with_name("reference.py")
-    spec = importlib.util.spec_from_file_location("keras_vit_numpy_reference", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _architecture(args):
-    from keras_vit.models.variants import ARCHITECTURES, CONSTRUCTORS
-
-    name = CONSTRUCTORS.get(args.variant, args.variant)
-    if name is not None and name not in ARCHITECTURES:
-        choices = ", ".join(list(ARCHITECTURES) + list(CONSTRUCTORS))
-        raise ValueError(f"Unknown --variant {args.variant!r}. Choices: {choices}.")
-    config = dict(ARCHITECTURES[name]) if name else {}
-    # The model name of the named constructor, e.g. "vitti16".
-    for func, arch in CONSTRUCTORS.items():
-        if arch == name:
-            config["name"] = func.lower()
+    config = {}
+    if args.variant is not None:
+        try:
+            variant = architectures.get_variant(args.variant)
+        except ValueError as error:
+            raise ValueError(str(error).replace("`name`", "--variant")) from None
+        # The model name of the named constructor, e.g. "vitti16".
+        config = dict(variant.config, name=variant.constructor.lower())
     config.update(args.config)
     missing = [k for k in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim") if k not in config]
     if missing:
@@ -110,18 +106,10 @@ def _architecture(args):
 
 
 def _model_class(config):
-    if "resnet_layers" in config:
-        from keras_vit.models.hybrid import ViTHybrid
-
-        return ViTHybrid
-    from keras_vit import ViT
-
-    return ViT
+    return ViTHybrid if "resnet_layers" in config else ViT
 
 
 def _outputs(model, x):
-    import keras
-
     if model.include_top and model.classifier_activation is not None:
         model = keras.Model(model.input, model.get_layer("head").output)
     return keras.ops.convert_to_numpy(model(x, training=False))
@@ -129,22 +117,16 @@ def _outputs(model, x):
 
 def convert(args):
     """Writes the converted files; returns `{check: max |difference|}`."""
-    import numpy as np
-
-    from keras_vit.models.variants import architecture_name
-    from keras_vit.weights import describe_weights, loader, sources
-    from keras_vit.weights.mapping import model_state
-
     if not args.output.endswith(SUFFIX):
         raise ValueError(f"--output must end with {SUFFIX!r}. Received: {args.output!r}")
     config = _architecture(args)
     info = describe_weights(args.weights, config)
-    path = loader.fetch_weights(args.weights, architecture_name(config))
+    path = loader.fetch_weights(args.weights, architectures.architecture_name(config))
     classes = args.classes if args.classes is not None else info.classes
     representation = args.representation_size
     if representation is None:
         representation = info.representation_size
-    gelu = {"tanh": True, "erf": False, None: info.gelu_approximate}[args.gelu]
+    gelu = info.gelu_approximate if args.gelu is None else GELU_FLAVOURS[args.gelu]
     build = dict(
         config,
         image_size=args.image_size or info.image_size,
@@ -170,8 +152,6 @@ def convert(args):
     reloaded = cls(weights=args.output, **build)
     diffs[f"reloaded {SUFFIX}"] = np.abs(_outputs(reloaded, x) - expected).max()
     if args.keras:
-        import keras
-
         keras_path = args.output[: -len(SUFFIX)] + ".keras"
         model.save(keras_path)
         print(f"wrote {keras_path}")
@@ -185,8 +165,8 @@ def convert(args):
         if not same:
             print("NumPy reference: runs on the adapted weights (resized, new head or dropped layers)")
             params = state
-        reference = _reference().forward(params, x, model.gelu_approximate, model.layer_norm_epsilon)
-        diffs["NumPy reference (float64)"] = np.abs(reference - expected).max()
+        numpy_outputs = reference.forward(params, x, model.gelu_approximate, model.layer_norm_epsilon)
+        diffs["NumPy reference (float64)"] = np.abs(numpy_outputs - expected).max()
     return diffs
 
 
@@ -208,6 +188,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    # Run from a source checkout: make `keras_vit` importable.
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
     sys.exit(main())
