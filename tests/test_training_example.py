@@ -45,19 +45,3 @@ def test_defaults_follow_the_recipes():
     assert (args.optimizer, args.batch_size, args.image_size, args.lr) == ("sgd", 512, 384, 0.03)
     args = example.resolve(example.parse_args([]))
     assert (args.model, args.dataset, args.optimizer) == ("demo", "digits", "adamw")
-
-
-@pytest.mark.parametrize(
-    "module_name",
-    ["keras_vit.training.recipes", "keras_vit.training.callbacks", "keras_vit.training.distribute", "keras_vit.training.data"],
-)
-def test_docstring_examples(module_name):
-    import doctest
-    import importlib
-
-    module = importlib.import_module(module_name)
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    for test in doctest.DocTestFinder(exclude_empty=True).find(module, module_name):
-        runner.run(test)
-    result = runner.summarize(verbose=False)
-    assert result.failed == 0 and result.attempted > 0, result

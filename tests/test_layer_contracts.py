@@ -1,0 +1,79 @@
+"""Every keras_vit layer against the shared layer contract (`harness.run_layer_test`).
+
+Shapes, config and serialisation round trips, `.keras` saving, mixed
+precision and gradients, under the backend the suite runs on. The numerics
+of each layer are tested against NumPy in test_layers.py and
+test_resnet_layers.py.
+"""
+
+import numpy as np
+import pytest
+
+from harness import run_layer_test
+from keras_vit import layers
+
+RNG = np.random.default_rng(0)
+
+
+def _normal(*shape):
+    return RNG.normal(size=shape).astype("float32")
+
+
+# (layer factory, input, expected output shape)
+CASES = {
+    "Patches": (lambda **kw: layers.Patches((2, 4), **kw), _normal(2, 6, 8, 3), (2, 3, 2, 24)),
+    "PatchEncoder": (
+        lambda **kw: layers.PatchEncoder(hidden_size=6, patch_size=4, grid_size=(2, 3), **kw),
+        _normal(2, 2, 3, 48),
+        (2, 7, 6),
+    ),
+    "PatchEncoder-no-class-token": (
+        lambda **kw: layers.PatchEncoder(4, 2, 2, class_token=False, **kw),
+        _normal(1, 2, 2, 12),
+        (1, 4, 4),
+    ),
+    "MultiHeadSelfAttention": (
+        lambda **kw: layers.MultiHeadSelfAttention(num_heads=2, head_dim=4, **kw),
+        _normal(2, 5, 8),
+        (2, 5, 8),
+    ),
+    "MlpBlock": (lambda **kw: layers.MlpBlock(mlp_dim=16, **kw), _normal(2, 5, 8), (2, 5, 8)),
+    "TransformerBlock": (
+        lambda **kw: layers.TransformerBlock(num_heads=2, mlp_dim=16, **kw),
+        _normal(2, 5, 8),
+        (2, 5, 8),
+    ),
+    "TokenPooling-token": (lambda **kw: layers.TokenPooling("token", 1, **kw), _normal(2, 5, 3), (2, 3)),
+    "TokenPooling-avg": (lambda **kw: layers.TokenPooling("avg", 1, **kw), _normal(2, 5, 3), (2, 3)),
+    "TokenPooling-max": (lambda **kw: layers.TokenPooling("max", 0, **kw), _normal(2, 5, 3), (2, 3)),
+    "StdConv2D": (
+        lambda **kw: layers.StdConv2D(8, 3, strides=2, epsilon=1e-4, **kw),
+        _normal(2, 7, 7, 4),
+        (2, 4, 4, 8),
+    ),
+    "BottleneckUnit": (
+        lambda **kw: layers.BottleneckUnit(32, strides=2, groups=16, norm_epsilon=1e-5, **kw),
+        _normal(1, 5, 6, 64),
+        (1, 3, 3, 128),
+    ),
+    "ResNetStage": (
+        lambda **kw: layers.ResNetStage(32, 2, strides=2, conv_epsilon=1e-6, name="block2", **kw),
+        _normal(1, 8, 8, 64),
+        (1, 4, 4, 128),
+    ),
+}
+
+
+def test_every_layer_has_a_case():
+    exported = {
+        name for name in layers.__all__ if isinstance(getattr(layers, name), type)
+    }
+    covered = {case.split("-")[0] for case in CASES}
+    assert exported <= covered, f"layers without a contract test: {sorted(exported - covered)}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_layer_contract(case):
+    make_layer, inputs, expected_shape = CASES[case]
+    _, outputs = run_layer_test(make_layer, inputs, expected_shape)
+    assert np.all(np.isfinite(outputs))
