@@ -1,7 +1,7 @@
 """Independent NumPy (float64) forward pass of the hybrids' ResNet.
 
 Written from the definitions in the official `vit_jax/models_resnet.py` and
-`vit_jax/models_vit.py` (as summarised in ../shared/CHECKPOINTS.md §2-3):
+`vit_jax/models_vit.py` (as summarised in docs/checkpoints.md §2-3):
 weight standardisation `(w - mean) / (std + 1e-5)` per output channel,
 GroupNorm 32 groups eps 1e-6, TF "SAME" padding, bottleneck units. The
 parameters are read from a dict with the official `.npz` key names, so

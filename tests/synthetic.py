@@ -1,6 +1,6 @@
 """Random checkpoints in the official, big_vision and timm layouts.
 
-Each writer follows the layout as documented in ../shared/CHECKPOINTS.md
+Each writer follows the layout as documented in docs/checkpoints.md
 (§2.1 key names and shapes; timm's fused `qkv`, `(out, in)` Linear weights
 and OIHW convolutions), independently of keras_vit's readers.
 """
