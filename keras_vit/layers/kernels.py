@@ -18,12 +18,48 @@ only where measurements (`tools/benchmark.py`) showed that it pays:
   and batched matrix products on `(batch * heads, tokens, head_dim)` tensors
   run faster (`tools/benchmark_kernels.py` measures both).
   The softmax is taken in float32 whatever the compute dtype.
+
+Inside `export_mode()` (entered by `keras_vit.export.export_model` while it
+traces a model) both take a portable form instead: plain matrix products on
+the token tensors as they are, and attention as 4D batched matrix products,
+with no reshape that merges the symbolic batch axis into another axis (which
+jax2onnx cannot express) and no backend-specific call. The ordinary path is
+untouched outside the context.
 """
 
+import contextlib
 import math
 
 import keras
 from keras import ops
+
+
+_EXPORT_MODE = [False]
+
+
+@contextlib.contextmanager
+def export_mode():
+    """Within this context the layers emit their exporter-friendly graph.
+
+    Example:
+
+    >>> with export_mode():
+    ...     exporting()
+    True
+    >>> exporting()
+    False
+    """
+    previous = _EXPORT_MODE[0]
+    _EXPORT_MODE[0] = True
+    try:
+        yield
+    finally:
+        _EXPORT_MODE[0] = previous
+
+
+def exporting():
+    """Whether the layers are being traced for an exporter (`export_mode`)."""
+    return _EXPORT_MODE[0]
 
 
 def dense(x, kernel, bias=None):
@@ -45,6 +81,9 @@ def dense(x, kernel, bias=None):
     >>> keras.ops.convert_to_numpy(y)[1, 2].tolist()
     [4.0, 5.0, 6.0, 7.0, 8.0]
     """
+    if exporting():
+        y = ops.matmul(x, kernel)
+        return y if bias is None else y + bias
     if keras.backend.backend() == "torch":
         return _dense_torch(x, kernel, bias)
     x = ops.convert_to_tensor(x)
@@ -143,6 +182,8 @@ def attention(q, k, v, scale=None):
     v = ops.convert_to_tensor(v)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
+    if exporting():
+        return _attention_portable(q, k, v, scale)
     if not _use_fused_attention():
         return _attention_matmuls(q, k, v, scale)
     if keras.backend.backend() == "torch":
@@ -158,4 +199,15 @@ def _attention_matmuls(q, k, v, scale):
     probs = ops.softmax(ops.cast(logits, "float32") * scale, axis=-1)
     context = ops.matmul(ops.cast(probs, v.dtype), _heads_first(v))
     context = ops.reshape(context, (-1, static[2], tokens, static[3]))
+    return ops.transpose(context, (0, 2, 1, 3))
+
+
+def _attention_portable(q, k, v, scale):
+    # (batch, heads, tokens, dim) products: every backend and exporter has a
+    # batched MatMul for them, and the batch axis is never merged.
+    logits = ops.matmul(
+        ops.transpose(q, (0, 2, 1, 3)), ops.transpose(k, (0, 2, 3, 1))
+    )
+    probs = ops.softmax(ops.cast(logits, "float32") * scale, axis=-1)
+    context = ops.matmul(ops.cast(probs, v.dtype), ops.transpose(v, (0, 2, 1, 3)))
     return ops.transpose(context, (0, 2, 1, 3))

@@ -10,6 +10,7 @@ max-pool.
 import keras
 from keras import ops
 
+from keras_vit.layers import kernels
 from keras_vit.validation import (
     check_bool,
     check_int,
@@ -31,8 +32,75 @@ def _check_groups(channels, groups, what):
         )
 
 
+@keras.saving.register_keras_serializable(package="keras_vit")
+class GroupNorm(keras.layers.GroupNormalization):
+    """`keras.layers.GroupNormalization` with a 4D graph for exporters.
+
+    Outside `keras_vit.layers.kernels.export_mode()` it is Keras' layer,
+    unchanged. While a model is traced for an exporter, the statistics are
+    taken on a `(batch, height * width, groups, channels // groups)` view
+    with products instead of powers: Keras' 5D view and `square` become a 5D
+    `POW` in LiteRT, which its converter cannot lower (litert-torch fails on
+    every hybrid). Same arguments, weights and outputs (tested).
+    """
+
+    def call(self, inputs):
+        if not kernels.exporting() or self.axis not in (-1, 3) or len(inputs.shape) != 4:
+            return super().call(inputs)
+        _, height, width, channels = inputs.shape
+        dtype = inputs.dtype
+        x = ops.cast(inputs, "float32")
+        x = ops.reshape(x, (-1, height * width, self.groups, channels // self.groups))
+        mean = ops.mean(x, axis=(1, 3), keepdims=True)
+        centred = x - mean
+        variance = ops.mean(centred * centred, axis=(1, 3), keepdims=True)
+        x = centred * ops.rsqrt(variance + self.epsilon)
+        x = ops.reshape(x, (-1, height, width, channels))
+        if self.scale:
+            x = x * ops.cast(self.gamma, "float32")
+        if self.center:
+            x = x + ops.cast(self.beta, "float32")
+        return ops.cast(x, dtype)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MaxPool2D(keras.layers.MaxPooling2D):
+    """`keras.layers.MaxPooling2D` (channels last) with a sliced graph for exporters.
+
+    Outside `keras_vit.layers.kernels.export_mode()` it is Keras' layer,
+    unchanged. While a model is traced for an exporter, the pool is the
+    maximum of `pool_size` strided slices of the padded input: jax2onnx
+    turns jax's 4D window reduction into an ONNX `MaxPool` over four
+    "spatial" axes, which neither ONNX Runtime nor OpenVINO runs. Same
+    arguments and outputs (tested).
+    """
+
+    def call(self, inputs):
+        if not kernels.exporting() or self.data_format != "channels_last":
+            return super().call(inputs)
+        (ph, pw), (sh, sw) = self.pool_size, self.strides
+        _, height, width, _ = inputs.shape
+        if self.padding == "same":
+            out_h, out_w = -(-height // sh), -(-width // sw)
+            pad_h = max((out_h - 1) * sh + ph - height, 0)
+            pad_w = max((out_w - 1) * sw + pw - width, 0)
+            inputs = ops.pad(
+                inputs,
+                ((0, 0), (pad_h // 2, pad_h - pad_h // 2), (pad_w // 2, pad_w - pad_w // 2), (0, 0)),
+                constant_values=float("-inf"),
+            )
+        else:
+            out_h, out_w = (height - ph) // sh + 1, (width - pw) // sw + 1
+        result = None
+        for i in range(ph):
+            for j in range(pw):
+                window = inputs[:, i : i + (out_h - 1) * sh + 1 : sh, j : j + (out_w - 1) * sw + 1 : sw, :]
+                result = window if result is None else ops.maximum(result, window)
+        return result
+
+
 def group_norm(name, groups=GROUPS, epsilon=NORM_EPSILON, zero_init=False, dtype=None):
-    """A `keras.layers.GroupNormalization` with the official BiT settings.
+    """A `GroupNorm` (Keras' `GroupNormalization`) with the official BiT settings.
 
     Args:
         name: layer name, e.g. "gn_root".
@@ -44,10 +112,10 @@ def group_norm(name, groups=GROUPS, epsilon=NORM_EPSILON, zero_init=False, dtype
         dtype: dtype or dtype policy.
 
     Returns:
-        A `GroupNormalization` layer with weights `gamma` and `beta` of
-        shape `(channels,)` (the checkpoint's `scale` and `bias`).
+        A `GroupNorm` layer with weights `gamma` and `beta` of shape
+        `(channels,)` (the checkpoint's `scale` and `bias`).
     """
-    return keras.layers.GroupNormalization(
+    return GroupNorm(
         groups=groups,
         epsilon=epsilon,
         gamma_initializer="zeros" if zero_init else "ones",
@@ -375,9 +443,7 @@ def resnet_backbone(x, resnet_layers, resnet_width=1.0, dtype=None, standardize=
     )(x)
     x = group_norm("gn_root", dtype=dtype)(x)
     x = keras.layers.ReLU(name="relu_root", dtype=dtype)(x)
-    x = keras.layers.MaxPooling2D(
-        3, strides=2, padding="same", name="pool_root", dtype=dtype
-    )(x)
+    x = MaxPool2D(3, strides=2, padding="same", name="pool_root", dtype=dtype)(x)
     for s, units in enumerate(resnet_layers):
         x = ResNetStage(
             width * 2**s,

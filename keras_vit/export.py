@@ -1,0 +1,490 @@
+"""Export to serving runtimes: TF Serving, ONNX Runtime, OpenVINO, LiteRT, torch.export.
+
+`export_model(model, path, format)` writes a model as a standalone artifact
+that its runtime runs without keras_vit or Keras; `run_exported(path, format,
+images)` runs such an artifact in that runtime; `verify_export` compares it
+with `model.predict`.
+
+| format | jax | tensorflow | torch | artifact |
+| --- | --- | --- | --- | --- |
+| `"tf_saved_model"` | jax2tf | native | through tensorflow | a SavedModel folder, `serve` endpoint |
+| `"onnx"` | jax2onnx | tf2onnx | `torch.onnx` (dynamo) | `.onnx` |
+| `"openvino"` | jax2onnx, then OpenVINO | OpenVINO | OpenVINO from `torch.export` | `.xml` + `.bin` |
+| `"litert"` | - | TFLite converter | litert-torch | `.tflite` |
+| `"torch"` | - | - | `torch.export` | `.pt2` |
+
+The batch size is dynamic wherever the format allows it (all but LiteRT from
+torch, whose converter has static shapes only: there `batch_size` defaults
+to 1 and `run_exported` feeds larger batches in slices). The image size is
+the model's unless `image_size` asks for another: a keras_vit model is then
+exported through `model.for_inference(image_size)`, with its position
+embedding resized once (hybrids also get their kernels standardised once).
+
+While a model is traced, `keras_vit.layers.kernels.export_mode()` makes the
+layers emit plain matrix products and 4D attention products, which every
+exporter converts, instead of the backend-specific fast paths.
+
+Workarounds for upstream faults, each in one function below:
+
+- torch: Keras' `tf_saved_model` export needs `torch_xla` (no wheel for
+  current torch releases) and fails on the batch dimension
+  (keras-team/keras#21418-like `dynamic_shapes` mismatch); keras_vit
+  rebuilds the model under the tensorflow backend in a subprocess from a
+  `.keras` file and exports it there (`_saved_model_through_tensorflow`).
+- torch: Keras' `onnx` export falls back to the TorchScript exporter for a
+  dynamic batch, which fails in `LayerNormalization` (`onnx::Gather` on a
+  dynamic shape); keras_vit calls the dynamo exporter with
+  `dynamic_shapes` (`_onnx_torch`).
+- jax: Keras' `openvino` export goes through jax2tf, whose output is an
+  `XlaCallModule` that OpenVINO cannot read; keras_vit exports ONNX with
+  jax2onnx and has OpenVINO read that (`_openvino_from_onnx`).
+"""
+
+import contextlib
+import importlib
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from keras_vit.layers import kernels
+from keras_vit.validation import check_positive_int, pair
+
+FORMATS = ("tf_saved_model", "onnx", "openvino", "litert", "torch")
+BACKEND_FORMATS = {
+    "jax": ("tf_saved_model", "onnx", "openvino"),
+    "tensorflow": ("tf_saved_model", "onnx", "openvino", "litert"),
+    "torch": FORMATS,
+}
+# File name endings the exporters require ("" for the SavedModel folder).
+SUFFIXES = {
+    "tf_saved_model": "",
+    "onnx": ".onnx",
+    "openvino": ".xml",
+    "litert": ".tflite",
+    "torch": ".pt2",
+}
+# Python modules each exporter imports, with the pip package that has them.
+EXPORTERS = {
+    ("jax", "tf_saved_model"): (("tensorflow", "tensorflow"),),
+    ("jax", "onnx"): (("jax2onnx", "jax2onnx"), ("onnx", "onnx")),
+    ("jax", "openvino"): (("jax2onnx", "jax2onnx"), ("openvino", "openvino")),
+    ("tensorflow", "tf_saved_model"): (),
+    ("tensorflow", "onnx"): (("tf2onnx", "tf2onnx"), ("onnx", "onnx")),
+    ("tensorflow", "openvino"): (("openvino", "openvino"),),
+    ("tensorflow", "litert"): (),
+    ("torch", "tf_saved_model"): (("tensorflow", "tensorflow"),),
+    ("torch", "onnx"): (("onnx", "onnx"), ("onnxscript", "onnxscript")),
+    ("torch", "openvino"): (("openvino", "openvino"),),
+    ("torch", "litert"): (("litert_torch", "litert-torch"),),
+    ("torch", "torch"): (),
+}
+RUNTIMES = {
+    "tf_saved_model": (("tensorflow", "tensorflow"),),
+    "onnx": (("onnxruntime", "onnxruntime"),),
+    "openvino": (("openvino", "openvino"),),
+    "litert": (("ai_edge_litert", "ai-edge-litert"),),
+    "torch": (("torch", "torch"),),
+}
+
+
+def check_format(format, backend=None):
+    """Checks that `format` is known and that `backend` can produce it.
+
+    Args:
+        format: one of `FORMATS`.
+        backend: a Keras backend name; default the current one.
+
+    Returns:
+        `format`.
+
+    Raises:
+        ValueError: naming the formats, or the backends that produce it.
+
+    Example:
+
+    >>> check_format("onnx", backend="jax")
+    'onnx'
+    """
+    import keras
+
+    backend = backend or keras.backend.backend()
+    if format not in FORMATS:
+        raise ValueError(f"`format` must be one of {FORMATS}. Received: format={format!r}")
+    if backend not in BACKEND_FORMATS:
+        raise ValueError(
+            f"Export needs the jax, tensorflow or torch backend. Received: backend={backend!r}"
+        )
+    if format not in BACKEND_FORMATS[backend]:
+        able = [b for b, formats in BACKEND_FORMATS.items() if format in formats]
+        raise ValueError(
+            f"format={format!r} cannot be produced on the {backend} backend; "
+            f"use KERAS_BACKEND={' or '.join(able)} (the {backend} backend "
+            f"exports {BACKEND_FORMATS[backend]})."
+        )
+    return format
+
+
+def require(modules, purpose):
+    """Imports `modules` (`(module, pip name)` pairs) or raises ImportError naming them."""
+    missing = []
+    for module, package in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(package)
+    if missing:
+        raise ImportError(
+            f"{purpose} needs {', '.join(missing)}: pip install {' '.join(missing)} "
+            '(or pip install "keras-vit[export]")'
+        )
+
+
+def _check_path(path, format):
+    path = os.fspath(path)
+    suffix = SUFFIXES[format]
+    if suffix and not path.endswith(suffix):
+        raise ValueError(
+            f"`path` must end with {suffix!r} for format={format!r}. Received: path={path!r}"
+        )
+    if not suffix and os.path.splitext(path)[1] in {s for s in SUFFIXES.values() if s}:
+        raise ValueError(
+            f"format='tf_saved_model' writes a folder; `path` must not end with "
+            f"a file suffix. Received: path={path!r}"
+        )
+    return path
+
+
+def _quantized(model):
+    return any(getattr(layer, "quantization_mode", None) for layer in model._flatten_layers())
+
+
+def prepare_model(model, image_size=None):
+    """The model to trace: a frozen `for_inference` copy for keras_vit models.
+
+    Quantized models and other Keras models are exported as they are, at
+    their own image size.
+    """
+    from keras_vit.models.vit import ViT
+
+    if image_size is not None:
+        image_size = pair(image_size, "image_size")
+    if isinstance(model, ViT) and not _quantized(model):
+        return model.for_inference(image_size=image_size)
+    own = tuple(model.input_shape[1:3])
+    if image_size is not None and image_size != own:
+        raise ValueError(
+            "Only a float keras_vit model can be exported at another image size "
+            "(quantize the `model.for_inference(image_size)` copy instead). "
+            f"Received: image_size={image_size}, model input {own}"
+        )
+    return model
+
+
+def export_model(model, path, format, image_size=None, batch_size=None, verbose=False):
+    """Writes `model` as a standalone artifact of `format` for its runtime.
+
+    Args:
+        model: a `keras_vit.ViT` (any family) or another single-input Keras
+            model with a fixed image size; float or quantized
+            (`model.quantize("int8")`).
+        path: output path, ending as `SUFFIXES[format]` (`.onnx`, `.xml`,
+            `.tflite`, `.pt2`; a folder for "tf_saved_model").
+        format: one of `FORMATS` that the current backend produces
+            (`BACKEND_FORMATS`).
+        image_size: None (the model's) or int or `(height, width)`.
+        batch_size: None (dynamic, where the format allows it) or an int.
+        verbose: bool, default False: the exporters' own messages.
+
+    Returns:
+        `path`.
+
+    Raises:
+        ValueError: an unknown format, one the backend cannot produce, a bad
+            path, image size or batch size.
+        ImportError: an exporter package is missing (the message says what
+            to install).
+
+    Example:
+
+    >>> import keras_vit, tempfile, os
+    >>> model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16,
+    ...                       num_layers=1, num_heads=2, mlp_dim=32, classes=10)
+    >>> folder = tempfile.mkdtemp()
+    >>> path = export_model(model, os.path.join(folder, "vit"), "tf_saved_model")
+    >>> sorted(os.listdir(path))[:2]
+    ['assets', 'fingerprint.pb']
+    """
+    import keras
+
+    backend = keras.backend.backend()
+    check_format(format, backend)
+    path = _check_path(path, format)
+    if batch_size is not None:
+        batch_size = check_positive_int(batch_size, "batch_size")
+    require(EXPORTERS[(backend, format)], f"format={format!r} on the {backend} backend")
+    model = prepare_model(model, image_size)
+    if (backend, format) == ("torch", "litert") and batch_size is None:
+        batch_size = 1  # litert-torch converts static shapes only
+    height, width, channels = model.input_shape[1:]
+    shape = (batch_size, height, width, channels)
+    if (backend, format) == ("torch", "tf_saved_model"):
+        return _saved_model_through_tensorflow(model, path, batch_size, verbose)
+    with kernels.export_mode(), _quiet(verbose):
+        if backend == "torch" and format in ("onnx", "openvino", "torch"):
+            _export_torch(model, path, format, shape)
+        elif (backend, format) == ("jax", "openvino"):
+            _openvino_from_onnx(model, path, shape)
+        else:
+            spec = keras.InputSpec(shape=shape, dtype="float32", name="image")
+            model.export(path, format=format, verbose=verbose, input_signature=[spec])
+    return path
+
+
+@contextlib.contextmanager
+def _quiet(verbose):
+    if verbose:
+        yield
+        return
+    import io
+    import warnings
+
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _torch_program(model, shape):
+    """`torch.export` of the model, the batch axis dynamic when `shape[0]` is None."""
+    import torch
+
+    model.eval()
+    dynamic = shape[0] is None
+    # Dimension 1 would be specialised to a constant: trace with 2.
+    sample = torch.zeros((2 if dynamic else shape[0],) + tuple(shape[1:]))
+    dims = [({0: torch.export.Dim("batch", min=1, max=4096)},)] if dynamic else None
+    return torch.export.export(model, (sample,), dynamic_shapes=dims, strict=False), sample, dims
+
+
+def _export_torch(model, path, format, shape):
+    import torch
+
+    program, sample, dims = _torch_program(model, shape)
+    if format == "torch":
+        torch.export.save(program, path)
+    elif format == "openvino":
+        import openvino as ov
+
+        converted = ov.convert_model(program)
+        converted.inputs[0].get_node().set_friendly_name("image")
+        ov.save_model(converted, path, compress_to_fp16=False)
+    else:
+        _onnx_torch(model, path, sample, dims)
+
+
+def _onnx_torch(model, path, sample, dims):
+    """Dynamo ONNX export with a dynamic batch (Keras' TorchScript fallback
+    fails in LayerNormalization on a dynamic shape)."""
+    import torch
+
+    program = torch.onnx.export(
+        model, (sample,), dynamic_shapes=dims, dynamo=True, input_names=["image"],
+        verbose=False,
+    )
+    program.optimize()
+    program.save(path)
+
+
+def _openvino_from_onnx(model, path, shape):
+    """jax -> ONNX (jax2onnx) -> OpenVINO: Keras' jax2tf route gives an
+    `XlaCallModule` that OpenVINO cannot convert."""
+    import keras
+    import openvino as ov
+
+    with tempfile.TemporaryDirectory() as folder:
+        onnx_path = os.path.join(folder, "model.onnx")
+        spec = keras.InputSpec(shape=shape, dtype="float32", name="image")
+        model.export(onnx_path, format="onnx", verbose=False, input_signature=[spec])
+        ov.save_model(ov.convert_model(onnx_path), path, compress_to_fp16=False)
+
+
+def _saved_model_through_tensorflow(model, path, batch_size, verbose):
+    """Writes the SavedModel from the same model rebuilt under tensorflow.
+
+    Keras exports a SavedModel from torch only through `torch_xla`, which
+    has no wheel for current torch releases; the `.keras` file carries the
+    architecture and weights, so the tensorflow backend rebuilds the model in
+    a subprocess and exports it natively (same outputs, tested).
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        saved = os.path.join(folder, "model.keras")
+        model.save(saved)
+        code = (
+            "import sys, keras; from keras_vit import export; "
+            "model = keras.saving.load_model(sys.argv[1]); "
+            "export.export_model(model, sys.argv[2], 'tf_saved_model', "
+            "batch_size=None if sys.argv[3] == 'None' else int(sys.argv[3]))"
+        )
+        env = dict(os.environ, KERAS_BACKEND="tensorflow")
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        result = subprocess.run(
+            [sys.executable, "-c", code, saved, os.path.abspath(path), str(batch_size)],
+            env=env, capture_output=not verbose, text=True,
+        )
+    if result.returncode:
+        raise RuntimeError(
+            "Exporting the SavedModel under the tensorflow backend failed:\n"
+            + (result.stderr or "")[-2000:]
+        )
+    return path
+
+
+# ----------------------------------------------------------------- runtimes --
+def load_exported(path, format):
+    """Loads an artifact in its own runtime; returns `run(images) -> outputs`.
+
+    Runtimes: `tf.saved_model.load` (its `serve` endpoint), an ONNX Runtime
+    CPU session, an OpenVINO CPU compiled model (float32 inference
+    precision), the LiteRT interpreter
+    (`ai_edge_litert`) or `torch.export.load`. A fixed-batch artifact is fed
+    in slices of its batch size (a last, short slice is padded).
+
+    Args:
+        path: the artifact written by `export_model` (or `model.export`).
+        format: one of `FORMATS`.
+
+    Returns:
+        A function from a float32 NumPy batch `(batch, H, W, C)` to the
+        NumPy outputs.
+    """
+    if format not in FORMATS:
+        raise ValueError(f"`format` must be one of {FORMATS}. Received: format={format!r}")
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ValueError(f"No exported artifact at `path`. Received: path={path!r}")
+    require(RUNTIMES[format], f"Running a {format!r} artifact")
+    loader = globals()[f"_load_{format}"]
+    run, batch = loader(path)
+    if batch is None:
+        return lambda images: run(np.asarray(images, "float32"))
+    return lambda images: _in_slices(run, np.asarray(images, "float32"), batch)
+
+
+def _in_slices(run, images, batch):
+    outputs = []
+    for start in range(0, len(images), batch):
+        part = images[start : start + batch]
+        short = batch - len(part)
+        if short:
+            part = np.concatenate([part, np.zeros((short,) + part.shape[1:], part.dtype)])
+        outputs.append(run(part)[: batch - short])
+    return np.concatenate(outputs)
+
+
+def _load_tf_saved_model(path):
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(path)
+    spec = tf.nest.flatten(loaded.serve.input_signature)[0]
+
+    def run(images):
+        # The closure keeps `loaded` alive: its variables die with it.
+        return loaded.serve(tf.constant(images)).numpy()
+
+    return run, spec.shape[0]
+
+
+def _load_onnx(path):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    spec = session.get_inputs()[0]
+    batch = spec.shape[0] if isinstance(spec.shape[0], int) else None
+    return lambda images: session.run(None, {spec.name: images})[0], batch
+
+
+def _load_openvino(path):
+    import openvino as ov
+
+    # OpenVINO's CPU default is bfloat16 wherever the CPU has it: ask for
+    # float32, the precision the model was exported in.
+    compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    first = compiled.inputs[0].get_partial_shape()[0]
+    batch = None if first.is_dynamic else first.get_length()
+    return lambda images: np.asarray(compiled(images)[0]), batch
+
+
+def _load_litert(path):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=path)
+    source = interpreter.get_input_details()[0]
+    target = interpreter.get_output_details()[0]
+    dynamic = source["shape_signature"][0] == -1
+    state = {"shape": None}
+
+    def run(images):
+        if state["shape"] != images.shape:
+            if dynamic:
+                interpreter.resize_tensor_input(source["index"], images.shape)
+            interpreter.allocate_tensors()
+            state["shape"] = images.shape
+        interpreter.set_tensor(source["index"], images)
+        interpreter.invoke()
+        return interpreter.get_tensor(target["index"]).copy()
+
+    return run, None if dynamic else int(source["shape"][0])
+
+
+def _load_torch(path):
+    import torch
+
+    module = torch.export.load(path).module()
+    spec = [n for n in module.graph.nodes if n.op == "placeholder"][0].meta.get("val")
+    first = spec.shape[0] if spec is not None else None
+    batch = int(first) if isinstance(first, int) else None
+
+    def run(images):
+        with torch.no_grad():
+            return module(torch.from_numpy(images)).detach().cpu().numpy()
+
+    return run, batch
+
+
+def run_exported(path, format, images):
+    """Runs an exported artifact in its own runtime on `images`.
+
+    Args:
+        path: the artifact.
+        format: one of `FORMATS`.
+        images: float32 array `(batch, H, W, C)`, preprocessed as the model
+            expects.
+
+    Returns:
+        The artifact's outputs as a NumPy array.
+    """
+    return load_exported(path, format)(images)
+
+
+def verify_export(path, format, model, images):
+    """Maximum absolute difference between the artifact and `model.predict`.
+
+    Args:
+        path, format: the artifact, as given to `export_model`.
+        model: the Keras model it was exported from.
+        images: float32 array `(batch, H, W, C)`.
+
+    Returns:
+        `(max_abs_diff, outputs, expected)`: a float and the two arrays.
+    """
+    images = np.asarray(images, "float32")
+    expected = np.asarray(model.predict(images, verbose=0))
+    outputs = run_exported(path, format, images)
+    if outputs.shape != expected.shape:
+        raise ValueError(
+            f"The artifact's outputs have shape {outputs.shape}, the model's {expected.shape}."
+        )
+    return float(np.abs(outputs - expected).max()), outputs, expected
