@@ -26,18 +26,27 @@ exporter converts, instead of the backend-specific fast paths.
 
 Workarounds for upstream faults, each in one function below:
 
-- torch: Keras' `tf_saved_model` export needs `torch_xla` (no wheel for
-  current torch releases) and fails on the batch dimension
-  (keras-team/keras#21418-like `dynamic_shapes` mismatch); keras_vit
-  rebuilds the model under the tensorflow backend in a subprocess from a
-  `.keras` file and exports it there (`_saved_model_through_tensorflow`).
-- torch: Keras' `onnx` export falls back to the TorchScript exporter for a
-  dynamic batch, which fails in `LayerNormalization` (`onnx::Gather` on a
-  dynamic shape); keras_vit calls the dynamo exporter with
-  `dynamic_shapes` (`_onnx_torch`).
-- jax: Keras' `openvino` export goes through jax2tf, whose output is an
-  `XlaCallModule` that OpenVINO cannot read; keras_vit exports ONNX with
-  jax2onnx and has OpenVINO read that (`_openvino_from_onnx`).
+- torch, "tf_saved_model": Keras converts through `torch_xla`
+  (keras-team/keras#20685: static shapes only; its `dynamic_shapes` for the
+  batch axis fail in `torch.export`), and `torch_xla` has no wheel for
+  current torch releases. keras_vit rebuilds the model from a `.keras` file
+  under the tensorflow backend in a subprocess and exports it there
+  (`_saved_model_through_tensorflow`).
+- torch, "onnx": with a dynamic batch Keras falls back to the TorchScript
+  exporter, which fails in `LayerNormalization` on a shape it cannot make
+  constant (`onnx::Gather`, pytorch/pytorch#32282); keras_vit calls the
+  dynamo exporter with `dynamic_shapes` (`_onnx_torch`).
+- jax, "openvino": Keras goes through jax2tf, whose `enable_xla=False`
+  mode JAX removed (keras-team/keras#22443 moved Keras' jax ONNX export to
+  jax2onnx for that reason), so OpenVINO receives an `XlaCallModule` it
+  cannot convert; keras_vit exports ONNX with jax2onnx and has OpenVINO read
+  it (`_openvino_from_onnx`).
+- jax, "onnx" and "openvino" (hybrids): jax2onnx 0.17 lowers the stem's
+  max-pool to an ONNX `MaxPool` over four axes, which no runtime runs;
+  `keras_vit.layers.MaxPool2D` traces slices instead in export mode.
+- torch, "litert" (hybrids): litert-torch cannot lower the 5D `POW` of
+  Keras' `GroupNormalization`; `keras_vit.layers.GroupNorm` traces a 4D
+  form in export mode.
 """
 
 import contextlib
@@ -80,6 +89,16 @@ EXPORTERS = {
     ("torch", "openvino"): (("openvino", "openvino"),),
     ("torch", "litert"): (("litert_torch", "litert-torch"),),
     ("torch", "torch"): (),
+}
+# Formats whose exporter and runtime handle Keras' int8 layers correctly
+# (measured: OpenVINO converts them with wrong outputs or not at all, the
+# LiteRT converters reject int8 batch matrix products, ONNX Runtime has no
+# int8 Einsum for jax2onnx's graph, torch_xla-free SavedModel from torch
+# goes through tensorflow).
+QUANTIZED_FORMATS = {
+    "jax": ("tf_saved_model",),
+    "tensorflow": ("tf_saved_model", "onnx"),
+    "torch": ("tf_saved_model", "onnx", "torch"),
 }
 RUNTIMES = {
     "tf_saved_model": (("tensorflow", "tensorflow"),),
@@ -225,6 +244,13 @@ def export_model(model, path, format, image_size=None, batch_size=None, verbose=
     if batch_size is not None:
         batch_size = check_positive_int(batch_size, "batch_size")
     require(EXPORTERS[(backend, format)], f"format={format!r} on the {backend} backend")
+    if _quantized(model) and format not in QUANTIZED_FORMATS[backend]:
+        raise ValueError(
+            f"A quantized model cannot be exported to format={format!r} on the "
+            f"{backend} backend; quantized models export to "
+            f"{QUANTIZED_FORMATS[backend]} here. For {format!r}, export the float "
+            "model and quantize with the runtime's own tools."
+        )
     model = prepare_model(model, image_size)
     if (backend, format) == ("torch", "litert") and batch_size is None:
         batch_size = 1  # litert-torch converts static shapes only
@@ -310,28 +336,49 @@ def _openvino_from_onnx(model, path, shape):
         ov.save_model(ov.convert_model(onnx_path), path, compress_to_fp16=False)
 
 
+_REBUILD = """
+import json, sys, keras
+from keras_vit import export
+config, weights, mode, path, batch = sys.argv[1:6]
+model = keras.saving.deserialize_keras_object(json.loads(open(config).read()))
+if mode:
+    model.quantize(mode)
+model.load_weights(weights)
+export.export_model(model, path, "tf_saved_model", batch_size=None if batch == "None" else int(batch))
+"""
+
+
+def _quantization_mode(model):
+    modes = {getattr(layer, "quantization_mode", None) for layer in model._flatten_layers()}
+    modes.discard(None)
+    return modes.pop() if len(modes) == 1 else None
+
+
 def _saved_model_through_tensorflow(model, path, batch_size, verbose):
     """Writes the SavedModel from the same model rebuilt under tensorflow.
 
     Keras exports a SavedModel from torch only through `torch_xla`, which
-    has no wheel for current torch releases; the `.keras` file carries the
-    architecture and weights, so the tensorflow backend rebuilds the model in
-    a subprocess and exports it natively (same outputs, tested).
+    has no wheel for current torch releases. The model's configuration and
+    weights (quantized ones included) carry everything, so the tensorflow
+    backend rebuilds the model in a subprocess and exports it natively
+    (same outputs, tested).
     """
+    import json
+
+    import keras
+
     with tempfile.TemporaryDirectory() as folder:
-        saved = os.path.join(folder, "model.keras")
-        model.save(saved)
-        code = (
-            "import sys, keras; from keras_vit import export; "
-            "model = keras.saving.load_model(sys.argv[1]); "
-            "export.export_model(model, sys.argv[2], 'tf_saved_model', "
-            "batch_size=None if sys.argv[3] == 'None' else int(sys.argv[3]))"
-        )
+        config = os.path.join(folder, "config.json")
+        weights = os.path.join(folder, "model.weights.h5")
+        with open(config, "w") as handle:
+            json.dump(keras.saving.serialize_keras_object(model), handle)
+        model.save_weights(weights)
         env = dict(os.environ, KERAS_BACKEND="tensorflow")
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        args = [config, weights, _quantization_mode(model) or "", os.path.abspath(path), str(batch_size)]
         result = subprocess.run(
-            [sys.executable, "-c", code, saved, os.path.abspath(path), str(batch_size)],
+            [sys.executable, "-c", _REBUILD, *args],
             env=env, capture_output=not verbose, text=True,
         )
     if result.returncode:
