@@ -5,6 +5,12 @@ paper's inspection analyses (§4.5, Fig. 6-7) on one image and writes
 `attention_rollout.png`, `attention_distance.png`,
 `position_embedding_similarity.png`, `embedding_filters.png` (plain ViTs
 only) and `summary.txt` to DIR.
+
+`keras-vit export MODEL --format F --output PATH` writes MODEL (a
+constructor name such as ViTTi16 with `--weights`, or a `.keras` file) as a
+serving artifact (`keras_vit.export`), runs it in its runtime on random
+images, prints the largest difference from `model.predict` and exits with
+status 1 above `--tolerance` (2 on unusable input).
 """
 
 import argparse
@@ -149,6 +155,150 @@ def inspect_command(args):
     return 0
 
 
+def resolve_model(spec, weights=None, gelu=None, image_size=None):
+    """The model a command names: a `.keras` file or a constructor name.
+
+    Args:
+        spec: path of a `.keras` model, or a keras_vit constructor name
+            ("ViTTi16", "R50ViTB16", "ViT").
+        weights: for a constructor: None, a registered name or a checkpoint.
+        gelu: for a constructor: None, "tanh" or "exact".
+        image_size: for a constructor: None or an int / `(height, width)`.
+
+    Returns:
+        A built Keras model.
+    """
+    import keras
+
+    import keras_vit
+
+    if spec.endswith(".keras"):
+        if weights is not None:
+            raise ValueError(
+                "`--weights` applies to a constructor name, not to a .keras file. "
+                f"Received: model={spec!r}, weights={weights!r}"
+            )
+        if not os.path.exists(spec):
+            raise ValueError(f"No .keras file at {spec!r}.")
+        return keras.saving.load_model(spec)
+    constructor = getattr(keras_vit, spec, None)
+    if not callable(constructor) or not spec[:1].isupper():
+        raise ValueError(
+            "MODEL must be a keras_vit constructor name (e.g. ViTTi16) or a .keras "
+            f"file. Received: {spec!r}"
+        )
+    options = {"weights": weights}
+    if gelu is not None:
+        options["gelu_approximate"] = gelu == "tanh"
+    if image_size is not None:
+        options["image_size"] = image_size
+    return constructor(**options)
+
+
+def _size(text):
+    parts = text.lower().replace("x", ",").split(",")
+    try:
+        values = tuple(int(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}") from None
+    if len(values) not in (1, 2) or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}")
+    return values[0] if len(values) == 1 else values
+
+
+def report(differences, tolerance):
+    """Prints `max |...|` lines as `keras-vit-convert` does; returns the exit status."""
+    failed = False
+    for check, diff in differences.items():
+        bad = not diff <= tolerance
+        failed |= bad
+        print(f"max |{check}| = {diff:.3g}{'  > tolerance' if bad else ''}")
+    print(f"{'FAILED' if failed else 'OK'} (tolerance {tolerance:g})")
+    return 1 if failed else 0
+
+
+def export_command(args):
+    import time
+
+    import keras
+
+    from keras_vit import export
+    from keras_vit.layers.utils import pair
+
+    try:
+        model = resolve_model(args.model, args.weights, args.gelu)
+        if args.quantize:
+            model.quantize(args.quantize)
+        start = time.perf_counter()
+        path = export.export_model(
+            model, args.output, args.format, image_size=args.image_size,
+            batch_size=args.batch_size,
+        )
+        elapsed = time.perf_counter() - start
+        # At another image size the model itself is the reference: keras_vit
+        # models resize their position embedding on the fly.
+        height, width = pair(args.image_size or model.input_shape[1:3], "image_size")
+        rng = np.random.default_rng(args.seed)
+        images = rng.uniform(-1, 1, (args.samples, height, width, model.input_shape[3]))
+        diff, _, _ = export.verify_export(path, args.format, model, images.astype("float32"))
+    except (ValueError, ImportError, OSError, RuntimeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"model: {model.name}, image {(height, width)}, {model.count_params():,} parameters"
+        + (f", quantized {args.quantize}" if args.quantize else "")
+    )
+    print(
+        f"wrote {path} (format {args.format}, {keras.backend.backend()} backend) "
+        f"in {elapsed:.1f} s"
+    )
+    label = f"{args.format} runtime - model.predict ({args.samples} random images)"
+    return report({label: diff}, args.tolerance)
+
+
+def _export_parser(commands):
+    from keras_vit.export import FORMATS
+
+    parser = commands.add_parser(
+        "export",
+        help="export to a serving runtime and check it against the model",
+        description=(
+            "Exports MODEL to a serving format (SavedModel, ONNX, OpenVINO, "
+            "LiteRT, torch.export) from the current KERAS_BACKEND, runs the "
+            "artifact in its own runtime on random images and prints the "
+            "largest difference from model.predict; exit status 1 above "
+            "--tolerance, 2 on unusable input."
+        ),
+    )
+    parser.add_argument(
+        "model", help="constructor name (e.g. ViTTi16, with --weights) or a .keras file"
+    )
+    parser.add_argument("--format", required=True, choices=FORMATS, help="export format")
+    parser.add_argument(
+        "--output", required=True,
+        help="artifact path: .onnx, .xml (OpenVINO), .tflite, .pt2, or a folder (SavedModel)",
+    )
+    parser.add_argument("--weights", help="registered weights name or checkpoint path")
+    parser.add_argument(
+        "--gelu", choices=("tanh", "exact"), default=None,
+        help="GELU flavour (default: the one the weights were trained with)",
+    )
+    parser.add_argument("--image-size", type=_size, help="N or HxW; default: the model's")
+    parser.add_argument(
+        "--batch-size", type=int, help="fixed batch size; default: dynamic where the format allows"
+    )
+    parser.add_argument(
+        "--quantize", choices=("int8", "float8"), help="quantize the model before exporting"
+    )
+    parser.add_argument("--samples", type=int, default=3, help="random test images (default 3)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the test images (default 0)")
+    parser.add_argument(
+        "--tolerance", type=float, default=1e-4,
+        help="largest max |difference| accepted (default 1e-4)",
+    )
+    parser.set_defaults(handler=export_command)
+
+
 def _parser():
     parser = argparse.ArgumentParser(
         prog="keras-vit", description="Vision Transformer tools for Keras 3."
@@ -185,6 +335,7 @@ def _parser():
     )
     inspect.add_argument("--out", required=True, help="output directory")
     inspect.set_defaults(handler=inspect_command)
+    _export_parser(commands)
     return parser
 
 

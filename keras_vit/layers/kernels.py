@@ -112,6 +112,17 @@ def _dense_torch(x, kernel, bias):
     return F.linear(x, kernel.T, bias)
 
 
+def gelu(x, approximate=True):
+    """GELU; the exact form through `erf` while exporting.
+
+    Keras' exact GELU is `erfc`-based on tensorflow, an op that tf2onnx
+    cannot convert; `0.5 x (1 + erf(x / sqrt(2)))` is the same function.
+    """
+    if approximate or not exporting():
+        return ops.gelu(x, approximate=approximate)
+    return 0.5 * x * (1.0 + ops.erf(x * (1.0 / math.sqrt(2.0))))
+
+
 def runs_plain(layer):
     """Whether a `Dense`/`EinsumDense` layer's call is just its matrix product.
 

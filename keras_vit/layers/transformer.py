@@ -58,7 +58,7 @@ class MlpBlock(keras.layers.Layer):
         )
 
     def call(self, x, training=None):
-        x = ops.gelu(self._dense(self.dense_0, x), approximate=self.gelu_approximate)
+        x = kernels.gelu(self._dense(self.dense_0, x), approximate=self.gelu_approximate)
         x = self.dropout(x, training=training)
         x = self._dense(self.dense_1, x)
         return self.dropout(x, training=training)

@@ -1,0 +1,236 @@
+"""Export to every format of the current backend, run in the format's own runtime.
+
+Artifacts are exported once per module (the exporters take seconds each) and
+compared with `model.predict` at two batch sizes.
+"""
+
+import importlib
+
+import keras
+import numpy as np
+import pytest
+from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared, to_numpy
+
+import keras_vit
+from keras_vit import cli, export
+from keras_vit.layers import kernels
+from keras_vit.layers.resnet import GroupNorm, MaxPool2D
+
+BACKEND = keras.backend.backend()
+FORMATS = export.BACKEND_FORMATS.get(BACKEND, ())
+FAMILIES = ("vit", "hybrid")
+ATOL = 1e-4
+
+
+def _model(family, **overrides):
+    config = dict(TINY, classes=10, classifier_activation=None, **overrides)
+    if family == "hybrid":
+        # Stem only (stride 4) with 2x2 patches: a 4x4 grid at 32 px.
+        model = keras_vit.ViTHybrid(resnet_layers=(), resnet_width=0.5, **dict(config, patch_size=2))
+    else:
+        model = keras_vit.ViT(**config)
+    # The official head starts at zero; random values make every logit count.
+    head = model.get_layer("head")
+    rng = np.random.default_rng(1)
+    head.kernel.assign(rng.normal(size=head.kernel.shape).astype("float32"))
+    head.bias.assign(rng.normal(size=head.bias.shape).astype("float32"))
+    return model
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {family: _model(family) for family in FAMILIES}
+
+
+@pytest.fixture(scope="module")
+def images():
+    return np.random.default_rng(0).normal(size=(3, 32, 32, 3)).astype("float32")
+
+
+@pytest.fixture(scope="module")
+def artifacts(models, tmp_path_factory):
+    """`(family, format) -> path`, exported on first use."""
+    folder = tmp_path_factory.mktemp("export")
+    cache = {}
+
+    def get(family, format):
+        if (family, format) not in cache:
+            path = folder / f"{family}_{format}{export.SUFFIXES[format]}"
+            cache[(family, format)] = export.export_model(models[family], str(path), format)
+        return cache[(family, format)]
+
+    return get
+
+
+@pytest.mark.parametrize("format", FORMATS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_export_runs_in_its_runtime_like_predict(family, format, models, images, artifacts):
+    path = artifacts(family, format)
+    for batch in (3, 1):
+        diff, outputs, expected = export.verify_export(path, format, models[family], images[:batch])
+        assert outputs.shape == (batch, 10)
+        assert diff <= ATOL, (family, format, batch, diff)
+    # Not a constant function: different images, different outputs.
+    assert np.abs(expected[0] - to_numpy(models[family](images[1:2]))[0]).max() > 1e-2
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_batch_axis_is_dynamic_where_the_format_allows_it(format, artifacts):
+    run, batch = getattr(export, f"_load_{format}")(artifacts("vit", format))
+    fixed = (BACKEND, format) == ("torch", "litert")  # litert-torch: static shapes only
+    assert (batch == 1) if fixed else (batch is None), batch
+
+
+def test_export_at_another_image_size(tmp_path):
+    model = _model("vit")
+    path = export.export_model(model, str(tmp_path / "vit48"), "tf_saved_model", image_size=48)
+    x = np.random.default_rng(2).normal(size=(2, 48, 48, 3)).astype("float32")
+    # The model resizes its position embedding on the fly; the artifact was
+    # built with it resized once.
+    diff, outputs, _ = export.verify_export(path, "tf_saved_model", model, x)
+    assert outputs.shape == (2, 10) and diff <= ATOL
+
+
+def test_fixed_batch_size(tmp_path, images):
+    model = _model("vit")
+    path = export.export_model(model, str(tmp_path / "b2"), "tf_saved_model", batch_size=2)
+    assert export._load_tf_saved_model(path)[1] == 2
+    diff, outputs, _ = export.verify_export(path, "tf_saved_model", model, images)  # fed 2 + 1 (padded)
+    assert outputs.shape == (3, 10) and diff <= ATOL
+
+
+@requires_shared
+@pytest.mark.parametrize("format", FORMATS)
+def test_real_weights_export(format, tmp_path):
+    import skimage.data
+
+    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False, classifier_activation=None)
+    x = np.stack([imagenet_preprocess(skimage.data.chelsea()), imagenet_preprocess(skimage.data.coffee())])
+    path = export.export_model(model, str(tmp_path / f"deit{export.SUFFIXES[format]}"), format)
+    diff, outputs, expected = export.verify_export(path, format, model, x)
+    assert diff <= ATOL, diff
+    assert outputs.argmax(-1)[0] in (281, 282, 285) and outputs.argmax(-1)[1] == 967
+
+
+# ------------------------------------------------------------ export mode --
+def test_export_mode_paths_equal_the_ordinary_ones(rng):
+    x = rng.normal(size=(2, 5, 3, 4)).astype("float32")
+    kernel = rng.normal(size=(4, 6)).astype("float32")
+    bias = rng.normal(size=(6,)).astype("float32")
+    q, k, v = (rng.normal(size=(2, 7, 3, 4)).astype("float32") for _ in range(3))
+    def pieces():
+        return (
+            to_numpy(kernels.dense(x, kernel, bias)),
+            to_numpy(kernels.attention(q, k, v)),
+            to_numpy(kernels.gelu(x, approximate=False)),
+            to_numpy(kernels.gelu(x, approximate=True)),
+        )
+
+    plain = pieces()
+    assert not kernels.exporting()
+    with kernels.export_mode():
+        assert kernels.exporting()
+        portable = pieces()
+    assert not kernels.exporting()
+    np.testing.assert_allclose(portable[0], x @ kernel + bias, atol=1e-5)
+    for a, b in zip(plain, portable):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("size", [(9, 9), (8, 10)])
+def test_group_norm_and_max_pool_export_forms(rng, size):
+    x = rng.normal(size=(2, *size, 64)).astype("float32")
+    norm = GroupNorm(groups=32, epsilon=1e-6)
+    norm.build(x.shape)
+    norm.gamma.assign(rng.normal(size=64).astype("float32"))
+    norm.beta.assign(rng.normal(size=64).astype("float32"))
+    pool = MaxPool2D(3, strides=2, padding="same")
+    keras_pool = keras.layers.MaxPooling2D(3, strides=2, padding="same")
+    plain = to_numpy(norm(x)), to_numpy(pool(x))
+    with kernels.export_mode():
+        portable = to_numpy(norm(x)), to_numpy(pool(x))
+    np.testing.assert_allclose(plain[0], portable[0], atol=1e-5)
+    np.testing.assert_array_equal(portable[1], to_numpy(keras_pool(x)))
+    np.testing.assert_array_equal(plain[1], portable[1])
+    # The norm against NumPy: 32 groups of 2 channels over all pixels.
+    groups = x.reshape(2, -1, 32, 2)
+    mean, var = groups.mean((1, 3), keepdims=True), groups.var((1, 3), keepdims=True)
+    ref = ((groups - mean) / np.sqrt(var + 1e-6)).reshape(x.shape) * to_numpy(norm.gamma) + to_numpy(norm.beta)
+    np.testing.assert_allclose(portable[0], ref, atol=1e-4)
+
+
+# -------------------------------------------------------------- bad input --
+def test_unknown_format(tmp_path, models):
+    with pytest.raises(ValueError, match=r"`format` must be one of .*Received: format='onxx'"):
+        export.export_model(models["vit"], str(tmp_path / "m.onnx"), "onxx")
+
+
+@pytest.mark.parametrize(
+    "format, backend, names",
+    [("litert", "jax", "tensorflow or torch"), ("torch", "tensorflow", "torch")],
+)
+def test_format_the_backend_cannot_produce(format, backend, names):
+    with pytest.raises(ValueError, match=f"KERAS_BACKEND={names}"):
+        export.check_format(format, backend=backend)
+    if BACKEND == backend:
+        with pytest.raises(ValueError, match="cannot be produced"):
+            export.export_model(_model("vit"), f"m{export.SUFFIXES[format]}", format)
+
+
+def test_missing_exporter_package_names_what_to_install(tmp_path, models, monkeypatch):
+    modules = export.EXPORTERS[(BACKEND, "onnx")] or (("onnx", "onnx"),)
+    missing = modules[0][0]
+    real = importlib.import_module
+
+    def fake(name, *args, **kwargs):
+        if name == missing:
+            raise ImportError(f"No module named {name!r}")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(export.importlib, "import_module", fake)
+    monkeypatch.setitem(export.EXPORTERS, (BACKEND, "onnx"), modules)
+    with pytest.raises(ImportError, match=rf"pip install {modules[0][1]}.*keras-vit\[export\]"):
+        export.export_model(models["vit"], str(tmp_path / "m.onnx"), "onnx")
+
+
+def test_bad_paths_and_sizes(tmp_path, models):
+    with pytest.raises(ValueError, match=r"must end with '.onnx'"):
+        export.export_model(models["vit"], str(tmp_path / "m.tflite"), "onnx")
+    with pytest.raises(ValueError, match="writes a folder"):
+        export.export_model(models["vit"], str(tmp_path / "m.onnx"), "tf_saved_model")
+    with pytest.raises(ValueError, match="batch_size"):
+        export.export_model(models["vit"], str(tmp_path / "m"), "tf_saved_model", batch_size=0)
+    with pytest.raises(ValueError, match="image_size"):
+        export.export_model(models["vit"], str(tmp_path / "m"), "tf_saved_model", image_size=30)
+    with pytest.raises(ValueError, match="No exported artifact"):
+        export.run_exported(str(tmp_path / "absent.onnx"), "onnx", np.zeros((1, 32, 32, 3)))
+
+
+def test_quantized_model_to_a_format_that_mishandles_int8(tmp_path):
+    model = _model("vit")
+    model.quantize("int8")
+    refused = [f for f in FORMATS if f not in export.QUANTIZED_FORMATS[BACKEND]]
+    for format in refused:
+        with pytest.raises(ValueError, match="quantized model cannot be exported"):
+            export.export_model(model, str(tmp_path / f"q{export.SUFFIXES[format]}"), format)
+    with pytest.raises(ValueError, match="another image size"):
+        export.export_model(model, str(tmp_path / "q"), "tf_saved_model", image_size=48)
+
+
+# -------------------------------------------------------------------- CLI --
+def test_cli_exports_and_reports(tmp_path, capsys, models):
+    saved = str(tmp_path / "tiny.keras")
+    models["vit"].save(saved)
+    format = "onnx"
+    output = str(tmp_path / f"tiny{export.SUFFIXES[format]}")
+    status = cli.main(["export", saved, "--format", format, "--output", output, "--samples", "2"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert f"max |{format} runtime - model.predict (2 random images)| = " in out and "OK" in out
+    diff = float(out.split(" = ")[1].split()[0])
+    assert diff <= ATOL
+    assert cli.report({"x": 2e-4}, 1e-4) == 1 and cli.report({"x": 0.0}, 1e-4) == 0
+    assert cli.main(["export", "NoSuchViT", "--format", format, "--output", output]) == 2
+    assert cli.main(["export", saved, "--format", "onnx", "--output", str(tmp_path / "x.pt2")]) == 2
+    with pytest.raises(SystemExit):
+        cli.main(["export", saved, "--format", "onxx", "--output", output])
