@@ -64,6 +64,29 @@ SYSTEMS = (
     "hf-eager",
     "timm",
 )
+# Deployment: Keras' int8 per backend, exported models in ONNX Runtime and
+# OpenVINO (tools/benchmark_deploy.py), HF exported with torch.onnx.
+DEPLOY_SYSTEMS = (
+    "keras_vit-jax",
+    "keras_vit-tensorflow",
+    "keras_vit-torch",
+    "keras_vit-jax+int8",
+    "keras_vit-tensorflow+int8",
+    "keras_vit-torch+int8",
+    "ort-keras_vit",
+    "ort-keras_vit+int8",
+    "openvino-keras_vit",
+    "openvino-keras_vit+bf16",
+    "openvino-keras_vit+int8",
+    "keras_hub-jax",
+    "keras_hub-tensorflow",
+    "keras_hub-torch",
+    "hf-sdpa",
+    "hf-eager",
+    "ort-hf",
+    "ort-hf+int8",
+)
+DEPLOY_WORKLOADS = ("infer-b16-bs1", "infer-b16-bs8")
 # name: (kind, architecture, image size, batch)
 WORKLOADS = {
     "infer-b16-bs1": ("infer", "B/16", 224, 1),
@@ -165,6 +188,8 @@ def run_case(spec, timeout):
     system = spec["system"]
     if system.startswith(("keras_vit", "keras_hub")):
         env["KERAS_BACKEND"] = system.split("-")[1].split("+")[0]
+    elif system.endswith(("keras_vit", "keras_vit+int8", "keras_vit+bf16")):
+        env["KERAS_BACKEND"] = "torch"  # the backend that exports for ONNX Runtime and OpenVINO
     start = time.perf_counter()
     try:
         proc = subprocess.run(
@@ -285,22 +310,35 @@ def finish(report, rows, started, prefix):
     write_report(report, prefix)
 
 
+def _hf_float32(speed, workload):
+    """The fastest HF float32 system of a workload (eager, sdpa or ONNX Runtime)."""
+    rates = [speed.get((workload, "float32", s)) for s in ("hf-sdpa", "hf-eager", "ort-hf")]
+    return max((r for r in rates if r), default=None)
+
+
 def ratios(results):
     """Speed ratios that the targets are stated in, for each workload and dtype."""
     speed = {(r["workload"], r["dtype"], r["system"]): r["images_per_s"]
              for r in results if r["status"] == "ok"}
     out = []
     for (workload, dtype, system), value in sorted(speed.items()):
-        library, _, backend = system.partition("-")
-        if library != "keras_vit":
+        if "keras_vit" not in system:
             continue
-        hub = speed.get((workload, dtype, f"keras_hub-{backend.split('+')[0]}"))
-        if hub:
-            out.append((workload, dtype, f"{system} / keras_hub-{backend.split('+')[0]}", value / hub))
+        library, _, backend = system.partition("-")
+        if library == "keras_vit":
+            hub = speed.get((workload, dtype, f"keras_hub-{backend.split('+')[0]}"))
+            if hub:
+                out.append((workload, dtype, f"{system} / keras_hub-{backend.split('+')[0]}", value / hub))
         peers = [v for (w, d, s), v in speed.items()
-                 if w == workload and d == dtype and not s.startswith("keras_vit")]
+                 if w == workload and d == dtype and "keras_vit" not in s and "+" not in s]
         if peers:
-            out.append((workload, dtype, f"{system} / fastest peer", value / max(peers)))
+            out.append((workload, dtype, f"{system} / fastest float peer", value / max(peers)))
+        sdpa = speed.get((workload, dtype, "hf-sdpa"))
+        if sdpa:
+            out.append((workload, dtype, f"{system} / hf-sdpa", value / sdpa))
+        hf32 = _hf_float32(speed, workload)
+        if ("int8" in system or "bf16" in system) and hf32:
+            out.append((workload, dtype, f"{system} / fastest HF float32", value / hf32))
         fp32 = speed.get((workload, "float32", system))
         if dtype == "bfloat16" and fp32:
             out.append((workload, dtype, f"{system} bf16 / fp32", value / fp32))
@@ -321,7 +359,9 @@ def parse_args(argv):
         description="Benchmark keras_vit against keras-hub, HF transformers and timm.",
     )
     parser.add_argument("--systems", default=",".join(SYSTEMS),
-                        help="comma-separated systems (default: %(default)s)")
+                        help="comma-separated systems, or 'deploy' for the deployment"
+                        f" comparison ({','.join(DEPLOY_SYSTEMS)}; float32, B/16 batch 1 and 8"
+                        " unless --workloads/--dtypes say otherwise) (default: %(default)s)")
     parser.add_argument("--workloads", default=None,
                         help="comma-separated workloads, 'all' (CPU sizes) or 'gpu' (default: "
                         f"{','.join(DEFAULT_WORKLOADS)}; choices: {','.join(WORKLOADS)})")
@@ -373,6 +413,10 @@ def main(argv=None):
         workloads = tuple(args.workloads.split(","))
     systems = tuple(args.systems.split(","))
     dtypes = tuple(args.dtypes.split(","))
+    if args.systems == "deploy":
+        systems = DEPLOY_SYSTEMS
+        workloads = workloads if args.workloads or args.smoke else DEPLOY_WORKLOADS
+        dtypes = ("float32",)
     for value, allowed, name in ((workloads, WORKLOADS, "workloads"),
                                  (dtypes, DTYPES, "dtypes")):
         bad = [v for v in value if v not in allowed]

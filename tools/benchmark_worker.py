@@ -120,6 +120,8 @@ def run_keras(spec, x, y):
     start = time.perf_counter()
     model = _keras_model(library, spec["arch"], spec["image"])
     jit = {"compile": True, "eager": False}.get(option, "auto")
+    if option == "int8":
+        model.quantize("int8")  # Keras' own int8: Dense and EinsumDense layers
     if spec["kind"] == "train":
         model.compile(
             optimizer=keras.optimizers.AdamW(1e-4),
@@ -309,13 +311,20 @@ def run(spec):
 
     if spec["system"] == "peak":
         return run_peak(spec)
+    deployed = spec["system"].startswith(("ort-", "openvino-"))
+    if spec["kind"] == "train" and (deployed or spec["system"].endswith("+int8")):
+        return {"status": "skipped", "reason": "inference only"}
     rng = np.random.default_rng(0)
     batch, image = spec["batch"], spec["image"]
     x = rng.standard_normal((batch, image, image, 3), dtype=np.float32)
     y = rng.integers(0, CLASSES, size=(batch,)).astype("int32")
     keras_system = spec["system"].startswith(("keras_vit", "keras_hub"))
     # Import the framework first so that the memory baseline includes it.
-    if keras_system:
+    if deployed:
+        import keras  # noqa: F401
+
+        import keras_vit  # noqa: F401
+    elif keras_system:
         import keras  # noqa: F401
 
         __import__(spec["system"].split("-")[0])
@@ -325,7 +334,12 @@ def run(spec):
         if spec["system"].startswith("hf"):
             import transformers  # noqa: F401
     rss_before = rss_mib()
-    if keras_system:
+    if deployed:
+        from benchmark_deploy import run_deployed
+
+        build, first, times, info, step = run_deployed(spec, x, _timed)
+        torch_engine = False
+    elif keras_system:
         build, first, times, info, step = run_keras(spec, x, y)
         torch_engine = "-torch" in spec["system"]
     else:

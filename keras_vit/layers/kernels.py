@@ -120,6 +120,7 @@ def gelu(x, approximate=True):
     """
     if approximate or not exporting():
         return ops.gelu(x, approximate=approximate)
+    x = ops.convert_to_tensor(x)
     return 0.5 * x * (1.0 + ops.erf(x * (1.0 / math.sqrt(2.0))))
 
 

@@ -1,0 +1,145 @@
+"""Deployment cases of the benchmark: exported models in ONNX Runtime and OpenVINO.
+
+Imported by `tools/benchmark_worker.py` for the systems
+
+- `ort-keras_vit`: keras_vit exported with `keras_vit.export` (torch backend,
+  dynamo ONNX exporter) and run by ONNX Runtime; `+int8`: the same file
+  quantized by `onnxruntime.quantization.quantize_dynamic` (int8 weights,
+  activations quantized at run time).
+- `openvino-keras_vit`: the same model exported to OpenVINO IR, compiled for
+  the CPU in float32; `+bf16`: OpenVINO's own default on a CPU with bfloat16
+  units; `+int8`: weights compressed to int8 by NNCF
+  (`nncf.compress_weights`), which OpenVINO's CPU plugin runs with int8
+  matrix products on dynamically quantized activations.
+- `ort-hf`: HF transformers' ViT exported with `torch.onnx.export`
+  (dynamo) and run by ONNX Runtime, the peer's own deployment path; `+int8`
+  as for keras_vit.
+
+Exported files are cached in `KERAS_VIT_BENCH_CACHE` (default a folder in
+the temporary directory), so every round reuses them; the export time is the
+`build` time of the run that wrote them.
+"""
+
+import os
+import pathlib
+import tempfile
+import time
+
+import numpy as np
+
+from benchmark import ARCHS  # this script's folder is on sys.path
+
+CLASSES = 1000
+
+
+def cache_dir():
+    folder = pathlib.Path(
+        os.environ.get("KERAS_VIT_BENCH_CACHE", pathlib.Path(tempfile.gettempdir()) / "keras_vit_bench")
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _keras_vit_model(arch, image):
+    import keras_vit
+
+    patch, hidden, layers, heads, mlp = ARCHS[arch]
+    return keras_vit.ViT(
+        image_size=image, patch_size=patch, hidden_size=hidden, num_layers=layers,
+        num_heads=heads, mlp_dim=mlp, classes=CLASSES, classifier_activation=None,
+    )
+
+
+def _keras_vit_files(spec):
+    """(ONNX path, OpenVINO path, max |ONNX Runtime - Keras| on the case's inputs)."""
+    from keras_vit import export
+
+    stem = cache_dir() / f"keras_vit-{spec['arch'].replace('/', '')}-{spec['image']}"
+    onnx_path, ov_path = f"{stem}.onnx", f"{stem}.xml"
+    if not (os.path.exists(onnx_path) and os.path.exists(ov_path)):
+        model = _keras_vit_model(spec["arch"], spec["image"])
+        # A seeded head: the default zero head would make every output equal.
+        head = model.get_layer("head")
+        head.kernel.assign(np.random.default_rng(1).normal(0, 0.02, head.kernel.shape).astype("float32"))
+        export.export_model(model, onnx_path, "onnx")
+        export.export_model(model, ov_path, "openvino")
+        x = np.random.default_rng(2).standard_normal((2, spec["image"], spec["image"], 3), dtype=np.float32)
+        diff = export.verify_export(onnx_path, "onnx", model, x)[0]
+        pathlib.Path(f"{stem}.diff").write_text(repr(diff))
+    return onnx_path, ov_path, float(pathlib.Path(f"{stem}.diff").read_text())
+
+
+def _hf_file(spec):
+    import torch
+
+    import benchmark_worker
+
+    path = str(cache_dir() / f"hf-{spec['arch'].replace('/', '')}-{spec['image']}.onnx")
+    if not os.path.exists(path):
+        model, _ = benchmark_worker._hf_model(dict(spec, system="hf-sdpa"))
+        model.eval()
+        sample = torch.zeros(2, 3, spec["image"], spec["image"])
+        batch = torch.export.Dim("batch", min=1, max=4096)
+        program = torch.onnx.export(
+            model, (sample,), dynamo=True, input_names=["pixel_values"],
+            dynamic_shapes=({0: batch},), verbose=False,
+        )
+        program.optimize()
+        program.save(path)
+    return path
+
+
+def _int8_onnx(path):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    target = path.replace(".onnx", ".int8.onnx")
+    if not os.path.exists(target):
+        quantize_dynamic(path, target, weight_type=QuantType.QInt8)
+    return target
+
+
+def _ort_step(path, x):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    return lambda: session.run(None, {name: x})[0], {"onnxruntime": ort.__version__}
+
+
+def _openvino_step(path, x, option):
+    import openvino as ov
+
+    core = ov.Core()
+    model = core.read_model(path)
+    config = {}
+    if option == "int8":
+        import nncf
+
+        model = nncf.compress_weights(model)  # int8 weights, per output channel
+    if option != "bf16":
+        config["INFERENCE_PRECISION_HINT"] = "f32"
+    compiled = core.compile_model(model, "CPU", config)
+    info = {"openvino": ov.__version__, "precision": str(compiled.get_property("INFERENCE_PRECISION_HINT"))}
+    return lambda: compiled(x)[0], info
+
+
+def run_deployed(spec, x, timed):
+    """Builds (exports or reads the cache) and times one deployment case."""
+    runtime, _, rest = spec["system"].partition("-")
+    library, _, option = rest.partition("+")
+    start = time.perf_counter()
+    info = {}
+    if library == "keras_vit":
+        onnx_path, ov_path, diff = _keras_vit_files(spec)
+        info["max_abs_diff_vs_keras"] = diff
+    else:
+        onnx_path, ov_path = _hf_file(spec), None
+        x = np.ascontiguousarray(x.transpose(0, 3, 1, 2))  # HF takes NCHW
+    if runtime == "ort":
+        step, extra = _ort_step(_int8_onnx(onnx_path) if option == "int8" else onnx_path, x)
+    else:
+        step, extra = _openvino_step(ov_path, x, option)
+    info.update(extra)
+    build = time.perf_counter() - start
+    first, times = timed(step, spec["warmup"], spec["reps"])
+    return build, first, times, info, step
