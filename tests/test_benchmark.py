@@ -120,3 +120,34 @@ def test_kernel_timings_table(tmp_path):
     assert f"### {keras.backend.backend()}: one tiny block" in text
     rows = [line for line in text.splitlines() if line.startswith("| ") and "ms" not in line]
     assert len(rows) == 5 and all(float(r.split("|")[2]) > 0 for r in rows)
+
+
+def test_deployment_ratios():
+    """int8 and runtime rows are compared with HF float32; keras_vit rows with keras-hub."""
+    rows = [("hf-sdpa", 2.0), ("hf-eager", 1.8), ("ort-hf", 2.5), ("keras_hub-torch", 2.0),
+            ("keras_vit-torch", 2.2), ("ort-keras_vit+int8", 5.0), ("openvino-keras_vit", 3.0)]
+    results = [dict(workload="w", dtype="float32", system=s, status="ok", images_per_s=v)
+               for s, v in rows]
+    got = {r["ratio"]: r["value"] for r in benchmark.ratios(results)}
+    assert got["keras_vit-torch / keras_hub-torch"] == pytest.approx(1.1)
+    assert got["keras_vit-torch / hf-sdpa"] == pytest.approx(1.1)
+    assert got["ort-keras_vit+int8 / fastest HF float32"] == pytest.approx(2.0)
+    assert got["openvino-keras_vit / fastest float peer"] == pytest.approx(1.2)
+    assert not any(name.startswith(("hf", "ort-hf", "keras_hub")) for name in got)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch",
+                    reason="the deployment cases export under the torch backend; run once, there")
+def test_smoke_run_of_deployment_systems(tmp_path, monkeypatch):
+    """keras_vit and HF exported to ONNX Runtime and OpenVINO (float32 and int8), tiny model."""
+    monkeypatch.setenv("KERAS_VIT_BENCH_CACHE", str(tmp_path / "cache"))
+    systems = ("ort-keras_vit", "ort-keras_vit+int8", "openvino-keras_vit+int8", "ort-hf")
+    prefix = tmp_path / "deploy"
+    assert benchmark.main(["--smoke", "--systems", ",".join(systems), "--dtypes", "float32",
+                           "--workloads", "infer-tiny-bs2", "--output", str(prefix)]) == 0
+    report = json.loads((tmp_path / "deploy.json").read_text())
+    rows = {r["system"]: r for r in report["results"]}
+    for system in systems:
+        assert rows[system]["status"] == "ok", rows[system]
+        assert rows[system]["images_per_s"] > 0
+    assert rows["ort-keras_vit"]["info"]["max_abs_diff_vs_keras"] <= 1e-4
