@@ -113,12 +113,14 @@ def _dense_torch(x, kernel, bias):
 
 
 def gelu(x, approximate=True):
-    """GELU; the exact form through `erf` while exporting.
+    """GELU; on tensorflow the exact form through `erf` while exporting.
 
     Keras' exact GELU is `erfc`-based on tensorflow, an op that tf2onnx
     cannot convert; `0.5 x (1 + erf(x / sqrt(2)))` is the same function.
+    (On jax, `lax.erf` serialises as a `vhlo.composite_v2` that
+    tensorflow's SavedModel runtime cannot read, so jax keeps its own GELU.)
     """
-    if approximate or not exporting():
+    if approximate or not exporting() or keras.backend.backend() != "tensorflow":
         return ops.gelu(x, approximate=approximate)
     x = ops.convert_to_tensor(x)
     return 0.5 * x * (1.0 + ops.erf(x * (1.0 / math.sqrt(2.0))))
