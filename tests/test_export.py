@@ -12,7 +12,7 @@ import pytest
 from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared, to_numpy
 
 import keras_vit
-from keras_vit import cli, export
+from keras_vit import cli, export, runtimes
 from keras_vit.layers import kernels
 from keras_vit.layers.resnet import GroupNorm, MaxPool2D
 
@@ -76,7 +76,7 @@ def test_export_runs_in_its_runtime_like_predict(family, format, models, images,
 
 @pytest.mark.parametrize("format", FORMATS)
 def test_batch_axis_is_dynamic_where_the_format_allows_it(format, artifacts):
-    run, batch = getattr(export, f"_load_{format}")(artifacts("vit", format))
+    run, batch = getattr(runtimes, f"_load_{format}")(artifacts("vit", format))
     fixed = (BACKEND, format) == ("torch", "litert")  # litert-torch: static shapes only
     assert (batch == 1) if fixed else (batch is None), batch
 
@@ -94,7 +94,7 @@ def test_export_at_another_image_size(tmp_path):
 def test_fixed_batch_size(tmp_path, images):
     model = _model("vit")
     path = export.export_model(model, str(tmp_path / "b2"), "tf_saved_model", batch_size=2)
-    assert export._load_tf_saved_model(path)[1] == 2
+    assert runtimes._load_tf_saved_model(path)[1] == 2
     diff, outputs, _ = export.verify_export(path, "tf_saved_model", model, images)  # fed 2 + 1 (padded)
     assert outputs.shape == (3, 10) and diff <= ATOL
 

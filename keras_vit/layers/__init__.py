@@ -5,6 +5,8 @@ from keras_vit.layers.patch_encoder import PatchEncoder, resize_position_grid
 from keras_vit.layers.patches import Patches
 from keras_vit.layers.resnet import (
     BottleneckUnit,
+    GroupNorm,
+    MaxPool2D,
     ResNetStage,
     StdConv2D,
     group_norm,
@@ -15,6 +17,8 @@ from keras_vit.layers.transformer import MlpBlock, TransformerBlock
 
 __all__ = [
     "BottleneckUnit",
+    "GroupNorm",
+    "MaxPool2D",
     "ResNetStage",
     "StdConv2D",
     "group_norm",

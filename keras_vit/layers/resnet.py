@@ -42,6 +42,18 @@ class GroupNorm(keras.layers.GroupNormalization):
     with products instead of powers: Keras' 5D view and `square` become a 5D
     `POW` in LiteRT, which its converter cannot lower (litert-torch fails on
     every hybrid). Same arguments, weights and outputs (tested).
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_vit.layers import kernels
+    >>> x = np.random.default_rng(0).normal(size=(1, 4, 4, 64)).astype("float32")
+    >>> norm = GroupNorm(groups=32, epsilon=1e-6)
+    >>> plain = keras.ops.convert_to_numpy(norm(x))
+    >>> with kernels.export_mode():
+    ...     portable = keras.ops.convert_to_numpy(norm(x))
+    >>> bool(np.allclose(plain, portable, atol=1e-5))
+    True
     """
 
     def call(self, inputs):
@@ -73,6 +85,17 @@ class MaxPool2D(keras.layers.MaxPooling2D):
     turns jax's 4D window reduction into an ONNX `MaxPool` over four
     "spatial" axes, which neither ONNX Runtime nor OpenVINO runs. Same
     arguments and outputs (tested).
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_vit.layers import kernels
+    >>> x = np.arange(2 * 5 * 5 * 3, dtype="float32").reshape(2, 5, 5, 3)
+    >>> pool = MaxPool2D(3, strides=2, padding="same")
+    >>> with kernels.export_mode():
+    ...     sliced = keras.ops.convert_to_numpy(pool(x))
+    >>> bool((sliced == keras.ops.convert_to_numpy(pool(x))).all()), sliced.shape
+    (True, (2, 3, 3, 3))
     """
 
     def call(self, inputs):
