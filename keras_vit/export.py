@@ -82,10 +82,10 @@ SUFFIXES = {
 # Python modules each exporter imports, with the pip package that has them.
 EXPORTERS = {
     ("jax", "tf_saved_model"): (("tensorflow", "tensorflow"),),
-    ("jax", "onnx"): (("jax2onnx", "jax2onnx"), ("onnx", "onnx")),
+    ("jax", "onnx"): (("jax2onnx", "jax2onnx"), ("onnx", "onnx"), ("onnxscript", "onnxscript")),
     ("jax", "openvino"): (("jax2onnx", "jax2onnx"), ("openvino", "openvino")),
     ("tensorflow", "tf_saved_model"): (),
-    ("tensorflow", "onnx"): (("tf2onnx", "tf2onnx"), ("onnx", "onnx")),
+    ("tensorflow", "onnx"): (("tf2onnx", "tf2onnx"), ("onnx", "onnx"), ("onnxscript", "onnxscript")),
     ("tensorflow", "openvino"): (("openvino", "openvino"),),
     ("tensorflow", "litert"): (),
     ("torch", "tf_saved_model"): (("tensorflow", "tensorflow"),),
@@ -263,6 +263,8 @@ def export_model(model, path, format, image_size=None, batch_size=None, verbose=
         else:
             spec = keras.InputSpec(shape=shape, dtype="float32", name="image")
             model.export(path, format=format, verbose=verbose, input_signature=[spec])
+        if format == "onnx":
+            _fold_weights(path)
     return path
 
 
@@ -316,8 +318,24 @@ def _onnx_torch(model, path, sample, dims):
         model, (sample,), dynamic_shapes=dims, dynamo=True, input_names=["image"],
         verbose=False,
     )
-    program.optimize()
     program.save(path)
+
+
+def _fold_weights(path):
+    """Folds the weight reshapes into the initializers of an ONNX graph.
+
+    The exporter's optimizer folds only small constants, which leaves the
+    attention kernels `(D, heads, head_dim)` behind a `Reshape`: ONNX
+    Runtime then cannot quantize those products (`quantize_dynamic` takes
+    MatMuls whose weight is an initializer). Folding every size makes each
+    projection a MatMul with a 2D initializer (tested).
+    """
+    import onnx_ir
+    import onnxscript.optimizer
+
+    model = onnx_ir.load(path)
+    onnxscript.optimizer.optimize(model, input_size_limit=1 << 31, output_size_limit=1 << 31)
+    onnx_ir.save(model, path)
 
 
 def _openvino_from_onnx(model, path, shape):

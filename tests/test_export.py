@@ -74,6 +74,22 @@ def test_export_runs_in_its_runtime_like_predict(family, format, models, images,
     assert np.abs(expected[0] - to_numpy(models[family](images[1:2]))[0]).max() > 1e-2
 
 
+def test_onnx_projection_weights_are_initializers(artifacts):
+    """Every projection is a MatMul on a 2D initializer (what ONNX Runtime's int8 tools need)."""
+    if "onnx" not in FORMATS:
+        pytest.skip(f"no ONNX export on {BACKEND}")
+    import onnx
+
+    graph = onnx.load(artifacts("vit", "onnx")).graph
+    weights = {init.name: tuple(init.dims) for init in graph.initializer}
+    reshaped = [n.name for n in graph.node if n.op_type == "Reshape" and n.input[0] in weights]
+    assert not reshaped, reshaped
+    on_weights = [n for n in graph.node if n.op_type in ("MatMul", "Gemm") and n.input[1] in weights]
+    # Per block: query, key and value (tf2onnx merges the three into one
+    # product), out and the two MLP layers; plus the patch embedding and head.
+    assert len(on_weights) >= 4 * TINY["num_layers"] + 2, len(on_weights)
+
+
 @pytest.mark.parametrize("format", FORMATS)
 def test_batch_axis_is_dynamic_where_the_format_allows_it(format, artifacts):
     run, batch = getattr(runtimes, f"_load_{format}")(artifacts("vit", format))
