@@ -162,7 +162,8 @@ def resolve_model(spec, weights=None, gelu=None, image_size=None):
         spec: path of a `.keras` model, or a keras_vit constructor name
             ("ViTTi16", "R50ViTB16", "ViT").
         weights: for a constructor: None, a registered name or a checkpoint.
-        gelu: for a constructor: None, "tanh" or "exact".
+        gelu: for a constructor: None or a key of `GELU_FLAVOURS` ("tanh",
+            "erf").
         image_size: for a constructor: None or an int / `(height, width)`.
 
     Returns:
@@ -189,7 +190,7 @@ def resolve_model(spec, weights=None, gelu=None, image_size=None):
         )
     options = {"weights": weights}
     if gelu is not None:
-        options["gelu_approximate"] = gelu == "tanh"
+        options["gelu_approximate"] = GELU_FLAVOURS[gelu]
     if image_size is not None:
         options["image_size"] = image_size
     return constructor(**options)
@@ -223,7 +224,7 @@ def export_command(args):
     import keras
 
     from keras_vit import export
-    from keras_vit.layers.utils import pair
+    from keras_vit.validation import pair
 
     try:
         model = resolve_model(args.model, args.weights, args.gelu)
@@ -280,7 +281,7 @@ def _export_parser(commands):
     )
     parser.add_argument("--weights", help="registered weights name or checkpoint path")
     parser.add_argument(
-        "--gelu", choices=("tanh", "exact"), default=None,
+        "--gelu", choices=tuple(GELU_FLAVOURS), default=None,
         help="GELU flavour (default: the one the weights were trained with)",
     )
     parser.add_argument("--image-size", type=_size, help="N or HxW; default: the model's")

@@ -50,7 +50,6 @@ Workarounds for upstream faults, each in one function below:
 """
 
 import contextlib
-import importlib
 import os
 import subprocess
 import sys
@@ -61,6 +60,7 @@ from keras_vit.runtimes import (  # noqa: F401  (re-exported)
     FORMATS,
     RUNTIMES,
     load_exported,
+    require,
     run_exported,
     verify_export,
 )
@@ -141,21 +141,6 @@ def check_format(format, backend=None):
             f"exports {BACKEND_FORMATS[backend]})."
         )
     return format
-
-
-def require(modules, purpose):
-    """Imports `modules` (`(module, pip name)` pairs) or raises ImportError naming them."""
-    missing = []
-    for module, package in modules:
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            missing.append(package)
-    if missing:
-        raise ImportError(
-            f"{purpose} needs {', '.join(missing)}: pip install {' '.join(missing)} "
-            '(or pip install "keras-vit[export]")'
-        )
 
 
 def _check_path(path, format):

@@ -6,6 +6,7 @@ runtime, without Keras; `verify_export` compares it with `model.predict`.
 Also available as `keras_vit.export.run_exported` etc.
 """
 
+import importlib
 import os
 
 import numpy as np
@@ -19,6 +20,21 @@ RUNTIMES = {
     "litert": (("ai_edge_litert", "ai-edge-litert"),),
     "torch": (("torch", "torch"),),
 }
+
+
+def require(modules, purpose):
+    """Imports `modules` (`(module, pip name)` pairs) or raises ImportError naming them."""
+    missing = []
+    for module, package in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(package)
+    if missing:
+        raise ImportError(
+            f"{purpose} needs {', '.join(missing)}: pip install {' '.join(missing)} "
+            '(or pip install "keras-vit[export]")'
+        )
 
 
 def load_exported(path, format):
@@ -43,8 +59,6 @@ def load_exported(path, format):
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ValueError(f"No exported artifact at `path`. Received: path={path!r}")
-    from keras_vit.export import require
-
     require(RUNTIMES[format], f"Running a {format!r} artifact")
     loader = globals()[f"_load_{format}"]
     run, batch = loader(path)

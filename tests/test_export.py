@@ -203,7 +203,7 @@ def test_missing_exporter_package_names_what_to_install(tmp_path, models, monkey
             raise ImportError(f"No module named {name!r}")
         return real(name, *args, **kwargs)
 
-    monkeypatch.setattr(export.importlib, "import_module", fake)
+    monkeypatch.setattr(runtimes.importlib, "import_module", fake)
     monkeypatch.setitem(export.EXPORTERS, (BACKEND, "onnx"), modules)
     with pytest.raises(ImportError, match=rf"pip install {modules[0][1]}.*keras-vit\[export\]"):
         export.export_model(models["vit"], str(tmp_path / "m.onnx"), "onnx")

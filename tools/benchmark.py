@@ -392,6 +392,13 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
+def _selection(args, workloads):
+    """(systems, workloads, dtypes); `--systems deploy` picks the deployment comparison."""
+    if args.systems != "deploy":
+        return tuple(args.systems.split(",")), workloads, tuple(args.dtypes.split(","))
+    return DEPLOY_SYSTEMS, workloads if args.workloads or args.smoke else DEPLOY_WORKLOADS, ("float32",)
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.smoke:
@@ -411,12 +418,7 @@ def main(argv=None):
         workloads = GPU_WORKLOADS
     elif args.workloads:
         workloads = tuple(args.workloads.split(","))
-    systems = tuple(args.systems.split(","))
-    dtypes = tuple(args.dtypes.split(","))
-    if args.systems == "deploy":
-        systems = DEPLOY_SYSTEMS
-        workloads = workloads if args.workloads or args.smoke else DEPLOY_WORKLOADS
-        dtypes = ("float32",)
+    systems, workloads, dtypes = _selection(args, workloads)
     for value, allowed, name in ((workloads, WORKLOADS, "workloads"),
                                  (dtypes, DTYPES, "dtypes")):
         bad = [v for v in value if v not in allowed]

@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from benchmark import ARCHS  # this script's folder is on sys.path
+from keras_vit_tools.benchmark import ARCHS
 
 CLASSES = 1000
 
@@ -72,7 +72,7 @@ def _keras_vit_files(spec):
 def _hf_file(spec):
     import torch
 
-    import benchmark_worker
+    from keras_vit_tools import benchmark_worker
 
     path = str(cache_dir() / f"hf-{spec['arch'].replace('/', '')}-{spec['image']}.onnx")
     if not os.path.exists(path):

@@ -335,7 +335,7 @@ def run(spec):
             import transformers  # noqa: F401
     rss_before = rss_mib()
     if deployed:
-        from benchmark_deploy import run_deployed
+        from keras_vit_tools.benchmark_deploy import run_deployed
 
         build, first, times, info, step = run_deployed(spec, x, _timed)
         torch_engine = False
