@@ -244,18 +244,47 @@ def _seeded_run(seed):
     return _weights(model)
 
 
-def test_seeded_runs_are_reproducible(backend):
-    if backend == "tensorflow":
-        import tensorflow as tf
+@pytest.fixture
+def deterministic_ops(backend):
+    """TensorFlow's CPU kernels may reduce in any order unless told not to;
+    the switch is process-wide, so it is turned back off afterwards."""
+    if backend != "tensorflow":
+        yield
+        return
+    import tensorflow as tf
+    from tensorflow.python.framework import config  # only the switch-off is not public
 
-        # TensorFlow's CPU kernels may reduce in any order unless told not to.
-        tf.config.experimental.enable_op_determinism()
+    was_on = config.is_op_determinism_enabled()
+    tf.config.experimental.enable_op_determinism()
+    try:
+        yield
+    finally:
+        if not was_on:
+            config.disable_op_determinism()
+
+
+def test_seeded_runs_are_reproducible(deterministic_ops):
     first = _seeded_run(3)
     keras.utils.clear_session()
     _assert_same(_seeded_run(3), first)
     keras.utils.clear_session()
     other = _seeded_run(4)
     assert any(not np.array_equal(a, b) for a, b in zip(first, other))
+
+
+def test_the_training_pipeline_runs_under_op_determinism(deterministic_ops):
+    tf = pytest.importorskip("tensorflow")
+    from keras_vit.training import data
+
+    images = np.random.default_rng(0).integers(0, 255, (4, 12, 12, 3), dtype=np.uint8)
+    dataset = tf.data.Dataset.from_tensor_slices((images, np.arange(4)))
+
+    def first_batch():
+        keras.utils.set_random_seed(5)
+        return next(iter(data.train_pipeline(dataset, 8, batch_size=4, area_range=(0.3, 1.0))))
+
+    first, again = first_batch(), first_batch()
+    np.testing.assert_array_equal(first[0].numpy(), again[0].numpy())
 
 
 # Atomic checkpoints.
