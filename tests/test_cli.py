@@ -70,3 +70,16 @@ def test_inspect_chelsea_with_real_weights(tmp_path, capsys):
     assert int(top.split(" ")[0]) in CAT_CLASSES, summary
     assert "cat" in top, summary  # named offline from keras_vit.labels
     assert summary.count("  layer ") == 12
+
+
+def test_summary_on_a_small_grid_has_no_nan():
+    import keras_vit
+    from keras_vit import inspection
+
+    model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=1,
+                          num_heads=2, mlp_dim=32, classes=10)
+    images = np.zeros((1, 32, 32, 3), "float32")
+    _, grid = inspection.attention_rollout(model, images, return_grid=True)
+    text = cli._summary(model, model.predict(images, verbose=0), inspection.mean_attention_distance(model, images),
+                        grid, inspection.position_embedding_similarity(model))
+    assert "nan" not in text.lower() and "4+ patches apart n/a (grid too small)" in text

@@ -197,3 +197,16 @@ def test_error_pickled_object_array_is_never_unpickled(tmp_path, rng):
 def test_error_unknown_registry_name():
     with pytest.raises(ValueError, match=r"'no-such-weights'.*'Ti/16'.*Valid names.*augreg"):
         keras_vit.ViTTi16(weights="no-such-weights", image_size=32)
+
+
+def test_single_channel_keras_weights_load_and_three_channel_files_are_refused(tmp_path, rng):
+    gray = dict(TINY, input_shape=(32, 32, 1))
+    source = keras_vit.ViT(**gray)
+    path = str(tmp_path / "gray.weights.h5")
+    source.save_weights(path)
+    x = rng.normal(size=(2, 32, 32, 1)).astype("float32")
+    loaded = keras_vit.ViT(**gray, weights=path)
+    np.testing.assert_array_equal(to_numpy(loaded(x)), to_numpy(source(x)))
+    npz = write_npz(tmp_path, official_params(rng))
+    with pytest.raises(ValueError, match=r"3-channel images.*input_shape=\(32, 32, 1\)"):
+        keras_vit.ViT(**gray, weights=npz)

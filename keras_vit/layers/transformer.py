@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_vit.layers import kernels
 from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.seeds import check_seed, derive_seed
 from keras_vit.validation import (
     check_positive_float,
     check_positive_int,
@@ -21,6 +22,8 @@ class MlpBlock(keras.layers.Layer):
         dropout_rate: float in [0, 1), dropout after each Dense.
         gelu_approximate: bool, default True. True: the tanh approximation
             (official code and checkpoints); False: exact erf GELU (timm/DeiT).
+        seed: None (default: drawn from Keras' global generator) or an int,
+            the seed of the dropout.
 
     Example:
 
@@ -29,11 +32,12 @@ class MlpBlock(keras.layers.Layer):
     (1, 3, 8)
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, seed=None, **kwargs):
         super().__init__(**kwargs)
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
         self.gelu_approximate = bool(gelu_approximate)
+        self.seed = check_seed(seed)
 
     def build(self, input_shape):
         dense = dict(
@@ -45,7 +49,9 @@ class MlpBlock(keras.layers.Layer):
         self.dense_0.build(input_shape)
         self.dense_1 = keras.layers.Dense(input_shape[-1], name="Dense_1", **dense)
         self.dense_1.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.dropout = keras.layers.Dropout(
+            self.dropout_rate, seed=self.seed, dtype=self.dtype_policy
+        )
         self.built = True
 
     def _dense(self, layer, x):
@@ -73,6 +79,7 @@ class MlpBlock(keras.layers.Layer):
                 "mlp_dim": self.mlp_dim,
                 "dropout_rate": self.dropout_rate,
                 "gelu_approximate": self.gelu_approximate,
+                "seed": self.seed,
             }
         )
         return config
@@ -96,6 +103,11 @@ class TransformerBlock(keras.layers.Layer):
             branches of a sample (stochastic depth); 0 disables it.
         layer_norm_epsilon: float, default 1e-6 (the official value).
         gelu_approximate: bool, default True (tanh GELU, as the official code).
+        seed: None (default) or an int. Each random stream of the block
+            (stochastic depth, the dropouts) has its own generator; with
+            None their seeds are drawn from Keras' global generator (which
+            `keras.utils.set_random_seed` seeds), with an int they are
+            derived from it (`keras_vit.layers.seeds.derive_seed`).
 
     Input shape:
         `(batch, tokens, D)`.
@@ -120,6 +132,7 @@ class TransformerBlock(keras.layers.Layer):
         stochastic_depth_rate=0.0,
         layer_norm_epsilon=1e-6,
         gelu_approximate=True,
+        seed=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -136,8 +149,9 @@ class TransformerBlock(keras.layers.Layer):
             layer_norm_epsilon, "layer_norm_epsilon"
         )
         self.gelu_approximate = bool(gelu_approximate)
+        self.seed = check_seed(seed)
         if self.stochastic_depth_rate > 0:
-            self.seed_generator = keras.random.SeedGenerator(0)
+            self.seed_generator = keras.random.SeedGenerator(derive_seed(self.seed, "drop_path"))
 
     def build(self, input_shape):
         dim = input_shape[-1]
@@ -152,6 +166,7 @@ class TransformerBlock(keras.layers.Layer):
             self.num_heads,
             dim // self.num_heads,
             dropout_rate=self.attention_dropout_rate,
+            seed=derive_seed(self.seed, "attention"),
             dtype=self.dtype_policy,
             name="MultiHeadDotProductAttention_1",
         )
@@ -160,12 +175,15 @@ class TransformerBlock(keras.layers.Layer):
             self.mlp_dim,
             dropout_rate=self.dropout_rate,
             gelu_approximate=self.gelu_approximate,
+            seed=derive_seed(self.seed, "mlp"),
             dtype=self.dtype_policy,
             name="MlpBlock_3",
         )
         for layer in (self.norm_0, self.attention, self.norm_2, self.mlp):
             layer.build(input_shape)
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.dropout = keras.layers.Dropout(
+            self.dropout_rate, seed=derive_seed(self.seed, "dropout"), dtype=self.dtype_policy
+        )
         self.built = True
 
     def _drop_path(self, x, training):
@@ -202,6 +220,7 @@ class TransformerBlock(keras.layers.Layer):
                 "stochastic_depth_rate": self.stochastic_depth_rate,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "gelu_approximate": self.gelu_approximate,
+                "seed": self.seed,
             }
         )
         return config

@@ -7,12 +7,15 @@ checkpoint implies, `load_weights` loads it); how the model runs on a
 backend lives in `keras_vit.models.runtime`.
 """
 
+import warnings
+
 import keras
 import numpy as np
 
 from keras_vit import architectures
 from keras_vit.architectures import CLASSIFIERS, POOLINGS
 from keras_vit.layers import PatchEncoder, Patches, TokenPooling, TransformerBlock
+from keras_vit.layers.seeds import check_seed, derive_seed
 from keras_vit.models.runtime import ModelRuntime
 from keras_vit.validation import (
     check_choice,
@@ -147,6 +150,10 @@ class ViT(ModelRuntime, keras.Model):
         weights: None (random init), a registered weights name such as
             "imagenet21k", or the path of a checkpoint file (see
             `keras_vit.weights`).
+        seed: None (default) or an int: the seed the random streams of the
+            model (dropout, stochastic depth) derive theirs from, each layer
+            its own. With None they are drawn from Keras' global generator,
+            which `keras.utils.set_random_seed` seeds.
         name: model name.
         dtype: dtype or dtype policy of the layers.
 
@@ -190,11 +197,13 @@ class ViT(ModelRuntime, keras.Model):
         gelu_approximate=None,
         input_shape=None,
         weights=None,
+        seed=None,
         name="vit",
         dtype=None,
         **kwargs,
     ):
         self.patch_size = pair(patch_size, "patch_size")
+        self.seed = check_seed(seed)
         _check_transformer(hidden_size, num_layers, num_heads, mlp_dim)
         self.hidden_size, self.num_layers = hidden_size, num_layers
         self.num_heads, self.mlp_dim = num_heads, mlp_dim
@@ -264,6 +273,43 @@ class ViT(ModelRuntime, keras.Model):
         """Tokens before the patch tokens: 1 with a class token, else 0."""
         return int(self.classifier == "token")
 
+    def _check_input_spec(self, shape, dtype, name="x"):
+        """Raises a `ValueError` for images this model cannot take.
+
+        Unknown dimensions (None) pass; integer pixels get a warning, as
+        they usually mean that `keras_vit.preprocess_input` was forgotten.
+        """
+        cell = self.effective_patch_size
+        takes = (
+            f"(batch, height, width, {self.num_channels}) images with height a multiple "
+            f"of {cell[0]} and width a multiple of {cell[1]}"
+        )
+        if len(shape) != 4:
+            raise ValueError(
+                f"`{name}` must be a batch of images: model {self.name!r} takes {takes}. "
+                f"Received: {name} of shape {shape}"
+            )
+        if shape[3] is not None and shape[3] != self.num_channels:
+            raise ValueError(
+                f"Model {self.name!r} takes {self.num_channels}-channel images: {takes}. "
+                f"Received: {name} of shape {shape} ({shape[3]} channels)"
+            )
+        for size, multiple, axis in ((shape[1], cell[0], "height"), (shape[2], cell[1], "width")):
+            if size is not None and size % multiple:
+                unit = "the patch size" + (
+                    f" times the stem stride {self.stem_stride}" if self.stem_stride > 1 else ""
+                )
+                raise ValueError(
+                    f"The image {axis} must be a multiple of {multiple} ({unit}): model "
+                    f"{self.name!r} takes {takes}. Received: {name} of shape {shape}"
+                )
+        if dtype is not None and ("int" in dtype or dtype == "bool"):
+            warnings.warn(
+                f"`{name}` holds {dtype} values: model {self.name!r} expects scaled floats. "
+                "Pixels in [0, 255] go through `keras_vit.preprocess_input` first.",
+                stacklevel=4,
+            )
+
     def _grid(self, image_size):
         cell = self.effective_patch_size
         if image_size[0] % cell[0] or image_size[1] % cell[1]:
@@ -291,7 +337,9 @@ class ViT(ModelRuntime, keras.Model):
             name="embedding",
             dtype=dtype,
         )(x)
-        return keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=dtype)(x)
+        return keras.layers.Dropout(
+            self.dropout_rate, seed=derive_seed(self.seed, "dropout"), name="dropout", dtype=dtype
+        )(x)
 
     def _encoder(self, x, dtype):
         for i in range(self.num_layers):
@@ -305,6 +353,7 @@ class ViT(ModelRuntime, keras.Model):
                 stochastic_depth_rate=rate,
                 layer_norm_epsilon=self.layer_norm_epsilon,
                 gelu_approximate=self.gelu_approximate,
+                seed=derive_seed(self.seed, i),
                 name=f"encoderblock_{i}",
                 dtype=dtype,
             )(x)
@@ -420,6 +469,7 @@ class ViT(ModelRuntime, keras.Model):
             "gelu_approximate": self.gelu_approximate,
             "input_shape": self.image_size + (self.num_channels,),
             "weights": None,
+            "seed": self.seed,
             "name": self.name,
             "trainable": self.trainable,
             "dtype": keras.dtype_policies.serialize(self.dtype_policy),
