@@ -107,9 +107,9 @@ def np_gelu(x, approximate):
 
 
 def np_attention(x, w):
-    q = np.einsum("btd,dhk->bthk", x, w["query/kernel"]) + w["query/bias"]
-    k = np.einsum("btd,dhk->bthk", x, w["key/kernel"]) + w["key/bias"]
-    v = np.einsum("btd,dhk->bthk", x, w["value/kernel"]) + w["value/bias"]
+    q = np.einsum("btd,dhk->bthk", x, w["query/kernel"]) + w.get("query/bias", 0.0)
+    k = np.einsum("btd,dhk->bthk", x, w["key/kernel"]) + w.get("key/bias", 0.0)
+    v = np.einsum("btd,dhk->bthk", x, w["value/kernel"]) + w.get("value/bias", 0.0)
     logits = np.einsum("bqhk,bthk->bhqt", q, k) / np.sqrt(q.shape[-1])
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
@@ -139,6 +139,19 @@ def test_attention_matches_numpy(rng):
     got_probs = to_numpy(layer.attention_probs(x))
     np.testing.assert_allclose(got_probs, probs, atol=1e-5)
     np.testing.assert_allclose(got_probs.sum(-1), 1.0, atol=1e-5)
+
+
+def test_attention_without_qkv_bias(rng):
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    layer = layers.MultiHeadSelfAttention(num_heads=2, head_dim=4, qkv_bias=False, name="mhsa")
+    run_layer_checks(layer, x)
+    randomise(layer, rng)
+    w = weights_by_path(layer)
+    assert sorted(w) == ["key/kernel", "out/bias", "out/kernel", "query/kernel", "value/kernel"]
+    np.testing.assert_allclose(to_numpy(layer(x)), np_attention(x.astype("float64"), w)[0], atol=2e-5, rtol=1e-5)
+    assert layer.get_config()["qkv_bias"] is False
+    with pytest.raises(ValueError, match="qkv_bias"):
+        layers.MultiHeadSelfAttention(num_heads=2, head_dim=4, qkv_bias="no")
 
 
 @pytest.mark.parametrize("approximate", [True, False])

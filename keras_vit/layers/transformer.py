@@ -6,6 +6,7 @@ from keras import ops
 from keras_vit.layers import kernels
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.validation import (
+    check_bool,
     check_positive_float,
     check_positive_int,
     check_rate,
@@ -96,6 +97,8 @@ class TransformerBlock(keras.layers.Layer):
             branches of a sample (stochastic depth); 0 disables it.
         layer_norm_epsilon: float, default 1e-6 (the official value).
         gelu_approximate: bool, default True (tanh GELU, as the official code).
+        qkv_bias: bool, default True: biases on the query, key and value
+            projections.
 
     Input shape:
         `(batch, tokens, D)`.
@@ -120,11 +123,13 @@ class TransformerBlock(keras.layers.Layer):
         stochastic_depth_rate=0.0,
         layer_norm_epsilon=1e-6,
         gelu_approximate=True,
+        qkv_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
+        self.qkv_bias = check_bool(qkv_bias, "qkv_bias")
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
         self.attention_dropout_rate = check_rate(
             attention_dropout_rate, "attention_dropout_rate"
@@ -152,6 +157,7 @@ class TransformerBlock(keras.layers.Layer):
             self.num_heads,
             dim // self.num_heads,
             dropout_rate=self.attention_dropout_rate,
+            qkv_bias=self.qkv_bias,
             dtype=self.dtype_policy,
             name="MultiHeadDotProductAttention_1",
         )
@@ -202,6 +208,7 @@ class TransformerBlock(keras.layers.Layer):
                 "stochastic_depth_rate": self.stochastic_depth_rate,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "gelu_approximate": self.gelu_approximate,
+                "qkv_bias": self.qkv_bias,
             }
         )
         return config
