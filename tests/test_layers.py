@@ -173,6 +173,26 @@ def test_transformer_block_matches_paper_equations(rng, approximate):
     np.testing.assert_allclose(to_numpy(block(x)), expected, atol=5e-5, rtol=1e-5)
 
 
+def test_transformer_block_layer_scale(rng):
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    block = layers.TransformerBlock(num_heads=2, mlp_dim=16, qkv_bias=False, layer_scale_init=1e-5, name="blk")
+    run_layer_checks(block, x)
+    assert np.allclose(to_numpy(block.attention_scale), 1e-5)
+    randomise(block, rng)
+    w = weights_by_path(block)
+    x64 = x.astype("float64")
+    attn = {k.split("/", 1)[1]: v for k, v in w.items() if k.startswith("MultiHeadDotProductAttention_1/")}
+    assert "query/bias" not in attn
+    y = np_layer_norm(x64, w["LayerNorm_0/gamma"], w["LayerNorm_0/beta"], 1e-6)
+    x1 = x64 + w["attention_scale"] * np_attention(y, attn)[0]
+    y = np_layer_norm(x1, w["LayerNorm_2/gamma"], w["LayerNorm_2/beta"], 1e-6)
+    y = np_gelu(y @ w["MlpBlock_3/Dense_0/kernel"] + w["MlpBlock_3/Dense_0/bias"], True)
+    expected = x1 + w["mlp_scale"] * (y @ w["MlpBlock_3/Dense_1/kernel"] + w["MlpBlock_3/Dense_1/bias"])
+    np.testing.assert_allclose(to_numpy(block(x)), expected, atol=5e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="layer_scale_init"):
+        layers.TransformerBlock(num_heads=2, mlp_dim=16, layer_scale_init=0.0)
+
+
 def test_gelu_flavours_differ():
     # The two flavours are distinguishable, so the flag really reaches the MLP.
     x = np.linspace(-3, 3, 50, dtype="float32")[None, None]

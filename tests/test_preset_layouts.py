@@ -159,6 +159,9 @@ def test_transformers_preprocessor_round_trip():
         ("vit_base_patch16_reg4_gap_256", dict(num_register_tokens=4, classifier="gap", pooled_norm=True,
                                                image_size=(256, 256))),
         ("vit_so150m_patch16_reg4_gap_256", dict(hidden_size=896, mlp_dim=2304, num_heads=14, pooled_norm=False)),
+        ("vit_medium_patch16_reg4_gap_256", dict(hidden_size=512, num_heads=8, layer_scale_init=1e-5,
+                                                 num_register_tokens=4)),
+        ("vit_little_patch16_reg1_gap_256", dict(hidden_size=320, num_layers=14, mlp_dim=1792)),
     ],
 )
 def test_timm_architecture_table(name, expected):
@@ -170,8 +173,8 @@ def test_timm_architecture_table(name, expected):
 @pytest.mark.parametrize(
     "name, model_args, match",
     [
-        ("vit_medium_patch16_reg4_gap_256", {}, "vit_medium_patch16_reg4_gap_256"),
-        ("vit_base_patch16_224", {"init_values": 1e-5}, "init_values"),
+        ("vit_medium_patch16_rope_reg1_gap_256", {}, "vit_medium_patch16_rope_reg1_gap_256"),
+        ("vit_base_patch16_224", {"qk_norm": True}, "qk_norm"),
         ("vit_base_patch16_224", {"global_pool": "map"}, "global_pool"),
         ("vit_base_patch16_224", {"pre_norm": True}, "pre_norm"),
         ("vit_base_patch16_224", {"act_layer": "quick_gelu"}, "act_layer"),

@@ -86,7 +86,10 @@ class TransformerBlock(keras.layers.Layer):
     `x = x + drop_path(dropout(MSA(LN(x))))`, then
     `x = x + drop_path(MLP(LN(x)))`. Sublayer names follow the official
     checkpoint (`LayerNorm_0`, `MultiHeadDotProductAttention_1`,
-    `LayerNorm_2`, `MlpBlock_3`).
+    `LayerNorm_2`, `MlpBlock_3`). With `layer_scale_init`, each branch is
+    scaled per channel by a learned vector before the residual sum
+    (LayerScale, Touvron et al. 2021, arXiv:2103.17239; timm's
+    `init_values`): weights `attention_scale` and `mlp_scale`.
 
     Args:
         num_heads: int, attention heads; must divide the input width.
@@ -99,6 +102,8 @@ class TransformerBlock(keras.layers.Layer):
         gelu_approximate: bool, default True (tanh GELU, as the official code).
         qkv_bias: bool, default True: biases on the query, key and value
             projections.
+        layer_scale_init: None (default, no LayerScale) or a positive float,
+            the initial value of the per-channel branch scales.
 
     Input shape:
         `(batch, tokens, D)`.
@@ -124,12 +129,18 @@ class TransformerBlock(keras.layers.Layer):
         layer_norm_epsilon=1e-6,
         gelu_approximate=True,
         qkv_bias=True,
+        layer_scale_init=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
         self.qkv_bias = check_bool(qkv_bias, "qkv_bias")
+        self.layer_scale_init = (
+            None
+            if layer_scale_init is None
+            else check_positive_float(layer_scale_init, "layer_scale_init")
+        )
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
         self.attention_dropout_rate = check_rate(
             attention_dropout_rate, "attention_dropout_rate"
@@ -172,7 +183,15 @@ class TransformerBlock(keras.layers.Layer):
         for layer in (self.norm_0, self.attention, self.norm_2, self.mlp):
             layer.build(input_shape)
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.attention_scale = self.mlp_scale = None
+        if self.layer_scale_init is not None:
+            init = keras.initializers.Constant(self.layer_scale_init)
+            self.attention_scale = self.add_weight(name="attention_scale", shape=(dim,), initializer=init)
+            self.mlp_scale = self.add_weight(name="mlp_scale", shape=(dim,), initializer=init)
         self.built = True
+
+    def _scale(self, y, scale):
+        return y if scale is None else y * ops.cast(scale, self.compute_dtype)
 
     def _drop_path(self, x, training):
         if not training or self.stochastic_depth_rate == 0:
@@ -186,9 +205,9 @@ class TransformerBlock(keras.layers.Layer):
     def call(self, x, training=None):
         y = self.attention(self.norm_0(x), training=training)
         y = self.dropout(y, training=training)
-        x = x + self._drop_path(y, training)
+        x = x + self._drop_path(self._scale(y, self.attention_scale), training)
         y = self.mlp(self.norm_2(x), training=training)
-        return x + self._drop_path(y, training)
+        return x + self._drop_path(self._scale(y, self.mlp_scale), training)
 
     def attention_probs(self, x):
         """The block's attention probabilities for input `x` (float32)."""
@@ -209,6 +228,7 @@ class TransformerBlock(keras.layers.Layer):
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "gelu_approximate": self.gelu_approximate,
                 "qkv_bias": self.qkv_bias,
+                "layer_scale_init": self.layer_scale_init,
             }
         )
         return config

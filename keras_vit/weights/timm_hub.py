@@ -6,7 +6,8 @@ timm's state-dict layout (`timm_layout`) and a `config.json`:
 - `architecture`: the timm model function, e.g. "vit_base_patch16_224" or
   "deit_tiny_distilled_patch16_224"; its arguments (width, depth, heads, ...)
   are not in the file, so keras_vit keeps them here as data (`_SIZES`,
-  `_NAMED`); `model_args`, when present, overrides them;
+  `_NAMED`, read from timm's model functions); `model_args`, when present,
+  overrides them;
 - `num_classes`, `global_pool`, `label_names` (list, or `{index: name}`) and
   `label_descriptions` (`{name: description}`);
 - `pretrained_cfg`: `input_size` `[C, H, W]`, `crop_pct`, `crop_mode`,
@@ -55,6 +56,24 @@ for _res in (256, 384):
         embed_dim=896, depth=18, num_heads=14, mlp_ratio=2.572, patch_size=16,
         img_size=_res, class_token=False, reg_tokens=4, global_pool="avg", fc_norm=False,
     )
+# Register-token models with LayerScale: (name, width, depth, heads, MLP ratio, registers).
+_REGISTER = (
+    ("vit_little_patch16_reg1_gap_256", 320, 14, 5, 5.6, 1),
+    ("vit_little_patch16_reg4_gap_256", 320, 14, 5, 5.6, 4),
+    ("vit_medium_patch16_reg1_gap_256", 512, 12, 8, 4.0, 1),
+    ("vit_medium_patch16_reg4_gap_256", 512, 12, 8, 4.0, 4),
+    ("vit_mediumd_patch16_reg4_gap_256", 512, 20, 8, 4.0, 4),
+    ("vit_mediumd_patch16_reg4_gap_384", 512, 20, 8, 4.0, 4),
+    ("vit_betwixt_patch16_reg1_gap_256", 640, 12, 10, 4.0, 1),
+    ("vit_betwixt_patch16_reg4_gap_256", 640, 12, 10, 4.0, 4),
+    ("vit_betwixt_patch16_reg4_gap_384", 640, 12, 10, 4.0, 4),
+)
+for _name, _dim, _depth, _heads, _ratio, _reg in _REGISTER:
+    _NAMED[_name] = dict(
+        embed_dim=_dim, depth=_depth, num_heads=_heads, mlp_ratio=_ratio, patch_size=16,
+        img_size=int(_name.rsplit("_", 1)[1]), init_values=1e-5, class_token=False,
+        no_embed_class=True, reg_tokens=_reg, global_pool="avg",
+    )
 
 # model_args keras_vit understands; the others must keep timm's defaults.
 _DEFAULTS = dict(
@@ -62,10 +81,10 @@ _DEFAULTS = dict(
     embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, qkv_bias=True,
     class_token=True, reg_tokens=0, no_embed_class=False, fc_norm=None,
     act_layer=None, distilled=False, drop_rate=0.0, pos_drop_rate=0.0,
-    proj_drop_rate=0.0, attn_drop_rate=0.0, drop_path_rate=0.0,
+    proj_drop_rate=0.0, attn_drop_rate=0.0, drop_path_rate=0.0, init_values=None,
 )
 _NEUTRAL = dict(
-    init_values=None, pre_norm=False, final_norm=True, qk_norm=False, proj_bias=True,
+    pre_norm=False, final_norm=True, qk_norm=False, proj_bias=True,
     pos_embed="learn", dynamic_img_size=False, dynamic_img_pad=False,
     norm_layer=None, embed_layer=None, weight_init="", fix_init=False,
     patch_drop_rate=0.0, class_token_init=None,
@@ -112,7 +131,7 @@ def _unsupported(name, args):
         raise ValueError(
             f"Cannot build timm model {name!r}: keras_vit has no equivalent of "
             + ", ".join(f"{k}={v!r}" for k, v in sorted(bad.items()))
-            + " (LayerScale init_values, CLIP pre-norm, attention pooling, other "
+            + " (CLIP pre-norm, attention pooling, query/key norms, other "
             "activations or norms are not ViT options keras_vit offers)."
         )
 
@@ -168,6 +187,7 @@ def model_arguments(config):
         num_register_tokens=args["reg_tokens"],
         distillation_token=bool(args["distilled"]),
         distillation_head=bool(args["distilled"]),
+        layer_scale_init=None if args["init_values"] is None else float(args["init_values"]),
         layer_norm_epsilon=1e-6,
         gelu_approximate=_ACTIVATIONS[args["act_layer"]],
         include_top=bool(classes) and pool != "",

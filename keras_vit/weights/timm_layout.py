@@ -41,6 +41,8 @@ RULES = (
     (r"blocks\.(\d+)\.mlp\.fc1\.bias", _BLOCK + "/MlpBlock_3/Dense_0/bias", None),
     (r"blocks\.(\d+)\.mlp\.fc2\.weight", _BLOCK + "/MlpBlock_3/Dense_1/kernel", "linear"),
     (r"blocks\.(\d+)\.mlp\.fc2\.bias", _BLOCK + "/MlpBlock_3/Dense_1/bias", None),
+    (r"blocks\.(\d+)\.ls1\.gamma", _BLOCK + "/attention_scale", None),
+    (r"blocks\.(\d+)\.ls2\.gamma", _BLOCK + "/mlp_scale", None),
     (r"norm\.weight", "Transformer/encoder_norm/scale", None),
     (r"norm\.bias", "Transformer/encoder_norm/bias", None),
     (r"pre_logits\.fc\.weight", "pre_logits/kernel", "linear"),
