@@ -298,3 +298,4 @@ def test_hf_handle_offline_without_a_cached_copy_names_repo_and_cache(offline_hu
     assert info.value.cache_path == os.path.join(offline_hub, "models--tiny-org--not-cached")
     with pytest.raises(ValueError, match="model repository"):
         presets.resolve("hf://datasets/tiny-org/data")
+
