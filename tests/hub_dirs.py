@@ -6,7 +6,8 @@ pass in timm's own layout, written independently of keras_vit's readers.
   layout the library itself writes, for offline `hf://` tests.
 - `random_timm_state` / `write_timm_hub`: timm Hub directories (timm key
   names: fused `qkv`, `(out, in)` Linear weights, OIHW patch convolution,
-  `cls_token`, `dist_token`, `reg_token`, `fc_norm`, `head_dist`).
+  `cls_token`, `dist_token`, `reg_token`, `fc_norm`, `head_dist`, LayerScale
+  `ls1.gamma`/`ls2.gamma`).
 - `timm_forward`: timm's ViT forward pass (token order, position rows with
   or without `no_embed_class`, average pooling over the patches, `fc_norm`,
   the averaged DeiT heads) in float64 NumPy.
@@ -47,7 +48,7 @@ def populate_hf_cache(cache, repo_id, source_dir, revision="main", commit="01234
 def random_timm_state(
     rng, image_size=32, patch=8, dim=16, depth=2, heads=2, mlp=32, classes=5,
     class_token=True, distilled=False, reg_tokens=0, no_embed_class=False,
-    fc_norm=False, qkv_bias=True,
+    fc_norm=False, qkv_bias=True, layer_scale=False,
 ):
     """A random ViT state dict in timm's names and layouts (float32)."""
     def normal(shape, scale):
@@ -80,6 +81,9 @@ def random_timm_state(
         s[b + "mlp.fc1.bias"] = normal((mlp,), 0.1)
         s[b + "mlp.fc2.weight"] = normal((dim, mlp), mlp**-0.5)
         s[b + "mlp.fc2.bias"] = normal((dim,), 0.1)
+        if layer_scale:
+            s[b + "ls1.gamma"] = normal((dim,), 0.5)
+            s[b + "ls2.gamma"] = normal((dim,), 0.5)
     norm = "fc_norm" if fc_norm else "norm"
     s[norm + ".weight"] = 1 + normal((dim,), 0.1)
     s[norm + ".bias"] = normal((dim,), 0.1)
@@ -138,10 +142,10 @@ def timm_forward(state, images, heads, no_embed_class=False, pool="token", eps=1
     for i in blocks:
         b = f"blocks.{i}."
         y = reference.layer_norm(x, s[b + "norm1.weight"], s[b + "norm1.bias"], eps)
-        x = x + _attention(y, s, b, heads)
+        x = x + _attention(y, s, b, heads) * s.get(b + "ls1.gamma", 1.0)
         y = reference.layer_norm(x, s[b + "norm2.weight"], s[b + "norm2.bias"], eps)
         y = reference.gelu(y @ s[b + "mlp.fc1.weight"].T + s[b + "mlp.fc1.bias"], approximate=False)
-        x = x + y @ s[b + "mlp.fc2.weight"].T + s[b + "mlp.fc2.bias"]
+        x = x + (y @ s[b + "mlp.fc2.weight"].T + s[b + "mlp.fc2.bias"]) * s.get(b + "ls2.gamma", 1.0)
     if "norm.weight" in s:
         x = reference.layer_norm(x, s["norm.weight"], s["norm.bias"], eps)
     num_prefix = sum(p.shape[1] for p in prefix)
