@@ -75,14 +75,16 @@ def self_attention(x, p):
 
 
 def encoder_block(x, p, gelu_approximate=True, epsilon=1e-6):
-    """Eq. 2-3: `x + MSA(LN(x))`, then `x + MLP(LN(x))`."""
+    """Eq. 2-3: `x + MSA(LN(x))`, then `x + MLP(LN(x))`; with LayerScale
+    (`attention_scale`, `mlp_scale`) each branch is scaled per channel."""
     sub = lambda prefix: {k[len(prefix) :]: v for k, v in p.items() if k.startswith(prefix)}
     y = layer_norm(x, p["LayerNorm_0/scale"], p["LayerNorm_0/bias"], epsilon)
-    x = x + self_attention(y, sub("MultiHeadDotProductAttention_1/"))
+    x = x + self_attention(y, sub("MultiHeadDotProductAttention_1/")) * p.get("attention_scale", 1.0)
     y = layer_norm(x, p["LayerNorm_2/scale"], p["LayerNorm_2/bias"], epsilon)
     y = y @ p["MlpBlock_3/Dense_0/kernel"] + p["MlpBlock_3/Dense_0/bias"]
     y = gelu(y, gelu_approximate)
-    return x + y @ p["MlpBlock_3/Dense_1/kernel"] + p["MlpBlock_3/Dense_1/bias"]
+    y = y @ p["MlpBlock_3/Dense_1/kernel"] + p["MlpBlock_3/Dense_1/bias"]
+    return x + y * p.get("mlp_scale", 1.0)
 
 
 def _tokens(params, x):
@@ -122,8 +124,8 @@ def forward(params, images, gelu_approximate=True, epsilon=1e-6, stem=None):
     Beyond the paper's model it computes the options keras_vit loads from
     other layouts: a distillation token `dist` with a second head
     `head_dist` (DeiT: the two heads' logits averaged), register tokens
-    `reg` (no position row), query/key/value without biases and a final
-    norm of the pooled features (`fc_norm/*`, instead of
+    `reg` (no position row), query/key/value without biases, LayerScale and
+    a final norm of the pooled features (`fc_norm/*`, instead of
     `Transformer/encoder_norm/*` on every token).
 
     Args:
