@@ -14,9 +14,10 @@ the weights strictly (`keras_vit.weights.loader`):
 | timm Hub | `config.json` with `architecture` | `weights.timm_hub`, `weights.timm_layout` |
 | keras-hub ViT | `config.json` registered as `keras_hub>...` | keras-hub, `weights.keras_hub_layout` |
 
-`save_to_preset(model, directory, format)` writes `format="keras_vit"`
-(reloaded exactly by `from_preset` on every backend) or
-`format="transformers"` (loaded by `AutoModelForImageClassification`).
+`model.save_to_preset(directory, format)` (`keras_vit.weights.writers`)
+writes `format="keras_vit"` (reloaded exactly by `from_preset` on every
+backend) or `format="transformers"` (loaded by
+`AutoModelForImageClassification`).
 """
 
 import dataclasses
@@ -26,11 +27,13 @@ import os
 import keras
 import numpy as np
 
-from keras_vit.weights import hf_layout, keras_hub_layout, shards, timm_hub, timm_layout
+from keras_vit.weights import hf_layout, keras_hub_layout, loader, shards, timm_hub, timm_layout
+from keras_vit.weights.mapping import model_state
+from keras_vit.weights.record import Preprocessing
 from keras_vit.weights.sources import Checkpoint
+from keras_vit.weights.writers import FORMATS, KERAS_WEIGHTS, save_to_preset  # noqa: F401
 
 HF_SCHEME = "hf://"
-FORMATS = ("keras_vit", "transformers")
 LAYOUTS = ("keras_vit", "transformers", "timm", "keras_hub")
 # What a user may change about a checkpoint's model; the loader's head and
 # position-embedding rules apply (`keras_vit.weights.loader`).
@@ -51,7 +54,6 @@ OVERRIDES = (
 # Files worth downloading from a Hub repository (not READMEs, ONNX, ...).
 _HUB_FILES = ("*.json", "*.safetensors", "*.h5", "*.txt")
 _TORCH_FILES = ("pytorch_model.bin", "pytorch_model*.bin", "pytorch_model.bin.index.json")
-_KERAS_WEIGHTS = "model.weights.h5"
 
 
 class PresetDownloadError(OSError):
@@ -115,7 +117,7 @@ def _download(handle):
             ) from error
 
     folder = os.path.join(fetch(_HUB_FILES), sub)
-    if shards.weights_file(folder) is None and not os.path.isfile(os.path.join(folder, _KERAS_WEIGHTS)):
+    if shards.weights_file(folder) is None and not os.path.isfile(os.path.join(folder, KERAS_WEIGHTS)):
         folder = os.path.join(fetch(_TORCH_FILES + _HUB_FILES), sub)
     return folder
 
@@ -261,7 +263,7 @@ def _keras_hub_source(directory):
         variables = keras_hub_layout.read_variables(directory, with_task)
         params, unknown = keras_hub_layout.TABLE.to_canonical(variables, args["num_heads"])
         params.update({k: variables[k] for k in unknown})
-        return Checkpoint(os.path.join(directory, _KERAS_WEIGHTS), "keras_hub", params, {})
+        return Checkpoint(os.path.join(directory, KERAS_WEIGHTS), "keras_hub", params, {})
 
     return PresetSource("keras_hub", directory, "ViT", args, read)
 
@@ -276,11 +278,9 @@ def _keras_vit_source(directory):
         )
     args = dict(config["config"])
     args.pop("trainable", None)
-    path = os.path.join(directory, _KERAS_WEIGHTS)
+    path = os.path.join(directory, KERAS_WEIGHTS)
 
     def read(model):
-        from keras_vit.weights.mapping import model_state
-
         # Keras reads its own file into the preset's own model; the canonical
         # copy then serves any overrides (new head, new image size).
         source = _build(model_class, args)
@@ -342,10 +342,10 @@ def _apply_overrides(args, overrides):
     args.update(overrides)
     if not args.get("include_top", True) or not keep_names:
         args["class_names"] = None
-    size = overrides.get("image_size") or (overrides.get("input_shape") or (None,))[:2]
-    if size and size[0] is not None and args.get("preprocessing"):
-        from keras_vit.weights.record import Preprocessing
-
+    size = overrides.get("image_size")
+    if size is None and overrides.get("input_shape") is not None:
+        size = tuple(overrides["input_shape"][:2])
+    if size is not None and args.get("preprocessing"):
         prep = Preprocessing.from_config(args["preprocessing"])
         args["preprocessing"] = prep.for_image_size(size).get_config()
     if "input_shape" in overrides and "image_size" not in overrides:
@@ -411,91 +411,4 @@ def from_preset(handle, **overrides):
 
 
 def _load(model, checkpoint):
-    from keras_vit.weights import loader
-
     loader.load_checkpoint(model, checkpoint)
-
-
-def _check_format(format):
-    if format not in FORMATS:
-        raise ValueError(f"`format` must be one of {FORMATS}. Received: format={format!r}")
-
-
-def _write_json(path, value):
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2)
-        f.write("\n")
-
-
-def _save_keras_vit(model, directory):
-    from keras_vit.version import __version__
-
-    _write_json(os.path.join(directory, "config.json"), keras.saving.serialize_keras_object(model))
-    model.save_weights(os.path.join(directory, _KERAS_WEIGHTS))
-    _write_json(
-        os.path.join(directory, "metadata.json"),
-        {
-            "format": "keras_vit",
-            "keras_vit_version": __version__,
-            "keras_version": keras.__version__,
-            "parameter_count": int(model.count_params()),
-        },
-    )
-
-
-def _save_transformers(model, directory):
-    from safetensors.numpy import save_file
-
-    from keras_vit.weights.mapping import model_state
-
-    config = model.get_config()
-    hf_config = hf_layout.export_config(config, model.class_names)
-    architecture = hf_config["architectures"][0]
-    _, prefix, head = hf_layout.ARCHITECTURES[architecture]
-    state = hf_layout.table(prefix, head).from_canonical(model_state(model))
-    state = {k: np.asarray(v, "float32") for k, v in state.items()}
-    save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
-    _write_json(os.path.join(directory, "config.json"), hf_config)
-    if model.preprocessing is not None:
-        from keras_vit.weights.record import Preprocessing
-
-        record = Preprocessing.from_config(model.preprocessing)
-        _write_json(
-            os.path.join(directory, "preprocessor_config.json"),
-            hf_layout.export_preprocessor(record),
-        )
-
-
-def save_to_preset(model, directory, format="keras_vit"):
-    """Writes a model as a preset directory.
-
-    - `"keras_vit"`: `config.json` (Keras' serialisation of the model, its
-      `get_config` with preprocessing and class names), `model.weights.h5`
-      and `metadata.json`; `from_preset` rebuilds it exactly on any backend.
-    - `"transformers"`: `config.json`, `model.safetensors` and
-      `preprocessor_config.json` that
-      `transformers.AutoModelForImageClassification.from_pretrained` loads
-      with no missing or unexpected keys (`ViTForImageClassification`, or
-      the DeiT classes for models with a distillation token). The tanh GELU
-      is written as `hidden_act="gelu_pytorch_tanh"`. Models transformers
-      cannot represent (hybrids, register tokens, GAP or pooled-norm
-      classifiers, pre-logits layers, no head) are refused before anything
-      is written.
-
-    Args:
-        model: a keras_vit `ViT` or `ViTHybrid`.
-        directory: folder to write (created if needed; existing files of the
-            same names are replaced).
-        format: "keras_vit" (default) or "transformers".
-
-    Raises:
-        ValueError: for an unknown format or a model the format cannot hold.
-    """
-    _check_format(format)
-    if format == "transformers":
-        hf_layout.export_architecture(model.get_config())  # refuse before writing
-    os.makedirs(directory, exist_ok=True)
-    if format == "keras_vit":
-        _save_keras_vit(model, directory)
-    else:
-        _save_transformers(model, directory)

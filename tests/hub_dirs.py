@@ -19,9 +19,22 @@ import hashlib
 import json
 import os
 
+import keras
 import numpy as np
+import pytest
 
 import reference
+
+
+@pytest.fixture(autouse=True)
+def light_keras_state():
+    """Replaces conftest's `_fresh_keras_state` in the preset tests (import
+    it as that name): the tiny models there share no state, and
+    `clear_session`'s full garbage collection costs about a second per test
+    once torch and transformers are loaded."""
+    keras.config.set_dtype_policy("float32")
+    yield
+    keras.config.set_dtype_policy("float32")
 
 
 def populate_hf_cache(cache, repo_id, source_dir, revision="main", commit="0123456789abcdef0123456789abcdef01234567"):

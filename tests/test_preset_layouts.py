@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from hub_dirs import populate_hf_cache, random_timm_state, write_timm_hub
 from keras_vit import presets
 from keras_vit.preprocessing import Preprocessing, preprocess_input
@@ -14,13 +15,6 @@ from keras_vit.weights import hf_layout, keras_hub_layout, shards, timm_hub, tim
 
 TINY_HF = dict(image_size=32, patch_size=8, hidden_size=16, num_hidden_layers=2,
                num_attention_heads=2, intermediate_size=32, num_labels=3)
-@pytest.fixture(autouse=True)
-def _fresh_keras_state():
-    # No Keras state here; conftest's `clear_session` (a full garbage
-    # collection with transformers loaded) would cost more than the tests.
-    yield
-
-
 HF_ARCHITECTURES = (
     "ViTForImageClassification", "ViTModel",
     "DeiTForImageClassification", "DeiTForImageClassificationWithTeacher",

@@ -203,6 +203,16 @@ def model_arguments(config):
     Raises:
         ValueError: for a model type, architecture, activation or head
             layout keras_vit cannot build.
+
+    Example:
+
+    >>> args, architecture = model_arguments({
+    ...     "model_type": "deit", "architectures": ["DeiTForImageClassificationWithTeacher"],
+    ...     "hidden_size": 192, "num_hidden_layers": 12, "num_attention_heads": 3,
+    ...     "intermediate_size": 768, "hidden_act": "gelu", "layer_norm_eps": 1e-12,
+    ...     "id2label": {"0": "cat", "1": "dog"}})
+    >>> args["distillation_head"], args["gelu_approximate"], args["class_names"]
+    (True, False, ['cat', 'dog'])
     """
     architecture = _architecture(config)
     act = config.get("hidden_act", "gelu")
@@ -303,6 +313,7 @@ def export_architecture(config):
         (config.get("num_register_tokens", 0), "register tokens (num_register_tokens > 0)"),
         (config.get("classifier", "token") != "token", f"classifier={config.get('classifier')!r} (transformers classifies the class token)"),
         (config.get("pooled_norm", False), "a final norm after pooling (pooled_norm=True)"),
+        (config.get("layer_scale_init") is not None, "LayerScale (layer_scale_init)"),
         (config.get("representation_size") is not None, "a pre-logits layer (representation_size); transformers' classifiers have none"),
         (not config.get("include_top", True), "no classifier head (include_top=False); AutoModelForImageClassification needs one"),
     )

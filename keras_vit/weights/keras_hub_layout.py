@@ -74,7 +74,17 @@ def read_json(directory, name):
 
 
 def is_preset(directory):
-    """Whether `directory` holds a keras-hub ViT preset."""
+    """Whether `directory` holds a keras-hub preset.
+
+    Example:
+
+    >>> import json, os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> with open(os.path.join(folder, "config.json"), "w") as f:
+    ...     json.dump({"registered_name": "keras_hub>ViTBackbone"}, f)
+    >>> is_preset(folder)
+    True
+    """
     config = read_json(directory, "config.json") or {}
     return str(config.get("registered_name", "")).startswith("keras_hub>")
 

@@ -97,6 +97,12 @@ def architecture_arguments(name):
 
     Raises:
         ValueError: for a name keras_vit does not know.
+
+    Example:
+
+    >>> args = architecture_arguments("deit_tiny_distilled_patch16_224")
+    >>> args["embed_dim"], args["num_heads"], args["distilled"]
+    (192, 3, True)
     """
     if name in _NAMED:
         return dict(_NAMED[name])
