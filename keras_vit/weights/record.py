@@ -227,6 +227,21 @@ class Preprocessing:
                 return name
         return None
 
+    @property
+    def crop_fraction(self):
+        """The share of the resized image the centre crop keeps (1.0: no crop).
+
+        Example:
+
+        >>> Preprocessing(image_size=224, resize=256).crop_fraction
+        0.875
+        """
+        if self.resize is None or self.image_size is None:
+            return 1.0
+        if isinstance(self.resize, int):
+            return min(self.image_size) / self.resize
+        return min(c / r for c, r in zip(self.image_size, self.resize))
+
     def for_image_size(self, image_size):
         """The same preprocessing for another model input size.
 
