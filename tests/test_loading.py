@@ -197,3 +197,15 @@ def test_error_pickled_object_array_is_never_unpickled(tmp_path, rng):
 def test_error_unknown_registry_name():
     with pytest.raises(ValueError, match=r"'no-such-weights'.*'Ti/16'.*Valid names.*augreg"):
         keras_vit.ViTTi16(weights="no-such-weights", image_size=32)
+
+
+def test_timm_distilled_file_loads_into_a_distilled_model(tmp_path, rng):
+    from safetensors.numpy import save_file
+
+    from hub_dirs import random_timm_state, timm_forward
+
+    state = random_timm_state(rng, distilled=True)
+    save_file(state, tmp_path / "deit.safetensors")
+    model = tiny_model(classes=5, distillation_token=True, weights=str(tmp_path / "deit.safetensors"))
+    x = images(rng)
+    np.testing.assert_allclose(to_numpy(model(x)), timm_forward(state, x, heads=2), rtol=0, atol=2e-5)
