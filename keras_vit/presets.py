@@ -327,7 +327,7 @@ def _build(model_class, args):
     from keras_vit.models import ViT, ViTHybrid
 
     cls = {"ViT": ViT, "ViTHybrid": ViTHybrid}[model_class]
-    return cls(**args)
+    return cls.from_config(args)
 
 
 def _apply_overrides(args, overrides):
@@ -405,10 +405,10 @@ def from_preset(handle, **overrides):
     source = describe_preset(handle)
     args = _apply_overrides(source.arguments, overrides)
     model = _build(source.model_class, args)
-    checkpoint = source.read(model)
-    _load(model, checkpoint)
+    if source.layout == "keras_vit" and not overrides:
+        # The preset's own model: Keras reads its file straight into it.
+        model.load_weights(os.path.join(source.directory, KERAS_WEIGHTS))
+        return model
+    loader.load_checkpoint(model, source.read(model))
     return model
 
-
-def _load(model, checkpoint):
-    loader.load_checkpoint(model, checkpoint)

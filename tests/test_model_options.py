@@ -59,6 +59,12 @@ def test_config_round_trip_and_keras_file(tmp_path):
     np.testing.assert_array_equal(to_numpy(loaded(_images())), to_numpy(model(_images())))
 
 
+def test_mixed_precision_survives_the_config():
+    model = keras_vit.ViT(**TINY, dtype="mixed_bfloat16")
+    again = keras_vit.ViT.from_config(model.get_config())
+    assert again.get_layer("encoderblock_1").dtype_policy.name == "mixed_bfloat16"
+
+
 def test_distilled_model_for_inference_at_another_size():
     model = _model(OPTIONS["distilled"])
     fast = model.for_inference(image_size=48)

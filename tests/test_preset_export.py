@@ -63,6 +63,22 @@ def test_keras_vit_preset_reloads_exactly(tmp_path, kind):
     assert again.class_names == NAMES
 
 
+def test_keras_vit_preset_overrides(tmp_path):
+    model = _model("distilled")
+    model.save_to_preset(tmp_path)
+    with pytest.warns(UserWarning, match="zero-initialised"):
+        other = keras_vit.from_preset(tmp_path, classes=4, dtype="mixed_bfloat16", name="tuned")
+    assert other.get_layer("encoderblock_0").dtype_policy.name == "mixed_bfloat16"
+    assert other.get_config()["dtype"]["config"]["name"] == "mixed_bfloat16" and other.name == "tuned"
+    assert other.class_names is None and other.preprocessing == model.preprocessing
+    for layer in ("head", "head_dist"):
+        assert not np.any(to_numpy(other.get_layer(layer).kernel))
+    # The body keeps the preset's weights (variables stay float32 under mixed precision).
+    for name in ("embedding", "encoderblock_1"):
+        for new, old in zip(other.get_layer(name).weights, model.get_layer(name).weights):
+            np.testing.assert_array_equal(to_numpy(new), to_numpy(old))
+
+
 @pytest.fixture(scope="module")
 def auto_model():
     transformers = pytest.importorskip("transformers")

@@ -219,6 +219,26 @@ def test_keras_hub_image_converter_statistics(tmp_path):
     assert keras_hub_layout.preprocessing(str(tmp_path)).mode == "inception"
 
 
+@pytest.mark.parametrize(
+    "flags, task, match",
+    [
+        (dict(use_mlp_bias=False), None, "use_mlp_bias"),
+        ({}, dict(pooling="gap"), "averages the class token"),
+        ({}, dict(pooling="map"), "pooling"),
+    ],
+)
+def test_keras_hub_presets_keras_vit_cannot_build_are_refused(tmp_path, flags, task, match):
+    backbone = dict(image_shape=[32, 32, 3], patch_size=[8, 8], num_layers=1, num_heads=2,
+                    hidden_dim=16, mlp_dim=32, use_class_token=True, **flags)
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"registered_name": "keras_hub>ViTBackbone", "config": backbone}))
+    if task is not None:
+        (tmp_path / "task.json").write_text(json.dumps(
+            {"registered_name": "keras_hub>ViTImageClassifier", "config": dict(num_classes=3, **task)}))
+    with pytest.raises(ValueError, match=match):
+        keras_hub_layout.model_arguments(str(tmp_path))
+
+
 def test_preprocessing_record_validates_and_rescales():
     with pytest.raises(ValueError, match="std"):
         Preprocessing(std=(0.5, 0.0, 0.5))

@@ -583,7 +583,8 @@ class ViT(ModelRuntime, keras.Model):
             "preprocessing": None if self.preprocessing is None else self.preprocessing.get_config(),
             "name": self.name,
             "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            # The layers' policy: a functional model keeps float32 as its own.
+            "dtype": keras.dtype_policies.serialize(self.get_layer("embedding").dtype_policy),
         }
 
     def save_to_preset(self, directory, format="keras_vit"):
