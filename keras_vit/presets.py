@@ -24,9 +24,7 @@ import dataclasses
 import json
 import os
 
-import keras
-import numpy as np
-
+from keras_vit.models import ViT, ViTHybrid
 from keras_vit.weights import hf_layout, keras_hub_layout, loader, shards, timm_hub, timm_layout
 from keras_vit.weights.mapping import model_state
 from keras_vit.weights.record import Preprocessing
@@ -306,8 +304,8 @@ _SOURCES = {
 def describe_preset(handle):
     """A `PresetSource`: the layout and model arguments of a preset.
 
-    Reads only the configuration files (and the weights' nothing), so it is
-    a cheap way to see what `from_preset` would build.
+    Reads the configuration files only (an `hf://` handle is downloaded), so
+    it shows what `from_preset` would build without building it.
 
     Example:
 
@@ -324,10 +322,7 @@ def describe_preset(handle):
 
 
 def _build(model_class, args):
-    from keras_vit.models import ViT, ViTHybrid
-
-    cls = {"ViT": ViT, "ViTHybrid": ViTHybrid}[model_class]
-    return cls.from_config(args)
+    return {"ViT": ViT, "ViTHybrid": ViTHybrid}[model_class].from_config(args)
 
 
 def _apply_overrides(args, overrides):

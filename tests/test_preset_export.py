@@ -5,14 +5,12 @@ logits; what transformers cannot represent is refused before writing."""
 import json
 import os
 
-import keras
 import numpy as np
 import pytest
 
 import keras_vit
-from conftest import TINY
+from conftest import TINY, to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
-from conftest import to_numpy
 from keras_vit.preprocessing import Preprocessing
 
 NAMES = ("cat", "dog", "eel")

@@ -2,9 +2,6 @@
 own forward passes (transformers, keras-hub) or an independent NumPy one
 (timm, whose library is not importable here)."""
 
-import json
-import os
-import warnings
 
 import keras
 import numpy as np

@@ -24,7 +24,7 @@ renames on load, so both are read):
 """
 
 from keras_vit.weights.layout import KeyTable
-from keras_vit.weights.record import Preprocessing
+from keras_vit.weights.record import MODE_STATISTICS, Preprocessing
 
 _B = "Transformer/encoderblock_{i}/"
 _A = _B + "MultiHeadDotProductAttention_1/"
@@ -267,15 +267,30 @@ def _size_of(value):
     return None
 
 
-def preprocessing(config, defaults_mean=(0.5, 0.5, 0.5), defaults_std=(0.5, 0.5, 0.5)):
-    """A `Preprocessing` record from a `preprocessor_config.json` dict."""
+def preprocessing(config):
+    """A `Preprocessing` record from a `preprocessor_config.json` dict.
+
+    Fields a file leaves out take the processor class's defaults (the DeiT
+    processor: ImageNet statistics and a centre crop; the ViT one: 0.5 and
+    no crop).
+
+    Example:
+
+    >>> record = preprocessing({"image_processor_type": "DeiTImageProcessor",
+    ...     "size": {"height": 256, "width": 256}, "crop_size": 224, "resample": 3})
+    >>> record.mode, record.image_size, record.resize, record.interpolation
+    ('imagenet', (224, 224), (256, 256), 'bicubic')
+    """
+    kind = str(config.get("image_processor_type") or config.get("feature_extractor_type") or "")
+    deit = kind.startswith("DeiT")
     # Model input = (x * rescale - mean) / std for x in [0, 255]; in [0, 1]
     # units the statistics are divided by 255 * rescale.
     rescale = config.get("rescale_factor", 1 / 255) if config.get("do_rescale", True) else 1.0
     unit = 255.0 * rescale
     if config.get("do_normalize", True):
-        mean = config.get("image_mean", defaults_mean)
-        std = config.get("image_std", defaults_std)
+        mean, std = MODE_STATISTICS["imagenet" if deit else "inception"]
+        mean = config.get("image_mean", mean)
+        std = config.get("image_std", std)
     else:
         mean, std = (0.0,), (1.0,)
     mean = [m / unit for m in (mean if isinstance(mean, (list, tuple)) else [mean])]
@@ -284,7 +299,7 @@ def preprocessing(config, defaults_mean=(0.5, 0.5, 0.5), defaults_std=(0.5, 0.5,
     resize = _size_of(size)
     if isinstance(size, dict) and "shortest_edge" in size:
         resize = size["shortest_edge"]
-    crop = _size_of(config.get("crop_size")) if config.get("do_center_crop", False) else None
+    crop = _size_of(config.get("crop_size")) if config.get("do_center_crop", deit) else None
     image_size = crop or (resize if isinstance(resize, tuple) else None)
     if not config.get("do_resize", True):
         resize = None
