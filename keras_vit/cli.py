@@ -125,9 +125,13 @@ def _summary(model, logits, distances, rollout_grid, similarity):
     steps = np.maximum(
         np.abs(rows[:, None] - rows[None]), np.abs(cols[:, None] - cols[None])
     )
+    def mean(mask):
+        # A grid smaller than 5x5 has no pair of patches 4 apart.
+        return f"{flat[mask].mean():.3f}" if mask.any() else "n/a (grid too small)"
+
     lines.append(
         "position embedding cosine similarity: neighbours "
-        f"{flat[steps == 1].mean():.3f}, 4+ patches apart {flat[steps >= 4].mean():.3f}"
+        f"{mean(steps == 1)}, 4+ patches apart {mean(steps >= 4)}"
     )
     return "\n".join(lines) + "\n"
 

@@ -75,6 +75,17 @@ def _check_channels(shape, stats):
         )
 
 
+def _check_finite(images):
+    bad = ~np.isfinite(images)
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            "`images` must hold finite pixel values in [0, 255]. Received: "
+            f"{int(bad.sum())} NaN or infinite value(s) in images of shape "
+            f"{images.shape}, the first at index {first}"
+        )
+
+
 def _affine(stats):
     """`(scale, offset)` with `scale * x + offset == (x / 255 - mean) / std`."""
     mean, std, _ = stats
@@ -157,6 +168,13 @@ def preprocess_input(images, mode=None, weights=None, model=None):
         Float images of the same shape and kind (NumPy in, NumPy out):
         float32 for integer input, the input's dtype for float input.
 
+    Raises:
+        ValueError: for NumPy images holding NaN or infinite values (the
+            message counts them and gives the first index). Tensors pass
+            through unchecked, NaN in giving NaN out: a check would need
+            their values on the host, which a `tf.data` map or a traced
+            function does not have.
+
     Example:
 
     >>> import numpy as np
@@ -187,6 +205,7 @@ def preprocess_input(images, mode=None, weights=None, model=None):
     _check_channels(images.shape, stats)
     if not np.issubdtype(images.dtype, np.floating):
         images = images.astype("float32")
+    _check_finite(images)
     dtype = images.dtype
     return _scale(images, stats, lambda v: np.asarray(v, dtype))
 

@@ -89,3 +89,16 @@ def test_inspect_a_preset_uses_its_preprocessing_and_class_names(tmp_path, capsy
     display, pixels = cli.load_image(np.full((40, 60, 3), 200, "uint8"), (48, 48), model=again)
     assert again.preprocessing.crop_fraction == 0.5
     np.testing.assert_allclose(pixels, (display / 255.0 - 0.2) / 0.5, atol=1e-5)
+
+
+def test_summary_on_a_small_grid_has_no_nan():
+    import keras_vit
+    from keras_vit import inspection
+
+    model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=1,
+                          num_heads=2, mlp_dim=32, classes=10)
+    images = np.zeros((1, 32, 32, 3), "float32")
+    _, grid = inspection.attention_rollout(model, images, return_grid=True)
+    text = cli._summary(model, model.predict(images, verbose=0), inspection.mean_attention_distance(model, images),
+                        grid, inspection.position_embedding_similarity(model))
+    assert "nan" not in text.lower() and "4+ patches apart n/a (grid too small)" in text

@@ -264,3 +264,8 @@ def test_token_pooling_modes(rng):
         np.testing.assert_allclose(to_numpy(out), want, atol=1e-6)
     with pytest.raises(ValueError, match="mode"):
         layers.TokenPooling("mean")
+
+
+def test_attention_error_names_its_own_argument():
+    with pytest.raises(ValueError, match=r"`dropout_rate` must be.*dropout_rate=1\.5"):
+        layers.MultiHeadSelfAttention(num_heads=2, head_dim=4, dropout_rate=1.5)

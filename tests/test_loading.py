@@ -209,3 +209,16 @@ def test_timm_distilled_file_loads_into_a_distilled_model(tmp_path, rng):
     model = tiny_model(classes=5, distillation_token=True, weights=str(tmp_path / "deit.safetensors"))
     x = images(rng)
     np.testing.assert_allclose(to_numpy(model(x)), timm_forward(state, x, heads=2), rtol=0, atol=2e-5)
+
+
+def test_single_channel_keras_weights_load_and_three_channel_files_are_refused(tmp_path, rng):
+    gray = dict(TINY, input_shape=(32, 32, 1))
+    source = keras_vit.ViT(**gray)
+    path = str(tmp_path / "gray.weights.h5")
+    source.save_weights(path)
+    x = rng.normal(size=(2, 32, 32, 1)).astype("float32")
+    loaded = keras_vit.ViT(**gray, weights=path)
+    np.testing.assert_array_equal(to_numpy(loaded(x)), to_numpy(source(x)))
+    npz = write_npz(tmp_path, official_params(rng))
+    with pytest.raises(ValueError, match=r"3-channel images.*input_shape=\(32, 32, 1\)"):
+        keras_vit.ViT(**gray, weights=npz)

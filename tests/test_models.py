@@ -308,3 +308,15 @@ def test_for_inference_resizes_the_position_embedding_once(rng):
     )
     with pytest.raises(ValueError, match="image_size"):
         model.for_inference(image_size=(48, 41))
+
+
+@pytest.mark.parametrize("constructor", sorted(CONSTRUCTORS))
+def test_constructor_docstring_example_uses_a_two_by_two_grid(constructor):
+    """The example size is twice the effective patch: stem stride times patch."""
+    import re
+
+    from keras_vit.architectures import effective_patch_size
+
+    row = ARCHITECTURES[CONSTRUCTORS[constructor]]
+    size = int(re.search(r"image_size=(\d+)", getattr(keras_vit, constructor).__doc__).group(1))
+    assert size == 2 * effective_patch_size(row["patch_size"], row.get("resnet_layers"))[0]

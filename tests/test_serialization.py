@@ -95,3 +95,14 @@ def test_weights_saved_here_load_under_every_other_backend(tmp_path, rng):
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         np.testing.assert_allclose(np.load(out), here, atol=2e-6, err_msg=backend)
+
+
+def test_a_compiled_model_loads_compiled(tmp_path, rng):
+    model = random_model(rng)
+    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss="sparse_categorical_crossentropy")
+    model.save(tmp_path / "compiled.keras")
+    restored = keras.saving.load_model(tmp_path / "compiled.keras")
+    assert restored.compiled and isinstance(restored.optimizer, keras.optimizers.SGD)
+    assert restored.optimizer.get_config()["momentum"] == 0.9
+    x = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    restored.fit(x, np.array([0, 1]), verbose=0)

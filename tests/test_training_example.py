@@ -45,3 +45,10 @@ def test_defaults_follow_the_recipes():
     assert (args.optimizer, args.batch_size, args.image_size, args.lr) == ("sgd", 512, 384, 0.03)
     args = example.resolve(example.parse_args([]))
     assert (args.model, args.dataset, args.optimizer) == ("demo", "digits", "adamw")
+
+
+def test_updates_count_parameter_updates_under_accumulation(tmp_path):
+    example = _load_example()
+    # Batch 32 in micro-batches of 16: two forward passes per update.
+    results = example.main(["--smoke", "--device-batch-size", "16", "--run-dir", str(tmp_path), "--verbose", "0"])
+    assert results["updates"] == example.SMOKE["total_steps"]

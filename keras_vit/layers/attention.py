@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers import kernels
+from keras_vit.layers.seeds import check_seed
 from keras_vit.validation import check_bool, check_positive_int, check_rate
 
 
@@ -34,6 +35,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         qkv_bias: bool, default True: whether the query, key and value
             projections add a bias.
         kernel_initializer, bias_initializer: initializers of the projections.
+        seed: None (default: drawn from Keras' global generator, which
+            `keras.utils.set_random_seed` seeds) or an int, the seed of the
+            attention dropout.
 
     Input shape:
         `(batch, tokens, D)`.
@@ -57,13 +61,15 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         qkv_bias=True,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        seed=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.head_dim = check_positive_int(head_dim, "head_dim")
-        self.dropout_rate = check_rate(dropout_rate, "attention_dropout_rate")
+        self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
         self.qkv_bias = check_bool(qkv_bias, "qkv_bias")
+        self.seed = check_seed(seed)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = False
@@ -92,7 +98,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             name="out",
         )
         self.out.build((None, None, self.num_heads, self.head_dim))
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.dropout = keras.layers.Dropout(
+            self.dropout_rate, seed=self.seed, dtype=self.dtype_policy
+        )
         self.built = True
 
     def _plain_projections(self):
@@ -161,6 +169,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "head_dim": self.head_dim,
                 "dropout_rate": self.dropout_rate,
                 "qkv_bias": self.qkv_bias,
+                "seed": self.seed,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_vit.layers import kernels
 from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.seeds import check_seed, derive_seed
 from keras_vit.validation import (
     check_bool,
     check_positive_float,
@@ -22,6 +23,8 @@ class MlpBlock(keras.layers.Layer):
         dropout_rate: float in [0, 1), dropout after each Dense.
         gelu_approximate: bool, default True. True: the tanh approximation
             (official code and checkpoints); False: exact erf GELU (timm/DeiT).
+        seed: None (default: drawn from Keras' global generator) or an int,
+            the seed of the dropout.
 
     Example:
 
@@ -30,11 +33,12 @@ class MlpBlock(keras.layers.Layer):
     (1, 3, 8)
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, seed=None, **kwargs):
         super().__init__(**kwargs)
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
         self.gelu_approximate = bool(gelu_approximate)
+        self.seed = check_seed(seed)
 
     def build(self, input_shape):
         dense = dict(
@@ -46,7 +50,9 @@ class MlpBlock(keras.layers.Layer):
         self.dense_0.build(input_shape)
         self.dense_1 = keras.layers.Dense(input_shape[-1], name="Dense_1", **dense)
         self.dense_1.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.dropout = keras.layers.Dropout(
+            self.dropout_rate, seed=self.seed, dtype=self.dtype_policy
+        )
         self.built = True
 
     def _dense(self, layer, x):
@@ -74,6 +80,7 @@ class MlpBlock(keras.layers.Layer):
                 "mlp_dim": self.mlp_dim,
                 "dropout_rate": self.dropout_rate,
                 "gelu_approximate": self.gelu_approximate,
+                "seed": self.seed,
             }
         )
         return config
@@ -104,6 +111,11 @@ class TransformerBlock(keras.layers.Layer):
             projections.
         layer_scale_init: None (default, no LayerScale) or a positive float,
             the initial value of the per-channel branch scales.
+        seed: None (default) or an int. Each random stream of the block
+            (stochastic depth, the dropouts) has its own generator; with
+            None their seeds are drawn from Keras' global generator (which
+            `keras.utils.set_random_seed` seeds), with an int they are
+            derived from it (`keras_vit.layers.seeds.derive_seed`).
 
     Input shape:
         `(batch, tokens, D)`.
@@ -130,6 +142,7 @@ class TransformerBlock(keras.layers.Layer):
         gelu_approximate=True,
         qkv_bias=True,
         layer_scale_init=None,
+        seed=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -152,8 +165,9 @@ class TransformerBlock(keras.layers.Layer):
             layer_norm_epsilon, "layer_norm_epsilon"
         )
         self.gelu_approximate = bool(gelu_approximate)
+        self.seed = check_seed(seed)
         if self.stochastic_depth_rate > 0:
-            self.seed_generator = keras.random.SeedGenerator(0)
+            self.seed_generator = keras.random.SeedGenerator(derive_seed(self.seed, "drop_path"))
 
     def build(self, input_shape):
         dim = input_shape[-1]
@@ -169,6 +183,7 @@ class TransformerBlock(keras.layers.Layer):
             dim // self.num_heads,
             dropout_rate=self.attention_dropout_rate,
             qkv_bias=self.qkv_bias,
+            seed=derive_seed(self.seed, "attention"),
             dtype=self.dtype_policy,
             name="MultiHeadDotProductAttention_1",
         )
@@ -177,12 +192,15 @@ class TransformerBlock(keras.layers.Layer):
             self.mlp_dim,
             dropout_rate=self.dropout_rate,
             gelu_approximate=self.gelu_approximate,
+            seed=derive_seed(self.seed, "mlp"),
             dtype=self.dtype_policy,
             name="MlpBlock_3",
         )
         for layer in (self.norm_0, self.attention, self.norm_2, self.mlp):
             layer.build(input_shape)
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.dropout = keras.layers.Dropout(
+            self.dropout_rate, seed=derive_seed(self.seed, "dropout"), dtype=self.dtype_policy
+        )
         self.attention_scale = self.mlp_scale = None
         if self.layer_scale_init is not None:
             init = keras.initializers.Constant(self.layer_scale_init)
@@ -229,6 +247,7 @@ class TransformerBlock(keras.layers.Layer):
                 "gelu_approximate": self.gelu_approximate,
                 "qkv_bias": self.qkv_bias,
                 "layer_scale_init": self.layer_scale_init,
+                "seed": self.seed,
             }
         )
         return config

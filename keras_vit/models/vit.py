@@ -7,12 +7,15 @@ checkpoint implies, `load_weights` loads it); how the model runs on a
 backend lives in `keras_vit.models.runtime`.
 """
 
+import warnings
+
 import keras
 import numpy as np
 
 from keras_vit import labels
 from keras_vit.architectures import CLASSIFIERS, POOLINGS
 from keras_vit.layers import PatchEncoder, Patches, TokenPooling, TransformerBlock
+from keras_vit.layers.seeds import check_seed, derive_seed
 from keras_vit.models.runtime import ModelRuntime
 from keras_vit.validation import (
     check_bool,
@@ -237,6 +240,10 @@ class ViT(ModelRuntime, keras.Model):
         preprocessing: None, a `keras_vit.weights.record.Preprocessing` or
             its config dict: how the weights expect images (mean/std, resize,
             crop). Default: the registered `weights`' scaling.
+        seed: None (default) or an int: the seed the random streams of the
+            model (dropout, stochastic depth) derive theirs from, each layer
+            its own. With None they are drawn from Keras' global generator,
+            which `keras.utils.set_random_seed` seeds.
         name: model name.
         dtype: dtype or dtype policy of the layers.
 
@@ -288,11 +295,13 @@ class ViT(ModelRuntime, keras.Model):
         pooled_norm=False,
         class_names=None,
         preprocessing=None,
+        seed=None,
         name="vit",
         dtype=None,
         **kwargs,
     ):
         self.patch_size = pair(patch_size, "patch_size")
+        self.seed = check_seed(seed)
         _check_transformer(hidden_size, num_layers, num_heads, mlp_dim)
         self.hidden_size, self.num_layers = hidden_size, num_layers
         self.num_heads, self.mlp_dim = num_heads, mlp_dim
@@ -403,6 +412,43 @@ class ViT(ModelRuntime, keras.Model):
             preprocessing = Preprocessing.from_config(preprocessing)
         self.preprocessing = preprocessing
 
+    def _check_input_spec(self, shape, dtype, name="x"):
+        """Raises a `ValueError` for images this model cannot take.
+
+        Unknown dimensions (None) pass; integer pixels get a warning, as
+        they usually mean that `keras_vit.preprocess_input` was forgotten.
+        """
+        cell = self.effective_patch_size
+        takes = (
+            f"(batch, height, width, {self.num_channels}) images with height a multiple "
+            f"of {cell[0]} and width a multiple of {cell[1]}"
+        )
+        if len(shape) != 4:
+            raise ValueError(
+                f"`{name}` must be a batch of images: model {self.name!r} takes {takes}. "
+                f"Received: {name} of shape {shape}"
+            )
+        if shape[3] is not None and shape[3] != self.num_channels:
+            raise ValueError(
+                f"Model {self.name!r} takes {self.num_channels}-channel images: {takes}. "
+                f"Received: {name} of shape {shape} ({shape[3]} channels)"
+            )
+        for size, multiple, axis in ((shape[1], cell[0], "height"), (shape[2], cell[1], "width")):
+            if size is not None and size % multiple:
+                unit = "the patch size" + (
+                    f" times the stem stride {self.stem_stride}" if self.stem_stride > 1 else ""
+                )
+                raise ValueError(
+                    f"The image {axis} must be a multiple of {multiple} ({unit}): model "
+                    f"{self.name!r} takes {takes}. Received: {name} of shape {shape}"
+                )
+        if dtype is not None and ("int" in dtype or dtype == "bool"):
+            warnings.warn(
+                f"`{name}` holds {dtype} values: model {self.name!r} expects scaled floats. "
+                "Pixels in [0, 255] go through `keras_vit.preprocess_input` first.",
+                stacklevel=4,
+            )
+
     def _grid(self, image_size):
         cell = self.effective_patch_size
         if image_size[0] % cell[0] or image_size[1] % cell[1]:
@@ -432,7 +478,9 @@ class ViT(ModelRuntime, keras.Model):
             name="embedding",
             dtype=dtype,
         )(x)
-        return keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=dtype)(x)
+        return keras.layers.Dropout(
+            self.dropout_rate, seed=derive_seed(self.seed, "dropout"), name="dropout", dtype=dtype
+        )(x)
 
     def _encoder(self, x, dtype):
         for i in range(self.num_layers):
@@ -448,6 +496,7 @@ class ViT(ModelRuntime, keras.Model):
                 gelu_approximate=self.gelu_approximate,
                 qkv_bias=self.qkv_bias,
                 layer_scale_init=self.layer_scale_init,
+                seed=derive_seed(self.seed, i),
                 name=f"encoderblock_{i}",
                 dtype=dtype,
             )(x)
@@ -581,6 +630,7 @@ class ViT(ModelRuntime, keras.Model):
             "pooled_norm": self.pooled_norm,
             "class_names": self._class_names_arg,
             "preprocessing": None if self.preprocessing is None else self.preprocessing.get_config(),
+            "seed": self.seed,
             "name": self.name,
             "trainable": self.trainable,
             # The layers' policy: a functional model keeps float32 as its own.

@@ -15,6 +15,11 @@ A run killed at any point restarts, with the same command and `run_dir`, from
 its last completed epoch: `BackupAndRestore` reloads the weights and the
 optimizer state (including `optimizer.iterations`, so learning-rate schedules
 continue) and skips the finished epochs.
+
+Every weights file is written atomically (`keras_vit.saving.atomic_path`: a
+temporary file in the same folder, renamed when complete), so a run killed
+while saving keeps the previous file: keras_vit models save this way
+whichever callback asks them to, and `SaveFinalWeights` does it for any model.
 """
 
 import os
@@ -22,9 +27,11 @@ import warnings
 
 import keras
 
+from keras_vit.saving import atomic_path
+
 
 class SaveFinalWeights(keras.callbacks.Callback):
-    """Saves the model's weights when `fit` ends normally.
+    """Saves the model's weights when `fit` ends normally, atomically.
 
     Args:
         filepath: str, a `.weights.h5` path.
@@ -40,7 +47,8 @@ class SaveFinalWeights(keras.callbacks.Callback):
         self.filepath = str(filepath)
 
     def on_train_end(self, logs=None):
-        self.model.save_weights(self.filepath, overwrite=True)
+        with atomic_path(self.filepath) as temporary:
+            self.model.save_weights(temporary, overwrite=True)
 
 
 def _tensorboard_available():

@@ -68,23 +68,35 @@ def inception_crop(image, area_range=(0.05, 1.0), aspect_ratio_range=(3 / 4, 4 /
         image: `(H, W, C)` tensor.
         area_range: (min, max) fraction of the image area, default (0.05, 1).
         aspect_ratio_range: (min, max) width/height, default (3/4, 4/3).
-        seed: optional int.
+        seed: optional non-zero int, the op seed of the crop's random
+            stream. Without it the crop draws from TensorFlow's global
+            seed (`keras.utils.set_random_seed`), which also works when
+            `tf.config.experimental.enable_op_determinism()` is on.
 
     Returns:
         The cropped `(h, w, C)` tensor (the whole image if no crop fits
         after 10 attempts).
     """
     tf = _tf()
-    begin, size, _ = tf.image.sample_distorted_bounding_box(
-        tf.shape(image),
+    options = dict(
         bounding_boxes=tf.zeros([1, 0, 4], tf.float32),
         min_object_covered=0.0,
         aspect_ratio_range=aspect_ratio_range,
         area_range=area_range,
         max_attempts=10,
         use_image_if_no_bounding_boxes=True,
-        seed=seed or 0,
     )
+    if seed:
+        begin, size, _ = tf.image.sample_distorted_bounding_box(
+            tf.shape(image), seed=seed, **options
+        )
+    else:
+        # The stateful op refuses seed=0 under op determinism; a stateless
+        # crop keyed by a draw from the global stream does not.
+        key = tf.random.uniform([2], maxval=tf.int32.max, dtype=tf.int32)
+        begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+            tf.shape(image), seed=key, **options
+        )
     return tf.slice(image, begin, size)
 
 

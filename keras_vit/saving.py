@@ -1,0 +1,74 @@
+"""Atomic file writes: a checkpoint is either the previous one or the new one.
+
+Keras writes `.weights.h5` and `.keras` files in place, so a process killed
+while saving leaves a truncated file where the last good checkpoint was.
+`atomic_path` writes to a temporary file in the same folder and renames it
+over the target only once the write has finished and reached the disk; the
+rename is atomic on POSIX and Windows file systems. keras_vit models save
+this way (`keras_vit.models.runtime.ModelRuntime`), and so do the callbacks
+of `keras_vit.training.run_callbacks`.
+"""
+
+import contextlib
+import os
+import uuid
+
+_DOUBLE_SUFFIXES = (".weights.h5", ".weights.json")
+
+
+def _suffix(name):
+    for suffix in _DOUBLE_SUFFIXES:
+        if name.endswith(suffix):
+            return suffix
+    return os.path.splitext(name)[1]
+
+
+def _sync(path):
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def atomic_path(path):
+    """Yields a temporary path to write; moves it to `path` when the block succeeds.
+
+    The temporary file sits beside `path` (so the rename stays on one file
+    system), is hidden, and ends with the same suffix (Keras checks it).
+    When the block raises, or is interrupted, the temporary file is removed
+    and `path` is left as it was.
+
+    Args:
+        path: the file to write.
+
+    Yields:
+        The temporary path.
+
+    Example:
+
+    >>> import pathlib, tempfile
+    >>> target = pathlib.Path(tempfile.mkdtemp()) / "run.weights.h5"
+    >>> with atomic_path(target) as temporary:
+    ...     _ = pathlib.Path(temporary).write_bytes(b"new")
+    >>> target.read_bytes()
+    b'new'
+    >>> try:
+    ...     with atomic_path(target) as temporary:
+    ...         _ = pathlib.Path(temporary).write_bytes(b"partial")
+    ...         raise KeyboardInterrupt
+    ... except KeyboardInterrupt:
+    ...     pass
+    >>> target.read_bytes(), sorted(p.name for p in target.parent.iterdir())
+    (b'new', ['run.weights.h5'])
+    """
+    path = os.path.abspath(os.fspath(path))
+    folder, name = os.path.split(path)
+    token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    temporary = os.path.join(folder, f".{name}.{token}.tmp{_suffix(name)}")
+    try:
+        yield temporary
+        _sync(temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(temporary)
+        raise
