@@ -87,6 +87,9 @@ class PatchEncoder(keras.layers.Layer):
     (1, 5, 8)
     >>> tuple(layer(np.zeros((1, 3, 5, 48), "float32")).shape)
     (1, 16, 8)
+    >>> tokens = layer.embed_patches(np.zeros((1, 3, 5, 48), "float32"))
+    >>> tuple(tokens.shape), tuple(layer.add_positions(tokens, (3, 5)).shape)
+    ((1, 15, 8), (1, 16, 8))
     """
 
     def __init__(
@@ -166,22 +169,51 @@ class PatchEncoder(keras.layers.Layer):
         patch_rows = ops.reshape(patch_rows, (1, -1, self.hidden_size))
         return ops.concatenate([prefix, patch_rows], axis=1)
 
-    def call(self, patches):
-        static = patches.shape
-        dynamic = ops.shape(patches)
-        grid = tuple(
-            static[i] if static[i] is not None else dynamic[i] for i in (1, 2)
-        )
+    def embed_patches(self, patches):
+        """Projects each patch to a token: the first half of `call`.
+
+        Args:
+            patches: `(batch, h, w, ph * pw * C)`, as returned by `Patches`.
+
+        Returns:
+            `(batch, h * w, hidden_size)` patch embeddings in row-major grid
+            order, without prefix tokens or position embedding.
+        """
+        grid = self._grid(patches)
         kernel = ops.reshape(
             ops.cast(self.kernel, self.compute_dtype), (-1, self.hidden_size)
         )
         tokens = ops.reshape(patches, (-1, grid[0] * grid[1], kernel.shape[0]))
-        x = kernels.dense(tokens, kernel, ops.cast(self.bias, self.compute_dtype))
+        return kernels.dense(tokens, kernel, ops.cast(self.bias, self.compute_dtype))
+
+    def add_positions(self, tokens, grid):
+        """Prepends the prefix token(s) and adds the position embedding.
+
+        The second half of `call`: `call(p)` equals
+        `add_positions(embed_patches(p), (h, w))`. Between the two, the patch
+        embeddings can be changed (masked patch prediction corrupts them).
+
+        Args:
+            tokens: `(batch, h * w, hidden_size)` patch embeddings.
+            grid: `(h, w)`, the patch grid of `tokens` (ints or scalar
+                tensors); the position embedding is resized to it if needed.
+
+        Returns:
+            `(batch, num_prefix_tokens + h * w, hidden_size)`.
+        """
+        x = tokens
         if self.class_token:
             cls = ops.cast(self.class_embedding, self.compute_dtype)
             cls = ops.broadcast_to(cls, (ops.shape(x)[0], 1, self.hidden_size))
             x = ops.concatenate([cls, x], axis=1)
         return x + self.position_embedding_for(grid)
+
+    def _grid(self, patches):
+        static, dynamic = patches.shape, ops.shape(patches)
+        return tuple(static[i] if static[i] is not None else dynamic[i] for i in (1, 2))
+
+    def call(self, patches):
+        return self.add_positions(self.embed_patches(patches), self._grid(patches))
 
     def compute_output_shape(self, input_shape):
         batch, gh, gw, _ = input_shape
