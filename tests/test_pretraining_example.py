@@ -98,3 +98,24 @@ def test_smoke_run_resumes_then_finetune_starts_from_its_encoder(tmp_path, monke
     assert not np.any(to_numpy(classifier.get_layer("head").kernel))  # new zero head
     tuned = finetune.main(argv)
     assert tuned["updates"] == 4 and 0.0 <= tuned["accuracy"] <= 1.0
+
+
+def test_experiment_tool_runs(tmp_path):
+    """tools/pretraining_experiment.py (the README's numbers), in miniature."""
+    spec = importlib.util.spec_from_file_location("pretraining_experiment", ROOT / "tools" / "pretraining_experiment.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    tool.IMAGE_SIZE = 32  # a smaller encoder than the real run's
+    tool.ENCODER = dict(tool.ENCODER, patch_size=8)
+    output = tmp_path / "results.json"
+    rows, summary = tool.main([
+        "--seeds", "0", "--pretrain-steps", "1", "--pretrain-batch", "1438", "--finetune-steps", "1",
+        "--shots", "2", "--hidden-size", "16", "--num-layers", "1", "--torch-threads", "0",
+        "--output", str(output),
+    ])
+    (row,) = rows
+    for key in ("random_few_shot", "pretrained_few_shot", "random_finetune", "pretrained_finetune"):
+        assert 0.0 <= row[key] <= 1.0, key
+    assert np.isfinite(row["heldout_loss"]) and 0 < summary["position_only_loss"] < np.log(512)
+    with open(output) as f:
+        assert json.load(f)["summary"]["backend"] == summary["backend"]

@@ -165,6 +165,8 @@ class MaskedPatchPrediction(keras.Model):
         seed: None or int: seed of the corruption's `SeedGenerator`. None
             draws one from Python's `random`, which
             `keras.utils.set_random_seed` seeds, so seeded programs repeat.
+            Keras does not save a generator's position: a loaded task
+            restarts its corruption stream from `seed`.
         name: model name.
 
     Example:
@@ -175,12 +177,13 @@ class MaskedPatchPrediction(keras.Model):
     ...                         num_layers=1, num_heads=2, mlp_dim=32,
     ...                         include_top=False)
     >>> task = MaskedPatchPrediction(encoder, seed=0)
-    >>> task.compile(optimizer="adam")
-    >>> images = np.random.default_rng(0).integers(0, 256, (8, 32, 32, 3))
-    >>> history = task.fit(images, batch_size=4, epochs=1, verbose=0)
-    >>> out = task(images[:2])
+    >>> images = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 3))
+    >>> out = task(images)
     >>> tuple(out["logits"].shape), tuple(out["plan"].shape)
     ((2, 16, 512), (2, 16))
+    >>> [int(n) for n in (np.asarray(out["plan"]) > 0).sum(axis=1)]
+    [8, 8]
+    >>> task.compile(optimizer="adam")  # then task.fit(images, ...)
 
     Reference:
         Dosovitskiy et al., arXiv:2010.11929, §4.6 and App. B.1.2.
