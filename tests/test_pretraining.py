@@ -322,7 +322,8 @@ def test_corruption_is_applied_before_the_position_embedding(rng, monkeypatch):
             corrupted[b, i] = mask
         elif plan[b, i] == REPLACED:
             corrupted[b, i] = tokens[b, others[b, i]]
-    cls = np.broadcast_to(to_numpy(embedding.cls), (3, 1, 16))
+    (cls,) = [w for w in embedding.weights if w.path.endswith("/cls")]
+    cls = np.broadcast_to(to_numpy(cls), (3, 1, 16))
     sequence = np.concatenate([cls, corrupted], axis=1) + to_numpy(embedding.pos_embedding)
     h = keras.ops.convert_to_tensor(sequence.astype("float32"))
     for block in encoder.encoder_blocks:
@@ -411,6 +412,7 @@ def test_config_and_keras_file_round_trip(rng, tmp_path):
     assert clone.encoder.get_config() == encoder.get_config()
 
     task.compile(optimizer="adam")
+    task.optimizer.build(task.trainable_variables)
     images = random_images(rng)
     for w in task.weights:  # not the initial values
         w.assign(rng.normal(scale=0.3, size=w.shape).astype("float32"))
