@@ -1,7 +1,5 @@
 """Masked patch prediction: targets, corruption, loss, the task model."""
 
-import doctest
-import importlib
 import json
 
 import keras
@@ -560,16 +558,6 @@ def test_raw_value_range_pipeline():
     np.testing.assert_allclose(x.numpy(), 200.0)
     x, _, w = next(iter(data.eval_pipeline(ds, 16, 3, mode=None)))
     np.testing.assert_allclose(x.numpy(), 200.0)
-
-
-@pytest.mark.parametrize("module_name", ["keras_vit.pretraining.targets", "keras_vit.pretraining.corruption", "keras_vit.pretraining.task"])
-def test_docstring_examples(module_name):
-    module = importlib.import_module(module_name)
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    for test in doctest.DocTestFinder(exclude_empty=True).find(module, module_name):
-        runner.run(test)
-    result = runner.summarize(verbose=False)
-    assert result.failed == 0 and result.attempted > 0, result
 
 
 # ---------------------------------------------------- several devices

@@ -100,13 +100,12 @@ def test_smoke_run_resumes_then_finetune_starts_from_its_encoder(tmp_path, monke
     assert tuned["updates"] == 4 and 0.0 <= tuned["accuracy"] <= 1.0
 
 
-def test_experiment_tool_runs(tmp_path):
+def test_experiment_tool_runs(tmp_path, monkeypatch):
     """tools/pretraining_experiment.py (the README's numbers), in miniature."""
-    spec = importlib.util.spec_from_file_location("pretraining_experiment", ROOT / "tools" / "pretraining_experiment.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    tool.IMAGE_SIZE = 32  # a smaller encoder than the real run's
-    tool.ENCODER = dict(tool.ENCODER, patch_size=8)
+    from keras_vit_tools import pretraining_experiment as tool
+
+    monkeypatch.setattr(tool, "IMAGE_SIZE", 32)  # a smaller encoder than the real run's
+    monkeypatch.setattr(tool, "ENCODER", dict(tool.ENCODER, patch_size=8))
     output = tmp_path / "results.json"
     rows, summary = tool.main([
         "--seeds", "0", "--pretrain-steps", "1", "--pretrain-batch", "1438", "--finetune-steps", "1",

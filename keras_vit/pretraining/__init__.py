@@ -18,6 +18,16 @@ The recipe (Adam, lr 2e-4, warm-up, cosine decay) is
 `keras_vit.training.compile_for_masked_patch_prediction`; the script is
 `examples/pretrain_masked_patches.py`.
 
+Example:
+
+>>> import numpy as np
+>>> images = np.zeros((2, 32, 32, 3), "uint8")    # raw [0, 255] images
+>>> mean_color_targets(images, patch_size=8).shape  # 4x4 patches, class 0 (black)
+(2, 16)
+>>> plan = np.asarray(corruption_plan(2, 16, seed=0))
+>>> [int((plan[i] > 0).sum()) for i in range(2)]    # half of each image corrupted
+[8, 8]
+
 Reference:
     Dosovitskiy et al., "An Image is Worth 16x16 Words", ICLR 2021,
     arXiv:2010.11929, §4.6 and App. B.1.2.
