@@ -508,6 +508,8 @@ def test_bad_arguments_raise_clear_errors(rng):
         (lambda: pretraining.mean_color_targets(np.zeros((1, 32, 32, 1)), 8), r"RGB.*images\.shape=\(1, 32, 32, 1\)"),
         (lambda: pretraining.mean_color_targets(np.zeros((1, 32, 32, 4)), 8), r"RGB.*images\.shape=\(1, 32, 32, 4\)"),
         (lambda: task(np.zeros((1, 32, 32, 1), "uint8")), r"RGB.*images\.shape=\(1, 32, 32, 1\)"),
+        (lambda: task.fit(np.zeros((2, 36, 32, 3), "uint8"), epochs=1, verbose=0), r"x\.shape=\(2, 36, 32, 3\)"),
+        (lambda: task.evaluate(np.zeros((2, 32, 32, 4), "uint8"), verbose=0), r"RGB.*x\.shape=\(2, 32, 32, 4\)"),
         (lambda: pretraining.mean_color_targets(np.zeros((32, 32)), 8), r"images\.shape=\(32, 32\)"),
         (lambda: pretraining.downsized_patch_targets(np.zeros((1, 12, 12, 3)), 6), r"`patch_size`.*patch_size=\(6, 6\), size=\(4, 4\)"),
         (lambda: pretraining.pixel_targets(np.zeros((1, 8, 8, 3)), 4, mode="caffe"), r"`mode`.*mode='caffe'"),

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.seeds import check_seed
+from keras_vit.models.runtime import ModelRuntime
 from keras_vit.models.vit import ViT
 from keras_vit.preprocessing import MODES, preprocess_input
 from keras_vit.pretraining import corruption, targets
@@ -107,7 +109,7 @@ def _check_encoder(encoder):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class MaskedPatchPrediction(keras.Model):
+class MaskedPatchPrediction(ModelRuntime, keras.Model):
     """Masked patch prediction: ViT self-supervision (paper §4.6, App. B.1.2).
 
     Wraps a `keras_vit.ViT` or `ViTHybrid` built with `include_top=False` and
@@ -207,8 +209,7 @@ class MaskedPatchPrediction(keras.Model):
         rate, mask_rate, replace_rate = corruption.check_rates(rate, mask_rate, replace_rate)
         targets.num_color_classes(bits)  # checks `bits`
         check_choice(preprocessing, MODES, "preprocessing")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"`seed` must be None or an int. Received: seed={seed!r}")
+        seed = check_seed(seed)
         super().__init__(name=name, **kwargs)
         self.encoder = encoder
         self.target = target
@@ -239,21 +240,26 @@ class MaskedPatchPrediction(keras.Model):
         classes = targets.num_color_classes(self.bits)
         return classes * DOWNSIZED**2 if self.target == "downsized" else classes
 
-    def _check_images(self, shape):
+    def _check_images(self, shape, name="images", known=True):
         shape = tuple(shape)
-        ok = len(shape) == 4 and shape[-1] == 3
+        ok = len(shape) == 4 and shape[-1] in (3, None if not known else 3)
         if not ok:
             raise ValueError(
-                "`images` must be RGB `(batch, height, width, 3)` in [0, 255]. "
-                f"Received: images.shape={shape}"
+                f"`{name}` must be RGB `(batch, height, width, 3)` images in [0, 255]. "
+                f"Received: {name}.shape={shape}"
             )
         for size, p in zip(shape[1:3], self.patch_size):
-            if size is None or size % p:
+            if (size is None and known) or (size is not None and size % p):
                 raise ValueError(
                     "The image height and width must be known and divisible by the "
                     f"encoder's patch size in pixels, {self.patch_size}. "
-                    f"Received: images.shape={shape}"
+                    f"Received: {name}.shape={shape}"
                 )
+
+    def _check_input_spec(self, shape, dtype, name="x"):
+        # Before fit/evaluate/predict start; sizes still unknown pass here and
+        # are checked when the call traces.
+        self._check_images(shape, "images" if name == "inputs" else name, known=False)
 
     def build(self, input_shape):
         self._check_images(input_shape)
