@@ -5,7 +5,7 @@ Works unchanged on the jax, tensorflow and torch backends (`KERAS_BACKEND`).
 
 import sys
 
-from keras_vit import architectures, layers
+from keras_vit import architectures, layers, pretraining
 from keras_vit.models import (
     ARCHITECTURES,
     R26ViTB32,

@@ -101,6 +101,9 @@ class PatchEncoder(keras.layers.Layer):
     >>> deit = PatchEncoder(8, 4, 2, distillation_token=True, num_register_tokens=3)
     >>> tuple(deit(np.zeros((1, 2, 2, 48), "float32")).shape), deit.num_prefix_rows
     ((1, 9, 8), 2)
+    >>> tokens = layer.embed_patches(np.zeros((1, 3, 5, 48), "float32"))
+    >>> tuple(tokens.shape), tuple(layer.add_positions(tokens, (3, 5)).shape)
+    ((1, 15, 8), (1, 16, 8))
     """
 
     def __init__(
@@ -208,17 +211,40 @@ class PatchEncoder(keras.layers.Layer):
         patch_rows = ops.reshape(patch_rows, (1, -1, self.hidden_size))
         return ops.concatenate([prefix, patch_rows], axis=1)
 
-    def call(self, patches):
-        static = patches.shape
-        dynamic = ops.shape(patches)
-        grid = tuple(
-            static[i] if static[i] is not None else dynamic[i] for i in (1, 2)
-        )
+    def embed_patches(self, patches):
+        """Projects each patch to a token: the first half of `call`.
+
+        Args:
+            patches: `(batch, h, w, ph * pw * C)`, as returned by `Patches`.
+
+        Returns:
+            `(batch, h * w, hidden_size)` patch embeddings in row-major grid
+            order, without prefix tokens or position embedding.
+        """
+        grid = self._grid(patches)
         kernel = ops.reshape(
             ops.cast(self.kernel, self.compute_dtype), (-1, self.hidden_size)
         )
         tokens = ops.reshape(patches, (-1, grid[0] * grid[1], kernel.shape[0]))
-        x = kernels.dense(tokens, kernel, ops.cast(self.bias, self.compute_dtype))
+        return kernels.dense(tokens, kernel, ops.cast(self.bias, self.compute_dtype))
+
+    def add_positions(self, tokens, grid):
+        """Prepends the prefix tokens and adds the position embedding.
+
+        The second half of `call`: `call(p)` equals
+        `add_positions(embed_patches(p), (h, w))`. Between the two, the patch
+        embeddings can be changed (masked patch prediction corrupts them).
+
+        Args:
+            tokens: `(batch, h * w, hidden_size)` patch embeddings.
+            grid: `(h, w)`, the patch grid of `tokens` (ints or scalar
+                tensors); the position embedding is resized to it if needed.
+
+        Returns:
+            `(batch, num_prefix_tokens + h * w, hidden_size)`: class and
+            distillation tokens, register tokens, then the patch tokens.
+        """
+        x = tokens
         batch = ops.shape(x)[0]
         prefix = [t for t in (self.class_embedding, self.distillation_embedding) if t is not None]
         if prefix:
@@ -230,6 +256,13 @@ class PatchEncoder(keras.layers.Layer):
         registers = self._broadcast(self.register_embeddings, batch)
         rows = self.num_prefix_rows
         return ops.concatenate([x[:, :rows], registers, x[:, rows:]], axis=1)
+
+    def _grid(self, patches):
+        static, dynamic = patches.shape, ops.shape(patches)
+        return tuple(static[i] if static[i] is not None else dynamic[i] for i in (1, 2))
+
+    def call(self, patches):
+        return self.add_positions(self.embed_patches(patches), self._grid(patches))
 
     def compute_output_shape(self, input_shape):
         batch, gh, gw, _ = input_shape
