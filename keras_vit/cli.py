@@ -1,7 +1,9 @@
 """`keras-vit` command line.
 
-`keras-vit inspect IMAGE --model ViTTi16 --weights W --out DIR` runs the
-paper's inspection analyses (§4.5, Fig. 6-7) on one image and writes
+`keras-vit inspect IMAGE --model ViTTi16 --weights W --out DIR` (or
+`--preset HANDLE`, any `keras_vit.from_preset` handle, whose preprocessing
+and class names then apply) runs the paper's inspection analyses (§4.5,
+Fig. 6-7) on one image and writes
 `attention_rollout.png`, `attention_distance.png`,
 `position_embedding_similarity.png`, `embedding_filters.png` (plain ViTs
 only) and `summary.txt` to DIR.
@@ -20,19 +22,27 @@ import sys
 import numpy as np
 from keras import ops
 
-from keras_vit import inspection, models, plots
+from keras_vit import inspection, models, plots, presets
 from keras_vit.architectures import CONSTRUCTORS, GELU_FLAVOURS
-from keras_vit.preprocessing import MODES, center_crop, decode_predictions, preprocess_input
+from keras_vit.preprocessing import (
+    INTERPOLATIONS,
+    MODES,
+    center_crop,
+    decode_predictions,
+    preprocess_input,
+)
 from keras_vit.validation import check_choice
 
 
 
-def load_image(image, size, crop_fraction=0.875, normalization="inception", weights=None):
+def load_image(image, size, crop_fraction=0.875, normalization="inception", weights=None, model=None):
     """Reads and preprocesses an image the way ViT checkpoints expect it.
 
     `keras_vit.preprocessing.center_crop` (bicubic, shorter side to
     `size / crop_fraction`, then the centre `size`), then
-    `keras_vit.preprocess_input`.
+    `keras_vit.preprocess_input`. A `model` with a preprocessing record (a
+    model from `keras_vit.from_preset`) sets the crop fraction, the
+    interpolation and the scaling instead.
 
     Args:
         image: a file path, or an `(H, W, 3)` uint8 array.
@@ -43,6 +53,7 @@ def load_image(image, size, crop_fraction=0.875, normalization="inception", weig
             None to take it from the registered `weights`.
         weights: None, or a registered weights name (used when
             `normalization` is None).
+        model: None, or a keras_vit model whose `preprocessing` applies.
 
     Returns:
         `(display, pixels)`: the cropped uint8 image `(height, width, 3)` and
@@ -63,9 +74,16 @@ def load_image(image, size, crop_fraction=0.875, normalization="inception", weig
     check_choice(normalization, MODES + (None,), "normalization")
     if isinstance(image, (str, os.PathLike)):
         image = np.asarray(Image.open(image).convert("RGB"))
-    display = center_crop(np.asarray(image, dtype="uint8"), size, crop_fraction)
-    pixels = preprocess_input(display, mode=normalization, weights=weights)
-    return display, pixels
+    record = getattr(model, "preprocessing", None)
+    interpolation = "bicubic"
+    if record is not None:
+        crop_fraction = record.crop_fraction
+        if record.interpolation in INTERPOLATIONS:
+            interpolation = record.interpolation
+    display = center_crop(np.asarray(image, dtype="uint8"), size, crop_fraction, interpolation)
+    if record is not None:
+        return display, preprocess_input(display, model=model)
+    return display, preprocess_input(display, mode=normalization, weights=weights)
 
 
 def _build_model(name, weights, gelu):
@@ -89,9 +107,10 @@ def _summary(model, logits, distances, rollout_grid, similarity):
         top = np.argsort(probs)[::-1][:5]
         names = {}
         try:
-            decoded = decode_predictions(probs[None], top=5)[0]
+            own = model if model.class_names is not None else None
+            decoded = decode_predictions(probs[None], top=5, model=own)[0]
             names = {int(k): f" {name}" for k, (_, name, _) in zip(top, decoded)}
-        except ValueError:  # not an ImageNet head
+        except ValueError:  # neither the model's own names nor an ImageNet head
             pass
         lines.append(
             "top-5 classes: "
@@ -123,7 +142,13 @@ def _summary(model, logits, distances, rollout_grid, similarity):
     return "\n".join(lines) + "\n"
 
 
-def inspect_command(args):
+def _model_and_image(args):
+    if args.preset:
+        model = presets.from_preset(args.preset, classifier_activation=None)
+        if model.preprocessing is not None:
+            display, pixels = load_image(args.image, model.image_size, model=model)
+            return model, display, pixels
+        return model, *load_image(args.image, model.image_size, args.crop_fraction, args.normalization)
     model = _build_model(args.model, args.weights, args.gelu)
     # A checkpoint file carries no preprocessing record; a registered name does.
     named = args.normalization is None and not os.path.exists(args.weights)
@@ -131,6 +156,11 @@ def inspect_command(args):
         args.image, model.image_size, args.crop_fraction, args.normalization,
         weights=args.weights if named else None,
     )
+    return model, display, pixels
+
+
+def inspect_command(args):
+    model, display, pixels = _model_and_image(args)
     images = pixels[None]
     os.makedirs(args.out, exist_ok=True)
     out = lambda name: os.path.join(args.out, name)  # noqa: E731
@@ -321,8 +351,12 @@ def _parser():
     )
     inspect.add_argument("image", help="path of the image to inspect")
     inspect.add_argument("--model", default="ViTB16", help="constructor name, e.g. ViTTi16")
-    inspect.add_argument(
-        "--weights", required=True, help="registered weights name or checkpoint path"
+    source = inspect.add_mutually_exclusive_group(required=True)
+    source.add_argument("--weights", help="registered weights name or checkpoint path (with --model)")
+    source.add_argument(
+        "--preset",
+        help="a keras_vit.from_preset handle (directory or hf://org/name); its "
+        "preprocessing and class names apply",
     )
     inspect.add_argument(
         "--gelu", choices=tuple(GELU_FLAVOURS), default=None,

@@ -116,6 +116,15 @@ def _num_prefix(model):
     return model.get_layer("embedding").num_prefix_tokens
 
 
+def _readout(model, joint, prefix):
+    """The rolled-out rows of the tokens the output is read from."""
+    if getattr(model, "distillation_head", False):
+        return joint[:, :2].mean(axis=1)  # the class and distillation heads, averaged
+    if model.classifier == "token":
+        return joint[:, 0]
+    return joint[:, prefix:].mean(axis=1)  # the mean of the patch tokens
+
+
 def _grid(model, images):
     eh, ew = effective_patch_size(model)
     return images.shape[1] // eh, images.shape[2] // ew
@@ -175,7 +184,9 @@ def attention_rollout(
     resulting matrices are multiplied from the first block to the last. The
     class token's row, restricted to the patch tokens, is the map. A model
     without class token (`classifier="gap"`) is read out through the mean
-    of all rows, as its output is the mean of all tokens.
+    of the patch tokens' rows, as its output is their mean; a DeiT model with
+    a distillation head through the mean of the class and distillation rows.
+    Register tokens are left out of the map.
 
     Args:
         model: a `keras_vit.ViT`.
@@ -220,8 +231,7 @@ def attention_rollout(
         # Later blocks act on the mixture produced by earlier ones.
         joint = step @ joint
         if i == layers[-1]:
-            out = joint[:, 0] if prefix else joint.mean(axis=1)
-            rows.append(out[:, prefix:])
+            rows.append(_readout(model, joint, prefix)[:, prefix:])
     if not layers:
         rows = [np.full((len(images), gh * gw), 1.0 / (gh * gw))]
     grid = np.concatenate(rows).reshape(-1, gh, gw).astype("float32")
@@ -328,7 +338,7 @@ def position_embedding_similarity(model):
     """
     embedding = model.get_layer("embedding")
     pos = ops.convert_to_numpy(embedding.pos_embedding)[0].astype("float64")
-    pos = pos[embedding.num_prefix_tokens :]
+    pos = pos[embedding.num_prefix_rows :]
     pos /= np.maximum(np.linalg.norm(pos, axis=-1, keepdims=True), 1e-12)
     gh, gw = embedding.grid_size
     return (pos @ pos.T).reshape(gh, gw, gh, gw).astype("float32")

@@ -3,6 +3,10 @@
 One home for each: the scaling modes (`preprocess_input`), the resize and
 centre crop of evaluation images (`center_crop`, used by the `keras-vit`
 command, the tf.data pipelines and the tests) and `decode_predictions`.
+Models loaded from a preset carry their checkpoint's `Preprocessing` record
+(`model.preprocessing`: mean/std, resize, crop, interpolation) and class names
+(`model.class_names`); `preprocess_input(x, model=model)` and
+`decode_predictions(preds, model=model)` use them.
 """
 
 import sys
@@ -12,15 +16,15 @@ import numpy as np
 
 from keras_vit import labels
 from keras_vit.validation import check_choice, check_fraction, pair
+from keras_vit.weights.record import MODE_ALIASES as _ALIASES
+from keras_vit.weights.record import MODE_STATISTICS
 from keras_vit.weights.record import PREPROCESSING as MODES
+from keras_vit.weights.record import Preprocessing  # noqa: F401 (public here too)
 from keras_vit.weights.registry import list_records
 
 # Per-channel statistics of ImageNet, on [0, 1] inputs (DeiT, timm).
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+IMAGENET_MEAN, IMAGENET_STD = MODE_STATISTICS["imagenet"]
 INTERPOLATIONS = ("bilinear", "bicubic")
-# The names `keras.applications.imagenet_utils` uses for the same scalings.
-_ALIASES = {"tf": "inception", "torch": "imagenet"}
 
 
 def _resolve_mode(mode, weights):
@@ -57,11 +61,17 @@ def _resolve_mode(mode, weights):
     return from_weights
 
 
-def _check_channels(shape, mode):
-    if len(shape) < 1 or (mode == "imagenet" and shape[-1] not in (None, 3)):
+def _per_channel(stats):
+    mean, std, _ = stats
+    return len(set(mean)) > 1 or len(set(std)) > 1
+
+
+def _check_channels(shape, stats):
+    channels = len(stats[0])
+    if len(shape) < 1 or (_per_channel(stats) and shape[-1] not in (None, channels)):
         raise ValueError(
-            "`images` must be channels-last with 3 channels for "
-            f"mode='imagenet'. Received: images.shape={tuple(shape)}"
+            f"`images` must be channels-last with {channels} channels for "
+            f"{stats[2]}. Received: images.shape={tuple(shape)}"
         )
 
 
@@ -76,20 +86,46 @@ def _check_finite(images):
         )
 
 
-def _affine(mode):
-    """`(scale, offset)` with `scale * x + offset` equal to the mode's formula."""
-    if mode == "inception":
-        return 1.0 / 127.5, -1.0
-    std = np.asarray(IMAGENET_STD, "float64")
-    return 1.0 / (255.0 * std), -np.asarray(IMAGENET_MEAN, "float64") / std
+def _affine(stats):
+    """`(scale, offset)` with `scale * x + offset == (x / 255 - mean) / std`."""
+    mean, std, _ = stats
+    if mean == (0.5, 0.5, 0.5) and std == (0.5, 0.5, 0.5):
+        return 1.0 / 127.5, -1.0  # the same numbers, computed without rounding
+    if not _per_channel(stats):  # one scalar scaling serves any channel count
+        mean, std = mean[:1], std[:1]
+    mean, std = np.asarray(mean, "float64"), np.asarray(std, "float64")
+    scale, offset = 1.0 / (255.0 * std), -mean / std
+    return (scale, offset) if len(mean) > 1 else (float(scale[0]), float(offset[0]))
 
 
-def _scale(x, mode, constant):
+def _scale(x, stats, constant):
     # One multiply and one add, each correctly rounded on every backend (XLA
     # on CPU rounds float32 division differently from NumPy), so NumPy,
     # backend tensors and tf.data give bit-identical results.
-    scale, offset = _affine(mode)
+    scale, offset = _affine(stats)
     return x * constant(scale) + constant(offset)
+
+
+def _statistics(mode, weights, model):
+    """`(mean, std, description)` of the scaling to apply."""
+    if model is None:
+        mode = _resolve_mode(mode, weights)
+        mean, std = MODE_STATISTICS[mode]
+        return tuple(mean), tuple(std), f"mode={mode!r}"
+    if mode is not None or weights is not None:
+        raise ValueError(
+            "Give `model`, or `mode`/`weights`, not both. Received: "
+            f"mode={mode!r}, weights={weights!r}, model={getattr(model, 'name', model)!r}"
+        )
+    record = getattr(model, "preprocessing", None)
+    if record is None:
+        raise ValueError(
+            f"Model {getattr(model, 'name', model)!r} carries no preprocessing record "
+            "(`model.preprocessing` is None: it was not loaded from a preset or a "
+            "registered weights name). Pass `mode=` instead."
+        )
+    record = Preprocessing.from_config(record)
+    return record.mean, record.std, f"the preprocessing of model {model.name!r}"
 
 
 def _tf_module(images):
@@ -100,13 +136,16 @@ def _tf_module(images):
     return tf if tf is not None and isinstance(images, tf.Tensor) else None
 
 
-def preprocess_input(images, mode=None, weights=None):
+def preprocess_input(images, mode=None, weights=None, model=None):
     """Scales images with pixel values in [0, 255] the way weights expect.
 
     - "inception" (every Google ViT checkpoint): `x / 127.5 - 1`, in [-1, 1].
     - "imagenet" (DeiT and timm-trained ViTs): `(x / 255 - mean) / std` with
       the ImageNet `mean` (0.485, 0.456, 0.406) and `std` (0.229, 0.224,
       0.225) per channel.
+    - `model=`: `(x / 255 - mean) / std` with the statistics the model's
+      checkpoint was trained with (`model.preprocessing`, set by
+      `keras_vit.from_preset` and by registered `weights=` names).
 
     It is computed as `x * scale + offset` with the constants rounded to the
     compute dtype (within 2 ulp of the formulas above), the same on every
@@ -122,6 +161,8 @@ def preprocess_input(images, mode=None, weights=None):
             `keras.applications`).
         weights: None, a registered weights name such as "imagenet21k", or
             a `WeightsRecord` (any object with a `preprocessing` attribute).
+        model: None, or a keras_vit model with a `preprocessing` record;
+            exclusive with `mode` and `weights`.
 
     Returns:
         Float images of the same shape and kind (NumPy in, NumPy out):
@@ -142,31 +183,31 @@ def preprocess_input(images, mode=None, weights=None):
     >>> preprocess_input(np.zeros((1, 1, 3), "uint8"), weights="imagenet21k").dtype
     dtype('float32')
     """
-    mode = _resolve_mode(mode, weights)
+    stats = _statistics(mode, weights, model)
     tf = _tf_module(images)
     if tf is not None:
-        _check_channels(images.shape, mode)
+        _check_channels(images.shape, stats)
         if not images.dtype.is_floating:
             images = tf.cast(images, "float32")
         dtype = images.dtype
-        return _scale(images, mode, lambda v: tf.constant(v, dtype))
+        return _scale(images, stats, lambda v: tf.constant(v, dtype))
     if keras.ops.is_tensor(images) or isinstance(images, keras.KerasTensor):
-        _check_channels(images.shape, mode)
+        _check_channels(images.shape, stats)
         if not keras.backend.is_float_dtype(images.dtype):
             images = keras.ops.cast(images, "float32")
         dtype = keras.backend.standardize_dtype(images.dtype)
         return _scale(
             images,
-            mode,
+            stats,
             lambda v: keras.ops.convert_to_tensor(np.asarray(v, dtype), dtype),
         )
     images = np.asarray(images)
-    _check_channels(images.shape, mode)
+    _check_channels(images.shape, stats)
     if not np.issubdtype(images.dtype, np.floating):
         images = images.astype("float32")
     _check_finite(images)
     dtype = images.dtype
-    return _scale(images, mode, lambda v: np.asarray(v, dtype))
+    return _scale(images, stats, lambda v: np.asarray(v, dtype))
 
 
 def crop_geometry(height, width, size, crop_fraction, maximum=max, rounding=round):
@@ -270,21 +311,42 @@ def center_crop(images, size, crop_fraction=0.875, interpolation="bicubic"):
     return _center_crop_pil(images, size, crop_fraction, interpolation)
 
 
-def decode_predictions(preds, top=5):
-    """Names the top classes of ImageNet-1k or ImageNet-21k predictions.
+def _model_labels(model, width):
+    names = getattr(model, "class_names", None)
+    if names is None:
+        raise ValueError(
+            f"Model {getattr(model, 'name', model)!r} carries no class names "
+            "(`model.class_names` is None). For ImageNet heads call "
+            "`decode_predictions(preds)` without `model`."
+        )
+    if len(names) != width:
+        raise ValueError(
+            f"`preds` has {width} classes but model {model.name!r} names "
+            f"{len(names)}. Received: preds.shape[1]={width}"
+        )
+    return tuple(range(width)), tuple(names)
 
-    Class names are read offline from the lists shipped in
-    `keras_vit.labels`.
+
+def decode_predictions(preds, top=5, model=None):
+    """Names the top classes of predictions.
+
+    Without `model`: ImageNet-1k or ImageNet-21k heads, named offline from
+    the lists shipped in `keras_vit.labels`. With `model`: the class names
+    its checkpoint came with (`model.class_names`, set by
+    `keras_vit.from_preset` from transformers' `id2label`, timm's label
+    lists or a keras_vit preset).
 
     Args:
-        preds: scores of shape `(batch, 1000)` or `(batch, 21843)`, NumPy or
-            a tensor.
+        preds: scores of shape `(batch, classes)`, NumPy or a tensor; without
+            `model`, classes must be 1000 or 21843.
         top: int, default 5: how many classes to return per sample.
+        model: None, or a keras_vit model with `class_names`.
 
     Returns:
-        A list with, per sample, a list of `top` tuples
-        `(synset_id, class_name, score)`, highest score first, as
-        `keras.applications.imagenet_utils.decode_predictions`.
+        A list with, per sample, a list of `top` tuples, highest score
+        first: `(synset_id, class_name, score)` as
+        `keras.applications.imagenet_utils.decode_predictions`, or
+        `(class_index, class_name, score)` with `model`.
 
     Example:
 
@@ -297,17 +359,19 @@ def decode_predictions(preds, top=5):
     if keras.ops.is_tensor(preds):
         preds = keras.ops.convert_to_numpy(preds)
     preds = np.asarray(preds)
-    if preds.ndim != 2 or preds.shape[1] not in labels.NUM_CLASSES:
+    if preds.ndim != 2 or (model is None and preds.shape[1] not in labels.NUM_CLASSES):
         raise ValueError(
-            "`decode_predictions` expects a batch of ImageNet predictions of "
-            "shape (batch, 1000) or (batch, 21843). "
-            f"Received: preds.shape={preds.shape}"
+            "`decode_predictions` expects a batch of predictions of shape "
+            "(batch, classes); without `model`, ImageNet's (batch, 1000) or "
+            f"(batch, 21843). Received: preds.shape={preds.shape}"
         )
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise ValueError(f"`top` must be a positive int. Received: top={top!r}")
     classes = preds.shape[1]
-    ids = labels.synsets(classes)
-    names = labels.class_names(classes)
+    if model is not None:
+        ids, names = _model_labels(model, classes)
+    else:
+        ids, names = labels.synsets(classes), labels.class_names(classes)
     results = []
     for row in preds:
         # Stable sort: equal scores keep class order.

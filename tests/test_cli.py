@@ -72,6 +72,25 @@ def test_inspect_chelsea_with_real_weights(tmp_path, capsys):
     assert summary.count("  layer ") == 12
 
 
+def test_inspect_a_preset_uses_its_preprocessing_and_class_names(tmp_path, capsys):
+    import keras_vit
+
+    # A 6x6 grid: the summary's "4+ patches apart" needs one.
+    model = keras_vit.ViT(image_size=48, patch_size=8, hidden_size=16, num_layers=2, num_heads=2,
+                          mlp_dim=32, classes=3, class_names=["apple", "pear", "plum"],
+                          preprocessing=dict(mean=[0.2] * 3, std=[0.5] * 3, image_size=[48, 48], resize=96))
+    model.get_layer("head").bias.assign(np.array([0.0, 5.0, 0.0], "float32"))  # "pear" wins
+    model.save_to_preset(tmp_path / "preset")
+    photo = tmp_path / "photo.png"
+    Image.fromarray(np.full((40, 60, 3), 200, "uint8")).save(photo)
+    assert cli.main(["inspect", str(photo), "--preset", str(tmp_path / "preset"), "--out", str(tmp_path / "o")]) == 0
+    assert "top-5 classes: 1 pear" in capsys.readouterr().out
+    again = keras_vit.from_preset(tmp_path / "preset")
+    display, pixels = cli.load_image(np.full((40, 60, 3), 200, "uint8"), (48, 48), model=again)
+    assert again.preprocessing.crop_fraction == 0.5
+    np.testing.assert_allclose(pixels, (display / 255.0 - 0.2) / 0.5, atol=1e-5)
+
+
 def test_summary_on_a_small_grid_has_no_nan():
     import keras_vit
     from keras_vit import inspection

@@ -26,7 +26,7 @@ def test_help_runs_as_a_script():
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    for option in ("--variant", "--weights", "--output", "--image-size", "--classes", "--gelu", "--keras", "--tolerance"):
+    for option in ("--variant", "--weights", "--preset", "--output", "--format", "--image-size", "--classes", "--gelu", "--keras", "--tolerance"):
         assert option in result.stdout
 
 
@@ -87,3 +87,23 @@ def test_exit_code_on_unusable_input(tmp_path, capsys):
     argv[-1] = str(tmp_path / "x.weights.h5")
     assert main(argv) == 2
     assert "none.npz" in capsys.readouterr().err
+
+
+def test_presets_in_and_out(tmp_path, capsys):
+    """A keras_vit preset in, a transformers directory out, checked in transformers."""
+    pytest.importorskip("transformers")
+    import keras_vit
+
+    source = keras_vit.ViT(**TINY, classes=3, distillation_token=True, gelu_approximate=False)
+    for v in source.weights:
+        v.assign(np.asarray(v) + np.random.default_rng(0).normal(0, 0.2, v.shape).astype("float32"))
+    source.save_to_preset(tmp_path / "in")
+    argv = ["--preset", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--format", "transformers"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "(keras_vit preset)" in printed and "max |transformers (torch) - source model|" in printed
+    assert "max |reloaded transformers preset - source model|" in printed
+    assert "NumPy reference (float64)" in printed and printed.rstrip().endswith("OK (tolerance 0.0001)")
+    # A preset fixes its architecture.
+    assert main(argv[:4] + ["--variant", "Ti/16"]) == 2
+    assert "drop --variant" in capsys.readouterr().err

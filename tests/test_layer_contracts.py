@@ -32,6 +32,26 @@ CASES = {
         _normal(1, 2, 2, 12),
         (1, 4, 4),
     ),
+    "PatchEncoder-distillation-registers": (
+        lambda **kw: layers.PatchEncoder(4, 2, 2, distillation_token=True, num_register_tokens=3, **kw),
+        _normal(1, 2, 2, 12),
+        (1, 9, 4),
+    ),
+    "MultiHeadSelfAttention-no-qkv-bias": (
+        lambda **kw: layers.MultiHeadSelfAttention(num_heads=2, head_dim=4, qkv_bias=False, **kw),
+        _normal(2, 5, 8),
+        (2, 5, 8),
+    ),
+    "TransformerBlock-layer-scale": (
+        # No q/k/v biases: a key bias shifts every logit of a query alike, so its
+        # gradient is zero up to rounding, which the contract would flag.
+        lambda **kw: layers.TransformerBlock(num_heads=2, mlp_dim=16, layer_scale_init=0.1, qkv_bias=False, **kw),
+        _normal(2, 5, 8),
+        (2, 5, 8),
+    ),
+    "TokenPooling-distillation": (
+        lambda **kw: layers.TokenPooling("distillation", 2, **kw), _normal(2, 5, 3), (2, 3)
+    ),
     "MultiHeadSelfAttention": (
         lambda **kw: layers.MultiHeadSelfAttention(num_heads=2, head_dim=4, **kw),
         _normal(2, 5, 8),

@@ -107,9 +107,9 @@ def np_gelu(x, approximate):
 
 
 def np_attention(x, w):
-    q = np.einsum("btd,dhk->bthk", x, w["query/kernel"]) + w["query/bias"]
-    k = np.einsum("btd,dhk->bthk", x, w["key/kernel"]) + w["key/bias"]
-    v = np.einsum("btd,dhk->bthk", x, w["value/kernel"]) + w["value/bias"]
+    q = np.einsum("btd,dhk->bthk", x, w["query/kernel"]) + w.get("query/bias", 0.0)
+    k = np.einsum("btd,dhk->bthk", x, w["key/kernel"]) + w.get("key/bias", 0.0)
+    v = np.einsum("btd,dhk->bthk", x, w["value/kernel"]) + w.get("value/bias", 0.0)
     logits = np.einsum("bqhk,bthk->bhqt", q, k) / np.sqrt(q.shape[-1])
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
@@ -141,6 +141,19 @@ def test_attention_matches_numpy(rng):
     np.testing.assert_allclose(got_probs.sum(-1), 1.0, atol=1e-5)
 
 
+def test_attention_without_qkv_bias(rng):
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    layer = layers.MultiHeadSelfAttention(num_heads=2, head_dim=4, qkv_bias=False, name="mhsa")
+    layer(x)  # builds; the layer contract is checked in test_layer_contracts.py
+    randomise(layer, rng)
+    w = weights_by_path(layer)
+    assert sorted(w) == ["key/kernel", "out/bias", "out/kernel", "query/kernel", "value/kernel"]
+    np.testing.assert_allclose(to_numpy(layer(x)), np_attention(x.astype("float64"), w)[0], atol=2e-5, rtol=1e-5)
+    assert layer.get_config()["qkv_bias"] is False
+    with pytest.raises(ValueError, match="qkv_bias"):
+        layers.MultiHeadSelfAttention(num_heads=2, head_dim=4, qkv_bias="no")
+
+
 @pytest.mark.parametrize("approximate", [True, False])
 def test_transformer_block_matches_paper_equations(rng, approximate):
     x = rng.normal(size=(2, 5, 8)).astype("float32")
@@ -158,6 +171,26 @@ def test_transformer_block_matches_paper_equations(rng, approximate):
     y = np_gelu(y @ w["MlpBlock_3/Dense_0/kernel"] + w["MlpBlock_3/Dense_0/bias"], approximate)
     expected = x1 + y @ w["MlpBlock_3/Dense_1/kernel"] + w["MlpBlock_3/Dense_1/bias"]  # eq. 3
     np.testing.assert_allclose(to_numpy(block(x)), expected, atol=5e-5, rtol=1e-5)
+
+
+def test_transformer_block_layer_scale(rng):
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    block = layers.TransformerBlock(num_heads=2, mlp_dim=16, qkv_bias=False, layer_scale_init=1e-5, name="blk")
+    block(x)  # builds; the layer contract is checked in test_layer_contracts.py
+    assert np.allclose(to_numpy(block.attention_scale), 1e-5)
+    randomise(block, rng)
+    w = weights_by_path(block)
+    x64 = x.astype("float64")
+    attn = {k.split("/", 1)[1]: v for k, v in w.items() if k.startswith("MultiHeadDotProductAttention_1/")}
+    assert "query/bias" not in attn
+    y = np_layer_norm(x64, w["LayerNorm_0/gamma"], w["LayerNorm_0/beta"], 1e-6)
+    x1 = x64 + w["attention_scale"] * np_attention(y, attn)[0]
+    y = np_layer_norm(x1, w["LayerNorm_2/gamma"], w["LayerNorm_2/beta"], 1e-6)
+    y = np_gelu(y @ w["MlpBlock_3/Dense_0/kernel"] + w["MlpBlock_3/Dense_0/bias"], True)
+    expected = x1 + w["mlp_scale"] * (y @ w["MlpBlock_3/Dense_1/kernel"] + w["MlpBlock_3/Dense_1/bias"])
+    np.testing.assert_allclose(to_numpy(block(x)), expected, atol=5e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="layer_scale_init"):
+        layers.TransformerBlock(num_heads=2, mlp_dim=16, layer_scale_init=0.0)
 
 
 def test_gelu_flavours_differ():

@@ -199,6 +199,18 @@ def test_error_unknown_registry_name():
         keras_vit.ViTTi16(weights="no-such-weights", image_size=32)
 
 
+def test_timm_distilled_file_loads_into_a_distilled_model(tmp_path, rng):
+    from safetensors.numpy import save_file
+
+    from hub_dirs import random_timm_state, timm_forward
+
+    state = random_timm_state(rng, distilled=True)
+    save_file(state, tmp_path / "deit.safetensors")
+    model = tiny_model(classes=5, distillation_token=True, weights=str(tmp_path / "deit.safetensors"))
+    x = images(rng)
+    np.testing.assert_allclose(to_numpy(model(x)), timm_forward(state, x, heads=2), rtol=0, atol=2e-5)
+
+
 def test_single_channel_keras_weights_load_and_three_channel_files_are_refused(tmp_path, rng):
     gray = dict(TINY, input_shape=(32, 32, 1))
     source = keras_vit.ViT(**gray)

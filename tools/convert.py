@@ -1,13 +1,17 @@
-"""Converts a ViT checkpoint to Keras weights and verifies it numerically.
+"""Converts a ViT checkpoint or preset and verifies the result numerically.
 
-Reads any checkpoint keras_vit loads (a registered weights name, an official
-or big_vision `.npz`, a timm `.safetensors`/`.pth`, a keras_vit
-`.weights.h5`), builds the named variant from it, writes `--output`
-(`.weights.h5`, and a `.keras` model with `--keras`), then checks on a fixed
-random batch that
+Reads any checkpoint keras_vit loads: `--weights` (a registered weights name,
+an official or big_vision `.npz`, a timm `.safetensors`/`.pth`, a keras_vit
+`.weights.h5`, with `--variant`) or `--preset` (a keras_vit, transformers,
+timm Hub or keras-hub directory, or an `hf://org/name[@revision]` handle,
+see `keras_vit.from_preset`). Writes `--output` as `--format`: `weights` (a
+`.weights.h5` file, and a `.keras` model with `--keras`), `keras_vit` or
+`transformers` (preset directories, `model.save_to_preset`). Then checks on a
+fixed random batch that
 
-1. a fresh model loading the written file gives the same outputs as the
-   model built from the source, and
+1. the written output, reloaded, gives the same outputs as the model built
+   from the source (a transformers directory also in transformers itself,
+   when transformers and torch are installed), and
 2. the model built from the source agrees with an independent NumPy forward
    pass (float64, `tools/reference.py`) on the source's tensors;
 
@@ -19,6 +23,9 @@ Examples:
       --output vit_b16_384.weights.h5 --keras
   python tools/convert.py --variant ViTTi16 --gelu erf \\
       --weights deit_tiny_patch16_224.npz --output deit_tiny.weights.h5
+  keras-vit-convert --preset hf://facebook/deit-tiny-patch16-224 \\
+      --output deit_tiny_keras_vit --format keras_vit
+  keras-vit-convert --preset my_keras_vit_preset --output my_vit_hf --format transformers
 """
 
 import argparse
@@ -29,7 +36,7 @@ import sys
 import keras
 import numpy as np
 
-from keras_vit import architectures
+from keras_vit import architectures, presets
 from keras_vit.architectures import GELU_FLAVOURS
 from keras_vit.models import ViT, ViTHybrid
 from keras_vit.validation import pair
@@ -38,6 +45,9 @@ from keras_vit.weights.mapping import model_state
 from keras_vit_tools import reference
 
 SUFFIX = ".weights.h5"
+OUTPUT_FORMATS = ("weights",) + presets.FORMATS
+# Options that describe the architecture: a preset fixes them itself.
+_ARCHITECTURE_OPTIONS = ("variant", "config", "gelu", "representation_size")
 
 
 def _size(text):
@@ -66,8 +76,19 @@ def build_parser():
         'row (e.g. \'{"hidden_size": 16, "num_layers": 2}\'); without --variant it must give '
         "patch_size, hidden_size, num_layers, num_heads and mlp_dim",
     )
-    parser.add_argument("--weights", required=True, help="registered weights name or checkpoint path")
-    parser.add_argument("--output", required=True, help=f"file to write, ending with {SUFFIX}")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--weights", help="registered weights name or checkpoint path (with --variant)")
+    source.add_argument(
+        "--preset", help="preset directory (keras_vit, transformers, timm Hub, keras-hub) or hf://org/name[@revision]"
+    )
+    parser.add_argument(
+        "--output", required=True, help=f"file ending with {SUFFIX} (--format weights) or a preset directory"
+    )
+    parser.add_argument(
+        "--format",
+        choices=OUTPUT_FORMATS,
+        help="what --output is; default: weights for a file name, keras_vit for a name without suffix",
+    )
     parser.add_argument("--image-size", type=_size, help="N or HxW; default: the checkpoint's resolution")
     parser.add_argument(
         "--classes", type=int, help="head size; default: the checkpoint's; 0 writes the model without a head"
@@ -110,15 +131,14 @@ def _model_class(config):
 
 
 def _outputs(model, x):
+    """Logits (or features): the model's output before its activation."""
     if model.include_top and model.classifier_activation is not None:
-        model = keras.Model(model.input, model.get_layer("head").output)
+        model = keras.Model(model.input, model.get_layer("predictions").input)
     return keras.ops.convert_to_numpy(model(x, training=False))
 
 
-def convert(args):
-    """Writes the converted files; returns `{check: max |difference|}`."""
-    if not args.output.endswith(SUFFIX):
-        raise ValueError(f"--output must end with {SUFFIX!r}. Received: {args.output!r}")
+def _from_weights(args):
+    """`(model, source tensors reader, source name)` for --weights."""
     config = _architecture(args)
     info = describe_weights(args.weights, config)
     path = loader.fetch_weights(args.weights, architectures.architecture_name(config))
@@ -135,38 +155,110 @@ def convert(args):
         representation_size=representation or None,
         gelu_approximate=True if gelu is None else gelu,
     )
-    cls = _model_class(config)
-    model = cls(weights=path, **build)
-    print(
-        f"source: {path}\nmodel: {model.name}, image {model.image_size}, "
-        f"classes {model.classes if model.include_top else 'none (no head)'}, "
-        f"GELU {'tanh' if model.gelu_approximate else 'erf'}, {model.count_params():,} parameters"
-    )
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    model.save_weights(args.output)
-    print(f"wrote {args.output}")
-    x = np.random.default_rng(args.seed).uniform(-1, 1, (args.batch_size, *model.image_size, 3))
-    x = x.astype("float32")
-    expected = _outputs(model, x)
+    model = _model_class(config)(weights=path, **build)
+    return model, lambda: sources.read_checkpoint(path, model).params, path
+
+
+def _from_preset(args):
+    """`(model, source tensors reader, source name)` for --preset."""
+    given = [f"--{k.replace('_', '-')}" for k in _ARCHITECTURE_OPTIONS if getattr(args, k)]
+    if given:
+        raise ValueError(f"A preset fixes its architecture; drop {', '.join(given)}.")
+    overrides = {}
+    if args.image_size:
+        overrides["image_size"] = args.image_size
+    if args.classes == 0:
+        overrides["include_top"] = False
+    elif args.classes is not None:
+        overrides["classes"] = args.classes
+    source = presets.describe_preset(args.preset)
+    model = presets.from_preset(source.directory, **overrides)
+    return model, lambda: source.read(model).params, f"{args.preset} ({source.layout} preset)"
+
+
+def _write(model, args, fmt):
+    if fmt == "weights":
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+        model.save_weights(args.output)
+    else:
+        model.save_to_preset(args.output, format=fmt)
+    print(f"wrote {args.output} ({fmt})")
+
+
+def _reloaded(model, args, fmt, x, expected):
+    """`{check: max |difference|}` of the written output, read back."""
     diffs = {}
-    reloaded = cls(weights=args.output, **build)
-    diffs[f"reloaded {SUFFIX}"] = np.abs(_outputs(reloaded, x) - expected).max()
+    if fmt == "weights":
+        again = type(model).from_config(model.get_config())
+        loader.load_weights(again, args.output)
+        diffs[f"reloaded {SUFFIX}"] = np.abs(_outputs(again, x) - expected).max()
+    else:
+        again = presets.from_preset(args.output)
+        diffs[f"reloaded {fmt} preset"] = np.abs(_outputs(again, x) - expected).max()
+    if fmt == "transformers":
+        logits = _transformers_logits(args.output, x)
+        if logits is not None:
+            diffs["transformers (torch)"] = np.abs(logits - expected).max()
     if args.keras:
         keras_path = args.output[: -len(SUFFIX)] + ".keras"
         model.save(keras_path)
         print(f"wrote {keras_path}")
         diffs["reloaded .keras"] = np.abs(_outputs(keras.saving.load_model(keras_path), x) - expected).max()
-    if "resnet_layers" in config:
+    return diffs
+
+
+def _transformers_logits(directory, x):
+    """The logits of transformers' own model for the directory, or None."""
+    try:
+        import torch
+        from transformers import AutoModelForImageClassification
+    except ImportError:
+        print("transformers check: transformers or torch is not installed; skipped")
+        return None
+    reference_model = AutoModelForImageClassification.from_pretrained(directory).eval()
+    with torch.no_grad():
+        return reference_model(torch.from_numpy(x.transpose(0, 3, 1, 2))).logits.numpy()
+
+
+def _numpy_reference(model, read_params, x, expected):
+    if hasattr(model, "resnet_layers"):
         print("NumPy reference: not available for ResNet stems; skipped")
-    else:
-        params = sources.read_checkpoint(path, model).params
-        state = model_state(model)
-        same = set(params) == set(state) and all(params[k].shape == state[k].shape for k in state)
-        if not same:
-            print("NumPy reference: runs on the adapted weights (resized, new head or dropped layers)")
-            params = state
-        numpy_outputs = reference.forward(params, x, model.gelu_approximate, model.layer_norm_epsilon)
-        diffs["NumPy reference (float64)"] = np.abs(numpy_outputs - expected).max()
+        return {}
+    params = read_params()
+    state = model_state(model)
+    same = set(params) == set(state) and all(params[k].shape == state[k].shape for k in state)
+    if not same:
+        print("NumPy reference: runs on the adapted weights (resized, new head or dropped layers)")
+        params = state
+    numpy_outputs = reference.forward(params, x, model.gelu_approximate, model.layer_norm_epsilon)
+    return {"NumPy reference (float64)": np.abs(numpy_outputs - expected).max()}
+
+
+def convert(args):
+    """Writes the converted output; returns `{check: max |difference|}`."""
+    fmt = args.format
+    if fmt is None:
+        # A file name means weights; a name without a suffix, a directory.
+        fmt = "keras_vit" if not os.path.splitext(args.output)[1] else "weights"
+    if fmt == "weights" and not args.output.endswith(SUFFIX):
+        raise ValueError(
+            f"--output must end with {SUFFIX!r}, or name a preset directory "
+            f"(--format keras_vit or transformers). Received: {args.output!r}"
+        )
+    if args.keras and fmt != "weights":
+        raise ValueError("--keras goes with --format weights (a preset is already a whole model).")
+    model, read_params, source = _from_preset(args) if args.preset else _from_weights(args)
+    print(
+        f"source: {source}\nmodel: {model.name}, image {model.image_size}, "
+        f"classes {model.classes if model.include_top else 'none (no head)'}, "
+        f"GELU {'tanh' if model.gelu_approximate else 'erf'}, {model.count_params():,} parameters"
+    )
+    _write(model, args, fmt)
+    x = np.random.default_rng(args.seed).uniform(-1, 1, (args.batch_size, *model.image_size, 3))
+    x = x.astype("float32")
+    expected = _outputs(model, x)
+    diffs = _reloaded(model, args, fmt, x, expected)
+    diffs.update(_numpy_reference(model, read_params, x, expected))
     return diffs
 
 

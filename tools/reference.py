@@ -59,9 +59,10 @@ def embed_patches(images, kernel, bias):
 
 
 def self_attention(x, p):
-    """Multi-head self-attention with `(D, heads, head_dim)` projections."""
+    """Multi-head self-attention with `(D, heads, head_dim)` projections
+    (query/key/value biases are optional)."""
     q, k, v = (
-        np.tensordot(x, p[f"{name}/kernel"], axes=1) + p[f"{name}/bias"]
+        np.tensordot(x, p[f"{name}/kernel"], axes=1) + p.get(f"{name}/bias", 0.0)
         for name in ("query", "key", "value")
     )
     q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))  # (b, heads, t, hd)
@@ -74,18 +75,58 @@ def self_attention(x, p):
 
 
 def encoder_block(x, p, gelu_approximate=True, epsilon=1e-6):
-    """Eq. 2-3: `x + MSA(LN(x))`, then `x + MLP(LN(x))`."""
+    """Eq. 2-3: `x + MSA(LN(x))`, then `x + MLP(LN(x))`; with LayerScale
+    (`attention_scale`, `mlp_scale`) each branch is scaled per channel."""
     sub = lambda prefix: {k[len(prefix) :]: v for k, v in p.items() if k.startswith(prefix)}
     y = layer_norm(x, p["LayerNorm_0/scale"], p["LayerNorm_0/bias"], epsilon)
-    x = x + self_attention(y, sub("MultiHeadDotProductAttention_1/"))
+    x = x + self_attention(y, sub("MultiHeadDotProductAttention_1/")) * p.get("attention_scale", 1.0)
     y = layer_norm(x, p["LayerNorm_2/scale"], p["LayerNorm_2/bias"], epsilon)
     y = y @ p["MlpBlock_3/Dense_0/kernel"] + p["MlpBlock_3/Dense_0/bias"]
     y = gelu(y, gelu_approximate)
-    return x + y @ p["MlpBlock_3/Dense_1/kernel"] + p["MlpBlock_3/Dense_1/bias"]
+    y = y @ p["MlpBlock_3/Dense_1/kernel"] + p["MlpBlock_3/Dense_1/bias"]
+    return x + y * p.get("mlp_scale", 1.0)
+
+
+def _tokens(params, x):
+    """Eq. 1 with the prefix tokens: class and distillation tokens (each with
+    a position row), then register tokens (`reg`, no position row)."""
+    prefix = [params[k] for k in ("cls", "dist") if k in params]
+    prefix = [np.broadcast_to(t, (x.shape[0], 1, x.shape[-1])) for t in prefix]
+    x = np.concatenate(prefix + [x], axis=1) + params[POSEMB]
+    if "reg" in params:
+        reg = np.broadcast_to(params["reg"], (x.shape[0],) + params["reg"].shape[1:])
+        x = np.concatenate([x[:, : len(prefix)], reg, x[:, len(prefix) :]], axis=1)
+    return x
+
+
+def _head(params, x, epsilon):
+    """Pooling, optional norm of the pooled features, pre-logits and head(s)."""
+    if "dist" in params and "head_dist/kernel" in params:
+        # DeiT: the class-token and distillation-token heads, averaged.
+        first = x[:, 0] @ params["head/kernel"] + params["head/bias"]
+        second = x[:, 1] @ params["head_dist/kernel"] + params["head_dist/bias"]
+        return (first + second) / 2
+    if "cls" in params:
+        x = x[:, 0]
+    else:
+        skip = params["reg"].shape[1] if "reg" in params else 0
+        x = x[:, skip:].mean(axis=1)  # the patch tokens
+    if "fc_norm/scale" in params:
+        x = layer_norm(x, params["fc_norm/scale"], params["fc_norm/bias"], epsilon)
+    if "pre_logits/kernel" in params:
+        x = np.tanh(x @ params["pre_logits/kernel"] + params["pre_logits/bias"])
+    return x @ params["head/kernel"] + params["head/bias"]
 
 
 def forward(params, images, gelu_approximate=True, epsilon=1e-6, stem=None):
     """Logits (or final tokens) of a ViT checkpoint for a batch of images.
+
+    Beyond the paper's model it computes the options keras_vit loads from
+    other layouts: a distillation token `dist` with a second head
+    `head_dist` (DeiT: the two heads' logits averaged), register tokens
+    `reg` (no position row), query/key/value without biases, LayerScale and
+    a final norm of the pooled features (`fc_norm/*`, instead of
+    `Transformer/encoder_norm/*` on every token).
 
     Args:
         params: flat official-layout dict of arrays.
@@ -104,10 +145,7 @@ def forward(params, images, gelu_approximate=True, epsilon=1e-6, stem=None):
     if stem is not None:
         x = stem(params, x)
     x = embed_patches(x, params["embedding/kernel"], params["embedding/bias"])
-    if "cls" in params:
-        cls = np.broadcast_to(params["cls"], (x.shape[0], 1, x.shape[-1]))
-        x = np.concatenate([cls, x], axis=1)
-    x = x + params[POSEMB]
+    x = _tokens(params, x)
     depth = 1 + max(
         (int(m.group(1)) for k in params if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))),
         default=-1,
@@ -116,12 +154,10 @@ def forward(params, images, gelu_approximate=True, epsilon=1e-6, stem=None):
         prefix = f"Transformer/encoderblock_{i}/"
         block = {k[len(prefix) :]: v for k, v in params.items() if k.startswith(prefix)}
         x = encoder_block(x, block, gelu_approximate, epsilon)
-    x = layer_norm(
-        x, params["Transformer/encoder_norm/scale"], params["Transformer/encoder_norm/bias"], epsilon
-    )
+    if "Transformer/encoder_norm/scale" in params:
+        x = layer_norm(
+            x, params["Transformer/encoder_norm/scale"], params["Transformer/encoder_norm/bias"], epsilon
+        )
     if "head/kernel" not in params:
         return x
-    x = x[:, 0] if "cls" in params else x.mean(axis=1)
-    if "pre_logits/kernel" in params:
-        x = np.tanh(x @ params["pre_logits/kernel"] + params["pre_logits/bias"])
-    return x @ params["head/kernel"] + params["head/bias"]
+    return _head(params, x, epsilon)

@@ -20,6 +20,8 @@ _SYNSET_FILES = {
     21843: "imagenet21k_synsets.txt.gz",
 }
 NUM_CLASSES = tuple(_SYNSET_FILES)
+# Named class lists, as a model's `class_names` may refer to them.
+LISTS = {"imagenet1k": 1000, "imagenet21k": 21843}
 
 
 def _read_lines(file_name):

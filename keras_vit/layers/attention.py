@@ -7,7 +7,7 @@ from keras import ops
 
 from keras_vit.layers import kernels
 from keras_vit.layers.seeds import check_seed
-from keras_vit.validation import check_positive_int, check_rate
+from keras_vit.validation import check_bool, check_positive_int, check_rate
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -17,7 +17,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     Weights are `query`, `key`, `value` (kernel `(D, heads, head_dim)`, bias
     `(heads, head_dim)`) and `out` (kernel `(heads, head_dim, D)`, bias
     `(D,)`): the layout of the official checkpoints and of Keras'
-    `MultiHeadAttention`, so they load without reshaping.
+    `MultiHeadAttention`, so they load without reshaping. With
+    `qkv_bias=False` the query, key and value projections have no bias (as
+    some timm and transformers checkpoints); the output keeps its bias.
 
     The ordinary call runs the projections as 2D matrix products and the
     attention through `keras_vit.layers.kernels.attention` (the backend's
@@ -30,6 +32,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         num_heads: int, number of heads.
         head_dim: int, width of each head.
         dropout_rate: float in [0, 1), dropout on the attention probabilities.
+        qkv_bias: bool, default True: whether the query, key and value
+            projections add a bias.
         kernel_initializer, bias_initializer: initializers of the projections.
         seed: None (default: drawn from Keras' global generator, which
             `keras.utils.set_random_seed` seeds) or an int, the seed of the
@@ -54,6 +58,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         num_heads,
         head_dim,
         dropout_rate=0.0,
+        qkv_bias=True,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         seed=None,
@@ -63,6 +68,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.head_dim = check_positive_int(head_dim, "head_dim")
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
+        self.qkv_bias = check_bool(qkv_bias, "qkv_bias")
         self.seed = check_seed(seed)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
@@ -72,7 +78,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         dim = input_shape[-1]
         projection = dict(
             output_shape=(None, self.num_heads, self.head_dim),
-            bias_axes="hk",
+            bias_axes="hk" if self.qkv_bias else None,
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
@@ -112,10 +118,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         heads = []
         for layer in (self.query, self.key, self.value):
             kernel = ops.cast(layer.kernel, self.compute_dtype)
-            bias = ops.cast(layer.bias, self.compute_dtype)
-            y = kernels.dense(
-                x, ops.reshape(kernel, (static[-1], width)), ops.reshape(bias, (width,))
-            )
+            bias = None
+            if layer.bias is not None:
+                bias = ops.reshape(ops.cast(layer.bias, self.compute_dtype), (width,))
+            y = kernels.dense(x, ops.reshape(kernel, (static[-1], width)), bias)
             heads.append(ops.reshape(y, (-1, tokens, self.num_heads, self.head_dim)))
         return tuple(heads)
 
@@ -162,6 +168,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "num_heads": self.num_heads,
                 "head_dim": self.head_dim,
                 "dropout_rate": self.dropout_rate,
+                "qkv_bias": self.qkv_bias,
                 "seed": self.seed,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer

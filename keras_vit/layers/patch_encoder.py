@@ -1,10 +1,10 @@
-"""`PatchEncoder`: patch projection, class token and position embedding."""
+"""`PatchEncoder`: patch projection, prefix tokens and position embedding."""
 
 import keras
 from keras import ops
 
 from keras_vit.layers import kernels
-from keras_vit.validation import check_positive_int, pair
+from keras_vit.validation import check_bool, check_int, check_positive_int, pair
 
 
 def _interpolation_matrix(new, old, dtype):
@@ -55,13 +55,16 @@ class PatchEncoder(keras.layers.Layer):
 
     Projects each flattened patch linearly (the kernel is stored as
     `(ph, pw, C, D)`, the layout of the official convolutional embedding),
-    prepends a learnable class token and adds a learnable position embedding
-    whose first row belongs to the class token.
+    prepends learnable prefix tokens and adds a learnable position embedding.
+    The prefix is, in order: the class token, DeiT's distillation token
+    (Touvron et al. 2021), each with its own position row before the patch
+    rows, then register tokens (Darcet et al. 2024), which have no position
+    row (`num_prefix_rows` counts the rows, `num_prefix_tokens` the tokens).
 
     The position embedding is learned for `grid_size`. When the layer sees a
     different grid (a model built at 224 px given a 384 px image), the patch
     rows are resized on the fly by corner-aligned bilinear interpolation, the
-    official fine-tuning code's resize; the class-token row is kept.
+    official fine-tuning code's resize; the prefix rows are kept.
 
     Args:
         hidden_size: int, the token width `D`.
@@ -70,14 +73,22 @@ class PatchEncoder(keras.layers.Layer):
             learned for.
         class_token: bool, default True. Whether to prepend a class token (and
             give it a position-embedding row).
+        distillation_token: bool, default False: a second token after the
+            class token, with its own position row (weight `dist`); needs
+            `class_token`.
+        num_register_tokens: int, default 0: register tokens after the class
+            (and distillation) token, without position rows (weight `reg`,
+            `(1, num_register_tokens, D)`).
         kernel_initializer, bias_initializer, position_initializer,
-        class_token_initializer: initializers of the four weights.
+        class_token_initializer: initializers of the four weights. The
+            distillation and register tokens start from N(0, 0.02): equal
+            starts would stay equal under training.
 
     Input shape:
         `(batch, h, w, ph * pw * C)`, as returned by `Patches`.
 
     Returns:
-        `(batch, class_token + h * w, hidden_size)`.
+        `(batch, num_prefix_tokens + h * w, hidden_size)`.
 
     Example:
 
@@ -87,6 +98,12 @@ class PatchEncoder(keras.layers.Layer):
     (1, 5, 8)
     >>> tuple(layer(np.zeros((1, 3, 5, 48), "float32")).shape)
     (1, 16, 8)
+    >>> deit = PatchEncoder(8, 4, 2, distillation_token=True, num_register_tokens=3)
+    >>> tuple(deit(np.zeros((1, 2, 2, 48), "float32")).shape), deit.num_prefix_rows
+    ((1, 9, 8), 2)
+    >>> tokens = layer.embed_patches(np.zeros((1, 3, 5, 48), "float32"))
+    >>> tuple(tokens.shape), tuple(layer.add_positions(tokens, (3, 5)).shape)
+    ((1, 15, 8), (1, 16, 8))
     """
 
     def __init__(
@@ -95,6 +112,8 @@ class PatchEncoder(keras.layers.Layer):
         patch_size,
         grid_size,
         class_token=True,
+        distillation_token=False,
+        num_register_tokens=0,
         kernel_initializer="lecun_normal",
         bias_initializer="zeros",
         position_initializer=None,
@@ -106,6 +125,13 @@ class PatchEncoder(keras.layers.Layer):
         self.patch_size = pair(patch_size, "patch_size")
         self.grid_size = pair(grid_size, "grid_size")
         self.class_token = bool(class_token)
+        self.distillation_token = check_bool(distillation_token, "distillation_token")
+        if self.distillation_token and not self.class_token:
+            raise ValueError(
+                "`distillation_token` needs a class token before it. Received: "
+                "distillation_token=True, class_token=False"
+            )
+        self.num_register_tokens = check_int(num_register_tokens, "num_register_tokens", minimum=0)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.position_initializer = keras.initializers.get(
@@ -118,8 +144,14 @@ class PatchEncoder(keras.layers.Layer):
         self.input_spec = keras.layers.InputSpec(ndim=4)
 
     @property
+    def num_prefix_rows(self):
+        """Position rows before the patch rows: class and distillation tokens."""
+        return int(self.class_token) + int(self.distillation_token)
+
+    @property
     def num_prefix_tokens(self):
-        return int(self.class_token)
+        """Tokens before the patch tokens: class, distillation, registers."""
+        return self.num_prefix_rows + self.num_register_tokens
 
     def build(self, input_shape):
         depth = input_shape[-1]
@@ -138,19 +170,32 @@ class PatchEncoder(keras.layers.Layer):
         self.bias = self.add_weight(
             name="bias", shape=(self.hidden_size,), initializer=self.bias_initializer
         )
+        self.class_embedding = self.distillation_embedding = None
+        self.register_embeddings = None
         if self.class_token:
             self.class_embedding = self.add_weight(
-                name="cls",
-                shape=(1, 1, self.hidden_size),
-                initializer=self.class_token_initializer,
+                name="cls", shape=(1, 1, self.hidden_size), initializer=self.class_token_initializer
+            )
+        tokens = dict(initializer=keras.initializers.RandomNormal(stddev=0.02))
+        if self.distillation_token:
+            self.distillation_embedding = self.add_weight(
+                name="dist", shape=(1, 1, self.hidden_size), **tokens
+            )
+        if self.num_register_tokens:
+            self.register_embeddings = self.add_weight(
+                name="reg", shape=(1, self.num_register_tokens, self.hidden_size), **tokens
             )
         gh, gw = self.grid_size
         self.pos_embedding = self.add_weight(
             name="pos_embedding",
-            shape=(1, self.num_prefix_tokens + gh * gw, self.hidden_size),
+            shape=(1, self.num_prefix_rows + gh * gw, self.hidden_size),
             initializer=self.position_initializer,
         )
         self.built = True
+
+    def _broadcast(self, token, batch):
+        token = ops.cast(token, self.compute_dtype)
+        return ops.broadcast_to(token, (batch,) + tuple(token.shape[1:]))
 
     def position_embedding_for(self, grid):
         """The position embedding for a `(h, w)` grid, resized when needed."""
@@ -158,30 +203,66 @@ class PatchEncoder(keras.layers.Layer):
         same = all(isinstance(g, int) for g in grid) and tuple(grid) == self.grid_size
         if same:
             return pos
-        prefix = pos[:, : self.num_prefix_tokens]
-        patch_rows = pos[:, self.num_prefix_tokens :]
+        prefix = pos[:, : self.num_prefix_rows]
+        patch_rows = pos[:, self.num_prefix_rows :]
         gh, gw = self.grid_size
         patch_rows = ops.reshape(patch_rows, (1, gh, gw, self.hidden_size))
         patch_rows = resize_position_grid(patch_rows, grid)
         patch_rows = ops.reshape(patch_rows, (1, -1, self.hidden_size))
         return ops.concatenate([prefix, patch_rows], axis=1)
 
-    def call(self, patches):
-        static = patches.shape
-        dynamic = ops.shape(patches)
-        grid = tuple(
-            static[i] if static[i] is not None else dynamic[i] for i in (1, 2)
-        )
+    def embed_patches(self, patches):
+        """Projects each patch to a token: the first half of `call`.
+
+        Args:
+            patches: `(batch, h, w, ph * pw * C)`, as returned by `Patches`.
+
+        Returns:
+            `(batch, h * w, hidden_size)` patch embeddings in row-major grid
+            order, without prefix tokens or position embedding.
+        """
+        grid = self._grid(patches)
         kernel = ops.reshape(
             ops.cast(self.kernel, self.compute_dtype), (-1, self.hidden_size)
         )
         tokens = ops.reshape(patches, (-1, grid[0] * grid[1], kernel.shape[0]))
-        x = kernels.dense(tokens, kernel, ops.cast(self.bias, self.compute_dtype))
-        if self.class_token:
-            cls = ops.cast(self.class_embedding, self.compute_dtype)
-            cls = ops.broadcast_to(cls, (ops.shape(x)[0], 1, self.hidden_size))
-            x = ops.concatenate([cls, x], axis=1)
-        return x + self.position_embedding_for(grid)
+        return kernels.dense(tokens, kernel, ops.cast(self.bias, self.compute_dtype))
+
+    def add_positions(self, tokens, grid):
+        """Prepends the prefix tokens and adds the position embedding.
+
+        The second half of `call`: `call(p)` equals
+        `add_positions(embed_patches(p), (h, w))`. Between the two, the patch
+        embeddings can be changed (masked patch prediction corrupts them).
+
+        Args:
+            tokens: `(batch, h * w, hidden_size)` patch embeddings.
+            grid: `(h, w)`, the patch grid of `tokens` (ints or scalar
+                tensors); the position embedding is resized to it if needed.
+
+        Returns:
+            `(batch, num_prefix_tokens + h * w, hidden_size)`: class and
+            distillation tokens, register tokens, then the patch tokens.
+        """
+        x = tokens
+        batch = ops.shape(x)[0]
+        prefix = [t for t in (self.class_embedding, self.distillation_embedding) if t is not None]
+        if prefix:
+            x = ops.concatenate([self._broadcast(t, batch) for t in prefix] + [x], axis=1)
+        x = x + self.position_embedding_for(grid)
+        if self.register_embeddings is None:
+            return x
+        # Registers join after the position embedding: they have no row.
+        registers = self._broadcast(self.register_embeddings, batch)
+        rows = self.num_prefix_rows
+        return ops.concatenate([x[:, :rows], registers, x[:, rows:]], axis=1)
+
+    def _grid(self, patches):
+        static, dynamic = patches.shape, ops.shape(patches)
+        return tuple(static[i] if static[i] is not None else dynamic[i] for i in (1, 2))
+
+    def call(self, patches):
+        return self.add_positions(self.embed_patches(patches), self._grid(patches))
 
     def compute_output_shape(self, input_shape):
         batch, gh, gw, _ = input_shape
@@ -196,6 +277,8 @@ class PatchEncoder(keras.layers.Layer):
                 "patch_size": self.patch_size,
                 "grid_size": self.grid_size,
                 "class_token": self.class_token,
+                "distillation_token": self.distillation_token,
+                "num_register_tokens": self.num_register_tokens,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

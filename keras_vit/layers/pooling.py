@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_vit.validation import check_choice
 
-POOLING_MODES = ("token", "avg", "max")
+POOLING_MODES = ("token", "distillation", "avg", "max")
 # The official code's name for averaging the tokens of a model without a
 # class token; with no prefix tokens that is "avg". Kept so that configs
 # saved with it load.
@@ -17,11 +17,13 @@ class TokenPooling(keras.layers.Layer):
     """Reduces `(batch, tokens, D)` to `(batch, D)`.
 
     Args:
-        mode: "token" takes the class token (the first token); "avg" and "max"
-            reduce over the patch tokens (those after the `num_prefix_tokens`
-            prefix). "gap", the official classifier's name, is "avg".
+        mode: "token" takes the class token (the first token);
+            "distillation" DeiT's distillation token (the second); "avg" and
+            "max" reduce over the patch tokens (those after the
+            `num_prefix_tokens` prefix: class, distillation and register
+            tokens). "gap", the official classifier's name, is "avg".
         num_prefix_tokens: int, number of leading non-patch tokens (1 with a
-            class token, else 0).
+            class token alone, else 0).
 
     Example:
 
@@ -36,10 +38,12 @@ class TokenPooling(keras.layers.Layer):
         super().__init__(**kwargs)
         mode = _ALIASES.get(mode, mode)
         check_choice(mode, POOLING_MODES, "mode")
-        if mode == "token" and num_prefix_tokens < 1:
+        needed = {"token": 1, "distillation": 2}.get(mode, 0)
+        if num_prefix_tokens < needed:
             raise ValueError(
-                "mode='token' needs a class token, but the model has none "
-                f"(num_prefix_tokens={num_prefix_tokens})."
+                f"mode={mode!r} needs {needed} prefix token(s) (class token"
+                f"{', distillation token' if needed > 1 else ''}). Received: "
+                f"num_prefix_tokens={num_prefix_tokens}"
             )
         self.mode = mode
         self.num_prefix_tokens = int(num_prefix_tokens)
@@ -47,6 +51,8 @@ class TokenPooling(keras.layers.Layer):
     def call(self, x):
         if self.mode == "token":
             return x[:, 0]
+        if self.mode == "distillation":
+            return x[:, 1]
         patches = x[:, self.num_prefix_tokens :]
         if self.mode == "avg":
             return ops.mean(patches, axis=1)

@@ -7,6 +7,7 @@ from keras_vit.layers import kernels
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.seeds import check_seed, derive_seed
 from keras_vit.validation import (
+    check_bool,
     check_positive_float,
     check_positive_int,
     check_rate,
@@ -92,7 +93,10 @@ class TransformerBlock(keras.layers.Layer):
     `x = x + drop_path(dropout(MSA(LN(x))))`, then
     `x = x + drop_path(MLP(LN(x)))`. Sublayer names follow the official
     checkpoint (`LayerNorm_0`, `MultiHeadDotProductAttention_1`,
-    `LayerNorm_2`, `MlpBlock_3`).
+    `LayerNorm_2`, `MlpBlock_3`). With `layer_scale_init`, each branch is
+    scaled per channel by a learned vector before the residual sum
+    (LayerScale, Touvron et al. 2021, arXiv:2103.17239; timm's
+    `init_values`): weights `attention_scale` and `mlp_scale`.
 
     Args:
         num_heads: int, attention heads; must divide the input width.
@@ -103,6 +107,10 @@ class TransformerBlock(keras.layers.Layer):
             branches of a sample (stochastic depth); 0 disables it.
         layer_norm_epsilon: float, default 1e-6 (the official value).
         gelu_approximate: bool, default True (tanh GELU, as the official code).
+        qkv_bias: bool, default True: biases on the query, key and value
+            projections.
+        layer_scale_init: None (default, no LayerScale) or a positive float,
+            the initial value of the per-channel branch scales.
         seed: None (default) or an int. Each random stream of the block
             (stochastic depth, the dropouts) has its own generator; with
             None their seeds are drawn from Keras' global generator (which
@@ -132,12 +140,20 @@ class TransformerBlock(keras.layers.Layer):
         stochastic_depth_rate=0.0,
         layer_norm_epsilon=1e-6,
         gelu_approximate=True,
+        qkv_bias=True,
+        layer_scale_init=None,
         seed=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
+        self.qkv_bias = check_bool(qkv_bias, "qkv_bias")
+        self.layer_scale_init = (
+            None
+            if layer_scale_init is None
+            else check_positive_float(layer_scale_init, "layer_scale_init")
+        )
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
         self.attention_dropout_rate = check_rate(
             attention_dropout_rate, "attention_dropout_rate"
@@ -166,6 +182,7 @@ class TransformerBlock(keras.layers.Layer):
             self.num_heads,
             dim // self.num_heads,
             dropout_rate=self.attention_dropout_rate,
+            qkv_bias=self.qkv_bias,
             seed=derive_seed(self.seed, "attention"),
             dtype=self.dtype_policy,
             name="MultiHeadDotProductAttention_1",
@@ -184,7 +201,15 @@ class TransformerBlock(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=derive_seed(self.seed, "dropout"), dtype=self.dtype_policy
         )
+        self.attention_scale = self.mlp_scale = None
+        if self.layer_scale_init is not None:
+            init = keras.initializers.Constant(self.layer_scale_init)
+            self.attention_scale = self.add_weight(name="attention_scale", shape=(dim,), initializer=init)
+            self.mlp_scale = self.add_weight(name="mlp_scale", shape=(dim,), initializer=init)
         self.built = True
+
+    def _scale(self, y, scale):
+        return y if scale is None else y * ops.cast(scale, self.compute_dtype)
 
     def _drop_path(self, x, training):
         if not training or self.stochastic_depth_rate == 0:
@@ -198,9 +223,9 @@ class TransformerBlock(keras.layers.Layer):
     def call(self, x, training=None):
         y = self.attention(self.norm_0(x), training=training)
         y = self.dropout(y, training=training)
-        x = x + self._drop_path(y, training)
+        x = x + self._drop_path(self._scale(y, self.attention_scale), training)
         y = self.mlp(self.norm_2(x), training=training)
-        return x + self._drop_path(y, training)
+        return x + self._drop_path(self._scale(y, self.mlp_scale), training)
 
     def attention_probs(self, x):
         """The block's attention probabilities for input `x` (float32)."""
@@ -220,6 +245,8 @@ class TransformerBlock(keras.layers.Layer):
                 "stochastic_depth_rate": self.stochastic_depth_rate,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "gelu_approximate": self.gelu_approximate,
+                "qkv_bias": self.qkv_bias,
+                "layer_scale_init": self.layer_scale_init,
                 "seed": self.seed,
             }
         )

@@ -12,12 +12,13 @@ import warnings
 import keras
 import numpy as np
 
-from keras_vit import architectures
+from keras_vit import labels
 from keras_vit.architectures import CLASSIFIERS, POOLINGS
 from keras_vit.layers import PatchEncoder, Patches, TokenPooling, TransformerBlock
 from keras_vit.layers.seeds import check_seed, derive_seed
 from keras_vit.models.runtime import ModelRuntime
 from keras_vit.validation import (
+    check_bool,
     check_choice,
     check_int,
     check_positive_float,
@@ -28,6 +29,7 @@ from keras_vit.validation import (
 from keras_vit.weights.describe import WeightsInfo, describe_weights
 from keras_vit.weights.loader import load_weights
 from keras_vit.weights.posemb import resample_posemb
+from keras_vit.weights.record import Preprocessing
 
 
 def _input_shape(image_size, input_shape, default):
@@ -92,6 +94,60 @@ def _check_head(classifier, pooling, representation_size, classifier_activation)
     return _check_activation(classifier_activation)
 
 
+def _check_tokens(classifier, pooling, distillation_token, distillation_head, num_register_tokens,
+                  representation_size):
+    """Checks the prefix-token options; returns the resolved `distillation_head`."""
+    check_bool(distillation_token, "distillation_token")
+    check_int(num_register_tokens, "num_register_tokens", minimum=0)
+    if distillation_token and classifier != "token":
+        raise ValueError(
+            "`distillation_token` needs the class token before it, but "
+            f"classifier={classifier!r} builds none. Received: distillation_token=True"
+        )
+    if distillation_head is None:
+        distillation_head = distillation_token
+    check_bool(distillation_head, "distillation_head")
+    if distillation_head and not distillation_token:
+        raise ValueError(
+            "`distillation_head` reads the distillation token, which the model "
+            "lacks. Received: distillation_head=True, distillation_token=False"
+        )
+    if distillation_head and representation_size is not None:
+        raise ValueError(
+            "A pre-logits layer (`representation_size`) and a distillation head "
+            f"do not combine. Received: representation_size={representation_size}, "
+            "distillation_head=True"
+        )
+    return distillation_head
+
+
+def _class_names(value, classes, include_top):
+    """`class_names` as a tuple of strings (None when unset)."""
+    if value is None:
+        return None
+    if not include_top:
+        raise ValueError(
+            "`class_names` name the head's classes, but include_top=False builds "
+            f"no head. Received: class_names of length {len(value)}"
+        )
+    if isinstance(value, str):
+        check_choice(value, tuple(labels.LISTS), "class_names")
+        names = labels.class_names(labels.LISTS[value])
+    else:
+        names = tuple(value) if isinstance(value, (list, tuple)) else None
+        if names is None or not all(isinstance(n, str) for n in names):
+            raise ValueError(
+                f"`class_names` must be None, one of {tuple(labels.LISTS)} or a "
+                f"sequence of strings. Received: class_names={value!r}"
+            )
+    if len(names) != classes:
+        raise ValueError(
+            f"`class_names` must name each of the {classes} classes. "
+            f"Received: {len(names)} names"
+        )
+    return names
+
+
 def _check_numerics(gelu_approximate, layer_norm_epsilon):
     if gelu_approximate not in (None, True, False):
         raise ValueError(
@@ -108,10 +164,20 @@ class ViT(ModelRuntime, keras.Model):
     A functional `keras.Model`: images are cut into patches, embedded with a
     class token and position embedding, passed through `num_layers`
     pre-LayerNorm Transformer blocks and a final LayerNorm, then classified
-    from the class token (or the mean of all tokens). Layer names follow the
-    official checkpoint (`embedding`, `encoderblock_{i}`, `encoder_norm`,
+    from the class token (or the mean of the patch tokens). Layer names follow
+    the official checkpoint (`embedding`, `encoderblock_{i}`, `encoder_norm`,
     `pre_logits`, `head`), so `model.get_layer("encoderblock_3").output`
     gives a feature extractor.
+
+    Options found in later checkpoints (DeiT, timm, transformers), each
+    exactly as those define it: a distillation token with its own head
+    (`head_dist`; the output is the average of both heads' logits, DeiT's
+    inference rule; the two heads are the layers `head` and `head_dist`),
+    register tokens, query/key/value without biases, LayerScale, and the
+    final LayerNorm applied to the pooled features (`fc_norm`). A model can
+    carry its checkpoint's class names and preprocessing (`class_names`,
+    `preprocessing`), which `keras_vit.decode_predictions(..., model=)` and
+    `keras_vit.preprocess_input(..., model=)` use.
 
     The model accepts images of any size divisible by the patch size, not only
     `image_size`: the position embedding is resized on the fly.
@@ -125,7 +191,7 @@ class ViT(ModelRuntime, keras.Model):
         num_heads: int, attention heads, default 12; must divide `hidden_size`.
         mlp_dim: int, MLP hidden width, default 3072.
         classifier: "token" (class token, default) or "gap" (no class token,
-            mean of all tokens).
+            mean of the patch tokens).
         representation_size: None (default) or int: width of the Dense+tanh
             pre-logits layer of the original ImageNet-21k checkpoints.
         include_top: bool, default True: whether to add the classifier head.
@@ -150,6 +216,30 @@ class ViT(ModelRuntime, keras.Model):
         weights: None (random init), a registered weights name such as
             "imagenet21k", or the path of a checkpoint file (see
             `keras_vit.weights`).
+        qkv_bias: bool, default True: biases on the query, key and value
+            projections.
+        layer_scale_init: None (default) or a positive float: LayerScale on
+            both branches of every block, initialised to this value.
+        distillation_token: bool, default False: DeiT's distillation token
+            after the class token, with its own position row (needs
+            `classifier="token"`).
+        distillation_head: None (default: `distillation_token`) or bool: a
+            second head `head_dist` on the distillation token, averaged with
+            `head`; False keeps the class-token head alone.
+        num_register_tokens: int, default 0: register tokens after the class
+            (and distillation) token, without position rows; excluded from
+            the "avg"/"max"/"gap" pooling.
+        pooled_norm: bool, default False: apply the final LayerNorm (named
+            `fc_norm`) to the pooled features instead of to every token
+            (timm's `fc_norm`); with `include_top=False, pooling=None` the
+            tokens come out unnormalised.
+        class_names: None, a sequence of `classes` strings (head order), or
+            the name of a list in `keras_vit.labels.LISTS` ("imagenet1k",
+            "imagenet21k"). Default: the registered `weights`' list when the
+            head is theirs. Read back as the tuple `model.class_names`.
+        preprocessing: None, a `keras_vit.weights.record.Preprocessing` or
+            its config dict: how the weights expect images (mean/std, resize,
+            crop). Default: the registered `weights`' scaling.
         seed: None (default) or an int: the seed the random streams of the
             model (dropout, stochastic depth) derive theirs from, each layer
             its own. With None they are drawn from Keras' global generator,
@@ -197,6 +287,14 @@ class ViT(ModelRuntime, keras.Model):
         gelu_approximate=None,
         input_shape=None,
         weights=None,
+        qkv_bias=True,
+        layer_scale_init=None,
+        distillation_token=False,
+        distillation_head=None,
+        num_register_tokens=0,
+        pooled_norm=False,
+        class_names=None,
+        preprocessing=None,
         seed=None,
         name="vit",
         dtype=None,
@@ -217,6 +315,10 @@ class ViT(ModelRuntime, keras.Model):
         self.attention_dropout_rate = check_rate(attention_dropout_rate, "attention_dropout_rate")
         self.stochastic_depth_rate = check_rate(stochastic_depth_rate, "stochastic_depth_rate")
         self.layer_norm_epsilon = _check_numerics(gelu_approximate, layer_norm_epsilon)
+        self._set_options(
+            qkv_bias, layer_scale_init, distillation_token, distillation_head, num_register_tokens,
+            pooled_norm,
+        )
 
         # What the checkpoint fixes (resolution, classes, GELU, channels).
         info = WeightsInfo() if weights is None else describe_weights(weights, self.architecture_config())
@@ -234,6 +336,7 @@ class ViT(ModelRuntime, keras.Model):
         if gelu_approximate is None:
             gelu_approximate = True if info.gelu_approximate is None else info.gelu_approximate
         self.gelu_approximate = bool(gelu_approximate)
+        self._set_metadata(class_names, preprocessing, info)
 
         inputs = keras.Input(shape=shape, name="image")
         outputs = self._head(self._encoder(self._embedding(inputs, dtype), dtype), dtype)
@@ -270,8 +373,44 @@ class ViT(ModelRuntime, keras.Model):
 
     @property
     def num_prefix_tokens(self):
-        """Tokens before the patch tokens: 1 with a class token, else 0."""
-        return int(self.classifier == "token")
+        """Tokens before the patch tokens: class, distillation and register tokens."""
+        return self.num_prefix_rows + self.num_register_tokens
+
+    @property
+    def num_prefix_rows(self):
+        """Position-embedding rows before the patch rows (class, distillation token)."""
+        return int(self.classifier == "token") + int(self.distillation_token)
+
+    @property
+    def class_names(self):
+        """The head's class names (a tuple), or None."""
+        return self._class_names
+
+    def _set_options(self, qkv_bias, layer_scale_init, distillation_token, distillation_head,
+                     num_register_tokens, pooled_norm):
+        """The options of later checkpoints (DeiT, timm, transformers), checked."""
+        self.qkv_bias = check_bool(qkv_bias, "qkv_bias")
+        self.layer_scale_init = (
+            None if layer_scale_init is None else check_positive_float(layer_scale_init, "layer_scale_init")
+        )
+        self.distillation_head = _check_tokens(
+            self.classifier, self.pooling, distillation_token, distillation_head,
+            num_register_tokens, self.representation_size,
+        )
+        self.distillation_token, self.num_register_tokens = distillation_token, num_register_tokens
+        self.pooled_norm = check_bool(pooled_norm, "pooled_norm")
+
+    def _set_metadata(self, class_names, preprocessing, info):
+        # The registered weights' lists, when the head is theirs.
+        if class_names is None and self.include_top and self.classes == info.classes:
+            class_names = info.class_names
+        self._class_names_arg = list(class_names) if isinstance(class_names, tuple) else class_names
+        self._class_names = _class_names(class_names, self.classes, self.include_top)
+        if preprocessing is None:
+            preprocessing = info.preprocessing
+        if preprocessing is not None:
+            preprocessing = Preprocessing.from_config(preprocessing)
+        self.preprocessing = preprocessing
 
     def _check_input_spec(self, shape, dtype, name="x"):
         """Raises a `ValueError` for images this model cannot take.
@@ -334,6 +473,8 @@ class ViT(ModelRuntime, keras.Model):
             self.patch_size,
             self.grid_size,
             class_token=self.classifier == "token",
+            distillation_token=self.distillation_token,
+            num_register_tokens=self.num_register_tokens,
             name="embedding",
             dtype=dtype,
         )(x)
@@ -353,28 +494,40 @@ class ViT(ModelRuntime, keras.Model):
                 stochastic_depth_rate=rate,
                 layer_norm_epsilon=self.layer_norm_epsilon,
                 gelu_approximate=self.gelu_approximate,
+                qkv_bias=self.qkv_bias,
+                layer_scale_init=self.layer_scale_init,
                 seed=derive_seed(self.seed, i),
                 name=f"encoderblock_{i}",
                 dtype=dtype,
             )(x)
-        return keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="encoder_norm", dtype=dtype
-        )(x)
+        if self.pooled_norm:
+            return x  # normalised after pooling, in `_head`
+        return self._norm("encoder_norm", dtype)(x)
 
-    def _head(self, x, dtype):
-        prefix = self.num_prefix_tokens
+    def _norm(self, name, dtype):
+        return keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name=name, dtype=dtype)
+
+    def _pool(self, tokens, mode, dtype, name="pool"):
+        x = TokenPooling(mode, self.num_prefix_tokens, name=name, dtype=dtype)(tokens)
+        return self._norm("fc_norm", dtype)(x) if self.pooled_norm and name == "pool" else x
+
+    def _head(self, tokens, dtype):
         if not self.include_top:
-            if self.pooling is None:
-                return x
-            return TokenPooling(self.pooling, prefix, name="pool", dtype=dtype)(x)
-        mode = "token" if self.classifier == "token" else "avg"
-        x = TokenPooling(mode, prefix, name="pool", dtype=dtype)(x)
+            return tokens if self.pooling is None else self._pool(tokens, self.pooling, dtype)
+        x = self._pool(tokens, "token" if self.classifier == "token" else "avg", dtype)
         if self.representation_size is not None:
             x = keras.layers.Dense(
                 self.representation_size, activation="tanh", name="pre_logits", dtype=dtype
             )(x)
         # The official head is zero-initialised (also for fine-tuning).
         x = keras.layers.Dense(self.classes, kernel_initializer="zeros", name="head", dtype=dtype)(x)
+        if self.distillation_head:
+            # DeiT at inference: the mean of the class and distillation heads.
+            second = self._pool(tokens, "distillation", dtype, name="pool_dist")
+            second = keras.layers.Dense(
+                self.classes, kernel_initializer="zeros", name="head_dist", dtype=dtype
+            )(second)
+            x = keras.layers.Average(name="head_average", dtype=dtype)([x, second])
         if self.classifier_activation is None:
             return x
         return keras.layers.Activation(
@@ -428,7 +581,7 @@ class ViT(ModelRuntime, keras.Model):
         if copy.grid_size != self.grid_size:
             path = copy.get_layer("embedding").pos_embedding.path
             values[path] = resample_posemb(
-                values[path], copy.grid_size, self.num_prefix_tokens, old_grid=self.grid_size
+                values[path], copy.grid_size, self.num_prefix_rows, old_grid=self.grid_size
             )
         for variable in copy.weights:
             variable.assign(np.asarray(values[variable.path], variable.dtype))
@@ -469,11 +622,44 @@ class ViT(ModelRuntime, keras.Model):
             "gelu_approximate": self.gelu_approximate,
             "input_shape": self.image_size + (self.num_channels,),
             "weights": None,
+            "qkv_bias": self.qkv_bias,
+            "layer_scale_init": self.layer_scale_init,
+            "distillation_token": self.distillation_token,
+            "distillation_head": self.distillation_head,
+            "num_register_tokens": self.num_register_tokens,
+            "pooled_norm": self.pooled_norm,
+            "class_names": self._class_names_arg,
+            "preprocessing": None if self.preprocessing is None else self.preprocessing.get_config(),
             "seed": self.seed,
             "name": self.name,
             "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            # The layers' policy: a functional model keeps float32 as its own.
+            "dtype": keras.dtype_policies.serialize(self.get_layer("embedding").dtype_policy),
         }
+
+    def save_to_preset(self, directory, format="keras_vit"):
+        """Writes the model as a preset directory (see `keras_vit.weights.writers`).
+
+        Args:
+            directory: folder to write (created if needed).
+            format: "keras_vit" (default: reloads exactly with
+                `keras_vit.from_preset` on every backend) or "transformers"
+                (loads in `transformers.AutoModelForImageClassification`;
+                models it cannot represent are refused before writing).
+
+        Example:
+
+        >>> import tempfile, keras_vit
+        >>> model = ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
+        ...             num_heads=2, mlp_dim=8, classes=2, class_names=["no", "yes"])
+        >>> folder = tempfile.mkdtemp()
+        >>> model.save_to_preset(folder)
+        >>> keras_vit.from_preset(folder).class_names
+        ('no', 'yes')
+        """
+        from keras_vit.weights import writers
+
+        writers.save_to_preset(self, directory, format=format)
 
     @classmethod
     def from_config(cls, config):

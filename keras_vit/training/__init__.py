@@ -1,7 +1,8 @@
 """Training ViT classifiers with `model.fit`, at any scale.
 
 - `recipes`: the paper's optimizers, schedules and losses
-  (`finetune_optimizer`, `pretrain_optimizer`, `compile_for_finetuning`).
+  (`finetune_optimizer`, `pretrain_optimizer`, `compile_for_finetuning`,
+  `masked_patch_optimizer` for self-supervised pre-training).
 - `data`: tf.data training/evaluation pipelines (imported lazily).
 - `sources`: tfds datasets, image folders, scikit-learn digits.
 - `distribute`: `get_distribution(name)` for tf.distribute strategies,
@@ -24,8 +25,10 @@ from keras_vit.training.recipes import (
     accumulation_steps,
     classification_loss,
     compile_for_finetuning,
+    compile_for_masked_patch_prediction,
     compile_for_pretraining,
     finetune_optimizer,
+    masked_patch_optimizer,
     pretrain_optimizer,
     scaled_learning_rate,
 )

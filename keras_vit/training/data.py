@@ -21,7 +21,9 @@ batch across the replicas.
 
 Value ranges (`mode`), applied with `keras_vit.preprocess_input`:
 "inception" maps [0, 255] to [-1, 1] (the Google checkpoints); "imagenet"
-scales to [0, 1] then normalises with the ImageNet mean and std (DeiT, timm).
+scales to [0, 1] then normalises with the ImageNet mean and std (DeiT, timm);
+None keeps float [0, 255] for models that scale their inputs themselves
+(`keras_vit.pretraining.MaskedPatchPrediction`).
 """
 
 from keras_vit.preprocessing import MODES, center_crop, preprocess_input
@@ -30,7 +32,7 @@ from keras_vit.validation import check_choice, check_fraction, pair
 
 
 def _check_mode(mode):
-    return check_choice(mode, MODES, "mode")
+    return check_choice(mode, (None,) + tuple(MODES), "mode")
 
 
 def value_range(images, mode="inception"):
@@ -38,14 +40,18 @@ def value_range(images, mode="inception"):
 
     Args:
         images: float tensor `(..., H, W, 3)` with values in [0, 255].
-        mode: "inception" (default, [-1, 1]) or "imagenet" (mean/std).
+        mode: "inception" (default, [-1, 1]), "imagenet" (mean/std) or
+            None ([0, 255] unchanged).
 
     Returns:
         A float32 tensor of the same shape.
     """
+    mode = _check_mode(mode)
     images = _tf().cast(images, "float32")
+    if mode is None:
+        return images
     # preprocess_input runs TensorFlow ops on tf.Tensors, whatever the backend.
-    return preprocess_input(images, mode=_check_mode(mode))
+    return preprocess_input(images, mode=mode)
 
 
 def _as_rgb(image):
@@ -129,7 +135,7 @@ def eval_transform(image_size, mode="inception", crop_fraction=None):
 
     Args:
         image_size: int or (height, width), the model's input size.
-        mode: value range, "inception" (default) or "imagenet".
+        mode: value range, "inception" (default), "imagenet" or None ([0, 255]).
         crop_fraction: None (default) resizes the whole image to
             `image_size`, as the official evaluation; a float in (0, 1]
             resizes the shorter side to `image_size / crop_fraction` and
@@ -169,7 +175,7 @@ def train_pipeline(
         dataset: `tf.data.Dataset` of `(image, label)`, uint8 images.
         image_size: int or (height, width).
         batch_size: int, global batch size (all replicas together).
-        mode: value range, "inception" (default) or "imagenet".
+        mode: value range, "inception" (default), "imagenet" or None ([0, 255]).
         area_range: crop area range, default (0.05, 1); (1, 1) disables the
             random crop.
         flip: bool, default True, random horizontal flips.
@@ -214,7 +220,7 @@ def eval_pipeline(dataset, image_size, batch_size, mode="inception", crop_fracti
         dataset: `tf.data.Dataset` of `(image, label)`.
         image_size: int or (height, width).
         batch_size: int, global batch size.
-        mode: value range, "inception" (default) or "imagenet".
+        mode: value range, "inception" (default), "imagenet" or None ([0, 255]).
         crop_fraction: None (default) or float, see `eval_transform`.
         cache: bool, default False: cache the preprocessed images in memory.
 

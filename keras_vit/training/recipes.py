@@ -379,3 +379,92 @@ def compile_for_pretraining(model, total_steps, label_smoothing=0.0, metrics=Non
     """
     optimizer = pretrain_optimizer(total_steps, **optimizer_kwargs)
     return _compile(model, optimizer, label_smoothing, metrics)
+
+
+def masked_patch_optimizer(
+    total_steps,
+    base_lr=2e-4,
+    warmup_steps=10_000,
+    decay="cosine",
+    weight_decay=0.0,
+    global_batch_size=4096,
+    device_batch_size=None,
+    global_clipnorm=1.0,
+    **kwargs,
+):
+    """Adam of the paper's masked patch prediction recipe (App. B.1.2).
+
+    The paper pre-trains with Adam, base learning rate 2e-4, 10k warm-up
+    steps and cosine decay, batch 4096, for 1M steps on JFT (ViT-B/16). It
+    states no weight decay, so the default is none (Adam); gradients are
+    clipped at global norm 1 as in the supervised pre-training recipe. Scale
+    it down with the arguments (`total_steps`, `warmup_steps`,
+    `global_batch_size`; for another batch size the rate usually scales
+    with it, `scaled_learning_rate(2e-4, batch, 4096)`).
+
+    Args:
+        total_steps: int, parameter updates (paper: 1 000 000).
+        base_lr: float, default 2e-4.
+        warmup_steps: int, default 10 000, clipped to `total_steps`.
+        decay: "cosine" (default), "linear" or "constant".
+        weight_decay: float, default 0 (Adam).
+        global_batch_size, device_batch_size: as in `finetune_optimizer`;
+            default 4096 and None.
+        global_clipnorm: float or None, default 1.0.
+        **kwargs: other `pretrain_optimizer` arguments (`beta_1`, ...).
+
+    Returns:
+        A `keras.optimizers.AdamW` (plain Adam with `weight_decay=0`).
+
+    Example:
+
+    >>> opt = masked_patch_optimizer(1000, warmup_steps=100, global_batch_size=64)
+    >>> round(float(opt.learning_rate), 6), float(opt.weight_decay)
+    (0.0, 0.0)
+    """
+    return pretrain_optimizer(
+        total_steps,
+        base_lr=base_lr,
+        warmup_steps=warmup_steps,
+        decay=decay,
+        weight_decay=weight_decay,
+        global_batch_size=global_batch_size,
+        device_batch_size=device_batch_size,
+        global_clipnorm=global_clipnorm,
+        **kwargs,
+    )
+
+
+def compile_for_masked_patch_prediction(task, total_steps, **optimizer_kwargs):
+    """Compiles a `keras_vit.pretraining.MaskedPatchPrediction` with its recipe.
+
+    The loss is the task's own (`MaskedPatchPrediction.compute_loss`), so
+    only the optimizer is set.
+
+    Args:
+        task: a `MaskedPatchPrediction`.
+        total_steps: int, parameter updates of the run.
+        **optimizer_kwargs: forwarded to `masked_patch_optimizer`.
+
+    Returns:
+        The compiled task.
+
+    Example:
+
+    >>> import keras_vit
+    >>> encoder = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
+    ...                         num_heads=2, mlp_dim=8, include_top=False)
+    >>> task = keras_vit.pretraining.MaskedPatchPrediction(encoder)
+    >>> task = compile_for_masked_patch_prediction(task, total_steps=10, warmup_steps=2)
+    >>> type(task.optimizer).__name__
+    'AdamW'
+    """
+    from keras_vit.pretraining import MaskedPatchPrediction
+
+    if not isinstance(task, MaskedPatchPrediction):
+        raise ValueError(
+            "`task` must be a keras_vit.pretraining.MaskedPatchPrediction. "
+            f"Received: task={type(task).__name__}"
+        )
+    task.compile(optimizer=masked_patch_optimizer(total_steps, **optimizer_kwargs))
+    return task

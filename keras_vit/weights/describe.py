@@ -3,10 +3,12 @@
 import os
 from dataclasses import dataclass
 
+from keras_vit import labels
 from keras_vit.architectures import architecture_name, effective_patch_size
 from keras_vit.weights import registry, sources
-from keras_vit.weights.mapping import CLS_KEY, POSEMB_KEY
+from keras_vit.weights.mapping import POSEMB_KEY, POSITION_PREFIX_KEYS
 from keras_vit.weights.posemb import square_grid
+from keras_vit.weights.record import Preprocessing
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,9 @@ class WeightsInfo:
         gelu_approximate: True (tanh GELU, Google numerics), False (erf).
         representation_size: int, width of its pre-logits layer.
         channels: int, image channels its first layer takes.
+        preprocessing: a `Preprocessing` record of its input scaling.
+        class_names: the name of its head's class list in
+            `keras_vit.labels.LISTS` ("imagenet1k", "imagenet21k").
     """
 
     image_size: object = None
@@ -26,6 +31,8 @@ class WeightsInfo:
     gelu_approximate: object = None
     representation_size: object = None
     channels: object = None
+    preprocessing: object = None
+    class_names: object = None
 
 
 def registered_names(architecture):
@@ -103,24 +110,25 @@ def _tensor_shapes(path, kind):
 
 
 # Where each file kind keeps what `WeightsInfo` reports: (position
-# embedding, class token, head bias, pre-logits bias, first-layer kernels
-# with the axis of their input channels).
+# embedding, the prefix tokens with a position row (class, distillation),
+# head bias, pre-logits bias, first-layer kernels with the axis of their
+# input channels).
 _KEYS = {
-    "npz": (POSEMB_KEY, CLS_KEY, "head/bias", "pre_logits/bias",
+    "npz": (POSEMB_KEY, POSITION_PREFIX_KEYS, "head/bias", "pre_logits/bias",
             (("embedding/kernel", 2), ("conv_root/kernel", 2))),
-    "timm": ("pos_embed", "cls_token", "head.bias", "pre_logits.fc.bias",
+    "timm": ("pos_embed", ("cls_token", "dist_token"), "head.bias", "pre_logits.fc.bias",
              (("patch_embed.proj.weight", 1),)),
 }
 
 
 def _facts(shapes, kind):
     """`(patch rows of the position embedding, classes, pre-logits width, channels)`."""
-    posemb, cls, head, pre, first = _KEYS[kind]
+    posemb, prefix, head, pre, first = _KEYS[kind]
     if kind == "npz" and posemb not in shapes and "pos_embedding" in shapes:
         # big_vision: the embedding has no class-token row.
         rows = shapes["pos_embedding"][1]
     else:
-        rows = shapes[posemb][1] - int(cls in shapes) if posemb in shapes else None
+        rows = shapes[posemb][1] - sum(k in shapes for k in prefix) if posemb in shapes else None
     # A hybrid's `embedding/kernel` takes feature maps: the root conv wins.
     channels = None
     for key, axis in first:
@@ -161,12 +169,16 @@ def describe_weights(weights, architecture_config):
     """
     path, record = resolve(weights, architecture_name(architecture_config))
     if record is not None:
+        lists = {size: name for name, size in labels.LISTS.items()}
         return WeightsInfo(
             image_size=record.image_size,
             classes=record.classes,
             gelu_approximate=record.gelu_approximate,
             representation_size=record.representation_size,
             channels=3,
+            # The official evaluation resizes straight to the input size.
+            preprocessing=Preprocessing.from_mode(record.preprocessing, image_size=record.image_size),
+            class_names=lists.get(record.classes),
         )
     path = sources.check_file(path)
     kind = sources.checkpoint_format(path)

@@ -9,9 +9,10 @@ import numpy as np
 from keras_vit.architectures import architecture_name
 from keras_vit.weights import describe, sources
 from keras_vit.weights.mapping import (
-    CLS_KEY,
+    HEAD_DIST_PREFIX,
     HEAD_PREFIX,
     POSEMB_KEY,
+    POSITION_PREFIX_KEYS,
     PRE_LOGITS_PREFIX,
     model_variables,
 )
@@ -38,12 +39,23 @@ def _pop(params, prefix, ignored, reason):
         params.pop(key)
 
 
+def _zero_heads(params, targets):
+    for prefix in (HEAD_PREFIX, HEAD_DIST_PREFIX):
+        for leaf in ("kernel", "bias"):
+            if prefix + leaf in targets:
+                params[prefix + leaf] = np.zeros(targets[prefix + leaf].shape, "float32")
+
+
 def _adapt_classifier(params, targets, path, ignored, notes):
-    """include_top=False, dropped pre-logits and a new head, as the official code."""
+    """include_top=False, dropped pre-logits and a new head, as the official code.
+
+    DeiT's distillation head (`head_dist`) follows the head: both are kept,
+    or both start from zeros.
+    """
     if HEAD_PREFIX + "kernel" not in targets:
         reason = "the model has no classifier (include_top=False)"
-        _pop(params, HEAD_PREFIX, ignored, reason)
-        _pop(params, PRE_LOGITS_PREFIX, ignored, reason)
+        for prefix in (HEAD_PREFIX, HEAD_DIST_PREFIX, PRE_LOGITS_PREFIX):
+            _pop(params, prefix, ignored, reason)
         return
     kernel = targets[HEAD_PREFIX + "kernel"]
     source = params.get(HEAD_PREFIX + "kernel")
@@ -59,15 +71,21 @@ def _adapt_classifier(params, targets, path, ignored, notes):
     elif source is None:
         notes.append(f"{path}: the checkpoint has no head: the head is zero-initialised.")
     elif source.ndim == 2 and source.shape[0] == kernel.shape[0] and source.shape[1] != kernel.shape[1]:
-        _pop(params, HEAD_PREFIX, ignored, f"{source.shape[1]}-class head; the model has {kernel.shape[1]}")
+        reason = f"{source.shape[1]}-class head; the model has {kernel.shape[1]}"
+        _pop(params, HEAD_PREFIX, ignored, reason)
+        if HEAD_DIST_PREFIX + "kernel" in targets:
+            _pop(params, HEAD_DIST_PREFIX, ignored, reason)
         notes.append(
             f"{path}: the checkpoint's head has {source.shape[1]} classes, the "
             f"model {kernel.shape[1]}: the head is zero-initialised (as for fine-tuning)."
         )
     else:
         return
-    params[HEAD_PREFIX + "kernel"] = np.zeros(kernel.shape, "float32")
-    params[HEAD_PREFIX + "bias"] = np.zeros(targets[HEAD_PREFIX + "bias"].shape, "float32")
+    _zero_heads(params, targets)
+
+
+def _position_rows(keys):
+    return sum(key in keys for key in POSITION_PREFIX_KEYS)
 
 
 def _adapt_posemb(params, targets, model, path):
@@ -79,11 +97,11 @@ def _adapt_posemb(params, targets, model, path):
         and posemb.ndim == 3
         and posemb.shape[-1] == target.shape[-1]
         and posemb.shape[1] != target.shape[1]
-        and (CLS_KEY in params) == (CLS_KEY in targets)
+        and all((key in params) == (key in targets) for key in POSITION_PREFIX_KEYS)
     )
     if not resizable:
         return
-    prefix = int(CLS_KEY in targets)
+    prefix = _position_rows(targets)
     grid = getattr(model, "grid_size", None)
     if grid is None or prefix + grid[0] * grid[1] != target.shape[1]:
         side = int(round((target.shape[1] - prefix) ** 0.5))

@@ -15,6 +15,8 @@ import re
 # templates use `re` group references. Paths matching nothing keep their name.
 PATH_RULES = (
     (r"^embedding/cls$", "cls"),
+    (r"^embedding/dist$", "dist"),
+    (r"^embedding/reg$", "reg"),
     (r"^embedding/pos_embedding$", "Transformer/posembed_input/pos_embedding"),
     (r"^(encoderblock_\d+/.*)$", r"Transformer/\1"),
     (r"^(encoder_norm/.*)$", r"Transformer/\1"),
@@ -24,11 +26,17 @@ PATH_RULES = (
 # them scale/bias (LayerNorm and GroupNorm alike).
 LEAF_RENAMES = {"gamma": "scale", "beta": "bias"}
 
-# Checkpoint key prefixes of the classifier, dropped for `include_top=False`.
+# Checkpoint key prefixes of the classifier, dropped for `include_top=False`
+# (`head_dist`: DeiT's second head, on the distillation token).
 HEAD_PREFIX = "head/"
+HEAD_DIST_PREFIX = "head_dist/"
 PRE_LOGITS_PREFIX = "pre_logits/"
 POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
+# The prefix tokens with a position row (class, distillation), in row order;
+# register tokens (`reg`) have none.
 CLS_KEY = "cls"
+DIST_KEY = "dist"
+POSITION_PREFIX_KEYS = (CLS_KEY, DIST_KEY)
 
 _COMPILED = tuple((re.compile(pattern), template) for pattern, template in PATH_RULES)
 

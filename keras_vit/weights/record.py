@@ -1,14 +1,26 @@
-"""`WeightsRecord`: the metadata of one published checkpoint file."""
+"""Checkpoint metadata as data: `WeightsRecord` (one published file) and
+`Preprocessing` (how a checkpoint's images are prepared)."""
 
 import dataclasses
 
+import numpy as np
+
 from keras_vit.architectures import CLASSIFIERS
-from keras_vit.validation import check_choice
+from keras_vit.validation import check_choice, check_fraction, pair
 
 # The input scalings a checkpoint can expect (`keras_vit.preprocess_input`
 # modes): "inception" maps [0, 255] to [-1, 1] (every Google checkpoint),
 # "imagenet" normalises with the ImageNet mean and std (DeiT, timm).
 PREPROCESSING = ("inception", "imagenet")
+# The per-channel mean and std of each mode, on [0, 1] pixels.
+MODE_STATISTICS = {
+    "inception": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+    "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+}
+# The names `keras.applications.imagenet_utils` uses for the same scalings.
+MODE_ALIASES = {"tf": "inception", "torch": "imagenet"}
+# Resampling filters a checkpoint's resize may name.
+RESAMPLING = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming", "area")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,3 +103,190 @@ class WeightsRecord:
     def key(self):
         """`(architecture, name)`, the record's key in `WEIGHTS`."""
         return (self.architecture, self.name)
+
+
+def _size_pair(value, name, allow_int=False):
+    if value is None:
+        return None
+    if allow_int and isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise ValueError(f"`{name}` must be positive. Received: {name}={value!r}")
+        return value
+    try:
+        pair = tuple(value)
+    except TypeError:
+        pair = ()
+    if len(pair) != 2 or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair
+    ):
+        allowed = "a positive int (shorter side) or " if allow_int else ""
+        raise ValueError(
+            f"`{name}` must be {allowed}a (height, width) pair of positive ints. "
+            f"Received: {name}={value!r}"
+        )
+    return pair
+
+
+def _channel_stats(value, name, positive):
+    try:
+        stats = tuple(float(v) for v in value)
+    except (TypeError, ValueError):
+        stats = ()
+    if not stats or (positive and min(stats) <= 0):
+        kind = "positive numbers" if positive else "numbers"
+        raise ValueError(
+            f"`{name}` must be a non-empty sequence of {kind}, one per channel. "
+            f"Received: {name}={value!r}"
+        )
+    return stats
+
+
+@dataclasses.dataclass(frozen=True)
+class Preprocessing:
+    """How a checkpoint's images are prepared, as data.
+
+    Pixels in [0, 255] are scaled to `(x / 255 - mean) / std` per channel
+    (`preprocess_input(x, model=model)` does this); before that, data
+    pipelines resize (`resize`: the shorter side to an int, or exactly to a
+    `(height, width)`) and crop the centre `image_size`.
+
+    Args:
+        mean: per-channel means of [0, 1] pixels, default (0.5, 0.5, 0.5).
+        std: per-channel standard deviations, default (0.5, 0.5, 0.5)
+            (with the default mean: the [-1, 1] range of Google's
+            checkpoints).
+        image_size: `(height, width)` the model is fed (the centre crop), or
+            None when unknown.
+        resize: None (resize straight to `image_size`), an int (the shorter
+            side, aspect ratio kept) or an exact `(height, width)`, applied
+            before the centre crop; an exact resize to `image_size` is
+            stored as None.
+        interpolation: resampling filter of the resize, one of
+            `RESAMPLING`, default "bicubic".
+
+    Example:
+
+    >>> prep = Preprocessing.from_mode("imagenet", image_size=224, crop_fraction=0.875)
+    >>> prep.resize, prep.image_size, prep.mode
+    (256, (224, 224), 'imagenet')
+    >>> Preprocessing.from_config(prep.get_config()) == prep
+    True
+    """
+
+    mean: tuple = (0.5, 0.5, 0.5)
+    std: tuple = (0.5, 0.5, 0.5)
+    image_size: object = None
+    resize: object = None
+    interpolation: str = "bicubic"
+
+    def __post_init__(self):
+        mean = _channel_stats(self.mean, "mean", positive=False)
+        std = _channel_stats(self.std, "std", positive=True)
+        if len(mean) != len(std):
+            raise ValueError(
+                "`mean` and `std` must have one value per channel each. "
+                f"Received: mean={self.mean!r}, std={self.std!r}"
+            )
+        check_choice(self.interpolation, RESAMPLING, "interpolation")
+        size = self.image_size
+        if isinstance(size, int) and not isinstance(size, bool):
+            size = (size, size)
+        object.__setattr__(self, "mean", mean)
+        object.__setattr__(self, "std", std)
+        object.__setattr__(self, "image_size", _size_pair(size, "image_size"))
+        resize = _size_pair(self.resize, "resize", allow_int=True)
+        # An exact resize to the input size is no separate step.
+        object.__setattr__(self, "resize", None if resize == self.image_size else resize)
+
+    @classmethod
+    def from_mode(cls, mode, image_size=None, crop_fraction=None, interpolation="bicubic"):
+        """The record of a `preprocess_input` mode ("inception" or "imagenet").
+
+        Args:
+            mode: "inception" or "imagenet" ("tf"/"torch" accepted).
+            image_size: optional int or `(height, width)` model input.
+            crop_fraction: optional float in (0, 1]: the shorter side is
+                resized to `image_size / crop_fraction` before the centre crop.
+            interpolation: default "bicubic".
+        """
+        mode = check_choice(MODE_ALIASES.get(mode, mode), PREPROCESSING, "mode")
+        mean, std = MODE_STATISTICS[mode]
+        resize = None
+        if check_fraction(crop_fraction, "crop_fraction", allow_none=True) is not None:
+            if image_size is None:
+                raise ValueError("`crop_fraction` needs `image_size`.")
+            side = image_size if isinstance(image_size, int) else min(image_size)
+            resize = int(side / crop_fraction)
+        return cls(mean, std, image_size, resize, interpolation)
+
+    @property
+    def mode(self):
+        """"inception" or "imagenet" when the statistics are a mode's, else None."""
+        for name, (mean, std) in MODE_STATISTICS.items():
+            if np.allclose(self.mean, mean, atol=1e-6) and np.allclose(self.std, std, atol=1e-6):
+                return name
+        return None
+
+    @property
+    def crop_fraction(self):
+        """The share of the resized image the centre crop keeps (1.0: no crop).
+
+        Example:
+
+        >>> Preprocessing(image_size=224, resize=256).crop_fraction
+        0.875
+        """
+        if self.resize is None or self.image_size is None:
+            return 1.0
+        if isinstance(self.resize, int):
+            return min(self.image_size) / self.resize
+        return min(c / r for c, r in zip(self.image_size, self.resize))
+
+    def for_image_size(self, image_size):
+        """The same preprocessing for another model input size.
+
+        The resize keeps its ratio to the crop (a 256 -> 224 resize and crop
+        becomes 438 -> 384 for 384 px); an exact resize to `image_size` stays
+        exact.
+        """
+        size = pair(image_size, "image_size")
+        resize = self.resize
+        if resize is not None and self.image_size is not None:
+            if isinstance(resize, int):
+                resize = int(resize * min(size) / min(self.image_size))
+            elif resize == self.image_size:
+                resize = size
+            else:
+                resize = tuple(int(r * s / o) for r, s, o in zip(resize, size, self.image_size))
+        return dataclasses.replace(self, image_size=size, resize=resize)
+
+    def get_config(self):
+        """A JSON-friendly dict; `Preprocessing.from_config` inverts it."""
+        return {
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "image_size": list(self.image_size) if self.image_size else None,
+            "resize": list(self.resize) if isinstance(self.resize, tuple) else self.resize,
+            "interpolation": self.interpolation,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        if isinstance(config, cls):
+            return config
+        if not isinstance(config, dict):
+            raise ValueError(
+                "`preprocessing` must be None, a `keras_vit.weights.record.Preprocessing` "
+                f"or its config dict. Received: preprocessing={config!r}"
+            )
+        unknown = sorted(set(config) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(
+                f"Unknown `preprocessing` fields {unknown}. Allowed: "
+                f"{[f.name for f in dataclasses.fields(cls)]}"
+            )
+        config = dict(config)
+        for key in ("image_size", "resize"):
+            if isinstance(config.get(key), list):
+                config[key] = tuple(config[key])
+        return cls(**config)

@@ -214,14 +214,21 @@ def read_state_dict(path):
     """A PyTorch-style state dict from `.safetensors` or `.pth` as NumPy."""
     path = check_file(path)
     if path.lower().endswith(".safetensors"):
+        # Registers bfloat16 with NumPy (a Keras dependency), so safetensors
+        # can hand out bfloat16 tensors, which are widened below.
+        import ml_dtypes  # noqa: F401
         from safetensors.numpy import load_file
 
         try:
-            return load_file(path)
+            state = load_file(path)
         except Exception as error:  # safetensors raises its own error types
             raise ValueError(
                 f"Cannot read checkpoint {path!r}: {type(error).__name__}: {error}"
             ) from None
+        return {
+            k: v.astype("float32") if v.dtype.kind == "V" or v.dtype.name == "bfloat16" else v
+            for k, v in state.items()
+        }
     try:
         import torch
     except ImportError:

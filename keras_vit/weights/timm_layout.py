@@ -5,15 +5,27 @@ embedding is an OIHW convolution, and the attention's query, key and value
 projections are fused into one `qkv` Linear whose output splits as
 `(3, heads, head_dim)`. The rules below rename each key and name the
 transform that brings its tensor to the official layout.
+
+Prefix tokens: timm orders them class token, distillation token (DeiT) or
+register tokens (`reg_token`, `(1, R, D)`), then the patches. Its position
+embedding has a row for each prefix token, or for none of them
+(`no_embed_class=True`: added to the patches before the prefix tokens are
+prepended). keras_vit gives the class and distillation tokens a row and the
+register tokens none; `fold_prefix_rows` converts exactly (a zero row adds
+nothing; a register token's row is a constant that folds into the token).
 """
 
 import re
+
+import numpy as np
 
 _BLOCK = r"Transformer/encoderblock_\1"
 
 # (timm key pattern, canonical key template, transform)
 RULES = (
     (r"cls_token", "cls", None),
+    (r"dist_token", "dist", None),
+    (r"reg_token", "reg", None),
     (r"pos_embed", "Transformer/posembed_input/pos_embedding", None),
     (r"patch_embed\.proj\.weight", "embedding/kernel", "conv"),
     (r"patch_embed\.proj\.bias", "embedding/bias", None),
@@ -29,12 +41,18 @@ RULES = (
     (r"blocks\.(\d+)\.mlp\.fc1\.bias", _BLOCK + "/MlpBlock_3/Dense_0/bias", None),
     (r"blocks\.(\d+)\.mlp\.fc2\.weight", _BLOCK + "/MlpBlock_3/Dense_1/kernel", "linear"),
     (r"blocks\.(\d+)\.mlp\.fc2\.bias", _BLOCK + "/MlpBlock_3/Dense_1/bias", None),
+    (r"blocks\.(\d+)\.ls1\.gamma", _BLOCK + "/attention_scale", None),
+    (r"blocks\.(\d+)\.ls2\.gamma", _BLOCK + "/mlp_scale", None),
     (r"norm\.weight", "Transformer/encoder_norm/scale", None),
     (r"norm\.bias", "Transformer/encoder_norm/bias", None),
     (r"pre_logits\.fc\.weight", "pre_logits/kernel", "linear"),
     (r"pre_logits\.fc\.bias", "pre_logits/bias", None),
+    (r"fc_norm\.weight", "fc_norm/scale", None),
+    (r"fc_norm\.bias", "fc_norm/bias", None),
     (r"head\.weight", "head/kernel", "linear"),
     (r"head\.bias", "head/bias", None),
+    (r"head_dist\.weight", "head_dist/kernel", "linear"),
+    (r"head_dist\.bias", "head_dist/bias", None),
 )
 
 _COMPILED = tuple((re.compile(p + "$"), t, f) for p, t, f in RULES)
@@ -112,6 +130,42 @@ def to_canonical(state, num_heads):
         else:
             out[key] = array
     return out
+
+
+def fold_prefix_rows(params, no_embed_class):
+    """Brings the position rows of timm's prefix tokens to keras_vit's layout.
+
+    Args:
+        params: canonical dict from `to_canonical` (modified in place).
+        no_embed_class: bool, timm's flag: the position embedding has no
+            rows for the prefix tokens.
+
+    Returns:
+        `params`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> p = {"Transformer/posembed_input/pos_embedding": np.ones((1, 4, 2)),
+    ...      "reg": np.zeros((1, 2, 2))}
+    >>> p = fold_prefix_rows(p, no_embed_class=False)
+    >>> p["Transformer/posembed_input/pos_embedding"].shape, p["reg"].tolist()
+    ((1, 2, 2), [[[1.0, 1.0], [1.0, 1.0]]])
+    """
+    key = "Transformer/posembed_input/pos_embedding"
+    if key not in params:
+        return params
+    posemb = params[key]
+    rows = int("cls" in params) + int("dist" in params)
+    registers = params["reg"].shape[1] if "reg" in params else 0
+    if no_embed_class:
+        zeros = np.zeros(posemb.shape[:1] + (rows,) + posemb.shape[2:], posemb.dtype)
+        params[key] = np.concatenate([zeros, posemb], axis=1)
+    elif registers:
+        # timm: [class][registers][patches] rows; registers keep no row.
+        params["reg"] = params["reg"] + posemb[:, rows : rows + registers]
+        params[key] = np.concatenate([posemb[:, :rows], posemb[:, rows + registers :]], axis=1)
+    return params
 
 
 def describe(shapes):

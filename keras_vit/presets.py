@@ -1,0 +1,409 @@
+"""Presets: whole checkpoints (configuration, weights, preprocessing, class
+names) in, and keras_vit or transformers directories out.
+
+`from_preset(handle)` reads a local directory or an `hf://org/name[@revision]`
+handle (downloaded by `huggingface_hub` into its cache, honouring
+`HF_HUB_OFFLINE`, tokens and progress bars), recognises the layout from the
+files, builds the model the checkpoint's own configuration describes and loads
+the weights strictly (`keras_vit.weights.loader`):
+
+| layout | recognised by | reader |
+| --- | --- | --- |
+| keras_vit | `config.json` registered as `keras_vit>...` | Keras (`model.weights.h5`) |
+| transformers ViT / DeiT | `config.json` with `model_type` | `weights.hf_layout` |
+| timm Hub | `config.json` with `architecture` | `weights.timm_hub`, `weights.timm_layout` |
+| keras-hub ViT | `config.json` registered as `keras_hub>...` | keras-hub, `weights.keras_hub_layout` |
+
+`model.save_to_preset(directory, format)` (`keras_vit.weights.writers`)
+writes `format="keras_vit"` (reloaded exactly by `from_preset` on every
+backend) or `format="transformers"` (loaded by
+`AutoModelForImageClassification`).
+"""
+
+import dataclasses
+import json
+import os
+
+from keras_vit.models import ViT, ViTHybrid
+from keras_vit.weights import hf_layout, keras_hub_layout, loader, shards, timm_hub, timm_layout
+from keras_vit.weights.mapping import model_state
+from keras_vit.weights.record import Preprocessing
+from keras_vit.weights.sources import Checkpoint
+from keras_vit.weights.writers import FORMATS, KERAS_WEIGHTS, save_to_preset  # noqa: F401
+
+HF_SCHEME = "hf://"
+LAYOUTS = ("keras_vit", "transformers", "timm", "keras_hub")
+# What a user may change about a checkpoint's model; the loader's head and
+# position-embedding rules apply (`keras_vit.weights.loader`).
+OVERRIDES = (
+    "classes",
+    "image_size",
+    "input_shape",
+    "include_top",
+    "pooling",
+    "classifier_activation",
+    "representation_size",
+    "dropout_rate",
+    "attention_dropout_rate",
+    "stochastic_depth_rate",
+    "dtype",
+    "name",
+)
+# Files worth downloading from a Hub repository (not READMEs, ONNX, ...).
+_HUB_FILES = ("*.json", "*.safetensors", "*.h5", "*.txt")
+_TORCH_FILES = ("pytorch_model.bin", "pytorch_model*.bin", "pytorch_model.bin.index.json")
+
+
+class PresetDownloadError(OSError):
+    """An `hf://` preset is neither downloadable nor in the local cache.
+
+    Attributes:
+        repo_id: the repository.
+        cache_path: the `huggingface_hub` cache folder it was looked for in.
+    """
+
+    def __init__(self, message, repo_id, cache_path):
+        super().__init__(message)
+        self.repo_id = repo_id
+        self.cache_path = cache_path
+
+
+def _read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"Cannot read {path!r}: {type(error).__name__}: {error}") from None
+
+
+def _download(handle):
+    try:
+        import huggingface_hub
+        from huggingface_hub.errors import LocalEntryNotFoundError
+        from huggingface_hub.file_download import repo_folder_name
+    except ImportError:
+        raise ImportError(
+            f"{handle!r} needs huggingface_hub (`pip install huggingface_hub`)."
+        ) from None
+    uri = huggingface_hub.parse_hf_uri(handle)
+    if uri.type != "model":
+        raise ValueError(
+            f"`handle` must name a model repository (hf://org/name[@revision]). "
+            f"Received: handle={handle!r} (a {uri.type})"
+        )
+    sub = uri.path_in_repo.strip("/")
+    prefix = f"{sub}/" if sub else ""
+    cache = os.path.join(
+        huggingface_hub.constants.HF_HUB_CACHE,
+        repo_folder_name(repo_id=uri.id, repo_type="model"),
+    )
+
+    def fetch(patterns):
+        try:
+            return huggingface_hub.snapshot_download(
+                uri.id, revision=uri.revision, allow_patterns=[prefix + p for p in patterns]
+            )
+        except LocalEntryNotFoundError as error:
+            offline = " (HF_HUB_OFFLINE is set)" if huggingface_hub.constants.HF_HUB_OFFLINE else ""
+            raise PresetDownloadError(
+                f"Cannot get {uri.id!r} (revision {uri.revision or 'main'}){offline}: it "
+                f"could not be downloaded and no complete cached copy is in {cache}. "
+                f"Download it once online (or `huggingface-cli download {uri.id}`), "
+                "or give the local directory instead.",
+                uri.id,
+                cache,
+            ) from error
+
+    folder = os.path.join(fetch(_HUB_FILES), sub)
+    if shards.weights_file(folder) is None and not os.path.isfile(os.path.join(folder, KERAS_WEIGHTS)):
+        folder = os.path.join(fetch(_TORCH_FILES + _HUB_FILES), sub)
+    return folder
+
+
+def resolve(handle):
+    """The local directory of a preset handle (downloading `hf://` ones).
+
+    Args:
+        handle: a directory, or `"hf://org/name[@revision][/subfolder]"`.
+
+    Returns:
+        The directory's path.
+
+    Raises:
+        PresetDownloadError: an `hf://` repository that can be neither
+            downloaded nor found in the `huggingface_hub` cache.
+        ValueError: for anything else that is not a preset directory.
+
+    Example:
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> resolve(folder) == folder
+    True
+    """
+    if isinstance(handle, os.PathLike):
+        handle = os.fspath(handle)
+    if not isinstance(handle, str):
+        raise ValueError(
+            "`handle` must be a directory or an 'hf://org/name[@revision]' string. "
+            f"Received: handle={handle!r}"
+        )
+    if handle.startswith(HF_SCHEME):
+        return _download(handle)
+    if os.path.isdir(handle):
+        return handle
+    if os.path.exists(handle):
+        raise ValueError(
+            f"`handle` must be a preset directory; {handle!r} is a file. "
+            "Checkpoint files load with the constructors' `weights=` argument."
+        )
+    raise ValueError(
+        "`handle` must be an existing directory or an 'hf://org/name[@revision]' "
+        f"handle. Received: handle={handle!r} (no such directory)"
+    )
+
+
+def detect_layout(directory):
+    """The layout of a preset directory: one of `LAYOUTS`.
+
+    Raises:
+        ValueError: naming the directory when no layout matches.
+    """
+    path = os.path.join(directory, "config.json")
+    if not os.path.isfile(path):
+        raise ValueError(
+            f"{directory!r} is not a preset: it has no config.json (a keras_vit, "
+            "transformers, timm or keras-hub preset has one)."
+        )
+    config = _read_json(path)
+    registered = str(config.get("registered_name") or "")
+    if registered.startswith("keras_vit>"):
+        return "keras_vit"
+    if registered.startswith("keras_hub>"):
+        return "keras_hub"
+    if "model_type" in config:
+        return "transformers"
+    if "architecture" in config:
+        return "timm"
+    raise ValueError(
+        f"Cannot tell the layout of {path!r}: it has no `registered_name` "
+        "(keras_vit, keras-hub), `model_type` (transformers) or `architecture` (timm)."
+    )
+
+
+@dataclasses.dataclass
+class PresetSource:
+    """What a preset directory says, before any weights are read.
+
+    Attributes:
+        layout: one of `LAYOUTS`.
+        directory: the directory.
+        model_class: "ViT" or "ViTHybrid".
+        arguments: keyword arguments of `model_class` for the checkpoint.
+        read: `read(model) -> Checkpoint`, the weights in the canonical layout.
+    """
+
+    layout: str
+    directory: str
+    model_class: str
+    arguments: dict
+    read: object
+
+
+def _transformers_source(directory):
+    config = _read_json(os.path.join(directory, "config.json"))
+    args, architecture = hf_layout.model_arguments(config)
+    prep_path = os.path.join(directory, "preprocessor_config.json")
+    if os.path.isfile(prep_path):
+        args["preprocessing"] = hf_layout.preprocessing(_read_json(prep_path)).get_config()
+
+    def read(model):
+        state, path = shards.read_state(directory)
+        kept, ignored = hf_layout.split_state(state, architecture)
+        _, prefix, head = hf_layout.ARCHITECTURES[architecture]
+        if not any(k.startswith(prefix) for k in kept):
+            prefix = ""  # a base model saved on its own
+        params, unknown = hf_layout.table(prefix, head).to_canonical(kept, config["num_attention_heads"])
+        params.update({k: kept[k] for k in unknown})  # reported as unexpected
+        if config.get("pooler_act", "tanh") != "tanh":
+            for key in [k for k in params if k.startswith("pre_logits/")]:
+                params.pop(key)
+                ignored[key] = f"a pooler with {config['pooler_act']!r}, not a tanh pre-logits layer"
+        return Checkpoint(path, "transformers", params, ignored)
+
+    return PresetSource("transformers", directory, "ViT", args, read)
+
+
+def _timm_source(directory):
+    config = _read_json(os.path.join(directory, "config.json"))
+    args, no_embed_class = timm_hub.model_arguments(config)
+    args["preprocessing"] = timm_hub.preprocessing(config).get_config()
+
+    def read(model):
+        state, path = shards.read_state(directory)
+        try:
+            params = timm_layout.to_canonical(state, args["num_heads"])
+        except ValueError as error:
+            raise ValueError(f"Cannot read checkpoint {path!r}: {error}") from None
+        return Checkpoint(path, "timm", timm_layout.fold_prefix_rows(params, no_embed_class), {})
+
+    return PresetSource("timm", directory, "ViT", args, read)
+
+
+def _keras_hub_source(directory):
+    args = keras_hub_layout.model_arguments(directory)
+    prep = keras_hub_layout.preprocessing(directory)
+    if prep is not None:
+        args["preprocessing"] = prep.get_config()
+    with_task = os.path.isfile(os.path.join(directory, "task.json"))
+
+    def read(model):
+        variables = keras_hub_layout.read_variables(directory, with_task)
+        params, unknown = keras_hub_layout.TABLE.to_canonical(variables, args["num_heads"])
+        params.update({k: variables[k] for k in unknown})
+        return Checkpoint(os.path.join(directory, KERAS_WEIGHTS), "keras_hub", params, {})
+
+    return PresetSource("keras_hub", directory, "ViT", args, read)
+
+
+def _keras_vit_source(directory):
+    config = _read_json(os.path.join(directory, "config.json"))
+    model_class = config.get("class_name")
+    if model_class not in ("ViT", "ViTHybrid"):
+        raise ValueError(
+            f"{directory!r}: config.json must describe a keras_vit ViT or ViTHybrid. "
+            f"Received: class_name={model_class!r}"
+        )
+    args = dict(config["config"])
+    args.pop("trainable", None)
+    path = os.path.join(directory, KERAS_WEIGHTS)
+
+    def read(model):
+        # Keras reads its own file into the preset's own model; the canonical
+        # copy then serves any overrides (new head, new image size).
+        source = _build(model_class, args)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"Preset weights not found: {path!r}")
+        try:
+            source.load_weights(path)
+        except ValueError as error:
+            raise ValueError(f"Cannot load {path!r}: {error}") from None
+        return Checkpoint(path, "keras_vit", model_state(source), {})
+
+    return PresetSource("keras_vit", directory, model_class, args, read)
+
+
+_SOURCES = {
+    "keras_vit": _keras_vit_source,
+    "transformers": _transformers_source,
+    "timm": _timm_source,
+    "keras_hub": _keras_hub_source,
+}
+
+
+def describe_preset(handle):
+    """A `PresetSource`: the layout and model arguments of a preset.
+
+    Reads the configuration files only (an `hf://` handle is downloaded), so
+    it shows what `from_preset` would build without building it.
+
+    Example:
+
+    >>> import keras_vit, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
+    ...               num_heads=2, mlp_dim=8, classes=3).save_to_preset(folder)
+    >>> source = describe_preset(folder)
+    >>> source.layout, source.model_class, source.arguments["classes"]
+    ('keras_vit', 'ViT', 3)
+    """
+    directory = resolve(handle)
+    return _SOURCES[detect_layout(directory)](directory)
+
+
+def _build(model_class, args):
+    return {"ViT": ViT, "ViTHybrid": ViTHybrid}[model_class].from_config(args)
+
+
+def _apply_overrides(args, overrides):
+    unknown = sorted(set(overrides) - set(OVERRIDES))
+    if unknown:
+        raise ValueError(
+            f"`from_preset` cannot change {unknown}: the checkpoint fixes them. "
+            f"It accepts {list(OVERRIDES)}. Received: {', '.join(unknown)}"
+        )
+    args = dict(args)
+    keep_names = overrides.get("classes", args.get("classes")) == args.get("classes")
+    args.update(overrides)
+    if not args.get("include_top", True) or not keep_names:
+        args["class_names"] = None
+    size = overrides.get("image_size")
+    if size is None and overrides.get("input_shape") is not None:
+        size = tuple(overrides["input_shape"][:2])
+    if size is not None and args.get("preprocessing"):
+        prep = Preprocessing.from_config(args["preprocessing"])
+        args["preprocessing"] = prep.for_image_size(size).get_config()
+    if "input_shape" in overrides and "image_size" not in overrides:
+        args.pop("image_size", None)
+    if "image_size" in overrides and "input_shape" in args and "input_shape" not in overrides:
+        args.pop("input_shape")
+    return args
+
+
+def from_preset(handle, **overrides):
+    """Builds a keras_vit model from a whole checkpoint directory.
+
+    The model is the one the checkpoint's configuration describes (width,
+    depth, heads, MLP size, patch and image size, classes, pooling, LayerNorm
+    epsilon, GELU flavour, qkv bias, distillation or register tokens), with
+    its preprocessing (`model.preprocessing`) and class names
+    (`model.class_names`) attached, so `keras_vit.preprocess_input(x,
+    model=model)` and `keras_vit.decode_predictions(preds, model=model)` work
+    as the checkpoint expects. Every tensor is loaded or deliberately ignored;
+    anything else is a `ValueError` naming the file.
+
+    Args:
+        handle: a local directory, or `"hf://org/name[@revision]"`,
+            downloaded through `huggingface_hub` (its cache, `HF_HUB_OFFLINE`,
+            token and progress bars).
+        **overrides: what a user may change (`OVERRIDES`): e.g. `classes`
+            (a new zero-initialised head), `image_size` (position embedding
+            resized as the official fine-tuning code), `include_top`,
+            `pooling`, `classifier_activation` (default: the source's; logits
+            for transformers, timm and keras-hub checkpoints), `dtype`.
+
+    Returns:
+        A `keras_vit.ViT` (or `ViTHybrid`).
+
+    Raises:
+        ValueError: unreadable or unknown layouts, architectures keras_vit
+            cannot build, overrides of fixed properties, and strict-loading
+            mismatches (missing, unexpected or mis-shaped tensors).
+        PresetDownloadError: an `hf://` handle neither downloadable nor
+            cached.
+
+    Example:
+
+    >>> import keras_vit, numpy as np, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8,
+    ...                       num_layers=1, num_heads=2, mlp_dim=8, classes=3,
+    ...                       class_names=["cat", "dog", "fish"])
+    >>> model.save_to_preset(folder)
+    >>> again = keras_vit.from_preset(folder)
+    >>> again.class_names
+    ('cat', 'dog', 'fish')
+    >>> x = np.random.default_rng(0).normal(size=(1, 16, 16, 3))
+    >>> bool(np.array_equal(again.predict(x, verbose=0), model.predict(x, verbose=0)))
+    True
+    """
+    source = describe_preset(handle)
+    args = _apply_overrides(source.arguments, overrides)
+    model = _build(source.model_class, args)
+    if source.layout == "keras_vit" and not overrides:
+        # The preset's own model: Keras reads its file straight into it.
+        model.load_weights(os.path.join(source.directory, KERAS_WEIGHTS))
+        return model
+    loader.load_checkpoint(model, source.read(model))
+    return model
+

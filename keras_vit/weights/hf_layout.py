@@ -1,0 +1,407 @@
+"""HF transformers ViT and DeiT directories <-> the canonical layout.
+
+Facts about the files (`save_pretrained` of transformers 4 and 5 writes the
+first naming; transformers 5 names the modules the second way in memory and
+renames on load, so both are read):
+
+- `config.json`: `model_type` "vit" or "deit"; `architectures`; `image_size`,
+  `patch_size`, `num_channels`, `hidden_size`, `num_hidden_layers`,
+  `num_attention_heads`, `intermediate_size`, `hidden_act` ("gelu" is the
+  exact erf GELU; "gelu_new", "gelu_pytorch_tanh", ... the tanh one),
+  `layer_norm_eps`, `qkv_bias`, `id2label`; DeiT models always have a
+  distillation token (a second prefix token with its own position row).
+- Tensors: PyTorch layouts: `Linear` weights `(out, in)`, the patch
+  embedding an OIHW convolution; q, k, v and the attention output are
+  separate `Linear`s; the body sits under `vit.`/`deit.` in the task models
+  (`ViTForImageClassification`, `DeiTForImageClassification`,
+  `DeiTForImageClassificationWithTeacher`) and at the root in the base
+  models (`ViTModel`/`DeiTModel`, which add a tanh `pooler`: the pre-logits
+  layer of the original ImageNet-21k files).
+- `preprocessor_config.json`: `image_mean`/`image_std`, `do_rescale` with
+  `rescale_factor`, `size` (`{"height", "width"}`, `{"shortest_edge"}` or an
+  int, which the ViT/DeiT processors read as a square), optional centre crop
+  (`do_center_crop`, `crop_size`) and `resample` (a PIL filter number).
+"""
+
+from keras_vit.weights.layout import KeyTable
+from keras_vit.weights.record import MODE_STATISTICS, Preprocessing
+
+_B = "Transformer/encoderblock_{i}/"
+_A = _B + "MultiHeadDotProductAttention_1/"
+POSEMB = "Transformer/posembed_input/pos_embedding"
+
+# Body rules, relative to the `vit.`/`deit.` prefix. Rules for the same
+# canonical key are listed with the name `save_pretrained` writes first:
+# `from_canonical` uses the first.
+_EMBEDDINGS = (
+    ("embeddings.cls_token", "cls", None),
+    ("embeddings.distillation_token", "dist", None),
+    ("embeddings.position_embeddings", POSEMB, None),
+    ("embeddings.patch_embeddings.projection.weight", "embedding/kernel", "conv"),
+    ("embeddings.patch_embeddings.projection.bias", "embedding/bias", None),
+)
+
+
+def _block_rules(layer, query, key, value, out, fc1, fc2):
+    rules = [
+        (f"{layer}.layernorm_before.weight", _B + "LayerNorm_0/scale", None),
+        (f"{layer}.layernorm_before.bias", _B + "LayerNorm_0/bias", None),
+        (f"{layer}.layernorm_after.weight", _B + "LayerNorm_2/scale", None),
+        (f"{layer}.layernorm_after.bias", _B + "LayerNorm_2/bias", None),
+        (f"{layer}.{out}.weight", _A + "out/kernel", "heads_out"),
+        (f"{layer}.{out}.bias", _A + "out/bias", None),
+        (f"{layer}.{fc1}.weight", _B + "MlpBlock_3/Dense_0/kernel", "linear"),
+        (f"{layer}.{fc1}.bias", _B + "MlpBlock_3/Dense_0/bias", None),
+        (f"{layer}.{fc2}.weight", _B + "MlpBlock_3/Dense_1/kernel", "linear"),
+        (f"{layer}.{fc2}.bias", _B + "MlpBlock_3/Dense_1/bias", None),
+    ]
+    for source, name in ((query, "query"), (key, "key"), (value, "value")):
+        rules.append((f"{layer}.{source}.weight", _A + f"{name}/kernel", "heads_in"))
+        rules.append((f"{layer}.{source}.bias", _A + f"{name}/bias", "heads_bias"))
+    return rules
+
+
+BODY = (
+    _EMBEDDINGS
+    + tuple(
+        _block_rules(
+            "encoder.layer.{i}",
+            "attention.attention.query",
+            "attention.attention.key",
+            "attention.attention.value",
+            "attention.output.dense",
+            "intermediate.dense",
+            "output.dense",
+        )
+    )
+    + tuple(
+        _block_rules(
+            "layers.{i}", "attention.q_proj", "attention.k_proj", "attention.v_proj",
+            "attention.o_proj", "mlp.fc1", "mlp.fc2",
+        )
+    )
+    + (
+        ("layernorm.weight", "Transformer/encoder_norm/scale", None),
+        ("layernorm.bias", "Transformer/encoder_norm/bias", None),
+        ("pooler.dense.weight", "pre_logits/kernel", "linear"),
+        ("pooler.dense.bias", "pre_logits/bias", None),
+    )
+)
+
+# Classifier rules per task model, at the root of the state dict.
+HEADS = {
+    "classifier": (
+        ("classifier.weight", "head/kernel", "linear"),
+        ("classifier.bias", "head/bias", None),
+    ),
+    "teacher": (
+        ("cls_classifier.weight", "head/kernel", "linear"),
+        ("cls_classifier.bias", "head/bias", None),
+        ("distillation_classifier.weight", "head_dist/kernel", "linear"),
+        ("distillation_classifier.bias", "head_dist/bias", None),
+    ),
+    None: (),
+}
+
+# architectures[0] -> (model_type, body prefix, head rules in HEADS)
+ARCHITECTURES = {
+    "ViTForImageClassification": ("vit", "vit.", "classifier"),
+    "ViTModel": ("vit", "", None),
+    "ViTForMaskedImageModeling": ("vit", "vit.", None),
+    "DeiTForImageClassification": ("deit", "deit.", "classifier"),
+    "DeiTForImageClassificationWithTeacher": ("deit", "deit.", "teacher"),
+    "DeiTModel": ("deit", "", None),
+    "DeiTForMaskedImageModeling": ("deit", "deit.", None),
+}
+# Entries that are not inference weights of the encoder/classifier.
+IGNORED = {
+    "embeddings.mask_token": "the mask token of masked-image-modelling pre-training",
+    "decoder.": "the masked-image-modelling decoder",
+}
+
+# transformers `hidden_act` -> gelu_approximate. "gelu_fast" and
+# "gelu_accurate" compute the same tanh formula with other constants' order.
+ACTIVATIONS = {
+    "gelu": False,
+    "gelu_python": False,
+    "gelu_new": True,
+    "gelu_pytorch_tanh": True,
+    "gelu_python_tanh": True,
+    "gelu_fast": True,
+    "gelu_accurate": True,
+}
+# PIL filter numbers of `resample`.
+RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
+
+
+def table(prefix="", head=None):
+    """The `KeyTable` of a task model: body under `prefix`, then its head."""
+    body = tuple((prefix + s, c, t) for s, c, t in BODY)
+    return KeyTable(body + HEADS[head])
+
+
+def split_state(state, architecture):
+    """Splits a state dict into `(known part, ignored {key: reason})`."""
+    _, prefix, _ = ARCHITECTURES[architecture]
+    kept, ignored = {}, {}
+    for key, value in state.items():
+        rest = key[len(prefix):] if key.startswith(prefix) else key
+        reason = next((r for p, r in IGNORED.items() if rest.startswith(p)), None)
+        if reason:
+            ignored[key] = reason
+        else:
+            kept[key] = value
+    return kept, ignored
+
+
+def _unsupported(message):
+    return ValueError(f"Cannot build this transformers checkpoint: {message}")
+
+
+def _architecture(config):
+    model_type = config.get("model_type")
+    if model_type not in ("vit", "deit"):
+        hint = (
+            " transformers' ViT-hybrid (BiT backbone) layout is not one keras_vit reads; "
+            "the R50 hybrids load from the official .npz files."
+            if model_type == "vit-hybrid"
+            else ""
+        )
+        raise _unsupported(
+            f"`model_type` must be 'vit' or 'deit'. Received: model_type={model_type!r}.{hint}"
+        )
+    names = config.get("architectures") or [
+        "ViTModel" if model_type == "vit" else "DeiTModel"
+    ]
+    architecture = names[0]
+    if architecture not in ARCHITECTURES or ARCHITECTURES[architecture][0] != model_type:
+        known = sorted(a for a, row in ARCHITECTURES.items() if row[0] == model_type)
+        raise _unsupported(
+            f"architecture {architecture!r} is not one of {known} (model_type={model_type!r})."
+        )
+    return architecture
+
+
+def class_names(config):
+    """Class names in head order from `id2label`, or None when generic."""
+    id2label = config.get("id2label") or {}
+    try:
+        names = [id2label[k] for k in sorted(id2label, key=int)]
+    except (TypeError, ValueError):
+        return None
+    if not names or all(n == f"LABEL_{i}" for i, n in enumerate(names)):
+        return None
+    return names
+
+
+def model_arguments(config):
+    """keras_vit `ViT` arguments for a transformers `config.json` dict.
+
+    Returns:
+        `(arguments, architecture)`.
+
+    Raises:
+        ValueError: for a model type, architecture, activation or head
+            layout keras_vit cannot build.
+
+    Example:
+
+    >>> args, architecture = model_arguments({
+    ...     "model_type": "deit", "architectures": ["DeiTForImageClassificationWithTeacher"],
+    ...     "hidden_size": 192, "num_hidden_layers": 12, "num_attention_heads": 3,
+    ...     "intermediate_size": 768, "hidden_act": "gelu", "layer_norm_eps": 1e-12,
+    ...     "id2label": {"0": "cat", "1": "dog"}})
+    >>> args["distillation_head"], args["gelu_approximate"], args["class_names"]
+    (True, False, ['cat', 'dog'])
+    """
+    architecture = _architecture(config)
+    act = config.get("hidden_act", "gelu")
+    if act not in ACTIVATIONS:
+        raise _unsupported(
+            f"`hidden_act` must be one of {sorted(ACTIVATIONS)} (GELU flavours). "
+            f"Received: hidden_act={act!r}"
+        )
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    if config.get("head_dim") not in (None, hidden // heads):
+        raise _unsupported(
+            f"`head_dim` must be hidden_size / num_attention_heads = {hidden // heads}. "
+            f"Received: head_dim={config['head_dim']!r}"
+        )
+    _, _, head = ARCHITECTURES[architecture]
+    distilled = config["model_type"] == "deit"
+    size = config.get("image_size", 224)
+    size = tuple(size) if isinstance(size, (list, tuple)) else (size, size)
+    args = dict(
+        image_size=size,
+        patch_size=config.get("patch_size", 16),
+        hidden_size=hidden,
+        num_layers=config["num_hidden_layers"],
+        num_heads=heads,
+        mlp_dim=config["intermediate_size"],
+        layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-12)),
+        gelu_approximate=ACTIVATIONS[act],
+        qkv_bias=bool(config.get("qkv_bias", True)),
+        dropout_rate=float(config.get("hidden_dropout_prob", 0.0)),
+        attention_dropout_rate=float(config.get("attention_probs_dropout_prob", 0.0)),
+        distillation_token=distilled,
+        distillation_head=head == "teacher",
+        include_top=head is not None,
+        classifier_activation=None,
+    )
+    channels = config.get("num_channels", 3)
+    if channels != 3:
+        args["input_shape"] = size + (channels,)
+    if head is not None:
+        args["classes"] = len(config.get("id2label") or {}) or config.get("num_labels", 2)
+        args["class_names"] = class_names(config)
+    if isinstance(args["patch_size"], list):
+        args["patch_size"] = tuple(args["patch_size"])
+    return args, architecture
+
+
+def _size_of(value):
+    if isinstance(value, int):
+        return (value, value)
+    if isinstance(value, dict) and "height" in value and "width" in value:
+        return (value["height"], value["width"])
+    return None
+
+
+def preprocessing(config):
+    """A `Preprocessing` record from a `preprocessor_config.json` dict.
+
+    Fields a file leaves out take the processor class's defaults (the DeiT
+    processor: ImageNet statistics and a centre crop; the ViT one: 0.5 and
+    no crop).
+
+    Example:
+
+    >>> record = preprocessing({"image_processor_type": "DeiTImageProcessor",
+    ...     "size": {"height": 256, "width": 256}, "crop_size": 224, "resample": 3})
+    >>> record.mode, record.image_size, record.resize, record.interpolation
+    ('imagenet', (224, 224), (256, 256), 'bicubic')
+    """
+    kind = str(config.get("image_processor_type") or config.get("feature_extractor_type") or "")
+    deit = kind.startswith("DeiT")
+    # Model input = (x * rescale - mean) / std for x in [0, 255]; in [0, 1]
+    # units the statistics are divided by 255 * rescale.
+    rescale = config.get("rescale_factor", 1 / 255) if config.get("do_rescale", True) else 1.0
+    unit = 255.0 * rescale
+    if config.get("do_normalize", True):
+        mean, std = MODE_STATISTICS["imagenet" if deit else "inception"]
+        mean = config.get("image_mean", mean)
+        std = config.get("image_std", std)
+    else:
+        mean, std = (0.0,), (1.0,)
+    mean = [m / unit for m in (mean if isinstance(mean, (list, tuple)) else [mean])]
+    std = [s / unit for s in (std if isinstance(std, (list, tuple)) else [std])]
+    size = config.get("size")
+    resize = _size_of(size)
+    if isinstance(size, dict) and "shortest_edge" in size:
+        resize = size["shortest_edge"]
+    crop = _size_of(config.get("crop_size")) if config.get("do_center_crop", deit) else None
+    image_size = crop or (resize if isinstance(resize, tuple) else None)
+    if not config.get("do_resize", True):
+        resize = None
+    return Preprocessing(
+        mean=mean,
+        std=std,
+        image_size=image_size,
+        resize=None if resize == image_size else resize,
+        interpolation=RESAMPLE.get(config.get("resample", 2), "bilinear"),
+    )
+
+
+def _refuse(reason):
+    return ValueError(f"transformers has no ViT that represents this model: {reason}.")
+
+
+def export_architecture(config):
+    """The transformers task class of a keras_vit model config.
+
+    Raises:
+        ValueError: for a model transformers' ViT/DeiT cannot represent.
+    """
+    if "resnet_layers" in config:
+        raise _refuse("a ResNet (hybrid) stem; transformers has no ViT-hybrid layout")
+    checks = (
+        (config.get("num_register_tokens", 0), "register tokens (num_register_tokens > 0)"),
+        (config.get("classifier", "token") != "token", f"classifier={config.get('classifier')!r} (transformers classifies the class token)"),
+        (config.get("pooled_norm", False), "a final norm after pooling (pooled_norm=True)"),
+        (config.get("layer_scale_init") is not None, "LayerScale (layer_scale_init)"),
+        (config.get("representation_size") is not None, "a pre-logits layer (representation_size); transformers' classifiers have none"),
+        (not config.get("include_top", True), "no classifier head (include_top=False); AutoModelForImageClassification needs one"),
+    )
+    for failed, reason in checks:
+        if failed:
+            raise _refuse(reason)
+    if not config.get("distillation_token", False):
+        return "ViTForImageClassification"
+    if config.get("distillation_head", True):
+        return "DeiTForImageClassificationWithTeacher"
+    return "DeiTForImageClassification"
+
+
+def export_config(config, class_names=None):
+    """A transformers `config.json` dict for a keras_vit model config."""
+    architecture = export_architecture(config)
+    model_type, _, _ = ARCHITECTURES[architecture]
+    height, width = config["image_size"]
+    ph, pw = config["patch_size"]
+    classes = config["classes"]
+    names = list(class_names) if class_names else [f"LABEL_{i}" for i in range(classes)]
+    return {
+        "architectures": [architecture],
+        "model_type": model_type,
+        "image_size": height if height == width else [height, width],
+        "patch_size": ph if ph == pw else [ph, pw],
+        "num_channels": config["input_shape"][-1],
+        "hidden_size": config["hidden_size"],
+        "num_hidden_layers": config["num_layers"],
+        "num_attention_heads": config["num_heads"],
+        "intermediate_size": config["mlp_dim"],
+        "hidden_act": "gelu_pytorch_tanh" if config["gelu_approximate"] else "gelu",
+        "layer_norm_eps": config["layer_norm_epsilon"],
+        "qkv_bias": config.get("qkv_bias", True),
+        "hidden_dropout_prob": config.get("dropout_rate", 0.0),
+        "attention_probs_dropout_prob": config.get("attention_dropout_rate", 0.0),
+        "initializer_range": 0.02,
+        "encoder_stride": ph,
+        "id2label": {str(i): n for i, n in enumerate(names)},
+        "label2id": {n: i for i, n in enumerate(names)},
+        "dtype": "float32",
+    }
+
+
+def export_preprocessor(record):
+    """A `preprocessor_config.json` dict for a `Preprocessing` record.
+
+    transformers' ViT/DeiT processors resize to an exact height and width,
+    so a shorter-side resize becomes a square one of that side; a centre
+    crop needs the DeiT processor (the ViT one has none).
+    """
+    names = {v: k for k, v in RESAMPLE.items()}
+    crop = record.image_size
+    resize = record.resize
+    if isinstance(resize, int):
+        resize = (resize, resize)
+    out = {
+        "do_resize": True,
+        "resample": names.get(record.interpolation, 3),
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": list(record.mean),
+        "image_std": list(record.std),
+    }
+    if resize is None or crop is None:
+        size = resize or crop or (224, 224)
+        out.update(image_processor_type="ViTImageProcessor", size={"height": size[0], "width": size[1]})
+    else:
+        out.update(
+            image_processor_type="DeiTImageProcessor",
+            size={"height": resize[0], "width": resize[1]},
+            do_center_crop=True,
+            crop_size={"height": crop[0], "width": crop[1]},
+        )
+    return out

@@ -1,0 +1,207 @@
+"""keras-hub ViT presets <-> the canonical layout.
+
+A keras-hub preset directory (`save_to_preset` of `keras_hub.models.ViTBackbone`
+or `ViTImageClassifier`) holds:
+
+- `config.json`: the serialised backbone (`registered_name`
+  "keras_hub>ViTBackbone"; `image_shape`, `patch_size`, `num_layers`,
+  `num_heads`, `hidden_dim`, `mlp_dim`, `layer_norm_epsilon`,
+  `use_class_token`, `use_mha_bias`, `use_mlp_bias`, `use_patch_bias`),
+  `model.weights.h5` and `metadata.json`;
+- for a classifier also `task.json` ("keras_hub>ViTImageClassifier":
+  `num_classes`, `pooling` "token"/"gap", `intermediate_dim` (a Dense+tanh
+  pre-logits layer), `activation`) and `task.weights.h5`;
+- `preprocessor.json` / `image_converter.json`: `image_size`, `scale`,
+  `offset` (`x * scale + offset` on [0, 255] pixels), `interpolation`,
+  `crop_to_aspect_ratio`.
+
+keras-hub reads its own files (`keras_hub.models.Backbone.from_preset`); this
+module renames the variables. keras-hub's kernels already have keras_vit's
+layouts (`(D, heads, head_dim)` attention, HWIO patch convolution); its MLP
+uses Keras' "gelu" activation, the exact erf GELU.
+"""
+
+import json
+import os
+
+from keras_vit.weights.layout import KeyTable
+from keras_vit.weights.record import Preprocessing
+
+_B = "Transformer/encoderblock_{i}/"
+_A = _B + "MultiHeadDotProductAttention_1/"
+_BLOCK = "vit_encoder/transformer_block_{i}/"
+POSEMB = "Transformer/posembed_input/pos_embedding"
+
+RULES = (
+    ("vit_patching_and_embedding/class_token", "cls", None),
+    ("vit_patching_and_embedding/patch_embedding/kernel", "embedding/kernel", None),
+    ("vit_patching_and_embedding/patch_embedding/bias", "embedding/bias", None),
+    ("vit_patching_and_embedding/position_embedding/embeddings", POSEMB, "batch"),
+    (_BLOCK + "ln_1/gamma", _B + "LayerNorm_0/scale", None),
+    (_BLOCK + "ln_1/beta", _B + "LayerNorm_0/bias", None),
+    (_BLOCK + "mha/query/kernel", _A + "query/kernel", None),
+    (_BLOCK + "mha/query/bias", _A + "query/bias", None),
+    (_BLOCK + "mha/key/kernel", _A + "key/kernel", None),
+    (_BLOCK + "mha/key/bias", _A + "key/bias", None),
+    (_BLOCK + "mha/value/kernel", _A + "value/kernel", None),
+    (_BLOCK + "mha/value/bias", _A + "value/bias", None),
+    (_BLOCK + "mha/attention_output/kernel", _A + "out/kernel", None),
+    (_BLOCK + "mha/attention_output/bias", _A + "out/bias", None),
+    (_BLOCK + "ln_2/gamma", _B + "LayerNorm_2/scale", None),
+    (_BLOCK + "ln_2/beta", _B + "LayerNorm_2/bias", None),
+    (_BLOCK + "mlp/dense_1/kernel", _B + "MlpBlock_3/Dense_0/kernel", None),
+    (_BLOCK + "mlp/dense_1/bias", _B + "MlpBlock_3/Dense_0/bias", None),
+    (_BLOCK + "mlp/dense_2/kernel", _B + "MlpBlock_3/Dense_1/kernel", None),
+    (_BLOCK + "mlp/dense_2/bias", _B + "MlpBlock_3/Dense_1/bias", None),
+    ("vit_encoder/ln/gamma", "Transformer/encoder_norm/scale", None),
+    ("vit_encoder/ln/beta", "Transformer/encoder_norm/bias", None),
+    ("pre_logits/kernel", "pre_logits/kernel", None),
+    ("pre_logits/bias", "pre_logits/bias", None),
+    ("predictions/kernel", "head/kernel", None),
+    ("predictions/bias", "head/bias", None),
+)
+# keras-hub numbers its blocks from 1.
+TABLE = KeyTable(RULES, index_offset=1)
+_ROOTS = ("vit_patching_and_embedding/", "vit_encoder/")
+
+
+def read_json(directory, name):
+    path = os.path.join(directory, name)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def is_preset(directory):
+    """Whether `directory` holds a keras-hub preset.
+
+    Example:
+
+    >>> import json, os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> with open(os.path.join(folder, "config.json"), "w") as f:
+    ...     json.dump({"registered_name": "keras_hub>ViTBackbone"}, f)
+    >>> is_preset(folder)
+    True
+    """
+    config = read_json(directory, "config.json") or {}
+    return str(config.get("registered_name", "")).startswith("keras_hub>")
+
+
+def _unsupported(message):
+    return ValueError(f"Cannot build this keras-hub preset: {message}")
+
+
+def model_arguments(directory):
+    """keras_vit `ViT` arguments for a keras-hub ViT preset directory."""
+    backbone = read_json(directory, "config.json")
+    if backbone.get("registered_name") != "keras_hub>ViTBackbone":
+        raise _unsupported(
+            "config.json must describe a keras_hub>ViTBackbone. Received: "
+            f"registered_name={backbone.get('registered_name')!r}"
+        )
+    config = backbone["config"]
+    for flag in ("use_mha_bias", "use_mlp_bias", "use_patch_bias"):
+        if not config.get(flag, True):
+            raise _unsupported(f"keras_vit layers always have these biases. Received: {flag}=False")
+    shape = tuple(config["image_shape"])
+    if config.get("data_format") == "channels_first":
+        shape = shape[1:] + shape[:1]
+    args = dict(
+        input_shape=shape,
+        patch_size=tuple(config["patch_size"]) if isinstance(config["patch_size"], list) else config["patch_size"],
+        hidden_size=config["hidden_dim"],
+        num_layers=config["num_layers"],
+        num_heads=config["num_heads"],
+        mlp_dim=config["mlp_dim"],
+        layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-6),
+        gelu_approximate=False,
+        classifier="token" if config.get("use_class_token", True) else "gap",
+        dropout_rate=config.get("dropout_rate", 0.0),
+        attention_dropout_rate=config.get("attention_dropout", 0.0),
+        include_top=False,
+    )
+    task = read_json(directory, "task.json")
+    if task is not None:
+        args.update(_task_arguments(task, args["classifier"]))
+    return args
+
+
+def _task_arguments(task, classifier):
+    if task.get("registered_name") != "keras_hub>ViTImageClassifier":
+        raise _unsupported(
+            "task.json must describe a keras_hub>ViTImageClassifier. Received: "
+            f"registered_name={task.get('registered_name')!r}"
+        )
+    config = task["config"]
+    pooling = config.get("pooling", "token")
+    if pooling == "gap" and classifier == "token":
+        raise _unsupported(
+            "pooling='gap' averages the class token with the patches, which "
+            "no keras_vit classifier does."
+        )
+    if pooling not in ("token", "gap"):
+        raise _unsupported(f"pooling must be 'token' or 'gap'. Received: pooling={pooling!r}")
+    return dict(
+        include_top=True,
+        classes=config["num_classes"],
+        representation_size=config.get("intermediate_dim"),
+        classifier_activation=config.get("activation"),
+    )
+
+
+def preprocessing(directory):
+    """A `Preprocessing` record from the preset's image converter, or None."""
+    converter = read_json(directory, "image_converter.json")
+    if converter is None:
+        preprocessor = read_json(directory, "preprocessor.json") or {}
+        converter = preprocessor.get("config", {}).get("image_converter")
+    if not converter:
+        return None
+    config = converter["config"]
+    # x * scale + offset == (x / 255 - mean) / std
+    scale = config.get("scale")
+    offset = config.get("offset")
+    scales = scale if isinstance(scale, (list, tuple)) else [1.0 if scale is None else scale]
+    offsets = offset if isinstance(offset, (list, tuple)) else [0.0 if offset is None else offset]
+    if len(scales) != len(offsets):
+        scales, offsets = scales * len(offsets), offsets * len(scales)
+    std = [1.0 / (255.0 * s) for s in scales]
+    mean = [-o * d for o, d in zip(offsets, std)]
+    size = config.get("image_size")
+    size = tuple(size) if size else None
+    square = size is not None and size[0] == size[1]
+    interpolation = str(config.get("interpolation", "bilinear"))
+    return Preprocessing(
+        mean=mean,
+        std=std,
+        image_size=size,
+        # Cropping the centre to the aspect ratio, then resizing, equals a
+        # shorter-side resize and a centre crop.
+        resize=size[0] if square and config.get("crop_to_aspect_ratio", True) else None,
+        interpolation="lanczos" if interpolation.startswith("lanczos") else interpolation,
+    )
+
+
+def read_variables(directory, with_task):
+    """`{variable path: NumPy array}` of a preset, loaded by keras-hub itself."""
+    try:
+        import keras_hub
+    except ImportError:
+        raise ImportError(
+            f"Reading the keras-hub preset {directory!r} needs keras-hub "
+            "(`pip install keras-hub`)."
+        ) from None
+    import keras
+
+    loader = keras_hub.models.ImageClassifier if with_task else keras_hub.models.Backbone
+    model = loader.from_preset(directory)
+    out = {}
+    for variable in model.weights:
+        path = variable.path
+        for root in _ROOTS:
+            if root in path:
+                path = path[path.index(root):]
+        out[path] = keras.ops.convert_to_numpy(variable)
+    return out

@@ -1,0 +1,241 @@
+"""timm Hub directories: `config.json` -> keras_vit model arguments.
+
+A timm Hub directory holds `model.safetensors` (or `pytorch_model.bin`) in
+timm's state-dict layout (`timm_layout`) and a `config.json`:
+
+- `architecture`: the timm model function, e.g. "vit_base_patch16_224" or
+  "deit_tiny_distilled_patch16_224"; its arguments (width, depth, heads, ...)
+  are not in the file, so keras_vit keeps them here as data (`_SIZES`,
+  `_NAMED`, read from timm's model functions); `model_args`, when present,
+  overrides them;
+- `num_classes`, `global_pool`, `label_names` (list, or `{index: name}`) and
+  `label_descriptions` (`{name: description}`);
+- `pretrained_cfg`: `input_size` `[C, H, W]`, `crop_pct`, `crop_mode`,
+  `interpolation`, `mean`, `std`. Older files put all of it at the top level.
+
+The timm ViTs use the exact erf GELU and LayerNorm epsilon 1e-6 unless an
+argument says otherwise.
+"""
+
+import re
+
+from keras_vit.weights.record import Preprocessing
+
+# Width, depth, heads and MLP ratio of timm's ViT sizes.
+_SIZES = {
+    "tiny": (192, 12, 3, 4.0),
+    "small": (384, 12, 6, 4.0),
+    "base": (768, 12, 12, 4.0),
+    "large": (1024, 24, 16, 4.0),
+    "huge": (1280, 32, 16, 4.0),
+    "giant": (1408, 40, 16, 48 / 11),
+    "gigantic": (1664, 48, 16, 64 / 13),
+}
+_PLAIN = re.compile(r"^(vit|deit)_(?P<size>[a-z]+)_(?P<distilled>distilled_)?patch(?P<patch>\d+)_(?P<res>\d+)$")
+
+
+def _size_args(size, **extra):
+    dim, depth, heads, ratio = _SIZES[size]
+    return dict(embed_dim=dim, depth=depth, num_heads=heads, mlp_ratio=ratio, **extra)
+
+
+# Models whose names carry more than size, patch and resolution.
+_NAMED = {
+    "vit_base_patch16_224_miil": dict(_size_args("base"), patch_size=16, img_size=224, qkv_bias=False),
+    "vit_base_patch16_gap_224": dict(
+        _size_args("base"), num_heads=16, patch_size=16, img_size=224,
+        class_token=False, global_pool="avg", fc_norm=False,
+    ),
+    "vit_base_patch16_reg4_gap_256": dict(
+        _size_args("base"), patch_size=16, img_size=256, class_token=False,
+        no_embed_class=True, global_pool="avg", reg_tokens=4,
+    ),
+}
+for _res in (256, 384):
+    _NAMED[f"vit_so150m_patch16_reg4_gap_{_res}"] = dict(
+        embed_dim=896, depth=18, num_heads=14, mlp_ratio=2.572, patch_size=16,
+        img_size=_res, class_token=False, reg_tokens=4, global_pool="avg", fc_norm=False,
+    )
+# Register-token models with LayerScale: (name, width, depth, heads, MLP ratio, registers).
+_REGISTER = (
+    ("vit_little_patch16_reg1_gap_256", 320, 14, 5, 5.6, 1),
+    ("vit_little_patch16_reg4_gap_256", 320, 14, 5, 5.6, 4),
+    ("vit_medium_patch16_reg1_gap_256", 512, 12, 8, 4.0, 1),
+    ("vit_medium_patch16_reg4_gap_256", 512, 12, 8, 4.0, 4),
+    ("vit_mediumd_patch16_reg4_gap_256", 512, 20, 8, 4.0, 4),
+    ("vit_mediumd_patch16_reg4_gap_384", 512, 20, 8, 4.0, 4),
+    ("vit_betwixt_patch16_reg1_gap_256", 640, 12, 10, 4.0, 1),
+    ("vit_betwixt_patch16_reg4_gap_256", 640, 12, 10, 4.0, 4),
+    ("vit_betwixt_patch16_reg4_gap_384", 640, 12, 10, 4.0, 4),
+)
+for _name, _dim, _depth, _heads, _ratio, _reg in _REGISTER:
+    _NAMED[_name] = dict(
+        embed_dim=_dim, depth=_depth, num_heads=_heads, mlp_ratio=_ratio, patch_size=16,
+        img_size=int(_name.rsplit("_", 1)[1]), init_values=1e-5, class_token=False,
+        no_embed_class=True, reg_tokens=_reg, global_pool="avg",
+    )
+
+# model_args keras_vit understands; the others must keep timm's defaults.
+_DEFAULTS = dict(
+    img_size=224, patch_size=16, in_chans=3, num_classes=1000, global_pool="token",
+    embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, qkv_bias=True,
+    class_token=True, reg_tokens=0, no_embed_class=False, fc_norm=None,
+    act_layer=None, distilled=False, drop_rate=0.0, pos_drop_rate=0.0,
+    proj_drop_rate=0.0, attn_drop_rate=0.0, drop_path_rate=0.0, init_values=None,
+)
+_NEUTRAL = dict(
+    pre_norm=False, final_norm=True, qk_norm=False, proj_bias=True,
+    pos_embed="learn", dynamic_img_size=False, dynamic_img_pad=False,
+    norm_layer=None, embed_layer=None, weight_init="", fix_init=False,
+    patch_drop_rate=0.0, class_token_init=None,
+)
+_ACTIVATIONS = {None: False, "gelu": False, "gelu_tanh": True}
+
+
+def architecture_arguments(name):
+    """timm's constructor arguments of the model function `name`.
+
+    Raises:
+        ValueError: for a name keras_vit does not know.
+
+    Example:
+
+    >>> args = architecture_arguments("deit_tiny_distilled_patch16_224")
+    >>> args["embed_dim"], args["num_heads"], args["distilled"]
+    (192, 3, True)
+    """
+    if name in _NAMED:
+        return dict(_NAMED[name])
+    match = _PLAIN.match(name)
+    if match and match["size"] in _SIZES and (match["distilled"] is None or match[1] == "deit"):
+        return _size_args(
+            match["size"],
+            patch_size=int(match["patch"]),
+            img_size=int(match["res"]),
+            distilled=bool(match["distilled"]),
+        )
+    raise ValueError(
+        f"Cannot build timm architecture {name!r}: keras_vit knows the plain "
+        f"vit_{{{','.join(_SIZES)}}}_patchP_R and deit_*[_distilled]_patchP_R "
+        f"models and {sorted(_NAMED)}. A config.json `model_args` entry with "
+        "embed_dim, depth, num_heads and mlp_ratio describes any other plain ViT."
+    )
+
+
+def _unsupported(name, args):
+    bad = {
+        k: v for k, v in args.items()
+        if k not in _DEFAULTS and (k not in _NEUTRAL or v != _NEUTRAL[k])
+    }
+    if args.get("act_layer") not in _ACTIVATIONS:
+        bad["act_layer"] = args["act_layer"]
+    if args.get("global_pool") not in ("token", "avg", ""):
+        bad["global_pool"] = args["global_pool"]
+    if args.get("global_pool") == "avg" and args.get("class_token"):
+        bad["global_pool"] = "avg with a class token"
+    if bad:
+        raise ValueError(
+            f"Cannot build timm model {name!r}: keras_vit has no equivalent of "
+            + ", ".join(f"{k}={v!r}" for k, v in sorted(bad.items()))
+            + " (CLIP pre-norm, attention pooling, query/key norms, other "
+            "activations or norms are not ViT options keras_vit offers)."
+        )
+
+
+def _pair(value):
+    return tuple(value) if isinstance(value, (list, tuple)) else (value, value)
+
+
+def split_config(config):
+    """`(architecture, model_args, pretrained_cfg, top level)` of a config dict."""
+    if "pretrained_cfg" not in config:  # the older single-dict files
+        config = dict(config)
+        pretrained = {k: v for k, v in config.items() if k != "architecture"}
+        return config["architecture"], {}, pretrained, config
+    return (
+        config["architecture"],
+        dict(config.get("model_args") or {}),
+        dict(config["pretrained_cfg"]),
+        config,
+    )
+
+
+def model_arguments(config):
+    """keras_vit `ViT` arguments for a timm Hub `config.json` dict.
+
+    Returns:
+        `(arguments, no_embed_class)`; the flag tells the reader how the
+        position embedding is laid out (`timm_layout.fold_prefix_rows`).
+    """
+    name, overrides, pretrained, top = split_config(config)
+    args = dict(_DEFAULTS)
+    args.update(architecture_arguments(name))
+    args.update(overrides)
+    if "num_classes" in top:
+        args["num_classes"] = top["num_classes"]
+    if top.get("global_pool") is not None:
+        args["global_pool"] = top["global_pool"]
+    _unsupported(name, args)
+    pool = args["global_pool"]
+    fc_norm = (pool == "avg") if args["fc_norm"] is None else bool(args["fc_norm"])
+    size = _pair(args["img_size"])
+    classes = args["num_classes"]
+    out = dict(
+        image_size=size,
+        patch_size=_pair(args["patch_size"]),
+        hidden_size=args["embed_dim"],
+        num_layers=args["depth"],
+        num_heads=args["num_heads"],
+        mlp_dim=int(args["embed_dim"] * args["mlp_ratio"]),
+        classifier="gap" if pool == "avg" or not args["class_token"] else "token",
+        pooled_norm=fc_norm,
+        qkv_bias=bool(args["qkv_bias"]),
+        num_register_tokens=args["reg_tokens"],
+        distillation_token=bool(args["distilled"]),
+        distillation_head=bool(args["distilled"]),
+        layer_scale_init=None if args["init_values"] is None else float(args["init_values"]),
+        layer_norm_epsilon=1e-6,
+        gelu_approximate=_ACTIVATIONS[args["act_layer"]],
+        include_top=bool(classes) and pool != "",
+        classifier_activation=None,
+    )
+    if args["in_chans"] != 3:
+        out["input_shape"] = size + (args["in_chans"],)
+    if out["include_top"]:
+        out["classes"] = classes
+        out["class_names"] = class_names(top, pretrained, classes)
+    return out, bool(args["no_embed_class"])
+
+
+def class_names(top, pretrained, classes):
+    """Names in head order from `label_names` and `label_descriptions`."""
+    names = top.get("label_names", pretrained.get("label_names"))
+    if isinstance(names, dict):
+        names = [names.get(str(i), names.get(i)) for i in range(classes)]
+    if not names or len(names) != classes or any(n is None for n in names):
+        return None
+    descriptions = top.get("label_descriptions", pretrained.get("label_descriptions")) or {}
+    return [descriptions.get(n, n) for n in names]
+
+
+def preprocessing(config):
+    """A `Preprocessing` record from the `pretrained_cfg` of a config dict."""
+    _, _, cfg, _ = split_config(config)
+    size = tuple(cfg.get("input_size", (3, 224, 224))[1:])
+    crop = float(cfg.get("crop_pct") or 1.0)
+    # timm's eval transform: resize to floor(size / crop_pct) (the shorter
+    # side when square, exactly otherwise; "squash" always exactly), then
+    # crop the centre `size`.
+    scaled = tuple(int(s / crop) for s in size)
+    if cfg.get("crop_mode", "center") == "squash" or scaled[0] != scaled[1]:
+        resize = scaled
+    else:
+        resize = scaled[0]
+    interpolation = cfg.get("interpolation", "bicubic")
+    return Preprocessing(
+        mean=cfg.get("mean", (0.485, 0.456, 0.406)),
+        std=cfg.get("std", (0.229, 0.224, 0.225)),
+        image_size=size,
+        resize=None if resize == size else resize,
+        interpolation=interpolation if interpolation != "random" else "bicubic",
+    )
