@@ -18,7 +18,11 @@ from keras_vit.layers.resnet import GroupNorm, MaxPool2D
 
 BACKEND = keras.backend.backend()
 FORMATS = export.BACKEND_FORMATS.get(BACKEND, ())
-FAMILIES = ("vit", "hybrid")
+# "options": the architecture options of later checkpoints (DeiT's
+# distillation token and averaged heads, register tokens, LayerScale, no
+# q/k/v bias) in one model.
+FAMILIES = ("vit", "hybrid", "options")
+OPTIONS = dict(distillation_token=True, num_register_tokens=2, layer_scale_init=0.1, qkv_bias=False)
 ATOL = 1e-4
 
 
@@ -27,13 +31,15 @@ def _model(family, **overrides):
     if family == "hybrid":
         # Stem only (stride 4) with 2x2 patches: a 4x4 grid at 32 px.
         model = keras_vit.ViTHybrid(resnet_layers=(), resnet_width=0.5, **dict(config, patch_size=2))
+    elif family == "options":
+        model = keras_vit.ViT(**config, **OPTIONS)
     else:
         model = keras_vit.ViT(**config)
-    # The official head starts at zero; random values make every logit count.
-    head = model.get_layer("head")
+    # The official heads start at zero; random values make every logit count.
     rng = np.random.default_rng(1)
-    head.kernel.assign(rng.normal(size=head.kernel.shape).astype("float32"))
-    head.bias.assign(rng.normal(size=head.bias.shape).astype("float32"))
+    for head in [layer for layer in model.layers if layer.name in ("head", "head_dist")]:
+        head.kernel.assign(rng.normal(size=head.kernel.shape).astype("float32"))
+        head.bias.assign(rng.normal(size=head.bias.shape).astype("float32"))
     return model
 
 

@@ -20,15 +20,19 @@ def _model(family):
     config = dict(TINY, classes=10, classifier_activation=None)
     if family == "hybrid":
         model = keras_vit.ViTHybrid(resnet_layers=(1,), resnet_width=0.5, **dict(config, patch_size=2))
+    elif family == "options":  # distillation and register tokens, LayerScale, no q/k/v bias
+        model = keras_vit.ViT(**config, distillation_token=True, num_register_tokens=2,
+                              layer_scale_init=0.1, qkv_bias=False)
     else:
         model = keras_vit.ViT(**config)
-    head = model.get_layer("head")
-    head.kernel.assign(np.random.default_rng(1).normal(size=head.kernel.shape).astype("float32"))
+    rng = np.random.default_rng(1)
+    for head in [layer for layer in model.layers if layer.name in ("head", "head_dist")]:
+        head.kernel.assign(rng.normal(size=head.kernel.shape).astype("float32"))
     return model
 
 
 @pytest.mark.parametrize("mode, tolerance", [("int8", 0.1), ("float8", 0.25)])
-@pytest.mark.parametrize("family", ["vit", "hybrid"])
+@pytest.mark.parametrize("family", ["vit", "hybrid", "options"])
 def test_quantize_every_family(family, mode, tolerance):
     model = _model(family)
     x = np.random.default_rng(0).normal(size=(4, 32, 32, 3)).astype("float32")
