@@ -81,6 +81,14 @@ CASES = {
         _normal(1, 8, 8, 64),
         (1, 4, 4, 128),
     ),
+    "GroupNorm": (
+        lambda **kw: layers.GroupNorm(groups=4, epsilon=1e-6, **kw), _normal(2, 3, 5, 8), (2, 3, 5, 8)
+    ),
+    "MaxPool2D": (
+        lambda **kw: layers.MaxPool2D(3, strides=2, padding="same", **kw),
+        _normal(2, 5, 6, 3),
+        (2, 3, 3, 3),
+    ),
 }
 
 

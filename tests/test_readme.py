@@ -9,7 +9,7 @@ import keras
 import pytest
 
 import keras_vit
-from conftest import ROOT, requires_shared
+from conftest import ROOT, SHARED, requires_shared
 from keras_vit.models import CONSTRUCTORS
 from keras_vit.weights import markdown_table
 
@@ -57,7 +57,7 @@ def test_variant_table_parameter_counts(constructor):
 @requires_shared
 def test_offline_quickstart_runs(tmp_path):
     blocks = re.findall(r"```python\n(.*?)```", README, flags=re.S)
-    (script,) = [b for b in blocks if "deit_tiny_patch16_224.npz" in b]
+    script = next(b for b in blocks if "deit_tiny_patch16_224.npz" in b)  # the first: the quickstart
     env = dict(os.environ, KERAS_BACKEND=keras.backend.backend())
     result = subprocess.run(
         [sys.executable, "-c", script],
@@ -71,3 +71,19 @@ def test_offline_quickstart_runs(tmp_path):
     synsets = [line.split()[0] for line in result.stdout.strip().splitlines()]
     # tabby, tiger cat, Egyptian cat, in any order.
     assert sorted(synsets) == ["n02123045", "n02123159", "n02124075"], result.stdout
+
+
+@requires_shared
+def test_deployment_example_runs(tmp_path):
+    blocks = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+    (script,) = [b for b in blocks if "export.export_model" in b]
+    # Run where its files may go; the weights are reached from there.
+    script = script.replace("../shared/weights", str(SHARED / "weights"))
+    env = dict(os.environ, KERAS_BACKEND=keras.backend.backend())
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "(2, 1000) True", result.stdout
+    assert (tmp_path / "deit_tiny.onnx").is_file() and (tmp_path / "deit_tiny_384").is_dir()
