@@ -12,15 +12,19 @@ import warnings
 import keras
 import numpy as np
 
-from keras_vit import labels
-from keras_vit.architectures import CLASSIFIERS, POOLINGS
 from keras_vit.layers import PatchEncoder, Patches, TokenPooling, TransformerBlock
 from keras_vit.layers.seeds import check_seed, derive_seed
+from keras_vit.models.arguments import (
+    model_input_shape,
+    check_transformer,
+    check_head,
+    check_tokens,
+    check_class_names,
+    check_numerics,
+)
 from keras_vit.models.runtime import ModelRuntime
 from keras_vit.validation import (
     check_bool,
-    check_choice,
-    check_int,
     check_positive_float,
     check_positive_int,
     check_rate,
@@ -30,131 +34,6 @@ from keras_vit.weights.describe import WeightsInfo, describe_weights
 from keras_vit.weights.loader import load_weights
 from keras_vit.weights.posemb import resample_posemb
 from keras_vit.weights.record import Preprocessing
-
-
-def _input_shape(image_size, input_shape, default):
-    """Resolves `(height, width, channels)` from `image_size`/`input_shape`."""
-    if input_shape is None:
-        return pair(image_size if image_size is not None else default, "image_size") + (3,)
-    shape = tuple(input_shape) if isinstance(input_shape, (list, tuple)) else None
-    if shape is None or len(shape) != 3:
-        raise ValueError(
-            "`input_shape` must be a tuple (height, width, channels). "
-            f"Received: input_shape={input_shape!r}"
-        )
-    channels = shape[2]
-    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
-        raise ValueError(
-            "`input_shape` must end with a positive number of channels. "
-            f"Received: input_shape={input_shape!r}"
-        )
-    size = pair(shape[:2], "input_shape")
-    if image_size is not None and pair(image_size, "image_size") != size:
-        raise ValueError(
-            "`image_size` and `input_shape` disagree. Received: "
-            f"image_size={image_size!r}, input_shape={input_shape!r}"
-        )
-    return size + (channels,)
-
-
-def _check_activation(value):
-    if value is None:
-        return None
-    try:
-        keras.activations.get(value)
-    except (ValueError, TypeError):
-        raise ValueError(
-            "`classifier_activation` must be None (logits), a Keras activation "
-            f"name or a callable. Received: classifier_activation={value!r}"
-        ) from None
-    return value
-
-
-def _check_transformer(hidden_size, num_layers, num_heads, mlp_dim):
-    check_positive_int(hidden_size, "hidden_size")
-    check_int(num_layers, "num_layers", minimum=0)
-    check_positive_int(num_heads, "num_heads")
-    check_positive_int(mlp_dim, "mlp_dim")
-    if hidden_size % num_heads:
-        raise ValueError(
-            "`hidden_size` must be divisible by `num_heads`. "
-            f"Received: hidden_size={hidden_size}, num_heads={num_heads}"
-        )
-
-
-def _check_head(classifier, pooling, representation_size, classifier_activation):
-    check_choice(classifier, CLASSIFIERS, "classifier")
-    check_choice(pooling, POOLINGS, "pooling")
-    if pooling == "token" and classifier != "token":
-        raise ValueError(
-            "pooling='token' needs a class token, but classifier='gap' "
-            "builds none. Received: pooling='token', classifier='gap'"
-        )
-    check_positive_int(representation_size, "representation_size", allow_none=True)
-    return _check_activation(classifier_activation)
-
-
-def _check_tokens(classifier, pooling, distillation_token, distillation_head, num_register_tokens,
-                  representation_size):
-    """Checks the prefix-token options; returns the resolved `distillation_head`."""
-    check_bool(distillation_token, "distillation_token")
-    check_int(num_register_tokens, "num_register_tokens", minimum=0)
-    if distillation_token and classifier != "token":
-        raise ValueError(
-            "`distillation_token` needs the class token before it, but "
-            f"classifier={classifier!r} builds none. Received: distillation_token=True"
-        )
-    if distillation_head is None:
-        distillation_head = distillation_token
-    check_bool(distillation_head, "distillation_head")
-    if distillation_head and not distillation_token:
-        raise ValueError(
-            "`distillation_head` reads the distillation token, which the model "
-            "lacks. Received: distillation_head=True, distillation_token=False"
-        )
-    if distillation_head and representation_size is not None:
-        raise ValueError(
-            "A pre-logits layer (`representation_size`) and a distillation head "
-            f"do not combine. Received: representation_size={representation_size}, "
-            "distillation_head=True"
-        )
-    return distillation_head
-
-
-def _class_names(value, classes, include_top):
-    """`class_names` as a tuple of strings (None when unset)."""
-    if value is None:
-        return None
-    if not include_top:
-        raise ValueError(
-            "`class_names` name the head's classes, but include_top=False builds "
-            f"no head. Received: class_names of length {len(value)}"
-        )
-    if isinstance(value, str):
-        check_choice(value, tuple(labels.LISTS), "class_names")
-        names = labels.class_names(labels.LISTS[value])
-    else:
-        names = tuple(value) if isinstance(value, (list, tuple)) else None
-        if names is None or not all(isinstance(n, str) for n in names):
-            raise ValueError(
-                f"`class_names` must be None, one of {tuple(labels.LISTS)} or a "
-                f"sequence of strings. Received: class_names={value!r}"
-            )
-    if len(names) != classes:
-        raise ValueError(
-            f"`class_names` must name each of the {classes} classes. "
-            f"Received: {len(names)} names"
-        )
-    return names
-
-
-def _check_numerics(gelu_approximate, layer_norm_epsilon):
-    if gelu_approximate not in (None, True, False):
-        raise ValueError(
-            "`gelu_approximate` must be True, False or None. "
-            f"Received: gelu_approximate={gelu_approximate!r}"
-        )
-    return check_positive_float(layer_norm_epsilon, "layer_norm_epsilon")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -302,11 +181,11 @@ class ViT(ModelRuntime, keras.Model):
     ):
         self.patch_size = pair(patch_size, "patch_size")
         self.seed = check_seed(seed)
-        _check_transformer(hidden_size, num_layers, num_heads, mlp_dim)
+        check_transformer(hidden_size, num_layers, num_heads, mlp_dim)
         self.hidden_size, self.num_layers = hidden_size, num_layers
         self.num_heads, self.mlp_dim = num_heads, mlp_dim
         self.classifier = classifier
-        self.classifier_activation = _check_head(
+        self.classifier_activation = check_head(
             classifier, pooling, representation_size, classifier_activation
         )
         self.representation_size, self.pooling = representation_size, pooling
@@ -314,7 +193,7 @@ class ViT(ModelRuntime, keras.Model):
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
         self.attention_dropout_rate = check_rate(attention_dropout_rate, "attention_dropout_rate")
         self.stochastic_depth_rate = check_rate(stochastic_depth_rate, "stochastic_depth_rate")
-        self.layer_norm_epsilon = _check_numerics(gelu_approximate, layer_norm_epsilon)
+        self.layer_norm_epsilon = check_numerics(gelu_approximate, layer_norm_epsilon)
         self._set_options(
             qkv_bias, layer_scale_init, distillation_token, distillation_head, num_register_tokens,
             pooled_norm,
@@ -322,7 +201,7 @@ class ViT(ModelRuntime, keras.Model):
 
         # What the checkpoint fixes (resolution, classes, GELU, channels).
         info = WeightsInfo() if weights is None else describe_weights(weights, self.architecture_config())
-        shape = _input_shape(image_size, input_shape, info.image_size or 224)
+        shape = model_input_shape(image_size, input_shape, info.image_size or 224)
         if info.channels not in (None, shape[2]):
             raise ValueError(
                 f"The weights take {info.channels}-channel images. Received: "
@@ -393,7 +272,7 @@ class ViT(ModelRuntime, keras.Model):
         self.layer_scale_init = (
             None if layer_scale_init is None else check_positive_float(layer_scale_init, "layer_scale_init")
         )
-        self.distillation_head = _check_tokens(
+        self.distillation_head = check_tokens(
             self.classifier, self.pooling, distillation_token, distillation_head,
             num_register_tokens, self.representation_size,
         )
@@ -405,7 +284,7 @@ class ViT(ModelRuntime, keras.Model):
         if class_names is None and self.include_top and self.classes == info.classes:
             class_names = info.class_names
         self._class_names_arg = list(class_names) if isinstance(class_names, tuple) else class_names
-        self._class_names = _class_names(class_names, self.classes, self.include_top)
+        self._class_names = check_class_names(class_names, self.classes, self.include_top)
         if preprocessing is None:
             preprocessing = info.preprocessing
         if preprocessing is not None:

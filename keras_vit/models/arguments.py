@@ -1,0 +1,148 @@
+"""The argument checks of `ViT`: each raises a `ValueError` naming the argument,
+the value and what is allowed (the shared checks are in `keras_vit.validation`).
+
+Example:
+
+>>> check_transformer(hidden_size=64, num_layers=2, num_heads=3, mlp_dim=128)
+Traceback (most recent call last):
+...
+ValueError: `hidden_size` must be divisible by `num_heads`. Received: hidden_size=64, num_heads=3
+"""
+
+import keras
+
+from keras_vit import labels
+from keras_vit.architectures import CLASSIFIERS, POOLINGS
+from keras_vit.validation import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_positive_float,
+    check_positive_int,
+    pair,
+)
+
+
+def model_input_shape(image_size, input_shape, default):
+    """Resolves `(height, width, channels)` from `image_size`/`input_shape`."""
+    if input_shape is None:
+        return pair(image_size if image_size is not None else default, "image_size") + (3,)
+    shape = tuple(input_shape) if isinstance(input_shape, (list, tuple)) else None
+    if shape is None or len(shape) != 3:
+        raise ValueError(
+            "`input_shape` must be a tuple (height, width, channels). "
+            f"Received: input_shape={input_shape!r}"
+        )
+    channels = shape[2]
+    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
+        raise ValueError(
+            "`input_shape` must end with a positive number of channels. "
+            f"Received: input_shape={input_shape!r}"
+        )
+    size = pair(shape[:2], "input_shape")
+    if image_size is not None and pair(image_size, "image_size") != size:
+        raise ValueError(
+            "`image_size` and `input_shape` disagree. Received: "
+            f"image_size={image_size!r}, input_shape={input_shape!r}"
+        )
+    return size + (channels,)
+
+
+def check_activation(value):
+    if value is None:
+        return None
+    try:
+        keras.activations.get(value)
+    except (ValueError, TypeError):
+        raise ValueError(
+            "`classifier_activation` must be None (logits), a Keras activation "
+            f"name or a callable. Received: classifier_activation={value!r}"
+        ) from None
+    return value
+
+
+def check_transformer(hidden_size, num_layers, num_heads, mlp_dim):
+    check_positive_int(hidden_size, "hidden_size")
+    check_int(num_layers, "num_layers", minimum=0)
+    check_positive_int(num_heads, "num_heads")
+    check_positive_int(mlp_dim, "mlp_dim")
+    if hidden_size % num_heads:
+        raise ValueError(
+            "`hidden_size` must be divisible by `num_heads`. "
+            f"Received: hidden_size={hidden_size}, num_heads={num_heads}"
+        )
+
+
+def check_head(classifier, pooling, representation_size, classifier_activation):
+    check_choice(classifier, CLASSIFIERS, "classifier")
+    check_choice(pooling, POOLINGS, "pooling")
+    if pooling == "token" and classifier != "token":
+        raise ValueError(
+            "pooling='token' needs a class token, but classifier='gap' "
+            "builds none. Received: pooling='token', classifier='gap'"
+        )
+    check_positive_int(representation_size, "representation_size", allow_none=True)
+    return check_activation(classifier_activation)
+
+
+def check_tokens(classifier, pooling, distillation_token, distillation_head, num_register_tokens,
+                  representation_size):
+    """Checks the prefix-token options; returns the resolved `distillation_head`."""
+    check_bool(distillation_token, "distillation_token")
+    check_int(num_register_tokens, "num_register_tokens", minimum=0)
+    if distillation_token and classifier != "token":
+        raise ValueError(
+            "`distillation_token` needs the class token before it, but "
+            f"classifier={classifier!r} builds none. Received: distillation_token=True"
+        )
+    if distillation_head is None:
+        distillation_head = distillation_token
+    check_bool(distillation_head, "distillation_head")
+    if distillation_head and not distillation_token:
+        raise ValueError(
+            "`distillation_head` reads the distillation token, which the model "
+            "lacks. Received: distillation_head=True, distillation_token=False"
+        )
+    if distillation_head and representation_size is not None:
+        raise ValueError(
+            "A pre-logits layer (`representation_size`) and a distillation head "
+            f"do not combine. Received: representation_size={representation_size}, "
+            "distillation_head=True"
+        )
+    return distillation_head
+
+
+def check_class_names(value, classes, include_top):
+    """`class_names` as a tuple of strings (None when unset)."""
+    if value is None:
+        return None
+    if not include_top:
+        raise ValueError(
+            "`class_names` name the head's classes, but include_top=False builds "
+            f"no head. Received: class_names of length {len(value)}"
+        )
+    if isinstance(value, str):
+        check_choice(value, tuple(labels.LISTS), "class_names")
+        names = labels.class_names(labels.LISTS[value])
+    else:
+        names = tuple(value) if isinstance(value, (list, tuple)) else None
+        if names is None or not all(isinstance(n, str) for n in names):
+            raise ValueError(
+                f"`class_names` must be None, one of {tuple(labels.LISTS)} or a "
+                f"sequence of strings. Received: class_names={value!r}"
+            )
+    if len(names) != classes:
+        raise ValueError(
+            f"`class_names` must name each of the {classes} classes. "
+            f"Received: {len(names)} names"
+        )
+    return names
+
+
+def check_numerics(gelu_approximate, layer_norm_epsilon):
+    if gelu_approximate not in (None, True, False):
+        raise ValueError(
+            "`gelu_approximate` must be True, False or None. "
+            f"Received: gelu_approximate={gelu_approximate!r}"
+        )
+    return check_positive_float(layer_norm_epsilon, "layer_norm_epsilon")
