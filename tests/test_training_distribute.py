@@ -6,6 +6,7 @@ subprocesses with their own KERAS_BACKEND. Each takes about a minute on two
 shared cores, so it runs once, in the test session of its own backend.
 """
 
+import functools
 import json
 import os
 import subprocess
@@ -41,6 +42,21 @@ def fit(dist):
                                          weight_decay=0.0, global_batch_size=8)
         history = model.fit(x, y, batch_size=8, epochs=10, verbose=0, shuffle=False)
     return model, history.history["loss"]
+
+# Masked patch prediction on images of one colour each: the model learns to
+# copy a corrupted patch's colour from the visible ones.
+def pretrain(dist):
+    from keras_vit import pretraining
+    images = np.broadcast_to(rng.integers(0, 256, (8, 1, 1, 3)), (8, 32, 32, 3)).astype("uint8")
+    with dist.scope():
+        keras.utils.set_random_seed(0)
+        encoder = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=1,
+                                num_heads=2, mlp_dim=32, include_top=False)
+        task = pretraining.MaskedPatchPrediction(encoder, seed=0)
+        training.compile_for_masked_patch_prediction(task, total_steps=24, base_lr=1e-2,
+                                                     warmup_steps=0, global_batch_size=8)
+        loss = task.fit(np.tile(images, (3, 1, 1, 1)), batch_size=8, epochs=8, verbose=0).history["loss"]
+        return {"loss": loss, "eval": float(task.evaluate(images, batch_size=8, verbose=0))}
 """
 
 TF_MIRRORED = """
@@ -51,7 +67,7 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 dist = training.get_distribution("mirrored")
 model, loss = fit(dist)
 kinds = sorted({type(w.value).__name__ for w in model.trainable_weights})
-print(json.dumps({"replicas": dist.num_replicas, "loss": loss, "kinds": kinds}))
+print(json.dumps({"replicas": dist.num_replicas, "loss": loss, "kinds": kinds, "mpp": pretrain(dist)}))
 """
 
 JAX_PARALLEL = """
@@ -62,6 +78,7 @@ out = {}
 dist = training.get_distribution("data_parallel")
 model, out["dp_loss"] = fit(dist)
 out["dp_replicas"] = dist.num_replicas
+out["mpp"] = pretrain(dist)
 dist = training.get_distribution("model_parallel", model_parallel=2, num_heads=2, mlp_dim=32)
 model, out["mp_loss"] = fit(dist)
 out["mp_replicas"] = dist.num_replicas
@@ -72,6 +89,7 @@ print(json.dumps(out))
 """
 
 
+@functools.lru_cache(maxsize=None)  # one run serves every test of its backend
 def _run(script, backend, timeout=300):
     env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
     env.pop("XLA_FLAGS", None)
@@ -98,6 +116,29 @@ def test_tensorflow_mirrored_over_two_logical_cpus():
     assert out["replicas"] == 2
     assert _falls(out["loss"]), out["loss"]
     assert all("Mirrored" in kind for kind in out["kinds"]), out["kinds"]
+
+
+SEVERAL_DEVICES = {"tensorflow": (TF_MIRRORED, 2), "jax": (JAX_PARALLEL, 4)}
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() not in SEVERAL_DEVICES,
+    reason="several-device runs exist for tensorflow (mirrored) and jax (data_parallel)",
+)
+def test_masked_patch_prediction_over_several_devices():
+    """The replicas' losses are averaged, not summed.
+
+    Before training the loss is near log(512) = 6.24 (random head): summing
+    the replicas' losses would report `replicas` times that.
+    """
+    backend = keras.backend.backend()
+    script, replicas = SEVERAL_DEVICES[backend]
+    out = _run(script, backend)
+    assert out.get("replicas", out.get("dp_replicas")) == replicas
+    loss, evaluated = out["mpp"]["loss"], out["mpp"]["eval"]
+    assert abs(loss[0] - np.log(512)) < 1.0, loss
+    assert loss[-1] < 0.7 * loss[0], loss
+    assert np.isfinite(evaluated) and evaluated < loss[0]
 
 
 @_only_under("jax")
