@@ -88,7 +88,7 @@ def build_parser():
     a("--manual-dir", default=None, help="tfds manual_dir with manually downloaded files (imagenet2012)")
     a("--download", action="store_true", help="let tfds download and prepare the dataset (needs internet)")
     a("--image-size", type=int, default=None, help="pre-training resolution (paper: 224)")
-    a("--preprocessing", default="auto", choices=("auto", "inception", "imagenet"), help="the encoder's input scaling, applied inside the task; auto: what --weights expect, else inception ([-1, 1])")
+    a("--preprocessing", default="auto", choices=("auto", "inception", "imagenet"), help="the encoder's input scaling, applied inside the task; auto: the encoder's own (what --weights expect), else inception ([-1, 1])")
     a("--target", default="mean_color", choices=pretraining.TARGETS, help="mean_color: 3-bit mean colour (paper's best); downsized: 4x4 downsized patch; pixels: L2 on the normalised patch")
     a("--rate", type=float, default=0.5, help="fraction of the patches of every image that are corrupted")
     a("--mask-rate", type=float, default=0.8, help="of the corrupted patches: share replaced by the [mask] embedding")
@@ -137,21 +137,7 @@ def resolve(args):
     if args.run_dir is None:
         name = os.path.basename(os.path.normpath(args.dataset)).replace("tfds:", "")
         args.run_dir = os.path.join("runs", f"{name}_{args.model}_mpp")
-    if args.preprocessing == "auto":
-        args.preprocessing = weights_preprocessing(args.model, args.weights)
     return args
-
-
-def weights_preprocessing(model_name, weights):
-    """The registry's value range for named weights; "inception" otherwise."""
-    constructor = getattr(keras_vit, model_name, None)
-    architecture = getattr(constructor, "architecture", None)
-    try:
-        from keras_vit.weights.registry import WEIGHTS
-
-        return WEIGHTS[(architecture, weights)].preprocessing
-    except (ImportError, KeyError, AttributeError):
-        return "inception"
 
 
 def model_config(args):
@@ -174,7 +160,8 @@ def build_encoder(args):
 def build_task(args, encoder):
     task = pretraining.MaskedPatchPrediction(
         encoder, target=args.target, rate=args.rate, mask_rate=args.mask_rate,
-        replace_rate=args.replace_rate, bits=args.bits, preprocessing=args.preprocessing,
+        replace_rate=args.replace_rate, bits=args.bits,
+        preprocessing=None if args.preprocessing == "auto" else args.preprocessing,
         seed=args.seed,
     )
     return training.compile_for_masked_patch_prediction(

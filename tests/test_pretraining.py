@@ -450,6 +450,49 @@ def test_config_and_keras_file_round_trip(rng, tmp_path):
     assert restored.optimizer is not None and type(restored.optimizer) is type(task.optimizer)
 
 
+def _np_patch_embeddings(encoder, x):
+    """NumPy patch projection of scaled images `x` (TINY: 4x4 grid of 8 px)."""
+    embedding = encoder.get_layer("embedding")
+    patches = x.reshape(len(x), 4, 8, 4, 8, 3).transpose(0, 1, 3, 2, 4, 5).reshape(len(x), GRID, -1)
+    return patches @ to_numpy(embedding.kernel).reshape(-1, TINY["hidden_size"]) + to_numpy(embedding.bias)
+
+
+def test_the_encoder_s_own_input_scaling_is_the_default(rng, tmp_path):
+    """An encoder carrying a preprocessing record (registered weights, presets) is fed as it was trained."""
+    images = random_images(rng, n=3)
+    # No mode has these statistics: only the encoder's record can give them.
+    mean, std = np.array([0.2, 0.4, 0.6]), np.array([0.1, 0.2, 0.3])
+    encoder = tiny_encoder(preprocessing=dict(mean=mean.tolist(), std=std.tolist()))
+    expected = (images / 255.0 - mean) / std
+    for target in ("mean_color", "pixels"):
+        task = pretraining.MaskedPatchPrediction(encoder, target=target, seed=0)
+        tokens, _ = task.embed(images)
+        np.testing.assert_allclose(to_numpy(tokens), _np_patch_embeddings(encoder, expected), atol=1e-4)
+    # The regression targets are the patches as the encoder sees them.
+    pixels = expected.reshape(3, 4, 8, 4, 8, 3).transpose(0, 1, 3, 2, 4, 5).reshape(3, GRID, -1)
+    np.testing.assert_allclose(to_numpy(task.compute_targets(images)), pixels, rtol=1e-5, atol=1e-5)
+    # The record travels with the encoder's config: a reloaded task scales alike.
+    task.save(tmp_path / "task.keras")
+    restored = keras.saving.load_model(tmp_path / "task.keras")
+    assert restored.preprocessing is None
+    np.testing.assert_allclose(to_numpy(restored.embed(images)[0]), to_numpy(tokens), atol=1e-5)
+
+    # Without a record: "inception", [-1, 1].
+    plain = tiny_encoder()
+    tokens, _ = pretraining.MaskedPatchPrediction(plain, seed=0).embed(images)
+    np.testing.assert_allclose(to_numpy(tokens), _np_patch_embeddings(plain, images / 127.5 - 1.0), atol=1e-4)
+
+
+def test_a_mode_that_contradicts_the_encoder_s_record_is_refused():
+    deit_like = tiny_encoder(preprocessing=keras_vit.preprocessing.Preprocessing.from_mode("imagenet"))
+    with pytest.raises(ValueError, match=r"`preprocessing` disagrees.*mean=\(0.485.*Received: preprocessing='inception'"):
+        pretraining.MaskedPatchPrediction(deit_like, preprocessing="inception")
+    # The record's own mode, or None, is accepted.
+    for preprocessing in ("imagenet", None):
+        task = pretraining.MaskedPatchPrediction(deit_like, preprocessing=preprocessing)
+        assert task.preprocessing == preprocessing
+
+
 def test_hybrid_encoder(rng):
     encoder = keras_vit.ViTHybrid(
         resnet_layers=(), resnet_width=0.5, image_size=32, patch_size=2, hidden_size=16,

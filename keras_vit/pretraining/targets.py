@@ -280,19 +280,22 @@ def downsized_patch_targets(images, patch_size, size=4, bits=3):
     return ids[0] if single else ids
 
 
-def pixel_targets(images, patch_size, mode="inception"):
+def pixel_targets(images, patch_size, mode=None, model=None):
     """The paper's third target: every patch's pixels, for L2 regression.
 
     The patches are normalised as the encoder sees them
-    (`keras_vit.preprocess_input(images, mode)`: [-1, 1] for "inception")
+    (`keras_vit.preprocess_input(images, mode)`: [-1, 1] for "inception";
+    with `model`, that model's `preprocessing` record)
     and flattened in (row, column, channel) order, the order of
     `keras_vit.layers.Patches`.
 
     Args:
         images: as in `mean_color_targets`.
         patch_size: int or `(ph, pw)`.
-        mode: "inception" (default) or "imagenet", see
+        mode: None ("inception"), "inception" or "imagenet", see
             `keras_vit.preprocess_input`.
+        model: None, or a keras_vit model whose `preprocessing` record
+            gives the scaling; exclusive with `mode`.
 
     Returns:
         float32 `(batch, num_patches, ph * pw * 3)` (or without the batch
@@ -307,7 +310,7 @@ def pixel_targets(images, patch_size, mode="inception"):
     patch_size = pair(patch_size, "patch_size")
     xp = _ops_for(images)
     images, single = _batched(images, patch_size, xp)
-    x = xp.float32(preprocess_input(xp.float32(images), mode=mode))
+    x = xp.float32(preprocess_input(xp.float32(images), mode=mode, model=model))
     batch, height, width, _ = xp.shape(x)
     ph, pw = patch_size
     x = xp.reshape(x, (batch, height // ph, ph, width // pw, pw, 3))

@@ -80,6 +80,28 @@ def _stem_layers(encoder):
     return tuple(layer.name for layer in stem)
 
 
+def _input_scaling(encoder, preprocessing):
+    """`preprocess_input` keywords that scale raw images for `encoder`.
+
+    None takes the encoder's own scaling: the `Preprocessing` record that
+    registered weights names and presets give a model, else "inception" (how
+    keras_vit models are trained from scratch). A mode given explicitly must
+    agree with that record: pre-training weights on inputs scaled otherwise
+    than they were trained with would move them for no reason.
+    """
+    own = getattr(encoder, "preprocessing", None)
+    if preprocessing is None:
+        return {"model": encoder} if own is not None else {"mode": "inception"}
+    check_choice(preprocessing, (None,) + MODES, "preprocessing")
+    if own is not None and own.mode != preprocessing:
+        raise ValueError(
+            f"`preprocessing` disagrees with the input scaling of encoder {encoder.name!r} "
+            f"(mean={own.mean}, std={own.std}, from its weights or preset). Pass "
+            f"preprocessing=None to use it. Received: preprocessing={preprocessing!r}"
+        )
+    return {"mode": preprocessing}
+
+
 def _check_encoder(encoder):
     if not isinstance(encoder, ViT):
         raise ValueError(
@@ -118,7 +140,8 @@ class MaskedPatchPrediction(ModelRuntime, keras.Model):
     weights) is fine-tuned with the usual recipes. One call:
 
     1. scales the raw [0, 255] images as the encoder expects
-       (`keras_vit.preprocess_input(images, mode=preprocessing)`) and runs
+       (`keras_vit.preprocess_input`, by default with the encoder's own
+       `preprocessing` record) and runs
        the encoder's stem (hybrids), `patches` and the patch projection of
        `embedding` (`PatchEncoder.embed_patches`);
     2. corrupts the patch embeddings as a `corruption_plan` says, drawn anew
@@ -161,9 +184,12 @@ class MaskedPatchPrediction(ModelRuntime, keras.Model):
             embedding (the rest are kept as they are).
         bits: int in 1..8, default 3: bits per colour channel of the colour
             targets.
-        preprocessing: "inception" (default, `x / 127.5 - 1`, the Google
-            checkpoints and models trained from scratch here) or "imagenet"
-            (mean/std, DeiT/timm weights): the encoder's input scaling.
+        preprocessing: None (default), "inception" or "imagenet": the
+            encoder's input scaling. None uses the encoder's own record
+            (`encoder.preprocessing`, set by registered weights names and
+            presets, e.g. ImageNet mean/std for DeiT), else "inception"
+            (`x / 127.5 - 1`, how models are trained from scratch here). A
+            mode that contradicts the encoder's record raises a `ValueError`.
         seed: None or int: seed of the corruption's `SeedGenerator`. None
             draws one from Python's `random`, which
             `keras.utils.set_random_seed` seeds, so seeded programs repeat.
@@ -199,7 +225,7 @@ class MaskedPatchPrediction(ModelRuntime, keras.Model):
         mask_rate=0.8,
         replace_rate=0.1,
         bits=3,
-        preprocessing="inception",
+        preprocessing=None,
         seed=None,
         name="masked_patch_prediction",
         **kwargs,
@@ -208,7 +234,7 @@ class MaskedPatchPrediction(ModelRuntime, keras.Model):
         check_choice(target, TARGETS, "target")
         rate, mask_rate, replace_rate = corruption.check_rates(rate, mask_rate, replace_rate)
         targets.num_color_classes(bits)  # checks `bits`
-        check_choice(preprocessing, MODES, "preprocessing")
+        scaling = _input_scaling(encoder, preprocessing)
         seed = check_seed(seed)
         super().__init__(name=name, **kwargs)
         self.encoder = encoder
@@ -218,6 +244,7 @@ class MaskedPatchPrediction(ModelRuntime, keras.Model):
         self.replace_rate = replace_rate
         self.bits = bits
         self.preprocessing = preprocessing
+        self._scaling = scaling
         self.seed = seed
         self._stem_names = stem
         self.patch_size = tuple(encoder.effective_patch_size)
@@ -279,11 +306,11 @@ class MaskedPatchPrediction(ModelRuntime, keras.Model):
             return targets.mean_color_targets(images, self.patch_size, self.bits)
         if self.target == "downsized":
             return targets.downsized_patch_targets(images, self.patch_size, DOWNSIZED, self.bits)
-        return targets.pixel_targets(images, self.patch_size, self.preprocessing)
+        return targets.pixel_targets(images, self.patch_size, **self._scaling)
 
     def embed(self, images):
         """Raw images to `(patch embeddings (batch, n, D), grid)`, uncorrupted."""
-        x = preprocess_input(images, mode=self.preprocessing)
+        x = preprocess_input(images, **self._scaling)
         for name in self._stem_names:
             x = self.encoder.get_layer(name)(x)
         patches = self.encoder.get_layer("patches")(x)
