@@ -82,6 +82,7 @@ out["mpp"] = pretrain(dist)
 dist = training.get_distribution("model_parallel", model_parallel=2, num_heads=2, mlp_dim=32)
 model, out["mp_loss"] = fit(dist)
 out["mp_replicas"] = dist.num_replicas
+out["mp_mpp"] = pretrain(dist)
 out["specs"] = {w.path: [list(s) if isinstance(s, tuple) else s for s in w.value.sharding.spec]
                 for w in model.weights}
 out["shard_shapes"] = {w.path: list(w.value.addressable_shards[0].data.shape) for w in model.weights}
@@ -118,12 +119,14 @@ def test_tensorflow_mirrored_over_two_logical_cpus():
     assert all("Mirrored" in kind for kind in out["kinds"]), out["kinds"]
 
 
-SEVERAL_DEVICES = {"tensorflow": (TF_MIRRORED, 2), "jax": (JAX_PARALLEL, 4)}
+# (script, replicas, the pre-training runs it makes: data parallel, and on
+# jax also model parallel)
+SEVERAL_DEVICES = {"tensorflow": (TF_MIRRORED, 2, ("mpp",)), "jax": (JAX_PARALLEL, 4, ("mpp", "mp_mpp"))}
 
 
 @pytest.mark.skipif(
     keras.backend.backend() not in SEVERAL_DEVICES,
-    reason="several-device runs exist for tensorflow (mirrored) and jax (data_parallel)",
+    reason="several-device runs exist for tensorflow (mirrored) and jax (data and model parallel)",
 )
 def test_masked_patch_prediction_over_several_devices():
     """The replicas' losses are averaged, not summed.
@@ -132,13 +135,14 @@ def test_masked_patch_prediction_over_several_devices():
     the replicas' losses would report `replicas` times that.
     """
     backend = keras.backend.backend()
-    script, replicas = SEVERAL_DEVICES[backend]
+    script, replicas, runs = SEVERAL_DEVICES[backend]
     out = _run(script, backend)
     assert out.get("replicas", out.get("dp_replicas")) == replicas
-    loss, evaluated = out["mpp"]["loss"], out["mpp"]["eval"]
-    assert abs(loss[0] - np.log(512)) < 1.0, loss
-    assert loss[-1] < 0.7 * loss[0], loss
-    assert np.isfinite(evaluated) and evaluated < loss[0]
+    for run in runs:
+        loss, evaluated = out[run]["loss"], out[run]["eval"]
+        assert abs(loss[0] - np.log(512)) < 1.0, (run, loss)
+        assert loss[-1] < 0.7 * loss[0], (run, loss)
+        assert np.isfinite(evaluated) and evaluated < loss[0], (run, evaluated)
 
 
 @_only_under("jax")
