@@ -166,6 +166,35 @@ def test_ctrl_c_at_any_moment_of_predict_keeps_the_weights(tmp_path):
     _still_works(model, tmp_path, x)
 
 
+def test_pre_training_keeps_the_encoder_when_fit_is_interrupted_or_fails(tmp_path):
+    """The masked patch prediction task runs on the same runtime: the
+    encoder it trains in place keeps the last completed step."""
+    from keras_vit import pretraining
+
+    encoder = keras_vit.ViT(**TINY, include_top=False)
+    task = pretraining.MaskedPatchPrediction(encoder, seed=0)
+    task.compile(optimizer=keras.optimizers.SGD(0.05))
+    images = np.random.default_rng(0).integers(0, 256, (12, 32, 32, 3)).astype("uint8")
+    callback = _Interrupt("train", at=2)
+    with pytest.raises(KeyboardInterrupt):
+        task.fit(images, batch_size=2, epochs=2, verbose=0, callbacks=[callback])
+    _assert_same(_weights(task), callback.recorded)
+    # What the encoder saves is the pre-training so far.
+    encoder.save_weights(tmp_path / "encoder.weights.h5")
+    reloaded = keras_vit.ViT(**TINY, include_top=False, weights=str(tmp_path / "encoder.weights.h5"))
+    _assert_same(_weights(reloaded), _weights(encoder))
+
+    def grey_batches():  # only the first step sees that they are not RGB
+        while True:
+            yield (images[:2, :, :, :1],)
+
+    before = _weights(task)
+    with pytest.raises(ValueError, match="must be RGB"):
+        task.fit(grey_batches(), steps_per_epoch=2, epochs=1, verbose=0)
+    _assert_same(_weights(task), before)
+    assert np.isfinite(task.fit(images, batch_size=4, epochs=1, verbose=0).history["loss"]).all()
+
+
 # Input checks, before any work.
 
 
