@@ -80,8 +80,8 @@ def _stem_layers(encoder):
     return tuple(layer.name for layer in stem)
 
 
-def _input_scaling(encoder, preprocessing):
-    """`preprocess_input` keywords that scale raw images for `encoder`.
+def _input_mode(encoder, preprocessing):
+    """The `preprocess_input` mode for `encoder`, or None for its own record.
 
     None takes the encoder's own scaling: the `Preprocessing` record that
     registered weights names and presets give a model, else "inception" (how
@@ -91,7 +91,7 @@ def _input_scaling(encoder, preprocessing):
     """
     own = getattr(encoder, "preprocessing", None)
     if preprocessing is None:
-        return {"model": encoder} if own is not None else {"mode": "inception"}
+        return None if own is not None else "inception"
     check_choice(preprocessing, (None,) + MODES, "preprocessing")
     if own is not None and own.mode != preprocessing:
         raise ValueError(
@@ -99,7 +99,7 @@ def _input_scaling(encoder, preprocessing):
             f"(mean={own.mean}, std={own.std}, from its weights or preset). Pass "
             f"preprocessing=None to use it. Received: preprocessing={preprocessing!r}"
         )
-    return {"mode": preprocessing}
+    return preprocessing
 
 
 def _check_encoder(encoder):
@@ -234,7 +234,7 @@ class MaskedPatchPrediction(ModelRuntime, keras.Model):
         check_choice(target, TARGETS, "target")
         rate, mask_rate, replace_rate = corruption.check_rates(rate, mask_rate, replace_rate)
         targets.num_color_classes(bits)  # checks `bits`
-        scaling = _input_scaling(encoder, preprocessing)
+        mode = _input_mode(encoder, preprocessing)
         seed = check_seed(seed)
         super().__init__(name=name, **kwargs)
         self.encoder = encoder
@@ -244,7 +244,7 @@ class MaskedPatchPrediction(ModelRuntime, keras.Model):
         self.replace_rate = replace_rate
         self.bits = bits
         self.preprocessing = preprocessing
-        self._scaling = scaling
+        self._mode = mode
         self.seed = seed
         self._stem_names = stem
         self.patch_size = tuple(encoder.effective_patch_size)
@@ -300,17 +300,21 @@ class MaskedPatchPrediction(ModelRuntime, keras.Model):
         self.head.build((None, None, self.encoder.hidden_size))
         self.built = True
 
+    def _scaling(self):
+        """`preprocess_input` keywords: the mode, or the encoder's record."""
+        return {"mode": self._mode} if self._mode else {"model": self.encoder}
+
     def compute_targets(self, images):
         """The targets of every patch of raw [0, 255] `images`."""
         if self.target == "mean_color":
             return targets.mean_color_targets(images, self.patch_size, self.bits)
         if self.target == "downsized":
             return targets.downsized_patch_targets(images, self.patch_size, DOWNSIZED, self.bits)
-        return targets.pixel_targets(images, self.patch_size, **self._scaling)
+        return targets.pixel_targets(images, self.patch_size, **self._scaling())
 
     def embed(self, images):
         """Raw images to `(patch embeddings (batch, n, D), grid)`, uncorrupted."""
-        x = preprocess_input(images, **self._scaling)
+        x = preprocess_input(images, **self._scaling())
         for name in self._stem_names:
             x = self.encoder.get_layer(name)(x)
         patches = self.encoder.get_layer("patches")(x)
