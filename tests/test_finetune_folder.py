@@ -24,18 +24,17 @@ def load_example():
     return module
 
 
-def write_folder(root, per_class=10, names=None, size=(24, 20)):
+def write_folder(root, per_class=10, colours=COLOURS, file_name="{}.png", size=(24, 20)):
     """Coloured rectangles (each a slightly varied shade), one sub-folder per class."""
     from PIL import Image
 
     rng = np.random.default_rng(0)
-    for name, rgb in COLOURS.items():
+    for name, rgb in colours.items():
         (root / name).mkdir(parents=True, exist_ok=True)
         for i in range(per_class):
             shade = np.clip(np.array(rgb) + rng.integers(-20, 21, 3), 0, 255).astype("uint8")
             image = np.broadcast_to(shade, size + (3,)).copy()
-            file = (names or {}).get((name, i), f"{i}.png")
-            Image.fromarray(image).save(root / name / file)
+            Image.fromarray(image).save(root / name / file_name.format(i + 1))
     return root
 
 
