@@ -131,6 +131,7 @@ def add_folder_arguments(parser):
     g.add_argument("--data", default=None, help="image folder, one sub-folder per class (as keras.utils.image_dataset_from_directory); replaces --dataset, holding out --validation-split of the images")
     g.add_argument("--validation-split", type=float, default=0.2, help="fraction of the --data images held out for the accuracy, a fixed random choice given --seed")
     g.add_argument("--preset", default=None, help="start from a preset instead of --model/--weights: a keras_vit, transformers, timm or keras-hub directory, or hf://org/name")
+    g.add_argument("--gelu", default="auto", choices=("auto", "tanh", "erf"), help="GELU flavour; auto: the checkpoint's (registry record, preset, .keras file; tanh for .npz, erf for timm files). DeiT's .npz needs erf")
     g.add_argument("--output", default=None, help="keras_vit preset directory to write (config, weights, class names, preprocessing); default with --data: <run-dir>/preset")
 
 
@@ -236,7 +237,11 @@ def build_model(args, classes):
         dropout_rate=args.dropout,
     )
     if args.preset:
+        if args.gelu != "auto":
+            raise SystemExit("--gelu: a preset fixes its GELU; leave --gelu auto with --preset.")
         return keras_vit.from_preset(args.preset, **common)
+    if args.gelu != "auto":
+        common["gelu_approximate"] = args.gelu == "tanh"
     if args.model in ("demo", "smoke"):
         return keras_vit.ViT(**model_config(args), weights=args.weights, name=f"vit_{args.model}", **common)
     return getattr(keras_vit, args.model)(weights=args.weights, **common)

@@ -117,3 +117,16 @@ def test_folder_flags_are_documented():
     text = load_example().build_parser().format_help()
     for flag in ("--data", "--validation-split", "--preset", "--output"):
         assert flag in text
+
+
+def test_gelu_flag_reaches_the_model_and_is_refused_with_a_preset(tmp_path):
+    example = load_example()
+    args = example.resolve(example.parse_args(["--data", str(tmp_path), "--model", "ViTTi16", "--gelu", "erf",
+                                               "--image-size", "32"]))
+    import keras
+
+    with keras.StatelessScope(initialize_variables=False):
+        assert example.build_model(args, 3).gelu_approximate is False
+    args = example.parse_args(["--data", str(tmp_path), "--preset", str(tmp_path), "--gelu", "tanh"])
+    with pytest.raises(SystemExit, match="a preset fixes its GELU"):
+        example.build_model(args, 3)
