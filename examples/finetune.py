@@ -13,6 +13,8 @@ Examples:
 
     python examples/finetune.py                       # offline digits demo
     python examples/finetune.py --smoke               # seconds, for tests
+    python examples/finetune.py --data my_photos --model ViTB16 \\
+        --weights augreg-i21k --output my_vit          # your own photos
     python examples/finetune.py --model ViTB16 --weights imagenet21k \\
         --dataset cifar10 --total-steps 10000 --lr 0.01 \\
         --device-batch-size 128 --distribution auto --run-dir runs/b16_c10
@@ -22,6 +24,14 @@ App. B.1.1): SGD momentum 0.9, global batch 512, cosine decay after 500
 warm-up steps, gradient clipping at norm 1, no weight decay, 384 px. Without
 `--weights` the model trains from scratch with the pre-training recipe
 (AdamW with weight decay, arXiv:2010.11929 Table 3).
+
+With `--data FOLDER` (one sub-folder of images per class, the layout of
+`keras.utils.image_dataset_from_directory`) a `--validation-split` of the
+images is held out (fixed by `--seed`), the model starts from `--weights`
+or `--preset` with that checkpoint's own GELU and input scaling, and the
+result is written as a keras_vit preset (`--output`: config, weights, the
+folder's class names, the preprocessing record) that
+`keras_vit.from_preset(path)` reloads.
 
 A run killed at any point resumes from its last completed evaluation
 interval ("epoch") when started again with the same `--run-dir`.
@@ -111,8 +121,66 @@ def build_parser():
     a("--run-dir", default=None, help="folder for backups, best/final weights, CSV and TensorBoard logs; default runs/<dataset>_<model>")
     a("--seed", type=int, default=0, help="random seed")
     a("--verbose", type=int, default=1, choices=(0, 1, 2), help="fit verbosity: 1 progress bar, 2 one line per epoch")
-    a("--smoke", action="store_true", help="tiny model and a few steps on digits, for tests (seconds)")
+    a("--smoke", action="store_true", help="tiny random model and 4 updates at 16 px, for tests (seconds): on digits, or on --data (then --model, --weights and --preset are ignored)")
+    add_folder_arguments(p)
     return p
+
+
+def add_folder_arguments(parser):
+    g = parser.add_argument_group("your own images (--data)")
+    g.add_argument("--data", default=None, help="image folder, one sub-folder per class (as keras.utils.image_dataset_from_directory); replaces --dataset, holding out --validation-split of the images")
+    g.add_argument("--validation-split", type=float, default=0.2, help="fraction of the --data images held out for the accuracy, a fixed random choice given --seed")
+    g.add_argument("--preset", default=None, help="start from a preset instead of --model/--weights: a keras_vit, transformers, timm or keras-hub directory, or hf://org/name")
+    g.add_argument("--gelu", default="auto", choices=("auto", "tanh", "erf"), help="GELU flavour; auto: the checkpoint's (registry record, preset, .keras file; tanh for .npz, erf for timm files). DeiT's .npz needs erf")
+    g.add_argument("--output", default=None, help="keras_vit preset directory to write (config, weights, class names, preprocessing); default with --data: <run-dir>/preset")
+
+
+def load_data(args, load):
+    """`(train, held-out)` sources: the --data folder split by --validation-split, or --dataset."""
+    if args.data is None:
+        return (sources.load_source(args.dataset, args.train_split, **load),
+                sources.load_source(args.dataset, args.eval_split, **load))
+    args.eval_split = f"{args.validation_split:.0%} held out"
+    return tuple(
+        sources.image_folder_source(args.data, args.validation_split, subset, seed=args.seed)
+        for subset in ("training", "validation")
+    )
+
+
+def checkpoint_preprocessing(args):
+    """The input scaling of the starting checkpoint: "inception" or "imagenet".
+
+    A preset's or a `.keras` file's own record, the registry's for a named
+    weight; "inception" (the Google checkpoints') where the file does not say.
+    """
+    from keras_vit.weights.describe import describe_weights
+    from keras_vit.weights.record import Preprocessing
+
+    record = None
+    if args.preset:
+        from keras_vit.presets import describe_preset
+
+        record = describe_preset(args.preset).arguments.get("preprocessing")
+    elif args.weights:
+        try:
+            record = describe_weights(args.weights, model_config(args)).preprocessing
+        except (ValueError, OSError):
+            record = None  # the model build reports a bad --weights
+    mode = Preprocessing.from_config(record).mode if record else None
+    return mode or "inception"
+
+
+def save_preset(model, args, class_names):
+    """Writes the fine-tuned model with its class names and preprocessing."""
+    from keras_vit.weights.record import Preprocessing
+
+    # What eval_pipeline did: a bilinear resize (and optional central crop).
+    record = Preprocessing.from_mode(
+        args.preprocessing, image_size=args.image_size, crop_fraction=args.eval_crop,
+        interpolation="bilinear",
+    )
+    model.save_to_preset(args.output, class_names=list(class_names), preprocessing=record)
+    print(f"preset: {args.output} (keras_vit.from_preset({args.output!r}))", flush=True)
 
 
 def parse_args(argv=None):
@@ -121,40 +189,40 @@ def parse_args(argv=None):
 
 def resolve(args):
     """Fills unset flags from the matching defaults table."""
+    if args.data is not None:
+        args.dataset = args.data
+    pretrained = bool(args.weights or args.preset)
     if args.smoke:
-        table, args.dataset = SMOKE, "digits"
+        table, args.weights, args.preset = SMOKE, None, None
+        args.model, pretrained = None, False
+        if args.data is None:
+            args.dataset = "digits"
     elif args.dataset == "digits" and args.model is None:
         table = DEMO
     else:
-        table = FINETUNE if args.weights else SCRATCH
+        table = FINETUNE if pretrained else SCRATCH
     for key, value in table.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.optimizer == "auto":
-        args.optimizer = "sgd" if args.weights else "adamw"
+        args.optimizer = "sgd" if pretrained else "adamw"
     if args.model is None:
-        args.model = "smoke" if args.smoke else "demo"
+        args.model = "smoke" if args.smoke else "preset" if args.preset else "demo"
     if args.run_dir is None:
         name = os.path.basename(os.path.normpath(args.dataset)).replace("tfds:", "")
         args.run_dir = os.path.join("runs", f"{name}_{args.model}")
+    if args.output is None and args.data is not None:
+        args.output = os.path.join(args.run_dir, "preset")
     if args.preprocessing == "auto":
-        args.preprocessing = weights_preprocessing(args.model, args.weights)
+        args.preprocessing = checkpoint_preprocessing(args)
     return args
 
 
-def weights_preprocessing(model_name, weights):
-    """The registry's value range for named weights; "inception" otherwise."""
-    constructor = getattr(keras_vit, model_name, None)
-    architecture = getattr(constructor, "architecture", None)
-    try:
-        from keras_vit.weights.registry import WEIGHTS
-
-        return WEIGHTS[(architecture, weights)].preprocessing
-    except (ImportError, KeyError, AttributeError):
-        return "inception"
-
-
 def model_config(args):
+    if args.preset:
+        from keras_vit.presets import describe_preset
+
+        return describe_preset(args.preset).arguments
     if args.model in ("demo", "smoke"):
         return DEMO_MODEL if args.model == "demo" else SMOKE_MODEL
     constructor = getattr(keras_vit, args.model, None)
@@ -168,6 +236,12 @@ def build_model(args, classes):
         image_size=args.image_size, classes=classes, classifier_activation=None,
         dropout_rate=args.dropout,
     )
+    if args.preset:
+        if args.gelu != "auto":
+            raise SystemExit("--gelu: a preset fixes its GELU; leave --gelu auto with --preset.")
+        return keras_vit.from_preset(args.preset, **common)
+    if args.gelu != "auto":
+        common["gelu_approximate"] = args.gelu == "tanh"
     if args.model in ("demo", "smoke"):
         return keras_vit.ViT(**model_config(args), weights=args.weights, name=f"vit_{args.model}", **common)
     return getattr(keras_vit, args.model)(weights=args.weights, **common)
@@ -207,8 +281,7 @@ def main(argv=None):
             f"{dist.num_replicas} replicas of {dist.name!r}."
         )
     load = dict(data_dir=args.tfds_data_dir, manual_dir=args.manual_dir, download=args.download)
-    train_source = sources.load_source(args.dataset, args.train_split, **load)
-    eval_source = sources.load_source(args.dataset, args.eval_split, **load)
+    train_source, eval_source = load_data(args, load)
     small = (train_source.num_examples or 1 << 30) <= 50_000 and args.image_size <= 64
     train_ds = data.train_pipeline(
         train_source.dataset, args.image_size, step_batch, mode=args.preprocessing,
@@ -250,11 +323,13 @@ def main(argv=None):
         json.dump({**results, "args": vars(args)}, f, indent=1, default=str)
     print(
         f"held-out accuracy: {results['accuracy']:.4f} "
-        f"({64 if args.smoke else eval_source.num_examples or '?'} images, "
+        f"({min(64, eval_source.num_examples or 64) if args.smoke else eval_source.num_examples or '?'} images, "
         f"split {args.eval_split!r}); "
         f"{results['updates']} updates in {seconds:.0f}s",
         flush=True,
     )
+    if args.output:
+        save_preset(model, args, train_source.class_names)
     return results
 
 

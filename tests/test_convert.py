@@ -99,11 +99,18 @@ def test_presets_in_and_out(tmp_path, capsys):
         v.assign(np.asarray(v) + np.random.default_rng(0).normal(0, 0.2, v.shape).astype("float32"))
     source.save_to_preset(tmp_path / "in")
     argv = ["--preset", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--format", "transformers"]
+    # The source knows neither its classes' names nor its input scaling.
+    assert main(argv) == 2
+    assert "class_names=" in capsys.readouterr().err
+    (tmp_path / "names.txt").write_text("cat\ndog\neel\n")
+    argv += ["--preprocessing", "imagenet", "--class-names", str(tmp_path / "names.txt")]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "(keras_vit preset)" in printed and "max |transformers (torch) - source model|" in printed
     assert "max |reloaded transformers preset - source model|" in printed
     assert "NumPy reference (float64)" in printed and printed.rstrip().endswith("OK (tolerance 0.0001)")
+    config = json.load(open(tmp_path / "out" / "config.json"))
+    assert config["id2label"] == {"0": "cat", "1": "dog", "2": "eel"}
     # A preset fixes its architecture.
     assert main(argv[:4] + ["--variant", "Ti/16"]) == 2
     assert "drop --variant" in capsys.readouterr().err

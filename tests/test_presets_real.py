@@ -73,7 +73,8 @@ def test_timm_hub_deit_tiny_matches_transformers(deit):
 
 def test_round_trip_through_transformers_keeps_the_logits(deit, tmp_path):
     model = keras_vit.from_preset(deit["timm_dir"])
-    model.save_to_preset(tmp_path, format="transformers")
+    # The timm directory names no classes: DeiT's head is ImageNet-1k's.
+    model.save_to_preset(tmp_path, format="transformers", class_names="imagenet1k")
     config = json.load(open(tmp_path / "config.json"))
     assert config["layer_norm_eps"] == 1e-6 and config["hidden_act"] == "gelu"
     again = keras_vit.from_preset(tmp_path)

@@ -146,7 +146,13 @@ def test_describe_timm_and_keras(tmp_path, params):
     assert (info.image_size, info.classes, info.gelu_approximate) == (32, 10, False)
     tiny_model().save_weights(tmp_path / "k.weights.h5")
     info = describe_weights(tmp_path / "k.weights.h5", ARCH)
-    assert (info.image_size, info.classes, info.gelu_approximate) == (None, None, None)
+    # A weights file knows its head's width, not its resolution or GELU.
+    assert (info.image_size, info.classes, info.gelu_approximate) == (None, 10, None)
+    # The head, not the pre-logits layer before it; DeiT's two heads.
+    tiny_model(classes=5, representation_size=12).save_weights(tmp_path / "p.weights.h5")
+    assert describe_weights(tmp_path / "p.weights.h5", ARCH).classes == 5
+    tiny_model(classes=4, distillation_token=True).save_weights(tmp_path / "d.weights.h5")
+    assert describe_weights(tmp_path / "d.weights.h5", ARCH).classes == 4
 
 
 def test_describe_non_square_grid_gives_no_size(tmp_path, rng):

@@ -103,6 +103,16 @@ def build_parser():
         choices=tuple(GELU_FLAVOURS),
         help="GELU flavour; default: the weights' (Google .npz: tanh, timm: erf, registry: recorded)",
     )
+    parser.add_argument(
+        "--preprocessing",
+        help="input scaling written to a preset (imagenet: ImageNet mean/std, inception: [-1, 1]); "
+        "default: the source's. A transformers preset needs one",
+    )
+    parser.add_argument(
+        "--class-names",
+        help="class names written to a preset: imagenet1k, imagenet21k or a text file with one name "
+        "per line; default: the source's. A transformers preset needs them",
+    )
     parser.add_argument("--keras", action="store_true", help="also write a whole .keras model beside --output")
     parser.add_argument("--tolerance", type=float, default=1e-4, help="largest max |difference| accepted (default 1e-4)")
     parser.add_argument("--batch-size", type=int, default=2, help="images in the random test batch (default 2)")
@@ -181,7 +191,11 @@ def _write(model, args, fmt):
         os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
         model.save_weights(args.output)
     else:
-        model.save_to_preset(args.output, format=fmt)
+        names = args.class_names
+        if names and os.path.isfile(names):
+            with open(names, encoding="utf-8") as f:
+                names = [line.strip() for line in f if line.strip()]
+        model.save_to_preset(args.output, format=fmt, preprocessing=args.preprocessing, class_names=names)
     print(f"wrote {args.output} ({fmt})")
 
 

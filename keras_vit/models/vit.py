@@ -516,15 +516,22 @@ class ViT(ModelRuntime, keras.Model):
             "dtype": keras.dtype_policies.serialize(self.get_layer("embedding").dtype_policy),
         }
 
-    def save_to_preset(self, directory, format="keras_vit"):
+    def save_to_preset(self, directory, format="keras_vit", preprocessing=None, class_names=None):
         """Writes the model as a preset directory (see `keras_vit.weights.writers`).
 
         Args:
             directory: folder to write (created if needed).
             format: "keras_vit" (default: reloads exactly with
                 `keras_vit.from_preset` on every backend) or "transformers"
-                (loads in `transformers.AutoModelForImageClassification`;
-                models it cannot represent are refused before writing).
+                (loads in `transformers.AutoModelForImageClassification`,
+                `AutoImageProcessor` and `pipeline`; models it cannot
+                represent are refused before writing).
+            preprocessing: None (default: `self.preprocessing`), a mode
+                ("imagenet" or "inception") or a `Preprocessing` record;
+                a transformers directory needs one.
+            class_names: None (default: `self.class_names`), "imagenet1k",
+                "imagenet21k" or one string per class; a transformers
+                directory needs them.
 
         Example:
 
@@ -538,7 +545,9 @@ class ViT(ModelRuntime, keras.Model):
         """
         from keras_vit.weights import writers
 
-        writers.save_to_preset(self, directory, format=format)
+        writers.save_to_preset(
+            self, directory, format=format, preprocessing=preprocessing, class_names=class_names
+        )
 
     @classmethod
     def from_config(cls, config):

@@ -1,6 +1,9 @@
 """What a `weights` argument is, and what it says about the model to build."""
 
+import json
 import os
+import re
+import zipfile
 from dataclasses import dataclass
 
 from keras_vit import labels
@@ -138,6 +141,60 @@ def _facts(shapes, kind):
     return rows, width(head), width(pre), channels
 
 
+def _keras_archive_info(path):
+    """What a `.keras` archive's own `config.json` says: everything."""
+    with zipfile.ZipFile(path) as archive:
+        config = json.loads(archive.read("config.json")).get("config", {})
+    image_size = config.get("image_size")
+    if isinstance(image_size, list):
+        image_size = image_size[0] if image_size[0] == image_size[1] else tuple(image_size)
+    shape = config.get("input_shape")
+    return WeightsInfo(
+        image_size=image_size,
+        classes=config.get("classes") if config.get("include_top", True) else None,
+        gelu_approximate=config.get("gelu_approximate"),
+        representation_size=config.get("representation_size"),
+        channels=shape[-1] if shape else None,
+        preprocessing=config.get("preprocessing"),
+        class_names=config.get("class_names"),
+    )
+
+
+def _weights_h5_classes(path):
+    """The class count of a `.weights.h5` file's head, read from its bias.
+
+    Keras stores a functional model's top-level layers by class name in
+    model order (`dense`, `dense_1`, ...): the pre-logits layer comes first,
+    then the head and DeiT's second head (same width), so the last one is a
+    head.
+    """
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        layers = f.get("layers", {})
+        dense = [n for n in layers if re.fullmatch(r"dense(_\d+)?", n) and "1" in layers[n].get("vars", {})]
+        if not dense:
+            return None
+        last = max(dense, key=lambda n: int(n.rpartition("_")[2]) if "_" in n else 0)
+        return int(layers[last]["vars"]["1"].shape[0])
+
+
+def keras_file_info(path):
+    """`WeightsInfo` of a keras_vit `.keras` or `.weights.h5` file.
+
+    A `.keras` archive holds the model's configuration (classes, resolution,
+    GELU, class names, preprocessing); a `.weights.h5` file only its arrays,
+    of which the head's width is the class count. Unreadable files give an
+    empty `WeightsInfo` (the reader reports them).
+    """
+    try:
+        if path.lower().endswith(".keras"):
+            return _keras_archive_info(path)
+        return WeightsInfo(classes=_weights_h5_classes(path))
+    except (OSError, KeyError, ValueError, TypeError, AttributeError, IndexError, zipfile.BadZipFile):
+        return WeightsInfo()
+
+
 def describe_weights(weights, architecture_config):
     """What `weights` fixes about the model: resolution, classes, GELU, channels.
 
@@ -153,7 +210,8 @@ def describe_weights(weights, architecture_config):
     Returns:
         A `WeightsInfo`. Files: `.npz` -> tanh GELU (Google numerics),
         resolution from a square position-embedding grid, classes from the
-        head; timm files -> erf GELU; Keras files -> all None.
+        head; timm files -> erf GELU; `.weights.h5` -> classes from the
+        head; `.keras` -> what its saved configuration says.
 
     Example:
 
@@ -183,7 +241,7 @@ def describe_weights(weights, architecture_config):
     path = sources.check_file(path)
     kind = sources.checkpoint_format(path)
     if kind == "keras":
-        return WeightsInfo()
+        return keras_file_info(path)
     rows, classes, pre, channels = _facts(_tensor_shapes(path, kind), kind)
     side = square_grid(rows) if rows else None
     image_size = None

@@ -285,6 +285,8 @@ def _structure_template(model, pre_logits):
         weights=None,
         include_top=True,
         classes=1,
+        # The names belong to the target's head, not to the one-class copy.
+        class_names=None,
         representation_size=1 if pre_logits else None,
         hidden_size=model.num_heads,
         mlp_dim=1,

@@ -11,6 +11,7 @@ import os
 import keras
 import numpy as np
 
+from keras_vit import labels
 from keras_vit.version import __version__
 from keras_vit.weights import hf_layout
 from keras_vit.weights.mapping import model_state
@@ -31,8 +32,10 @@ def _write_json(path, value):
         f.write("\n")
 
 
-def _save_keras_vit(model, directory):
-    _write_json(os.path.join(directory, "config.json"), keras.saving.serialize_keras_object(model))
+def _save_keras_vit(model, directory, metadata):
+    config = keras.saving.serialize_keras_object(model)
+    config["config"].update(metadata)
+    _write_json(os.path.join(directory, "config.json"), config)
     model.save_weights(os.path.join(directory, KERAS_WEIGHTS))
     _write_json(
         os.path.join(directory, "metadata.json"),
@@ -45,35 +48,98 @@ def _save_keras_vit(model, directory):
     )
 
 
-def _save_transformers(model, directory):
+def _class_names(value, classes):
+    if isinstance(value, str):
+        if value not in labels.LISTS:
+            raise ValueError(
+                f"`class_names` must be one of {tuple(labels.LISTS)} or a sequence of "
+                f"strings. Received: class_names={value!r}"
+            )
+        value = labels.class_names(labels.LISTS[value])
+    names = list(value)
+    if len(names) != classes or not all(isinstance(n, str) for n in names):
+        raise ValueError(
+            f"`class_names` must be {classes} strings, one per class of the head. "
+            f"Received: {len(names)} items, class_names={names[:4]!r}..."
+        )
+    return names
+
+
+def _preprocessing(value, model):
+    if isinstance(value, str):
+        return Preprocessing.from_mode(value, image_size=tuple(model.image_size))
+    return Preprocessing.from_config(value)
+
+
+def _metadata(model, format, preprocessing, class_names):
+    """`class_names` and `preprocessing` as written: the arguments, else the model's.
+
+    A transformers directory needs both (`id2label` names the classes,
+    `preprocessor_config.json` is what `AutoImageProcessor` and `pipeline`
+    read); a model built from a bare checkpoint file knows neither.
+    A keras_vit preset keeps the model's own configuration; only explicit
+    arguments replace it there.
+    """
+    if format == "keras_vit":
+        model_names = model_prep = None
+    else:
+        model_names, model_prep = model.class_names, model.preprocessing
+    class_names = model_names if class_names is None else class_names
+    preprocessing = model_prep if preprocessing is None else preprocessing
+    missing = [
+        f"{arg}= ({example})"
+        for arg, value, example in (
+            ("preprocessing", preprocessing,
+             "'imagenet' for ImageNet mean/std, 'inception' for [-1, 1], or a Preprocessing record"),
+            ("class_names", class_names, "'imagenet1k', 'imagenet21k' or one string per class"),
+        )
+        if value is None
+    ]
+    if format == "transformers" and missing:
+        raise ValueError(
+            f"A transformers directory needs the model's class names (`id2label`) and "
+            f"preprocessing (`preprocessor_config.json`), and model {model.name!r} lacks "
+            f"them (a model built from a checkpoint file does not know them). Pass "
+            f"{' and '.join(missing)} to save_to_preset, or build the model with them."
+        )
+    out = {}
+    if class_names is not None:
+        out["class_names"] = _class_names(class_names, model.classes)
+    if preprocessing is not None:
+        out["preprocessing"] = _preprocessing(preprocessing, model).get_config()
+    return out
+
+
+def _save_transformers(model, directory, metadata):
     from safetensors.numpy import save_file
 
     config = model.get_config()
-    hf_config = hf_layout.export_config(config, model.class_names)
+    hf_config = hf_layout.export_config(config, metadata["class_names"])
     architecture = hf_config["architectures"][0]
     _, prefix, head = hf_layout.ARCHITECTURES[architecture]
     state = hf_layout.table(prefix, head).from_canonical(model_state(model))
     state = {k: np.asarray(v, "float32") for k, v in state.items()}
     save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
     _write_json(os.path.join(directory, "config.json"), hf_config)
-    if model.preprocessing is not None:
-        record = Preprocessing.from_config(model.preprocessing)
-        _write_json(
-            os.path.join(directory, "preprocessor_config.json"),
-            hf_layout.export_preprocessor(record),
-        )
+    record = Preprocessing.from_config(metadata["preprocessing"])
+    _write_json(
+        os.path.join(directory, "preprocessor_config.json"),
+        hf_layout.export_preprocessor(record),
+    )
 
 
-def save_to_preset(model, directory, format="keras_vit"):
+def save_to_preset(model, directory, format="keras_vit", preprocessing=None, class_names=None):
     """Writes a model as a preset directory.
 
     - `"keras_vit"`: `config.json` (Keras' serialisation of the model, its
       `get_config` with preprocessing and class names), `model.weights.h5`
       and `metadata.json`; `from_preset` rebuilds it exactly on any backend.
     - `"transformers"`: `config.json`, `model.safetensors` and
-      `preprocessor_config.json` that
-      `transformers.AutoModelForImageClassification.from_pretrained` loads
-      with no missing or unexpected keys (`ViTForImageClassification`, or
+      `preprocessor_config.json` (with `id2label` from the class names) that
+      `transformers.AutoModelForImageClassification.from_pretrained`,
+      `AutoImageProcessor.from_pretrained` and
+      `pipeline("image-classification")` load, with no missing or
+      unexpected keys (`ViTForImageClassification`, or
       the DeiT classes for models with a distillation token). The tanh GELU
       is written as `hidden_act="gelu_pytorch_tanh"`. Models transformers
       cannot represent (hybrids, register tokens, GAP or pooled-norm
@@ -85,9 +151,17 @@ def save_to_preset(model, directory, format="keras_vit"):
         directory: folder to write (created if needed; existing files of the
             same names are replaced).
         format: "keras_vit" (default) or "transformers".
+        preprocessing: None (default: `model.preprocessing`), a mode
+            ("imagenet": ImageNet mean/std; "inception": [-1, 1]) at the
+            model's input size, or a `Preprocessing` record or its config.
+        class_names: None (default: `model.class_names`), "imagenet1k",
+            "imagenet21k", or one string per class in head order.
 
     Raises:
-        ValueError: for an unknown format or a model the format cannot hold.
+        ValueError: for an unknown format, a model the format cannot hold,
+            or a transformers directory with neither the model nor the
+            arguments giving preprocessing and class names (nothing is
+            written).
 
     Example:
 
@@ -95,15 +169,17 @@ def save_to_preset(model, directory, format="keras_vit"):
     >>> model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8,
     ...                       num_layers=1, num_heads=2, mlp_dim=8, classes=2)
     >>> folder = tempfile.mkdtemp()
-    >>> save_to_preset(model, folder, format="transformers")
+    >>> save_to_preset(model, folder, format="transformers",
+    ...                preprocessing="imagenet", class_names=["no", "yes"])
     >>> sorted(os.listdir(folder))
-    ['config.json', 'model.safetensors']
+    ['config.json', 'model.safetensors', 'preprocessor_config.json']
     """
     _check_format(format)
     if format == "transformers":
         hf_layout.export_architecture(model.get_config())  # refuse before writing
+    metadata = _metadata(model, format, preprocessing, class_names)
     os.makedirs(directory, exist_ok=True)
     if format == "keras_vit":
-        _save_keras_vit(model, directory)
+        _save_keras_vit(model, directory, metadata)
     else:
-        _save_transformers(model, directory)
+        _save_transformers(model, directory, metadata)

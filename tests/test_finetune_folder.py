@@ -1,0 +1,132 @@
+"""examples/finetune.py --data: a folder of the user's images in, a keras_vit
+preset out that reloads with identical predictions, the folder's class names
+and the preprocessing it was trained with."""
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+import keras_vit
+from conftest import ROOT, to_numpy
+from keras_vit.preprocessing import Preprocessing
+
+pytest.importorskip("tensorflow", reason="the example's input pipeline needs TensorFlow")
+
+COLOURS = {"blue": (40, 60, 220), "green": (40, 200, 60), "red": (220, 40, 40)}
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("finetune_example", ROOT / "examples" / "finetune.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_folder(root, per_class=10, colours=COLOURS, file_name="{}.png", size=(24, 20)):
+    """Coloured rectangles (each a slightly varied shade), one sub-folder per class."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for name, rgb in colours.items():
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            shade = np.clip(np.array(rgb) + rng.integers(-20, 21, 3), 0, 255).astype("uint8")
+            image = np.broadcast_to(shade, size + (3,)).copy()
+            Image.fromarray(image).save(root / name / file_name.format(i + 1))
+    return root
+
+
+def folder_images(root, size):
+    """Every image of the folder, resized, with its class index (sorted names)."""
+    from PIL import Image
+
+    xs, ys = [], []
+    for label, name in enumerate(sorted(COLOURS)):
+        for file in sorted((root / name).iterdir()):
+            xs.append(np.asarray(Image.open(file).convert("RGB").resize(size[::-1]), "float32"))
+            ys.append(label)
+    return np.stack(xs), np.array(ys)
+
+
+def _reference(run_dir, image_size):
+    """The smoke model with the run's final weights, built independently of the preset."""
+    example = load_example()
+    model = keras_vit.ViT(**example.SMOKE_MODEL, image_size=image_size, classes=len(COLOURS),
+                          classifier_activation=None)
+    model.load_weights(run_dir / "final.weights.h5")
+    return model
+
+
+def test_folder_finetune_writes_a_preset_that_reloads_identically(tmp_path):
+    data = write_folder(tmp_path / "photos")
+    run_dir, output = tmp_path / "run", tmp_path / "my_vit"
+    results = load_example().main(["--data", str(data), "--smoke", "--output", str(output),
+                                   "--run-dir", str(run_dir), "--verbose", "0"])
+    assert results["updates"] == 4 and 0.0 <= results["accuracy"] <= 1.0
+    model = keras_vit.from_preset(output)
+    assert model.class_names == tuple(sorted(COLOURS))
+    assert model.preprocessing == Preprocessing.from_mode("inception", image_size=16, interpolation="bilinear")
+    x, _ = folder_images(data, (16, 16))
+    x = keras_vit.preprocess_input(x, model=model)
+    preds = to_numpy(model.predict(x, verbose=0))
+    np.testing.assert_array_equal(preds, to_numpy(_reference(run_dir, 16).predict(x, verbose=0)))
+    decoded = keras_vit.decode_predictions(preds, top=1, model=model)
+    assert [row[0][1] for row in decoded] == [sorted(COLOURS)[i] for i in preds.argmax(-1)]
+    # The held-out split: 20% of the 30 images, fixed by the seed.
+    args = json.load(open(run_dir / "results.json"))["args"]
+    assert args["validation_split"] == 0.2 and args["output"] == str(output)
+
+
+def test_folder_finetune_from_a_checkpoint_takes_its_gelu_and_scaling(tmp_path):
+    """Starting from a preset with the exact GELU and ImageNet mean/std, the
+    fine-tuned preset keeps both, without flags saying so, and learns the
+    colours (held-out accuracy recomputed from the reloaded preset)."""
+    data = write_folder(tmp_path / "photos")
+    base = tmp_path / "base"
+    keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+                  classes=5, gelu_approximate=False,
+                  preprocessing=Preprocessing.from_mode("imagenet", image_size=32)).save_to_preset(base)
+    example = load_example()
+    args = ["--data", str(data), "--preset", str(base), "--image-size", "16", "--batch-size", "8",
+            "--total-steps", "30", "--eval-every", "30", "--warmup-steps", "3", "--lr", "0.1",
+            "--run-dir", str(tmp_path / "run"), "--output", str(tmp_path / "out"), "--verbose", "0"]
+    resolved = example.resolve(example.parse_args(args))
+    assert (resolved.preprocessing, resolved.optimizer, resolved.model) == ("imagenet", "sgd", "preset")
+    with pytest.warns(UserWarning, match="head is zero-initialised"):
+        results = example.main(args)
+    model = keras_vit.from_preset(tmp_path / "out")
+    assert model.gelu_approximate is False and model.preprocessing.mode == "imagenet"
+    assert model.classes == 3 and model.class_names == ("blue", "green", "red")
+    # The held-out images, chosen as image_folder_source chooses them.
+    from keras_vit.training.sources import image_folder_source
+
+    held = image_folder_source(str(data), 0.2, "validation", seed=0)
+    assert held.num_examples == 6
+    x = np.stack([np.asarray(image, "float32") for image, _ in held.dataset.as_numpy_iterator()])
+    y = np.array([label for _, label in held.dataset.as_numpy_iterator()])
+    import keras
+
+    x = keras.ops.image.resize(x, (16, 16), interpolation="bilinear", antialias=False)
+    preds = to_numpy(model.predict(keras_vit.preprocess_input(x, model=model), verbose=0))
+    assert results["accuracy"] == pytest.approx(float(np.mean(preds.argmax(-1) == y)))
+
+
+def test_folder_flags_are_documented():
+    text = load_example().build_parser().format_help()
+    for flag in ("--data", "--validation-split", "--preset", "--output"):
+        assert flag in text
+
+
+def test_gelu_flag_reaches_the_model_and_is_refused_with_a_preset(tmp_path):
+    example = load_example()
+    args = example.resolve(example.parse_args(["--data", str(tmp_path), "--model", "ViTTi16", "--gelu", "erf",
+                                               "--image-size", "32"]))
+    import keras
+
+    with keras.StatelessScope(initialize_variables=False):
+        assert example.build_model(args, 3).gelu_approximate is False
+    args = example.parse_args(["--data", str(tmp_path), "--preset", str(tmp_path), "--gelu", "tanh"])
+    with pytest.raises(SystemExit, match="a preset fixes its GELU"):
+        example.build_model(args, 3)
