@@ -304,6 +304,7 @@ def export_command(args):
     if not runtime_int8:
         return report({label: diff}, args.tolerance)
     print(f"max |{label}| = {diff:.3g} (int8 against the float model)")
+    path.images = "given" if args.images else "random"
     print(path.summary())
     low = path.top1_agreement < args.min_agreement
     print(f"{'FAILED' if low else 'OK'} (top-1 agreement at least {args.min_agreement:g})")
