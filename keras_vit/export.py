@@ -254,7 +254,8 @@ def _check_quantization(model, format, backend, quantize):
             "already quantized by Keras (`model.quantize`). Pass the float model."
         )
     if format not in QUANTIZED_FORMATS[backend]:
-        fast = fast if format in export_int8.QUANTIZE_FORMATS else "export the float model"
+        if format not in export_int8.QUANTIZE_FORMATS:
+            fast = "export the float model and quantize it with the runtime's own tools"
         raise ValueError(
             f"A quantized model cannot be exported to format={format!r} on the "
             f"{backend} backend; quantized models export to "
