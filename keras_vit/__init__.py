@@ -35,3 +35,13 @@ from keras_vit import inspection  # noqa: E402
 
 inspect = inspection
 sys.modules[__name__ + ".inspect"] = inspection
+
+
+def __getattr__(name):
+    # `keras_vit.export` without `from keras_vit import export`: loaded on
+    # first use (it imports no exporter until one runs).
+    if name in ("export", "export_int8"):
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

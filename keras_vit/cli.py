@@ -252,6 +252,18 @@ def report(differences, tolerance):
     return 1 if failed else 0
 
 
+def _export_images(args, model, size):
+    """The check images: `--images` files preprocessed for the model, or random ones."""
+    if args.images:
+        return np.stack([
+            load_image(path, size, normalization=args.normalization or "inception", model=model)[1]
+            for path in args.images
+        ]).astype("float32"), f"{len(args.images)} given images"
+    rng = np.random.default_rng(args.seed)
+    images = rng.uniform(-1, 1, (args.samples, *size, model.input_shape[3])).astype("float32")
+    return images, f"{args.samples} random images"
+
+
 def export_command(args):
     import time
 
@@ -260,39 +272,47 @@ def export_command(args):
     from keras_vit import export
     from keras_vit.validation import pair
 
+    # int8 for ONNX and OpenVINO: the runtime's own quantizer on the float
+    # graph; other formats export a Keras-quantized model.
+    runtime_int8 = args.quantize == "int8" and args.format in ("onnx", "openvino")
     try:
         model = resolve_model(args.model, args.weights, args.gelu)
-        if args.quantize:
+        if args.quantize and not runtime_int8:
             model.quantize(args.quantize)
-        start = time.perf_counter()
-        path = export.export_model(
-            model, args.output, args.format, image_size=args.image_size,
-            batch_size=args.batch_size,
-        )
-        elapsed = time.perf_counter() - start
         # At another image size the model itself is the reference: keras_vit
         # models resize their position embedding on the fly.
         height, width = pair(args.image_size or model.input_shape[1:3], "image_size")
-        rng = np.random.default_rng(args.seed)
-        images = rng.uniform(-1, 1, (args.samples, height, width, model.input_shape[3]))
-        diff, _, _ = export.verify_export(path, args.format, model, images.astype("float32"))
+        images, described = _export_images(args, model, (height, width))
+        start = time.perf_counter()
+        path = export.export_model(
+            model, args.output, args.format, image_size=args.image_size,
+            batch_size=args.batch_size, quantize="int8" if runtime_int8 else None,
+            sample_images=images if runtime_int8 else None,
+        )
+        elapsed = time.perf_counter() - start
+        diff, _, _ = export.verify_export(path, args.format, model, images, precision=args.precision)
     except (ValueError, ImportError, OSError, RuntimeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    quantized = f", quantized {args.quantize}" if args.quantize and not runtime_int8 else ""
+    print(f"model: {model.name}, image {(height, width)}, {model.count_params():,} parameters{quantized}")
     print(
-        f"model: {model.name}, image {(height, width)}, {model.count_params():,} parameters"
-        + (f", quantized {args.quantize}" if args.quantize else "")
+        f"wrote {path} (format {args.format}, {keras.backend.backend()} backend"
+        + (", int8 by the runtime's quantizer" if runtime_int8 else "") + f") in {elapsed:.1f} s"
     )
-    print(
-        f"wrote {path} (format {args.format}, {keras.backend.backend()} backend) "
-        f"in {elapsed:.1f} s"
-    )
-    label = f"{args.format} runtime - model.predict ({args.samples} random images)"
-    return report({label: diff}, args.tolerance)
+    label = f"{args.format} runtime - model.predict ({described})"
+    if not runtime_int8:
+        return report({label: diff}, args.tolerance)
+    print(f"max |{label}| = {diff:.3g} (int8 against the float model)")
+    path.images = "given" if args.images else "random"
+    print(path.summary())
+    low = path.top1_agreement < args.min_agreement
+    print(f"{'FAILED' if low else 'OK'} (top-1 agreement at least {args.min_agreement:g})")
+    return 1 if low else 0
 
 
 def _export_parser(commands):
-    from keras_vit.export import FORMATS
+    from keras_vit.runtimes import FORMATS, OPENVINO_PRECISIONS
 
     parser = commands.add_parser(
         "export",
@@ -300,9 +320,12 @@ def _export_parser(commands):
         description=(
             "Exports MODEL to a serving format (SavedModel, ONNX, OpenVINO, "
             "LiteRT, torch.export) from the current KERAS_BACKEND, runs the "
-            "artifact in its own runtime on random images and prints the "
-            "largest difference from model.predict; exit status 1 above "
-            "--tolerance, 2 on unusable input."
+            "artifact in its own runtime (OpenVINO in float32 unless --precision) "
+            "on random images (or --images) and prints the largest difference "
+            "from model.predict; exit status 1 above --tolerance, 2 on unusable "
+            "input. With --quantize int8, ONNX and OpenVINO artifacts are "
+            "quantized by the runtime's own tool and the top-1 agreement with "
+            "float32 is printed (exit status 1 below --min-agreement)."
         ),
     )
     parser.add_argument(
@@ -320,16 +343,36 @@ def _export_parser(commands):
     )
     parser.add_argument("--image-size", type=_size, help="N or HxW; default: the model's")
     parser.add_argument(
-        "--batch-size", type=int, help="fixed batch size; default: dynamic where the format allows"
+        "--batch-size", type=int, help="fixed batch size; default: dynamic"
     )
     parser.add_argument(
-        "--quantize", choices=("int8", "float8"), help="quantize the model before exporting"
+        "--quantize", choices=("int8", "float8"),
+        help="int8 for onnx/openvino: the runtime's own quantizer on the float graph "
+        "(fast); otherwise Keras' model.quantize before exporting",
+    )
+    parser.add_argument(
+        "--precision", choices=OPENVINO_PRECISIONS, default=None,
+        help="OpenVINO inference precision of the check (default f32; OpenVINO's own "
+        "CPU default is bf16 where the CPU has it)",
+    )
+    parser.add_argument(
+        "--images", nargs="+", help="image files to check on (default: random images)"
+    )
+    parser.add_argument(
+        "--normalization", choices=MODES, default=None,
+        help="scaling of --images when the model has no preprocessing record "
+        "(default inception; imagenet for DeiT/timm weights)",
     )
     parser.add_argument("--samples", type=int, default=3, help="random test images (default 3)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the test images (default 0)")
     parser.add_argument(
         "--tolerance", type=float, default=1e-4,
         help="largest max |difference| accepted (default 1e-4)",
+    )
+    parser.add_argument(
+        "--min-agreement", type=float, default=0.5,
+        help="with --quantize int8 (onnx, openvino): the smallest top-1 agreement "
+        "with float32 accepted (default 0.5)",
     )
     parser.set_defaults(handler=export_command)
 

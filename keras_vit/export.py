@@ -1,21 +1,22 @@
 """Export to serving runtimes: TF Serving, ONNX Runtime, OpenVINO, LiteRT, torch.export.
 
 `export_model(model, path, format)` writes a model as a standalone artifact
-that its runtime runs without keras_vit or Keras; `run_exported(path, format,
+that its runtime runs without keras_vit or Keras (`model.export(path,
+format=...)` on a keras_vit model calls it); `run_exported(path, format,
 images)` runs such an artifact in that runtime; `verify_export` compares it
-with `model.predict`.
+with `model.predict`. `quantize="int8"` ("onnx", "openvino") quantizes the
+exported graph with the runtime's own tool (`keras_vit.export_int8`).
 
 | format | jax | tensorflow | torch | artifact |
 | --- | --- | --- | --- | --- |
 | `"tf_saved_model"` | jax2tf | native | through tensorflow | a SavedModel folder, `serve` endpoint |
 | `"onnx"` | jax2onnx | tf2onnx | `torch.onnx` (dynamo) | `.onnx` |
 | `"openvino"` | jax2onnx, then OpenVINO | OpenVINO | OpenVINO from `torch.export` | `.xml` + `.bin` |
-| `"litert"` | - | TFLite converter | litert-torch | `.tflite` |
+| `"litert"` | - | TFLite converter | through tensorflow; litert-torch for a fixed batch | `.tflite` |
 | `"torch"` | - | - | `torch.export` | `.pt2` |
 
-The batch size is dynamic wherever the format allows it (all but LiteRT from
-torch, whose converter has static shapes only: there `batch_size` defaults
-to 1 and `run_exported` feeds larger batches in slices). The image size is
+The batch size is dynamic unless `batch_size` fixes it (`run_exported` then
+feeds larger batches in slices). The image size is
 the model's unless `image_size` asks for another: a keras_vit model is then
 exported through `model.for_inference(image_size)`, with its position
 embedding resized once (hybrids also get their kernels standardised once).
@@ -31,7 +32,11 @@ Workarounds for upstream faults, each in one function below:
   batch axis fail in `torch.export`), and `torch_xla` has no wheel for
   current torch releases. keras_vit rebuilds the model from a `.keras` file
   under the tensorflow backend in a subprocess and exports it there
-  (`_saved_model_through_tensorflow`).
+  (`_through_tensorflow`).
+- torch, "litert": litert-torch 0.10 converts static shapes only (its
+  lowering of a reshape with a symbolic batch fails); with a dynamic batch
+  (the default) the model is rebuilt under tensorflow as above, and
+  litert-torch is used for a fixed `batch_size`.
 - torch, "onnx": with a dynamic batch Keras falls back to the TorchScript
   exporter, which fails in `LayerNormalization` on a shape it cannot make
   constant (`onnx::Gather`, pytorch/pytorch#32282); keras_vit calls the
@@ -55,6 +60,7 @@ import subprocess
 import sys
 import tempfile
 
+from keras_vit import export_int8
 from keras_vit.layers import kernels
 from keras_vit.runtimes import (  # noqa: F401  (re-exported)
     FORMATS,
@@ -104,6 +110,52 @@ QUANTIZED_FORMATS = {
     "tensorflow": ("tf_saved_model", "onnx"),
     "torch": ("tf_saved_model", "onnx", "torch"),
 }
+
+
+# Keyword arguments `model.export` passes on to `export_model`.
+MODEL_EXPORT_OPTIONS = ("image_size", "batch_size", "quantize", "sample_images")
+
+
+def signature_options(model, input_signature):
+    """`batch_size` and `image_size` for `export_model` from Keras' `input_signature`.
+
+    Args:
+        model: the model being exported.
+        input_signature: None, or a `keras.InputSpec` (alone or in a list
+            or tuple of one) of shape `(batch, height, width, channels)`,
+            each of batch, height and width None (dynamic or the model's)
+            or an int.
+
+    Returns:
+        A dict with the `batch_size` and `image_size` it fixes.
+
+    Example:
+
+    >>> import keras, keras_vit
+    >>> model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16,
+    ...                       num_layers=1, num_heads=2, mlp_dim=32, classes=10)
+    >>> signature_options(model, [keras.InputSpec(shape=(None, 48, 48, 3))])
+    {'image_size': (48, 48)}
+    """
+    if input_signature is None:
+        return {}
+    spec = input_signature
+    if isinstance(spec, (list, tuple)) and len(spec) == 1:
+        spec = spec[0]
+    shape = getattr(spec, "shape", None)
+    channels = model.input_shape[-1]
+    if shape is None or len(shape) != 4 or shape[3] not in (None, channels):
+        raise ValueError(
+            "`input_signature` must be one keras.InputSpec of shape (batch, height, "
+            f"width, {channels}). Received: input_signature={input_signature!r}"
+        )
+    options = {}
+    if shape[0] is not None:
+        options["batch_size"] = shape[0]
+    if shape[1] is not None or shape[2] is not None:
+        own = model.input_shape[1:3]
+        options["image_size"] = tuple(s if s is not None else o for s, o in zip(shape[1:3], own))
+    return options
 
 
 def check_format(format, backend=None):
@@ -168,11 +220,11 @@ def prepare_model(model, image_size=None):
     Quantized models and other Keras models are exported as they are, at
     their own image size.
     """
-    from keras_vit.models.vit import ViT
-
     if image_size is not None:
         image_size = pair(image_size, "image_size")
-    if isinstance(model, ViT) and not _quantized(model):
+    # keras_vit's models (ViT and its subclasses) have `for_inference`; the
+    # check by attribute keeps this module below `keras_vit.models`.
+    if callable(getattr(model, "for_inference", None)) and not _quantized(model):
         return model.for_inference(image_size=image_size)
     own = tuple(model.input_shape[1:3])
     if image_size is not None and image_size != own:
@@ -184,8 +236,53 @@ def prepare_model(model, image_size=None):
     return model
 
 
-def export_model(model, path, format, image_size=None, batch_size=None, verbose=False):
+def _check_quantization(model, format, backend, quantize):
+    """Refuses what cannot work; warns about Keras' int8 in ONNX Runtime."""
+    import warnings
+
+    export_int8.check_quantize(quantize, format)
+    if not _quantized(model):
+        return
+    fast = (
+        f"export the float model with export_model(model, path, {format!r}, "
+        "quantize='int8') (or model.export(path, format=..., quantize='int8')), "
+        "which quantizes the exported graph with the runtime's own tool"
+    )
+    if quantize is not None:
+        raise ValueError(
+            f"quantize={quantize!r} quantizes the exported float graph; the model is "
+            "already quantized by Keras (`model.quantize`). Pass the float model."
+        )
+    if format not in QUANTIZED_FORMATS[backend]:
+        if format not in export_int8.QUANTIZE_FORMATS:
+            fast = "export the float model and quantize it with the runtime's own tools"
+        raise ValueError(
+            f"A quantized model cannot be exported to format={format!r} on the "
+            f"{backend} backend; quantized models export to "
+            f"{QUANTIZED_FORMATS[backend]} here. For {format!r}, {fast}."
+        )
+    if format == "onnx":
+        warnings.warn(
+            "ONNX Runtime runs a Keras-quantized model by emulating its int8 layers "
+            "(measured 25x slower than the float model, ViT-B/16). For a fast int8 "
+            f"model, {fast}.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _exporter_modules(backend, format, batch_size):
+    if (backend, format) == ("torch", "litert") and batch_size is None:
+        # Dynamic batch: rebuilt under tensorflow (`_through_tensorflow`).
+        return (("tensorflow", "tensorflow"),)
+    return EXPORTERS[(backend, format)]
+
+
+def export_model(model, path, format, image_size=None, batch_size=None, verbose=False,
+                 quantize=None, sample_images=None):
     """Writes `model` as a standalone artifact of `format` for its runtime.
+
+    `model.export(path, format=...)` on a keras_vit model calls this.
 
     Args:
         model: a `keras_vit.ViT` (any family) or another single-input Keras
@@ -196,15 +293,23 @@ def export_model(model, path, format, image_size=None, batch_size=None, verbose=
         format: one of `FORMATS` that the current backend produces
             (`BACKEND_FORMATS`).
         image_size: None (the model's) or int or `(height, width)`.
-        batch_size: None (dynamic, where the format allows it) or an int.
+        batch_size: None (dynamic) or an int.
         verbose: bool, default False: the exporters' own messages.
+        quantize: None or "int8" (formats "onnx" and "openvino"): the
+            float graph is exported, then quantized by the runtime's own
+            tool (`keras_vit.export_int8`) and compared with it.
+        sample_images: with `quantize`, the images the int8 artifact's
+            top-1 is compared on, `(N, H, W, C)` preprocessed as the model
+            expects; default 8 seeded random images.
 
     Returns:
-        `path`.
+        `path`; with `quantize`, a `keras_vit.export_int8.QuantizedExport`
+        (a `str`, the path) whose `top1_agreement`, `agreeing`,
+        `num_images` and `max_abs_diff` compare it with float32.
 
     Raises:
         ValueError: an unknown format, one the backend cannot produce, a bad
-            path, image size or batch size.
+            path, image size, batch size or `quantize`.
         ImportError: an exporter package is missing (the message says what
             to install).
 
@@ -225,21 +330,30 @@ def export_model(model, path, format, image_size=None, batch_size=None, verbose=
     path = _check_path(path, format)
     if batch_size is not None:
         batch_size = check_positive_int(batch_size, "batch_size")
-    require(EXPORTERS[(backend, format)], f"format={format!r} on the {backend} backend")
-    if _quantized(model) and format not in QUANTIZED_FORMATS[backend]:
-        raise ValueError(
-            f"A quantized model cannot be exported to format={format!r} on the "
-            f"{backend} backend; quantized models export to "
-            f"{QUANTIZED_FORMATS[backend]} here. For {format!r}, export the float "
-            "model and quantize with the runtime's own tools."
-        )
+    _check_quantization(model, format, backend, quantize)
+    require(_exporter_modules(backend, format, batch_size), f"format={format!r} on the {backend} backend")
+    if quantize is not None:
+        require(export_int8.QUANTIZERS[format], f"quantize={quantize!r} for format={format!r}")
     model = prepare_model(model, image_size)
-    if (backend, format) == ("torch", "litert") and batch_size is None:
-        batch_size = 1  # litert-torch converts static shapes only
+    if quantize is None:
+        return _write(model, path, format, batch_size, verbose)
+    images, source = export_int8.sample_images(sample_images, model.input_shape[1:])
+    with tempfile.TemporaryDirectory() as folder:
+        float_path = _write(model, os.path.join(folder, f"float{SUFFIXES[format]}"), format,
+                            batch_size, verbose)
+        with _quiet(verbose):
+            return export_int8.quantize_artifact(float_path, path, format, quantize, images, source)
+
+
+def _write(model, path, format, batch_size, verbose):
+    """Traces the prepared model to `path` with the backend's exporter."""
+    import keras
+
+    backend = keras.backend.backend()
     height, width, channels = model.input_shape[1:]
     shape = (batch_size, height, width, channels)
-    if (backend, format) == ("torch", "tf_saved_model"):
-        return _saved_model_through_tensorflow(model, path, batch_size, verbose)
+    if backend == "torch" and (format == "tf_saved_model" or (format, batch_size) == ("litert", None)):
+        return _through_tensorflow(model, path, format, batch_size, verbose)
     with kernels.export_mode(), _quiet(verbose):
         if backend == "torch" and format in ("onnx", "openvino", "torch"):
             _export_torch(model, path, format, shape)
@@ -247,7 +361,9 @@ def export_model(model, path, format, image_size=None, batch_size=None, verbose=
             _openvino_from_onnx(model, path, shape)
         else:
             spec = keras.InputSpec(shape=shape, dtype="float32", name="image")
-            model.export(path, format=format, verbose=verbose, input_signature=[spec])
+            # `keras.Model.export` itself: keras_vit's models route their
+            # own `export` here.
+            keras.Model.export(model, path, format=format, verbose=verbose, input_signature=[spec])
         if format == "onnx":
             _fold_weights(path)
     return path
@@ -261,9 +377,23 @@ def _quiet(verbose):
     import io
     import warnings
 
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), _quiet_logs():
         warnings.simplefilter("ignore")
         yield
+
+
+@contextlib.contextmanager
+def _quiet_logs():
+    """NNCF reports through `logging` (a table and a progress bar)."""
+    import logging
+
+    logger = logging.getLogger("nncf")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _torch_program(model, shape):
@@ -332,19 +462,19 @@ def _openvino_from_onnx(model, path, shape):
     with tempfile.TemporaryDirectory() as folder:
         onnx_path = os.path.join(folder, "model.onnx")
         spec = keras.InputSpec(shape=shape, dtype="float32", name="image")
-        model.export(onnx_path, format="onnx", verbose=False, input_signature=[spec])
+        keras.Model.export(model, onnx_path, format="onnx", verbose=False, input_signature=[spec])
         ov.save_model(ov.convert_model(onnx_path), path, compress_to_fp16=False)
 
 
 _REBUILD = """
 import json, sys, keras
 from keras_vit import export
-config, weights, mode, path, batch = sys.argv[1:6]
+config, weights, mode, path, format, batch = sys.argv[1:7]
 model = keras.saving.deserialize_keras_object(json.loads(open(config).read()))
 if mode:
     model.quantize(mode)
 model.load_weights(weights)
-export.export_model(model, path, "tf_saved_model", batch_size=None if batch == "None" else int(batch))
+export.export_model(model, path, format, batch_size=None if batch == "None" else int(batch))
 """
 
 
@@ -354,14 +484,16 @@ def _quantization_mode(model):
     return modes.pop() if len(modes) == 1 else None
 
 
-def _saved_model_through_tensorflow(model, path, batch_size, verbose):
-    """Writes the SavedModel from the same model rebuilt under tensorflow.
+def _through_tensorflow(model, path, format, batch_size, verbose):
+    """Writes the artifact from the same model rebuilt under tensorflow.
 
     Keras exports a SavedModel from torch only through `torch_xla`, which
-    has no wheel for current torch releases. The model's configuration and
-    weights (quantized ones included) carry everything, so the tensorflow
-    backend rebuilds the model in a subprocess and exports it natively
-    (same outputs, tested).
+    has no wheel for current torch releases, and litert-torch converts
+    static shapes only (its lowering of a reshape with a dynamic batch
+    fails). The model's configuration and weights (quantized ones included)
+    carry everything, so the tensorflow backend rebuilds the model in a
+    subprocess and exports it natively, with a dynamic batch (same outputs,
+    tested).
     """
     import json
 
@@ -376,14 +508,15 @@ def _saved_model_through_tensorflow(model, path, batch_size, verbose):
         env = dict(os.environ, KERAS_BACKEND="tensorflow")
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        args = [config, weights, _quantization_mode(model) or "", os.path.abspath(path), str(batch_size)]
+        args = [config, weights, _quantization_mode(model) or "", os.path.abspath(path), format,
+                str(batch_size)]
         result = subprocess.run(
             [sys.executable, "-c", _REBUILD, *args],
             env=env, capture_output=not verbose, text=True,
         )
     if result.returncode:
         raise RuntimeError(
-            "Exporting the SavedModel under the tensorflow backend failed:\n"
+            f"Exporting format={format!r} under the tensorflow backend failed:\n"
             + (result.stderr or "")[-2000:]
         )
     return path

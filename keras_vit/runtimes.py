@@ -20,6 +20,9 @@ RUNTIMES = {
     "litert": (("ai_edge_litert", "ai-edge-litert"),),
     "torch": (("torch", "torch"),),
 }
+# OpenVINO inference precisions `run_exported` takes (`INFERENCE_PRECISION_HINT`);
+# None is float32, the precision the model was exported in.
+OPENVINO_PRECISIONS = ("f32", "bf16", "f16")
 
 
 def require(modules, purpose):
@@ -37,18 +40,23 @@ def require(modules, purpose):
         )
 
 
-def load_exported(path, format):
+def load_exported(path, format, precision=None):
     """Loads an artifact in its own runtime; returns `run(images) -> outputs`.
 
     Runtimes: `tf.saved_model.load` (its `serve` endpoint), an ONNX Runtime
     CPU session, an OpenVINO CPU compiled model (float32 inference
-    precision), the LiteRT interpreter
+    precision unless `precision` asks for another), the LiteRT interpreter
     (`ai_edge_litert`) or `torch.export.load`. A fixed-batch artifact is fed
     in slices of its batch size (a last, short slice is padded).
 
     Args:
         path: the artifact written by `export_model` (or `model.export`).
         format: one of `FORMATS`.
+        precision: None (float32) or, for "openvino" only, one of
+            `OPENVINO_PRECISIONS`: OpenVINO's `INFERENCE_PRECISION_HINT`.
+            OpenVINO's own default is bfloat16 on CPUs with bfloat16 units
+            (AVX512_BF16, AMX), which moves ViT logits by about 1e-2;
+            "bf16" opts into it.
 
     Returns:
         A function from a float32 NumPy batch `(batch, H, W, C)` to the
@@ -59,12 +67,30 @@ def load_exported(path, format):
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ValueError(f"No exported artifact at `path`. Received: path={path!r}")
+    _check_precision(precision, format)
     require(RUNTIMES[format], f"Running a {format!r} artifact")
-    loader = globals()[f"_load_{format}"]
-    run, batch = loader(path)
+    if format == "openvino":
+        run, batch = _load_openvino(path, precision or "f32")
+    else:
+        run, batch = globals()[f"_load_{format}"](path)
     if batch is None:
         return lambda images: run(np.asarray(images, "float32"))
     return lambda images: _in_slices(run, np.asarray(images, "float32"), batch)
+
+
+def _check_precision(precision, format):
+    if precision is None:
+        return
+    if format != "openvino":
+        raise ValueError(
+            f"`precision` applies to format='openvino' only; other runtimes run the "
+            f"artifact as exported. Received: precision={precision!r}, format={format!r}"
+        )
+    if precision not in OPENVINO_PRECISIONS:
+        raise ValueError(
+            f"`precision` must be None (float32) or one of {OPENVINO_PRECISIONS}. "
+            f"Received: precision={precision!r}"
+        )
 
 
 def _in_slices(run, images, batch):
@@ -100,12 +126,12 @@ def _load_onnx(path):
     return lambda images: session.run(None, {spec.name: images})[0], batch
 
 
-def _load_openvino(path):
+def _load_openvino(path, precision="f32"):
     import openvino as ov
 
-    # OpenVINO's CPU default is bfloat16 wherever the CPU has it: ask for
-    # float32, the precision the model was exported in.
-    compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    # OpenVINO's CPU default is bfloat16 wherever the CPU has it: always say
+    # which precision, float32 (the exported one) unless asked.
+    compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": precision})
     first = compiled.inputs[0].get_partial_shape()[0]
     batch = None if first.is_dynamic else first.get_length()
     return lambda images: np.asarray(compiled(images)[0]), batch
@@ -148,7 +174,7 @@ def _load_torch(path):
     return run, batch
 
 
-def run_exported(path, format, images):
+def run_exported(path, format, images, precision=None):
     """Runs an exported artifact in its own runtime on `images`.
 
     Args:
@@ -156,6 +182,8 @@ def run_exported(path, format, images):
         format: one of `FORMATS`.
         images: float32 array `(batch, H, W, C)`, preprocessed as the model
             expects.
+        precision: None (float32) or, for "openvino", one of
+            `OPENVINO_PRECISIONS` (see `load_exported`).
 
     Returns:
         The artifact's outputs as a NumPy array.
@@ -172,23 +200,24 @@ def run_exported(path, format, images):
     >>> run_exported(path, "tf_saved_model", np.zeros((2, 32, 32, 3), "float32")).shape
     (2, 10)
     """
-    return load_exported(path, format)(images)
+    return load_exported(path, format, precision)(images)
 
 
-def verify_export(path, format, model, images):
+def verify_export(path, format, model, images, precision=None):
     """Maximum absolute difference between the artifact and `model.predict`.
 
     Args:
         path, format: the artifact, as given to `export_model`.
         model: the Keras model it was exported from.
         images: float32 array `(batch, H, W, C)`.
+        precision: None (float32) or an OpenVINO precision (`load_exported`).
 
     Returns:
         `(max_abs_diff, outputs, expected)`: a float and the two arrays.
     """
     images = np.asarray(images, "float32")
     expected = np.asarray(model.predict(images, verbose=0))
-    outputs = run_exported(path, format, images)
+    outputs = run_exported(path, format, images, precision)
     if outputs.shape != expected.shape:
         raise ValueError(
             f"The artifact's outputs have shape {outputs.shape}, the model's {expected.shape}."

@@ -1,10 +1,14 @@
 """Export to every format of the current backend, run in the format's own runtime.
 
-Artifacts are exported once per module (the exporters take seconds each) and
-compared with `model.predict` at two batch sizes.
+Artifacts are written by `model.export` (Keras' method, which keras_vit's
+models route to `keras_vit.export.export_model`) once per module (the
+exporters take seconds each) and compared with `model.predict` at two batch
+sizes.
 """
 
 import importlib
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -20,9 +24,8 @@ BACKEND = keras.backend.backend()
 FORMATS = export.BACKEND_FORMATS.get(BACKEND, ())
 # "options": the architecture options of later checkpoints (DeiT's
 # distillation token and averaged heads, register tokens, LayerScale, no
-# q/k/v bias) in one model; it runs every operation of the plain ViT, which
-# is also exported with real weights below and in test_readme.py.
-FAMILIES = ("hybrid", "options")
+# q/k/v bias) in one model.
+FAMILIES = ("vit", "hybrid", "options")
 OPTIONS = dict(distillation_token=True, num_register_tokens=2, layer_scale_init=0.1, qkv_bias=False)
 ATOL = 1e-4
 
@@ -63,7 +66,7 @@ def artifacts(models, tmp_path_factory):
     def get(family, format):
         if (family, format) not in cache:
             path = folder / f"{family}_{format}{export.SUFFIXES[format]}"
-            cache[(family, format)] = export.export_model(models[family], str(path), format)
+            cache[(family, format)] = models[family].export(str(path), format=format)
         return cache[(family, format)]
 
     return get
@@ -98,10 +101,71 @@ def test_onnx_projection_weights_are_initializers(artifacts):
 
 
 @pytest.mark.parametrize("format", FORMATS)
-def test_batch_axis_is_dynamic_where_the_format_allows_it(format, artifacts):
+def test_batch_axis_is_dynamic(format, artifacts):
     run, batch = getattr(runtimes, f"_load_{format}")(artifacts("options", format))
-    fixed = (BACKEND, format) == ("torch", "litert")  # litert-torch: static shapes only
-    assert (batch == 1) if fixed else (batch is None), batch
+    assert batch is None, batch
+
+
+def test_model_export_keeps_keras_signature(tmp_path, models, images):
+    """`input_signature` fixes the batch (LiteRT from torch: litert-torch) and the
+    image size; unknown options are refused by name; `verbose` is accepted."""
+    format = "litert" if "litert" in FORMATS else "tf_saved_model"
+    model = models["options"]
+    spec = keras.InputSpec(shape=(2, 48, 48, 3))
+    path = model.export(str(tmp_path / f"fixed{export.SUFFIXES[format]}"), format=format,
+                        verbose=False, input_signature=[spec])
+    assert getattr(runtimes, f"_load_{format}")(path)[1] == 2
+    x = np.random.default_rng(3).normal(size=(3, 48, 48, 3)).astype("float32")
+    diff, outputs, _ = export.verify_export(path, format, model, x)  # fed 2 + 1 (padded)
+    assert outputs.shape == (3, 10) and diff <= ATOL, diff
+    with pytest.raises(ValueError, match=r"Unknown keyword argument.*'opset'.*image_size"):
+        model.export(str(tmp_path / "m"), opset=17)
+    with pytest.raises(ValueError, match="input_signature"):
+        model.export(str(tmp_path / "m"), input_signature=[keras.InputSpec(shape=(None, 32, 32, 1))])
+
+
+def test_training_task_is_not_exported(tmp_path):
+    encoder = keras_vit.ViT(**TINY, include_top=False)
+    task = keras_vit.pretraining.MaskedPatchPrediction(encoder)
+    with pytest.raises(ValueError, match=r"export its encoder"):
+        task.export(str(tmp_path / "task"))
+
+
+def test_export_module_is_an_attribute_and_imports_no_exporter():
+    code = (
+        "import sys, keras_vit\n"
+        "assert callable(keras_vit.export.export_model)\n"
+        "assert callable(keras_vit.export_int8.quantize_onnx)\n"
+        "heavy = [m for m in ('onnx', 'onnxruntime', 'openvino', 'nncf', 'tf2onnx', 'jax2onnx')"
+        " if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    with pytest.raises(AttributeError, match="no attribute 'exports'"):
+        keras_vit.exports  # noqa: B018
+
+
+@pytest.mark.skipif("openvino" not in FORMATS, reason=f"no OpenVINO export on {BACKEND}")
+def test_openvino_runs_in_float32_unless_asked(models, images, artifacts):
+    """`run_exported` compiles for float32; bfloat16 is an explicit option."""
+    import openvino as ov
+
+    path = artifacts("options", "openvino")
+    compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    expected = models["options"].predict(images, verbose=0)
+    assert np.abs(export.run_exported(path, "openvino", images) - expected).max() <= ATOL
+    assert str(compiled.get_property("INFERENCE_PRECISION_HINT")) == "<Type: 'float32'>"
+    capabilities = ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    bf16 = np.abs(export.run_exported(path, "openvino", images, precision="bf16") - expected).max()
+    if "BF16" in capabilities:  # this CPU has bfloat16 units (AVX512_BF16): OpenVINO's default
+        default = ov.Core().compile_model(path, "CPU")
+        assert "bf" in str(default.get_property("INFERENCE_PRECISION_HINT"))
+        assert bf16 > 1e-3, bf16
+    with pytest.raises(ValueError, match=r"`precision` must be None .*'f32', 'bf16'"):
+        export.run_exported(path, "openvino", images, precision="fp8")
+    with pytest.raises(ValueError, match="applies to format='openvino' only"):
+        export.run_exported(path, "tf_saved_model", images, precision="bf16")
 
 
 def test_export_at_another_image_size(tmp_path):
@@ -264,5 +328,8 @@ def test_cli_exports_and_reports(tmp_path, capsys, models):
     assert cli.report({"x": 2e-4}, 1e-4) == 1 and cli.report({"x": 0.0}, 1e-4) == 0
     assert cli.main(["export", "NoSuchViT", "--format", format, "--output", output]) == 2
     assert cli.main(["export", saved, "--format", "onnx", "--output", str(tmp_path / "x.pt2")]) == 2
+    # --precision is OpenVINO's: refused, by name, for another format.
+    assert cli.main(["export", saved, "--format", format, "--output", output, "--precision", "bf16"]) == 2
+    assert "applies to format='openvino' only" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["export", saved, "--format", "onxx", "--output", output])

@@ -1,4 +1,7 @@
-"""`model.quantize(...)` on every model family, the real weights' top-1, quantized export."""
+"""`model.quantize(...)` on every model family, the real weights' top-1, quantized export,
+and the one-call int8 export quantized by the runtime's own tool."""
+
+import warnings
 
 import keras
 import numpy as np
@@ -6,7 +9,7 @@ import pytest
 from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared
 
 import keras_vit
-from keras_vit import export
+from keras_vit import cli, export
 from keras_vit.layers.resnet import StdConv2D
 
 BACKEND = keras.backend.backend()
@@ -73,6 +76,117 @@ def test_quantized_model_exports(format, tmp_path):
     model = _model("options")
     model.quantize("int8")
     x = np.random.default_rng(0).normal(size=(3, 32, 32, 3)).astype("float32")
-    path = export.export_model(model, str(tmp_path / f"q{export.SUFFIXES[format]}"), format)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        path = export.export_model(model, str(tmp_path / f"q{export.SUFFIXES[format]}"), format)
+    # ONNX Runtime emulates Keras' int8 layers (25x slower): the warning names the fast path.
+    slow = [str(w.message) for w in caught if "emulating its int8 layers" in str(w.message)]
+    assert len(slow) == (format == "onnx"), slow
+    assert all("quantize='int8'" in message for message in slow)
     diff, outputs, expected = export.verify_export(path, format, model, x)
     assert diff <= 1e-4, diff
+
+
+# ------------------------------------------- int8 by the runtime's own tool --
+INT8_FORMATS = [f for f in ("onnx", "openvino") if f in export.BACKEND_FORMATS.get(BACKEND, ())]
+
+
+def _int8_operations(path, format):
+    """The int8 operations of an artifact: ONNX Runtime's quantized MatMuls, or
+    OpenVINO's int8/uint8 weight constants."""
+    if format == "onnx":
+        import onnx
+
+        return [n.op_type for n in onnx.load(path).graph.node if "Integer" in n.op_type or "Quant" in n.op_type]
+    import openvino as ov
+
+    model = ov.Core().read_model(path)
+    return [op.get_type_name() for op in model.get_ops()
+            if op.get_type_name() == "Constant" and op.get_element_type().get_type_name() in ("i8", "u8")]
+
+
+@pytest.mark.parametrize("format", INT8_FORMATS)
+def test_one_call_int8_export(format, tmp_path):
+    """The float graph quantized by ONNX Runtime / NNCF; the report is recomputed
+    from the float32 and int8 artifacts run in the runtime."""
+    model = _model("options")
+    x = np.random.default_rng(0).normal(size=(6, 32, 32, 3)).astype("float32")
+    path = model.export(str(tmp_path / f"int8{export.SUFFIXES[format]}"), format=format,
+                        quantize="int8", sample_images=x)
+    assert isinstance(path, str) and path.endswith(export.SUFFIXES[format])
+    assert _int8_operations(path, format), "no int8 operation in the artifact"
+    float_path = export.export_model(model, str(tmp_path / f"float{export.SUFFIXES[format]}"), format)
+    reference = export.run_exported(float_path, format, x)
+    for batch in (3, 1):
+        outputs = export.run_exported(path, format, x[:batch])
+        assert outputs.shape == (batch, 10)
+        # Quantized, not equal; close to float32 (relative error of the logits).
+        error = np.linalg.norm(outputs - reference[:batch]) / np.linalg.norm(reference[:batch])
+        assert 0 < error < 0.1, error
+    outputs = export.run_exported(path, format, x)
+    agreeing = int((outputs.argmax(-1) == reference.argmax(-1)).sum())
+    assert (path.agreeing, path.num_images, path.images) == (agreeing, 6, "given")
+    assert path.top1_agreement == agreeing / 6 and agreeing >= 5
+    assert path.max_abs_diff == pytest.approx(np.abs(outputs - reference).max(), rel=1e-5)
+    assert f"top-1 agrees with float32 on {agreeing} of 6 given images" in path.summary()
+
+
+def test_one_call_int8_refusals(tmp_path):
+    model = _model("options")
+    with pytest.raises(ValueError, match=r"drives for \('onnx', 'openvino'\)"):
+        export.export_model(model, str(tmp_path / "m"), "tf_saved_model", quantize="int8")
+    with pytest.raises(ValueError, match=r"`quantize` must be None or one of \('int8',\)"):
+        export.export_model(model, str(tmp_path / "m.onnx"), "onnx", quantize="int4")
+    with pytest.raises(ValueError, match=r"`sample_images` must be a batch of shape \(N, 32, 32, 3\)"):
+        export.export_model(model, str(tmp_path / "m.onnx"), "onnx", quantize="int8",
+                            sample_images=np.zeros((2, 16, 16, 3)))
+    model.quantize("int8")
+    with pytest.raises(ValueError, match="already quantized by Keras"):
+        export.export_model(model, str(tmp_path / "m.onnx"), "onnx", quantize="int8")
+    if "openvino" in export.BACKEND_FORMATS.get(BACKEND, ()):
+        # Keras' int8 in OpenVINO is refused, naming the fast path.
+        with pytest.raises(ValueError, match=r"cannot be exported.*quantize='int8'"):
+            export.export_model(model, str(tmp_path / "m.xml"), "openvino")
+
+
+def test_cli_int8_export_reports_agreement(tmp_path, capsys):
+    saved = str(tmp_path / "tiny.keras")
+    _model("options").save(saved)
+    output = str(tmp_path / "tiny.int8.onnx")
+    status = cli.main(["export", saved, "--format", "onnx", "--output", output,
+                       "--quantize", "int8", "--samples", "4"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "int8 by the runtime's quantizer" in out
+    line = next(l for l in out.splitlines() if "top-1 agrees with float32 on" in l)
+    assert line.startswith("int8 onnx:") and "of 4 random images" in line
+    assert _int8_operations(output, "onnx")
+    assert cli.main(["export", saved, "--format", "onnx", "--output", output, "--quantize", "int8",
+                     "--samples", "4", "--min-agreement", "1.01"]) == 1
+
+
+# The real weights through the one-call int8 path: ONNX on torch, OpenVINO on
+# jax (each format once; every backend runs the tiny model above).
+REAL_INT8_BACKEND = {"onnx": "torch", "openvino": "jax"}
+
+
+@requires_shared
+@pytest.mark.parametrize("format", sorted(REAL_INT8_BACKEND))
+def test_one_call_int8_keeps_the_real_weights_top1(format, tmp_path):
+    if BACKEND != REAL_INT8_BACKEND[format]:
+        pytest.skip(f"the real weights' {format} int8 export is checked on {REAL_INT8_BACKEND[format]}")
+    import skimage.data
+
+    x = np.stack([imagenet_preprocess(getattr(skimage.data, name)()) for name in PHOTOS])
+    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False, classifier_activation=None)
+    reference = model.predict(x, verbose=0).argmax(-1)
+    path = export.export_model(model, str(tmp_path / f"deit{export.SUFFIXES[format]}"), format,
+                               quantize="int8", sample_images=x)
+    top1 = export.run_exported(path, format, x).argmax(-1)
+    print(f"\n{path.summary()}; against Keras float32: {(top1 == reference).sum()} of {len(x)}")
+    assert reference[1] == 967 and reference[0] in (281, 282, 285)
+    # The confident photos keep their class; at most one of the seven (the
+    # rocket, float32 top-1 probability 0.21) may move.
+    assert (top1[:3] == reference[:3]).all(), (top1, reference)
+    assert (top1 == reference).sum() >= len(PHOTOS) - 1, (top1, reference)
+    assert path.agreeing >= len(PHOTOS) - 1, path.summary()

@@ -3,23 +3,26 @@
 Imported by `tools/benchmark_worker.py` for the systems
 
 - `ort-keras_vit`: keras_vit exported with `keras_vit.export` (torch backend,
-  dynamo ONNX exporter) and run by ONNX Runtime; `+int8`: the same file
-  quantized by `onnxruntime.quantization.quantize_dynamic` (int8 weights,
-  activations quantized at run time).
+  dynamo ONNX exporter) and run by ONNX Runtime; `+int8`: the one-call int8
+  export, `export_model(model, path, "onnx", quantize="int8")`
+  (`onnxruntime.quantization.quantize_dynamic` on the float graph: int8
+  weights, activations quantized at run time; `keras_vit.export_int8`).
 - `openvino-keras_vit`: the same model exported to OpenVINO IR, compiled for
   the CPU in float32; `+bf16`: OpenVINO's own default on a CPU with bfloat16
-  units; `+int8`: weights compressed to int8 by NNCF
-  (`nncf.compress_weights`), which OpenVINO's CPU plugin runs with int8
-  matrix products on dynamically quantized activations.
+  units; `+int8`: `export_model(..., "openvino", quantize="int8")`, weights
+  compressed to int8 by NNCF (`nncf.compress_weights`), which OpenVINO's CPU
+  plugin runs with int8 matrix products on dynamically quantized
+  activations, compiled in float32 otherwise.
 - `ort-hf`: HF transformers' ViT exported with `torch.onnx.export`
   (dynamo) and run by ONNX Runtime, the peer's own deployment path; `+int8`
-  as for keras_vit.
+  through the same quantizer (`keras_vit.export_int8.quantize_onnx`).
 
 Exported files are cached in `KERAS_VIT_BENCH_CACHE` (default a folder in
 the temporary directory), so every round reuses them; the export time is the
 `build` time of the run that wrote them.
 """
 
+import json
 import os
 import pathlib
 import tempfile
@@ -50,23 +53,34 @@ def _keras_vit_model(arch, image):
     )
 
 
-def _keras_vit_files(spec):
-    """(ONNX path, OpenVINO path, max |ONNX Runtime - Keras| on the case's inputs)."""
+def _keras_vit_files(spec, int8=False):
+    """(ONNX path, OpenVINO path, max |runtime - Keras| or the int8 top-1 report).
+
+    With `int8`, the files of the one-call int8 export
+    (`export_model(..., quantize="int8")`), checked against the float
+    artifacts on the case's inputs.
+    """
     from keras_vit import export
 
     stem = cache_dir() / f"keras_vit-{spec['arch'].replace('/', '')}-{spec['image']}"
+    stem = pathlib.Path(f"{stem}.int8") if int8 else stem
     onnx_path, ov_path = f"{stem}.onnx", f"{stem}.xml"
     if not (os.path.exists(onnx_path) and os.path.exists(ov_path)):
         model = _keras_vit_model(spec["arch"], spec["image"])
         # A seeded head: the default zero head would make every output equal.
         head = model.get_layer("head")
         head.kernel.assign(np.random.default_rng(1).normal(0, 0.02, head.kernel.shape).astype("float32"))
-        export.export_model(model, onnx_path, "onnx")
-        export.export_model(model, ov_path, "openvino")
         x = np.random.default_rng(2).standard_normal((2, spec["image"], spec["image"], 3), dtype=np.float32)
-        diff = export.verify_export(onnx_path, "onnx", model, x)[0]
-        pathlib.Path(f"{stem}.diff").write_text(repr(diff))
-    return onnx_path, ov_path, float(pathlib.Path(f"{stem}.diff").read_text())
+        if int8:
+            checks = [export.export_model(model, path, format, quantize="int8", sample_images=x).summary()
+                      for path, format in ((onnx_path, "onnx"), (ov_path, "openvino"))]
+            pathlib.Path(f"{stem}.check").write_text(json.dumps(" | ".join(checks)))
+        else:
+            export.export_model(model, onnx_path, "onnx")
+            export.export_model(model, ov_path, "openvino")
+            diff = export.verify_export(onnx_path, "onnx", model, x)[0]
+            pathlib.Path(f"{stem}.check").write_text(json.dumps(diff))
+    return onnx_path, ov_path, json.loads(pathlib.Path(f"{stem}.check").read_text())
 
 
 def _hf_file(spec):
@@ -90,11 +104,11 @@ def _hf_file(spec):
 
 
 def _int8_onnx(path):
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from keras_vit.export_int8 import quantize_onnx
 
     target = path.replace(".onnx", ".int8.onnx")
     if not os.path.exists(target):
-        quantize_dynamic(path, target, weight_type=QuantType.QInt8)
+        quantize_onnx(path, target)
     return target
 
 
@@ -110,15 +124,9 @@ def _openvino_step(path, x, option):
     import openvino as ov
 
     core = ov.Core()
-    model = core.read_model(path)
-    config = {}
-    if option == "int8":
-        import nncf
-
-        model = nncf.compress_weights(model)  # int8 weights, per output channel
-    if option != "bf16":
-        config["INFERENCE_PRECISION_HINT"] = "f32"
-    compiled = core.compile_model(model, "CPU", config)
+    # float32 unless the case measures OpenVINO's own bfloat16 default.
+    config = {} if option == "bf16" else {"INFERENCE_PRECISION_HINT": "f32"}
+    compiled = core.compile_model(core.read_model(path), "CPU", config)
     info = {"openvino": ov.__version__, "precision": str(compiled.get_property("INFERENCE_PRECISION_HINT"))}
     return lambda: compiled(x)[0], info
 
@@ -130,13 +138,14 @@ def run_deployed(spec, x, timed):
     start = time.perf_counter()
     info = {}
     if library == "keras_vit":
-        onnx_path, ov_path, diff = _keras_vit_files(spec)
-        info["max_abs_diff_vs_keras"] = diff
+        onnx_path, ov_path, check = _keras_vit_files(spec, int8=option == "int8")
+        info["int8_vs_float32" if option == "int8" else "max_abs_diff_vs_keras"] = check
     else:
         onnx_path, ov_path = _hf_file(spec), None
         x = np.ascontiguousarray(x.transpose(0, 3, 1, 2))  # HF takes NCHW
     if runtime == "ort":
-        step, extra = _ort_step(_int8_onnx(onnx_path) if option == "int8" else onnx_path, x)
+        hf_int8 = option == "int8" and library != "keras_vit"
+        step, extra = _ort_step(_int8_onnx(onnx_path) if hf_int8 else onnx_path, x)
     else:
         step, extra = _openvino_step(ov_path, x, option)
     info.update(extra)

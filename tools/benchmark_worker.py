@@ -16,7 +16,26 @@ import statistics
 import sys
 import time
 
-from keras_vit_tools.benchmark import ARCHS
+
+def _bind_tools():
+    """`keras_vit_tools` is this file's folder, not the one `pip install -e`
+    mapped the name to (a second checkout benchmarks its own tools)."""
+    import importlib.util
+    import pathlib
+
+    folder = pathlib.Path(__file__).resolve().parent
+    if (folder / "__init__.py").exists() and "keras_vit_tools" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "keras_vit_tools", folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["keras_vit_tools"] = module
+        spec.loader.exec_module(module)
+
+
+_bind_tools()
+
+from keras_vit_tools.benchmark import ARCHS  # noqa: E402
 
 CLASSES = 1000
 

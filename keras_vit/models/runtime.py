@@ -135,6 +135,49 @@ class ModelRuntime(JaxStateGuard):
         with atomic_path(filepath) as temporary:
             return super().save_weights(temporary, overwrite=True)
 
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
+        """`keras.Model.export` through keras_vit's exporters (`keras_vit.export`).
+
+        Every format of the backend (`export.BACKEND_FORMATS`), with a
+        dynamic batch and the outputs of `model.predict` (tested to 1e-4),
+        where Keras' own exporters fail on these models.
+
+        Args:
+            filepath: the artifact's path (`.onnx`, `.xml`, `.tflite`,
+                `.pt2`; a folder for "tf_saved_model").
+            format: "tf_saved_model" (default), "onnx", "openvino",
+                "litert" or "torch".
+            verbose: None or bool: the exporters' own messages.
+            input_signature: None, or one `keras.InputSpec` (or a list
+                holding one) of shape `(batch, height, width, channels)`:
+                a fixed batch and another image size. Its channels must be
+                the model's.
+            **kwargs: `image_size`, `batch_size`, `quantize` ("int8" for
+                "onnx" and "openvino") and `sample_images`, as
+                `keras_vit.export.export_model` takes them.
+
+        Returns:
+            What `export_model` returns: the path (with `quantize`, a
+            `QuantizedExport` carrying the top-1 agreement with float32).
+        """
+        from keras_vit import export
+
+        if not callable(getattr(self, "for_inference", None)):
+            raise ValueError(
+                f"{type(self).__name__} is a training task, not a model to serve (its "
+                "outputs depend on random corruption); export its encoder "
+                "(`task.encoder.export(...)`) or a classifier built from it."
+            )
+        options = export.signature_options(self, input_signature)
+        unknown = set(kwargs) - set(export.MODEL_EXPORT_OPTIONS)
+        if unknown:
+            raise ValueError(
+                f"Unknown keyword argument(s) to `export`: {sorted(unknown)}. "
+                f"keras_vit's exporters take {export.MODEL_EXPORT_OPTIONS}."
+            )
+        options.update(kwargs)
+        return export.export_model(self, filepath, format, verbose=bool(verbose), **options)
+
     def compile(self, *args, jit_compile="auto", **kwargs):
         """`keras.Model.compile`; with `jit_compile="auto"`, inference on a
         tensorflow CPU is compiled with XLA (see the module docstring)."""
