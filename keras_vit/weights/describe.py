@@ -52,6 +52,35 @@ def _looks_like_path(weights):
     )
 
 
+class WeightsFileNotFoundError(FileNotFoundError, ValueError):
+    """`weights=` names a file that does not exist.
+
+    A `FileNotFoundError`, and a `ValueError` as keras_vit raises for every
+    bad argument.
+    """
+
+
+def _existing(path, weights, architecture):
+    """`path`, if it exists; else an error naming `weights=`, where it was
+    looked for and what `weights` takes."""
+    if os.path.exists(path):
+        return path
+    names = registered_names(architecture)
+    shown = ", ".join(repr(n) for n in names[:4]) or "none for this architecture"
+    listing = f"keras_vit.weights.weights_names({architecture!r})" if architecture else (
+        "keras_vit.weights.list_records()"
+    )
+    raise WeightsFileNotFoundError(
+        f"Checkpoint file not found: weights={weights!r} resolves to "
+        f"{os.path.abspath(path)!r}, which does not exist (relative paths are read "
+        f"from the current working directory, {os.getcwd()!r}). `weights` takes "
+        f"None, a registered weights name ({shown}; all of them: `{listing}`), "
+        "or the path of a "
+        f"checkpoint file ({', '.join(sorted(sources.FORMATS))}); a checkpoint "
+        "directory or a hf:// handle loads with `keras_vit.from_preset(handle)`."
+    )
+
+
 def resolve(weights, architecture):
     """Splits `weights` into `(path or None, registry record or None)`.
 
@@ -67,9 +96,10 @@ def resolve(weights, architecture):
     Raises:
         ValueError: for a name that is not registered for `architecture`; the
             message lists the valid names.
+        WeightsFileNotFoundError: for a path that does not exist.
     """
     if isinstance(weights, os.PathLike):
-        return os.fspath(weights), None
+        return _existing(os.fspath(weights), weights, architecture), None
     if not isinstance(weights, str):
         raise ValueError(
             "`weights` must be None, a registered weights name or a checkpoint "
@@ -79,7 +109,7 @@ def resolve(weights, architecture):
     if weights in names:
         return None, registry.get_record(architecture, weights)
     if _looks_like_path(weights):
-        return weights, None
+        return _existing(weights, weights, architecture), None
     valid = ", ".join(repr(n) for n in names) or (
         "none registered" if architecture else "none (registered weights exist "
         "only for the architectures of `keras_vit.models.ARCHITECTURES`)"
