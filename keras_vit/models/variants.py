@@ -43,7 +43,8 @@ _DOC = """Builds {title}, the {arch} Vision Transformer{extra}.
         gelu_approximate: None (default: the flavour the weights were trained
             with; tanh from scratch), True (tanh) or False (exact erf).
         **kwargs: any other argument of `keras_vit.{base}` (dropout rates,
-            `name`, `dtype`, ...).
+            `name`, `dtype`, ...); another name raises
+            `keras_vit.validation.UnknownArgumentError`, naming the closest.
 
     Returns:
         A `keras_vit.{base}` model.
