@@ -23,6 +23,12 @@ def _model():
     return model
 
 
+@pytest.fixture(scope="module")
+def shared_model():
+    # One model for the failing calls: each compiles its steps once.
+    return _model()
+
+
 def _batches(bad_shape=None, labels=True, count=4):
     rng = np.random.default_rng(0)
     for i in range(count):
@@ -41,19 +47,19 @@ def _run(model, method, batches):
 
 @pytest.mark.parametrize("bad", list(BAD_BATCHES))
 @pytest.mark.parametrize("method", ["fit", "evaluate", "predict"])
-def test_bad_later_batch_gets_the_models_error(method, bad):
+def test_bad_later_batch_gets_the_models_error(shared_model, method, bad):
     shape, message = BAD_BATCHES[bad]
     batches = _batches(shape, labels=method != "predict")
     with pytest.raises(ValueError, match=message) as caught:
-        _run(_model(), method, batches)
+        _run(shared_model, method, batches)
     assert f"of shape {shape}" in str(caught.value)
     assert "x (batch 3 of the generator)" in str(caught.value)
 
 
-def test_bad_validation_batch_is_named():
+def test_bad_validation_batch_is_named(shared_model):
     shape, message = BAD_BATCHES["channels"]
     with pytest.raises(ValueError, match=message) as caught:
-        _model().fit(_batches(), validation_data=_batches(shape), epochs=1, steps_per_epoch=4,
+        shared_model.fit(_batches(), validation_data=_batches(shape), epochs=1, steps_per_epoch=4,
                      validation_steps=4, verbose=0)
     assert "validation_data (batch 3 of the generator)" in str(caught.value)
 
