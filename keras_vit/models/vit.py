@@ -236,14 +236,8 @@ class ViT(ModelRuntime, keras.Model):
 
     @classmethod
     def argument_names(cls):
-        """Every keyword argument the constructor takes.
-
-        The arguments of `__init__` of this class and of its bases up to
-        `ViT`, and Keras' `trainable` (`KERAS_FUNCTIONAL_ARGUMENTS`).
-
-        Returns:
-            A tuple of names.
-        """
+        """The constructor's keyword arguments: those of `__init__` of this
+        class and of its bases up to `ViT`, and Keras' `trainable`."""
         chain = cls.__mro__[: cls.__mro__.index(ViT) + 1]
         inits = [vars(c)["__init__"] for c in chain if "__init__" in vars(c)]
         return argument_names(*inits) + KERAS_FUNCTIONAL_ARGUMENTS
