@@ -1,4 +1,4 @@
-"""`keras-vit` command line.
+"""The work of the `keras-vit` commands (parsed in `keras_vit_tools.commands`).
 
 `keras-vit inspect IMAGE --model ViTTi16 --weights W --out DIR` (or
 `--preset HANDLE`, any `keras_vit.from_preset` handle, whose preprocessing
@@ -15,7 +15,6 @@ images, prints the largest difference from `model.predict` and exits with
 status 1 above `--tolerance` (2 on unusable input).
 """
 
-import argparse
 import os
 import sys
 
@@ -142,14 +141,38 @@ def _summary(model, logits, distances, rollout_grid, similarity):
     return "\n".join(lines) + "\n"
 
 
+def _inspect_model_name(args):
+    """`--model`, or the architecture the `--weights` file holds."""
+    if args.model is not None or args.preset:
+        return args.model
+    from keras_vit.weights.describe import checkpoint_constructor, resolve
+    from keras_vit.weights.registry import WEIGHTS
+
+    if any(name == args.weights for _, name in WEIGHTS):
+        name, what = None, f"the weights name {args.weights!r} (registered per architecture)"
+    else:
+        path, _ = resolve(args.weights, None)  # a missing file fails here
+        name, what = checkpoint_constructor(path), f"the checkpoint {path!r}"
+    if name is None:
+        raise ValueError(
+            f"--model is needed: {what} does not say which architecture to build. "
+            f"Give --model, one of {', '.join(CONSTRUCTORS)}."
+        )
+    return name
+
+
 def _model_and_image(args):
+    if not os.path.isfile(args.image):
+        raise FileNotFoundError(
+            f"No image file at {args.image!r} (resolved to {os.path.abspath(args.image)!r})."
+        )
     if args.preset:
         model = presets.from_preset(args.preset, classifier_activation=None)
         if model.preprocessing is not None:
             display, pixels = load_image(args.image, model.image_size, model=model)
             return model, display, pixels
         return model, *load_image(args.image, model.image_size, args.crop_fraction, args.normalization)
-    model = _build_model(args.model, args.weights, args.gelu)
+    model = _build_model(_inspect_model_name(args), args.weights, args.gelu)
     # A checkpoint file carries no preprocessing record; a registered name does.
     named = args.normalization is None and not os.path.exists(args.weights)
     display, pixels = load_image(
@@ -160,7 +183,11 @@ def _model_and_image(args):
 
 
 def inspect_command(args):
-    model, display, pixels = _model_and_image(args)
+    try:
+        model, display, pixels = _model_and_image(args)
+    except (ValueError, OSError, ImportError) as error:
+        print(f"keras-vit inspect: error: {error}", file=sys.stderr)
+        return 2
     images = pixels[None]
     os.makedirs(args.out, exist_ok=True)
     out = lambda name: os.path.join(args.out, name)  # noqa: E731
@@ -228,17 +255,6 @@ def resolve_model(spec, weights=None, gelu=None, image_size=None):
     if image_size is not None:
         options["image_size"] = image_size
     return constructor(**options)
-
-
-def _size(text):
-    parts = text.lower().replace("x", ",").split(",")
-    try:
-        values = tuple(int(p) for p in parts)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}") from None
-    if len(values) not in (1, 2) or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}")
-    return values[0] if len(values) == 1 else values
 
 
 def report(differences, tolerance):
@@ -311,114 +327,9 @@ def export_command(args):
     return 1 if low else 0
 
 
-def _export_parser(commands):
-    from keras_vit.runtimes import FORMATS, OPENVINO_PRECISIONS
-
-    parser = commands.add_parser(
-        "export",
-        help="export to a serving runtime and check it against the model",
-        description=(
-            "Exports MODEL to a serving format (SavedModel, ONNX, OpenVINO, "
-            "LiteRT, torch.export) from the current KERAS_BACKEND, runs the "
-            "artifact in its own runtime (OpenVINO in float32 unless --precision) "
-            "on random images (or --images) and prints the largest difference "
-            "from model.predict; exit status 1 above --tolerance, 2 on unusable "
-            "input. With --quantize int8, ONNX and OpenVINO artifacts are "
-            "quantized by the runtime's own tool and the top-1 agreement with "
-            "float32 is printed (exit status 1 below --min-agreement)."
-        ),
-    )
-    parser.add_argument(
-        "model", help="constructor name (e.g. ViTTi16, with --weights) or a .keras file"
-    )
-    parser.add_argument("--format", required=True, choices=FORMATS, help="export format")
-    parser.add_argument(
-        "--output", required=True,
-        help="artifact path: .onnx, .xml (OpenVINO), .tflite, .pt2, or a folder (SavedModel)",
-    )
-    parser.add_argument("--weights", help="registered weights name or checkpoint path")
-    parser.add_argument(
-        "--gelu", choices=tuple(GELU_FLAVOURS), default=None,
-        help="GELU flavour (default: the one the weights were trained with)",
-    )
-    parser.add_argument("--image-size", type=_size, help="N or HxW; default: the model's")
-    parser.add_argument(
-        "--batch-size", type=int, help="fixed batch size; default: dynamic"
-    )
-    parser.add_argument(
-        "--quantize", choices=("int8", "float8"),
-        help="int8 for onnx/openvino: the runtime's own quantizer on the float graph "
-        "(fast); otherwise Keras' model.quantize before exporting",
-    )
-    parser.add_argument(
-        "--precision", choices=OPENVINO_PRECISIONS, default=None,
-        help="OpenVINO inference precision of the check (default f32; OpenVINO's own "
-        "CPU default is bf16 where the CPU has it)",
-    )
-    parser.add_argument(
-        "--images", nargs="+", help="image files to check on (default: random images)"
-    )
-    parser.add_argument(
-        "--normalization", choices=MODES, default=None,
-        help="scaling of --images when the model has no preprocessing record "
-        "(default inception; imagenet for DeiT/timm weights)",
-    )
-    parser.add_argument("--samples", type=int, default=3, help="random test images (default 3)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the test images (default 0)")
-    parser.add_argument(
-        "--tolerance", type=float, default=1e-4,
-        help="largest max |difference| accepted (default 1e-4)",
-    )
-    parser.add_argument(
-        "--min-agreement", type=float, default=0.5,
-        help="with --quantize int8 (onnx, openvino): the smallest top-1 agreement "
-        "with float32 accepted (default 0.5)",
-    )
-    parser.set_defaults(handler=export_command)
-
-
-def _parser():
-    parser = argparse.ArgumentParser(
-        prog="keras-vit", description="Vision Transformer tools for Keras 3."
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    inspect = commands.add_parser(
-        "inspect",
-        help="attention rollout, attention distance and embedding plots",
-        description=(
-            "Plots the analyses of the ViT paper (Fig. 6-7) for one image: "
-            "attention rollout, mean attention distance per head, position "
-            "embedding similarity and the embedding filters' principal "
-            "components, with a text summary."
-        ),
-    )
-    inspect.add_argument("image", help="path of the image to inspect")
-    inspect.add_argument("--model", default="ViTB16", help="constructor name, e.g. ViTTi16")
-    source = inspect.add_mutually_exclusive_group(required=True)
-    source.add_argument("--weights", help="registered weights name or checkpoint path (with --model)")
-    source.add_argument(
-        "--preset",
-        help="a keras_vit.from_preset handle (directory or hf://org/name); its "
-        "preprocessing and class names apply",
-    )
-    inspect.add_argument(
-        "--gelu", choices=tuple(GELU_FLAVOURS), default=None,
-        help="GELU flavour (default: the one the weights were trained with)",
-    )
-    inspect.add_argument(
-        "--normalization", choices=MODES, default=None,
-        help="input normalisation: inception ([-1, 1], Google checkpoints) or "
-        "imagenet (mean/std, timm and DeiT weights); default: from the "
-        "registered weights name, inception for a file",
-    )
-    inspect.add_argument(
-        "--crop-fraction", type=float, default=0.875,
-        help="centre-crop fraction after resizing (default 0.875)",
-    )
-    inspect.add_argument("--out", required=True, help="output directory")
-    inspect.set_defaults(handler=inspect_command)
-    _export_parser(commands)
-    return parser
+def run(args):
+    """Runs the command of parsed `keras-vit` arguments; returns the exit status."""
+    return {"inspect": inspect_command, "export": export_command}[args.command](args)
 
 
 def main(argv=None):
@@ -431,8 +342,11 @@ def main(argv=None):
     Returns:
         The exit status, 0 on success.
     """
-    args = _parser().parse_args(argv)
-    return args.handler(args)
+    # The parser lives with the console script's front end, which answers
+    # `--help` without importing Keras.
+    from keras_vit_tools.commands import keras_vit_parser
+
+    return run(keras_vit_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

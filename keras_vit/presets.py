@@ -25,6 +25,8 @@ import json
 import os
 
 from keras_vit.models import ViT, ViTHybrid
+from keras_vit.models.arguments import OTHER_NAMES
+from keras_vit.validation import check_keywords
 from keras_vit.weights import hf_layout, keras_hub_layout, loader, shards, timm_hub, timm_layout
 from keras_vit.weights.mapping import model_state
 from keras_vit.weights.record import Preprocessing
@@ -326,6 +328,11 @@ def _build(model_class, args):
 
 
 def _apply_overrides(args, overrides):
+    # A name no model takes is a misspelling; a model argument outside
+    # `OVERRIDES` is one the checkpoint fixes.
+    known = ViTHybrid.argument_names()
+    misspelt = {k: v for k, v in overrides.items() if k not in known}
+    check_keywords(misspelt, OVERRIDES, "from_preset", OTHER_NAMES)
     unknown = sorted(set(overrides) - set(OVERRIDES))
     if unknown:
         raise ValueError(

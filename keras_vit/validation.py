@@ -2,10 +2,13 @@
 
 Each checker returns the (normalised) value or raises a `ValueError` of the
 form "`name` must be <what is allowed>. Received: name=<value>", so that a
-bad argument is reported before any work starts. Plain Python: no Keras and
+bad argument is reported before any work starts; `check_keywords` refuses
+keyword arguments a function does not take (`UnknownArgumentError`). Plain Python: no Keras and
 nothing else of keras_vit is imported here.
 """
 
+import difflib
+import inspect
 import math
 
 
@@ -150,3 +153,72 @@ def check_choice(value, allowed, name):
     if value not in allowed:
         _fail(name, f"one of {tuple(allowed)}", value)
     return value
+
+
+class UnknownArgumentError(TypeError, ValueError):
+    """A keyword argument that the called function does not take.
+
+    A `TypeError`, as Python (and `keras.applications`) raise for an
+    unexpected keyword argument, and a `ValueError`, as keras_vit raises for
+    every other bad argument: code catching either one catches it.
+    """
+
+
+def argument_names(*functions):
+    """The names of the named parameters of `functions` (classes: `__init__`).
+
+    Example:
+
+    >>> def build(weights=None, classes=1000, **kwargs): ...
+    >>> argument_names(build)
+    ('weights', 'classes')
+    """
+    names = []
+    for function in functions:
+        for parameter in inspect.signature(function).parameters.values():
+            named = parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+            if named and parameter.name != "self" and parameter.name not in names:
+                names.append(parameter.name)
+    return tuple(names)
+
+
+def check_keywords(kwargs, allowed, caller, aliases=None):
+    """Refuses keyword arguments outside `allowed`, naming the closest valid one.
+
+    Functions that forward `**kwargs` (to a base class, to Keras, to
+    another function) call this first, so that a misspelt argument fails
+    instead of being dropped silently.
+
+    Args:
+        kwargs: the dict of keyword arguments received.
+        allowed: every name the caller accepts, its own and those it
+            forwards.
+        caller: how the caller is named in the message, e.g. "ViTTi16".
+        aliases: None or `{other library's name: allowed name}`, e.g.
+            `{"num_classes": "classes"}`: a name close to an alias is
+            answered with the allowed name.
+
+    Raises:
+        UnknownArgumentError: for the first name not in `allowed` (a
+            `TypeError` and a `ValueError`).
+
+    Example:
+
+    >>> check_keywords({"weight": "x.npz"}, ("weights", "classes"), "ViTTi16")
+    Traceback (most recent call last):
+    ...
+    keras_vit.validation.UnknownArgumentError: ViTTi16() got an unexpected keyword argument 'weight'; did you mean 'weights'? ...
+    """
+    unknown = [name for name in kwargs if name not in allowed]
+    if not unknown:
+        return
+    name = unknown[0]
+    allowed = tuple(dict.fromkeys(allowed))
+    targets = dict(zip(allowed, allowed))
+    targets.update((k, v) for k, v in (aliases or {}).items() if v in targets)
+    close = difflib.get_close_matches(name, tuple(targets), n=1, cutoff=0.6)
+    hint = f"; did you mean {targets[close[0]]!r}?" if close else "."
+    raise UnknownArgumentError(
+        f"{caller}() got an unexpected keyword argument {name!r}{hint} "
+        f"It takes: {', '.join(sorted(allowed))}. Received: {name}={kwargs[name]!r}"
+    )

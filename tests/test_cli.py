@@ -34,8 +34,10 @@ def test_load_image_crops_the_centre_and_normalises():
 def test_usage_errors(tmp_path):
     with pytest.raises(SystemExit):
         cli.main(["inspect", "missing.png", "--out", str(tmp_path)])  # no --weights
+    image = tmp_path / "x.png"
+    Image.fromarray(np.zeros((32, 32, 3), "uint8")).save(image)
     with pytest.raises(SystemExit):
-        cli.main(["inspect", "x.png", "--model", "NoSuchViT", "--weights", "w", "--out", str(tmp_path)])
+        cli.main(["inspect", str(image), "--model", "NoSuchViT", "--weights", "w", "--out", str(tmp_path)])
 
 
 @requires_shared
@@ -47,7 +49,8 @@ def test_inspect_chelsea_with_real_weights(tmp_path, capsys):
     out = tmp_path / "plots"
     status = cli.main(
         [
-            "inspect", str(photo), "--model", "ViTTi16", "--weights", str(DEIT_NPZ),
+            # No --model: the architecture is read from the checkpoint.
+            "inspect", str(photo), "--weights", str(DEIT_NPZ),
             "--gelu", "erf", "--normalization", "imagenet", "--out", str(out),
         ]
     )
@@ -65,6 +68,7 @@ def test_inspect_chelsea_with_real_weights(tmp_path, capsys):
         width, height = Image.open(out / name).size
         assert width >= 400 and height >= 250, name
     summary = (out / "summary.txt").read_text()
+    assert summary.startswith("model: vitti16,")
     assert summary in capsys.readouterr().out
     top = summary.split("top-5 classes: ")[1].split(",")[0]
     assert int(top.split(" ")[0]) in CAT_CLASSES, summary

@@ -28,8 +28,6 @@ Examples:
   keras-vit-convert --preset my_keras_vit_preset --output my_vit_hf --format transformers
 """
 
-import argparse
-import json
 import os
 import sys
 
@@ -39,7 +37,6 @@ import numpy as np
 from keras_vit import architectures, presets
 from keras_vit.architectures import GELU_FLAVOURS
 from keras_vit.models import ViT, ViTHybrid
-from keras_vit.validation import pair
 from keras_vit.weights import describe_weights, loader, sources
 from keras_vit.weights.mapping import model_state
 from keras_vit_tools import reference
@@ -50,74 +47,14 @@ OUTPUT_FORMATS = ("weights",) + presets.FORMATS
 _ARCHITECTURE_OPTIONS = ("variant", "config", "gelu", "representation_size")
 
 
-def _size(text):
-    """`N` or `HxW` (also `H,W`) as an image size."""
-    try:
-        values = tuple(int(p) for p in text.lower().replace("x", ",").split(","))
-        size = pair(values[0] if len(values) == 1 else values, "size")
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}") from None
-    return size[0] if len(values) == 1 else size
-
-
 def build_parser():
-    parser = argparse.ArgumentParser(
-        prog="keras-vit-convert",
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--variant", help='architecture ("Ti/16", "B/16", "R50+B/16") or constructor name ("ViTTi16")')
-    parser.add_argument(
-        "--config",
-        type=json.loads,
-        default={},
-        help="JSON object of extra keras_vit.ViT keyword arguments, overriding the variant's "
-        'row (e.g. \'{"hidden_size": 16, "num_layers": 2}\'); without --variant it must give '
-        "patch_size, hidden_size, num_layers, num_heads and mlp_dim",
-    )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--weights", help="registered weights name or checkpoint path (with --variant)")
-    source.add_argument(
-        "--preset", help="preset directory (keras_vit, transformers, timm Hub, keras-hub) or hf://org/name[@revision]"
-    )
-    parser.add_argument(
-        "--output", required=True, help=f"file ending with {SUFFIX} (--format weights) or a preset directory"
-    )
-    parser.add_argument(
-        "--format",
-        choices=OUTPUT_FORMATS,
-        help="what --output is; default: weights for a file name, keras_vit for a name without suffix",
-    )
-    parser.add_argument("--image-size", type=_size, help="N or HxW; default: the checkpoint's resolution")
-    parser.add_argument(
-        "--classes", type=int, help="head size; default: the checkpoint's; 0 writes the model without a head"
-    )
-    parser.add_argument(
-        "--representation-size",
-        type=int,
-        help="pre-logits width; default: the checkpoint's (kept when present); 0 drops them",
-    )
-    parser.add_argument(
-        "--gelu",
-        choices=tuple(GELU_FLAVOURS),
-        help="GELU flavour; default: the weights' (Google .npz: tanh, timm: erf, registry: recorded)",
-    )
-    parser.add_argument(
-        "--preprocessing",
-        help="input scaling written to a preset (imagenet: ImageNet mean/std, inception: [-1, 1]); "
-        "default: the source's. A transformers preset needs one",
-    )
-    parser.add_argument(
-        "--class-names",
-        help="class names written to a preset: imagenet1k, imagenet21k or a text file with one name "
-        "per line; default: the source's. A transformers preset needs them",
-    )
-    parser.add_argument("--keras", action="store_true", help="also write a whole .keras model beside --output")
-    parser.add_argument("--tolerance", type=float, default=1e-4, help="largest max |difference| accepted (default 1e-4)")
-    parser.add_argument("--batch-size", type=int, default=2, help="images in the random test batch (default 2)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random test batch (default 0)")
-    return parser
+    """The command line's parser (`keras_vit_tools.commands.convert_parser`)."""
+    try:
+        from keras_vit_tools.commands import convert_parser
+    except ImportError:  # run as a script from a checkout: tools/ is sys.path[0]
+        from commands import convert_parser
+
+    return convert_parser()
 
 
 def _architecture(args):
@@ -278,7 +215,11 @@ def convert(args):
 
 def main(argv=None):
     """Command-line entry point; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    return run(build_parser().parse_args(argv))
+
+
+def run(args):
+    """Converts and verifies as parsed `args` ask; returns the exit status."""
     try:
         diffs = convert(args)
     except (ValueError, OSError, ImportError) as error:

@@ -22,6 +22,35 @@ from keras_vit.validation import (
     pair,
 )
 
+# The names other libraries (timm, transformers, keras-hub) give to `ViT`'s
+# arguments, so that a misspelling of them is answered with keras_vit's name.
+OTHER_NAMES = {
+    "num_classes": "classes",
+    "num_labels": "classes",
+    "img_size": "image_size",
+    "embed_dim": "hidden_size",
+    "hidden_dim": "hidden_size",
+    "depth": "num_layers",
+    "num_hidden_layers": "num_layers",
+    "num_attention_heads": "num_heads",
+    "intermediate_size": "mlp_dim",
+    "intermediate_dim": "mlp_dim",
+    "global_pool": "pooling",
+    "drop_rate": "dropout_rate",
+    "attn_drop_rate": "attention_dropout_rate",
+    "drop_path_rate": "stochastic_depth_rate",
+    "layer_norm_eps": "layer_norm_epsilon",
+    "init_values": "layer_scale_init",
+    "reg_tokens": "num_register_tokens",
+    "pretrained": "weights",
+}
+
+# Keras' own keyword arguments that keras_vit models forward: a functional
+# model's `trainable` (`name` and `dtype` are `ViT` arguments), and those of
+# `keras.layers.Layer` for models built by subclassing (`MaskedPatchPrediction`).
+KERAS_FUNCTIONAL_ARGUMENTS = ("trainable",)
+KERAS_LAYER_ARGUMENTS = ("trainable", "dtype", "autocast")
+
 
 def model_input_shape(image_size, input_shape, default):
     """Resolves `(height, width, channels)` from `image_size`/`input_shape`."""

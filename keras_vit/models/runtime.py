@@ -9,6 +9,10 @@ architecture:
   `predict`, their `*_on_batch` forms and direct calls: a model class says
   what it takes in `_check_input_spec(shape, dtype, name)`, which raises a
   `ValueError` naming the argument, the value and what the model takes.
+  Batches from a Python generator are checked one by one as Keras draws
+  them, in Python and outside the compiled step (which costs nothing
+  there): a bad later batch gets the same error on every backend, not a
+  reshape error from inside the graph.
 - Nothing is lost when such a call fails or is interrupted: the variables
   keep the values of the moment of failure (for `fit`: of the last completed
   step), on every backend (`keras_vit.models.jax_guard` for jax, whose
@@ -24,7 +28,9 @@ architecture:
   compiled.
 """
 
+import contextlib
 import sys
+import types
 
 import keras
 
@@ -59,6 +65,15 @@ def _argument(args, kwargs, name="x"):
     return args[0] if args else kwargs.get(name)
 
 
+def _replace_argument(args, kwargs, position, name, function):
+    """`(args, kwargs)` with the argument at `position`/`name` passed through `function`."""
+    if len(args) > position:
+        args = args[:position] + (function(args[position]),) + args[position + 1:]
+    elif kwargs.get(name) is not None:
+        kwargs = dict(kwargs, **{name: function(kwargs[name])})
+    return args, kwargs
+
+
 class ModelRuntime(JaxStateGuard):
     """Input checks, failure safety, atomic saving and backend execution policy."""
 
@@ -76,6 +91,43 @@ class ModelRuntime(JaxStateGuard):
         elif data is not None:
             self._check_data(data, "validation_data")
 
+    def _checked_batches(self, data, name):
+        """`data` itself, or for a Python generator one that checks every batch."""
+        if not isinstance(data, types.GeneratorType):
+            return data
+
+        def batches():
+            for number, batch in enumerate(data, 1):
+                images = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
+                try:
+                    self._check_data(images, f"{name} (batch {number} of the generator)")
+                except ValueError as error:
+                    # tf.data wraps what a generator raises: kept for `_batch_errors`.
+                    self._batch_error = error
+                    raise
+                yield batch
+
+        return batches()
+
+    @contextlib.contextmanager
+    def _batch_errors(self):
+        """Raises the input error of a generator's batch as itself."""
+        self._batch_error = None
+        try:
+            yield
+        except Exception:
+            error, self._batch_error = self._batch_error, None
+            if error is None:
+                raise
+            raise error from None
+
+    def _with_checked_generators(self, args, kwargs, validation=None):
+        args, kwargs = _replace_argument(args, kwargs, 0, "x", lambda d: self._checked_batches(d, "x"))
+        if validation is not None:
+            checked = lambda d: self._checked_batches(d, "validation_data")  # noqa: E731
+            args, kwargs = _replace_argument(args, kwargs, validation, "validation_data", checked)
+        return args, kwargs
+
     def __call__(self, *args, **kwargs):
         if args:
             self._check_data(args[0], "inputs")
@@ -85,17 +137,20 @@ class ModelRuntime(JaxStateGuard):
         self._check_data(_argument(args, kwargs))
         validation = args[7] if len(args) > 7 else kwargs.get("validation_data")
         self._check_validation_data(validation)
-        with self._state_kept():
+        args, kwargs = self._with_checked_generators(args, kwargs, validation=7)
+        with self._state_kept(), self._batch_errors():
             return super().fit(*args, **kwargs)
 
     def evaluate(self, *args, **kwargs):
         self._check_data(_argument(args, kwargs))
-        with self._state_kept():
+        args, kwargs = self._with_checked_generators(args, kwargs)
+        with self._state_kept(), self._batch_errors():
             return super().evaluate(*args, **kwargs)
 
     def predict(self, *args, **kwargs):
         self._check_data(_argument(args, kwargs))
-        with self._state_kept():
+        args, kwargs = self._with_checked_generators(args, kwargs)
+        with self._state_kept(), self._batch_errors():
             return super().predict(*args, **kwargs)
 
     def train_on_batch(self, *args, **kwargs):

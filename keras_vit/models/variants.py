@@ -12,8 +12,10 @@ from keras_vit.architectures import (  # noqa: F401 (public here too)
     architecture_name,
     stem_stride,
 )
+from keras_vit.models.arguments import OTHER_NAMES
 from keras_vit.models.hybrid import ViTHybrid
 from keras_vit.models.vit import ViT
+from keras_vit.validation import argument_names, check_keywords
 from keras_vit.weights.registry import weights_names
 
 _DOC = """Builds {title}, the {arch} Vision Transformer{extra}.
@@ -41,7 +43,8 @@ _DOC = """Builds {title}, the {arch} Vision Transformer{extra}.
         gelu_approximate: None (default: the flavour the weights were trained
             with; tanh from scratch), True (tanh) or False (exact erf).
         **kwargs: any other argument of `keras_vit.{base}` (dropout rates,
-            `name`, `dtype`, ...).
+            `name`, `dtype`, ...); another name raises
+            `keras_vit.validation.UnknownArgumentError`, naming the closest.
 
     Returns:
         A `keras_vit.{base}` model.
@@ -98,6 +101,7 @@ def make_constructor(variant):
         gelu_approximate=None,
         **kwargs,
     ):
+        check_keywords(kwargs, allowed, variant.constructor, OTHER_NAMES)
         config = dict(row, name=variant.constructor.lower())
         config.update(kwargs)
         return model_class(
@@ -114,6 +118,8 @@ def make_constructor(variant):
             **config,
         )
 
+    # Misspelt names fail here, under the constructor's own name.
+    allowed = argument_names(constructor) + model_class.argument_names()
     constructor.__name__ = constructor.__qualname__ = variant.constructor
     constructor.__module__ = __name__
     constructor.__doc__ = _docstring(variant, model_class)

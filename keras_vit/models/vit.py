@@ -15,6 +15,8 @@ import numpy as np
 from keras_vit.layers import PatchEncoder, Patches, TokenPooling, TransformerBlock
 from keras_vit.layers.seeds import check_seed, derive_seed
 from keras_vit.models.arguments import (
+    KERAS_FUNCTIONAL_ARGUMENTS,
+    OTHER_NAMES,
     model_input_shape,
     check_transformer,
     check_head,
@@ -24,7 +26,9 @@ from keras_vit.models.arguments import (
 )
 from keras_vit.models.runtime import ModelRuntime
 from keras_vit.validation import (
+    argument_names,
     check_bool,
+    check_keywords,
     check_positive_float,
     check_positive_int,
     check_rate,
@@ -125,6 +129,10 @@ class ViT(ModelRuntime, keras.Model):
             which `keras.utils.set_random_seed` seeds.
         name: model name.
         dtype: dtype or dtype policy of the layers.
+        trainable: bool, default True (Keras' own argument).
+
+    Any other keyword raises `keras_vit.validation.UnknownArgumentError` (a
+    `TypeError` and a `ValueError`) naming the closest valid argument.
 
     Returns:
         A `keras.Model`: `(batch, H, W, C)` images to `(batch, classes)`
@@ -179,6 +187,7 @@ class ViT(ModelRuntime, keras.Model):
         dtype=None,
         **kwargs,
     ):
+        check_keywords(kwargs, type(self).argument_names(), type(self).__name__, OTHER_NAMES)
         self.patch_size = pair(patch_size, "patch_size")
         self.seed = check_seed(seed)
         check_transformer(hidden_size, num_layers, num_heads, mlp_dim)
@@ -224,6 +233,14 @@ class ViT(ModelRuntime, keras.Model):
         self.input_spec = keras.layers.InputSpec(shape=(None, None, None, self.num_channels))
         if weights is not None:
             load_weights(self, weights)
+
+    @classmethod
+    def argument_names(cls):
+        """The constructor's keyword arguments: those of `__init__` of this
+        class and of its bases up to `ViT`, and Keras' `trainable`."""
+        chain = cls.__mro__[: cls.__mro__.index(ViT) + 1]
+        inits = [vars(c)["__init__"] for c in chain if "__init__" in vars(c)]
+        return argument_names(*inits) + KERAS_FUNCTIONAL_ARGUMENTS
 
     def architecture_config(self):
         """The arguments that identify the architecture (a table row).

@@ -4,11 +4,12 @@ import keras
 from keras import ops
 
 from keras_vit.layers.seeds import check_seed
+from keras_vit.models.arguments import KERAS_LAYER_ARGUMENTS
 from keras_vit.models.runtime import ModelRuntime
 from keras_vit.models.vit import ViT
 from keras_vit.preprocessing import MODES, preprocess_input
 from keras_vit.pretraining import corruption, targets
-from keras_vit.validation import check_choice
+from keras_vit.validation import argument_names, check_choice, check_keywords
 
 TARGETS = ("mean_color", "downsized", "pixels")
 # The paper's downsized target: 4x4 colours per patch.
@@ -196,6 +197,8 @@ class MaskedPatchPrediction(ModelRuntime, keras.Model):
             Keras does not save a generator's position: a loaded task
             restarts its corruption stream from `seed`.
         name: model name.
+        **kwargs: Keras' `trainable`, `dtype` and `autocast`; any other
+            name raises `keras_vit.validation.UnknownArgumentError`.
 
     Example:
 
@@ -230,6 +233,8 @@ class MaskedPatchPrediction(ModelRuntime, keras.Model):
         name="masked_patch_prediction",
         **kwargs,
     ):
+        allowed = argument_names(type(self).__init__) + KERAS_LAYER_ARGUMENTS
+        check_keywords(kwargs, allowed, type(self).__name__)
         stem = _check_encoder(encoder)
         check_choice(target, TARGETS, "target")
         rate, mask_rate, replace_rate = corruption.check_rates(rate, mask_rate, replace_rate)

@@ -23,7 +23,13 @@ import math
 import keras
 from keras import ops
 
-from keras_vit.validation import check_choice, check_float, check_int
+from keras_vit.validation import (
+    argument_names,
+    check_choice,
+    check_float,
+    check_int,
+    check_keywords,
+)
 
 DECAYS = ("cosine", "linear", "constant")
 
@@ -325,6 +331,11 @@ def _from_logits(model):
     )
 
 
+def _check_forwarded(kwargs, function, *targets):
+    """Refuses `kwargs` that neither `function` nor the functions it forwards them to take."""
+    check_keywords(kwargs, argument_names(function, *targets), function.__name__)
+
+
 def _compile(model, optimizer, label_smoothing, metrics):
     model.compile(
         optimizer=optimizer,
@@ -360,6 +371,7 @@ def compile_for_finetuning(model, total_steps, label_smoothing=0.0, metrics=None
     >>> type(model.optimizer).__name__
     'SGD'
     """
+    _check_forwarded(optimizer_kwargs, compile_for_finetuning, finetune_optimizer)
     optimizer = finetune_optimizer(total_steps, **optimizer_kwargs)
     return _compile(model, optimizer, label_smoothing, metrics)
 
@@ -377,6 +389,7 @@ def compile_for_pretraining(model, total_steps, label_smoothing=0.0, metrics=Non
     Returns:
         The compiled model.
     """
+    _check_forwarded(optimizer_kwargs, compile_for_pretraining, pretrain_optimizer)
     optimizer = pretrain_optimizer(total_steps, **optimizer_kwargs)
     return _compile(model, optimizer, label_smoothing, metrics)
 
@@ -422,6 +435,7 @@ def masked_patch_optimizer(
     >>> round(float(opt.learning_rate), 6), float(opt.weight_decay)
     (0.0, 0.0)
     """
+    _check_forwarded(kwargs, masked_patch_optimizer, pretrain_optimizer)
     return pretrain_optimizer(
         total_steps,
         base_lr=base_lr,
@@ -466,5 +480,9 @@ def compile_for_masked_patch_prediction(task, total_steps, **optimizer_kwargs):
             "`task` must be a keras_vit.pretraining.MaskedPatchPrediction. "
             f"Received: task={type(task).__name__}"
         )
+    _check_forwarded(
+        optimizer_kwargs, compile_for_masked_patch_prediction, masked_patch_optimizer,
+        pretrain_optimizer,
+    )
     task.compile(optimizer=masked_patch_optimizer(total_steps, **optimizer_kwargs))
     return task

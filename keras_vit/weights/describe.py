@@ -7,7 +7,7 @@ import zipfile
 from dataclasses import dataclass
 
 from keras_vit import labels
-from keras_vit.architectures import architecture_name, effective_patch_size
+from keras_vit.architectures import VARIANTS, architecture_name, effective_patch_size
 from keras_vit.weights import registry, sources
 from keras_vit.weights.mapping import POSEMB_KEY, POSITION_PREFIX_KEYS
 from keras_vit.weights.posemb import square_grid
@@ -55,6 +55,35 @@ def _looks_like_path(weights):
     )
 
 
+class WeightsFileNotFoundError(FileNotFoundError, ValueError):
+    """`weights=` names a file that does not exist.
+
+    A `FileNotFoundError`, and a `ValueError` as keras_vit raises for every
+    bad argument.
+    """
+
+
+def _existing(path, weights, architecture):
+    """`path`, if it exists; else an error naming `weights=`, where it was
+    looked for and what `weights` takes."""
+    if os.path.exists(path):
+        return path
+    shown = ", ".join(repr(n) for n in registered_names(architecture)[:4])
+    listing = f"keras_vit.weights.weights_names({architecture!r})" if shown else (
+        "keras_vit.weights.list_records()"
+    )
+    shown = f"{shown}; all of them: `{listing}`" if shown else f"`{listing}`"
+    raise WeightsFileNotFoundError(
+        f"Checkpoint file not found: weights={weights!r} resolves to "
+        f"{os.path.abspath(path)!r}, which does not exist (relative paths are read "
+        f"from the current working directory, {os.getcwd()!r}). `weights` takes "
+        f"None, a registered weights name ({shown}), "
+        "or the path of a "
+        f"checkpoint file ({', '.join(sorted(sources.FORMATS))}); a checkpoint "
+        "directory or a hf:// handle loads with `keras_vit.from_preset(handle)`."
+    )
+
+
 def resolve(weights, architecture):
     """Splits `weights` into `(path or None, registry record or None)`.
 
@@ -70,9 +99,10 @@ def resolve(weights, architecture):
     Raises:
         ValueError: for a name that is not registered for `architecture`; the
             message lists the valid names.
+        WeightsFileNotFoundError: for a path that does not exist.
     """
     if isinstance(weights, os.PathLike):
-        return os.fspath(weights), None
+        return _existing(os.fspath(weights), weights, architecture), None
     if not isinstance(weights, str):
         raise ValueError(
             "`weights` must be None, a registered weights name or a checkpoint "
@@ -82,7 +112,7 @@ def resolve(weights, architecture):
     if weights in names:
         return None, registry.get_record(architecture, weights)
     if _looks_like_path(weights):
-        return weights, None
+        return _existing(weights, weights, architecture), None
     valid = ", ".join(repr(n) for n in names) or (
         "none registered" if architecture else "none (registered weights exist "
         "only for the architectures of `keras_vit.models.ARCHITECTURES`)"
@@ -258,3 +288,71 @@ def describe_weights(weights, architecture_config):
         representation_size=pre,
         channels=channels,
     )
+
+
+# Where each checkpoint layout keeps what identifies an architecture:
+# (patch embedding kernel, its width axis and patch axis, block key, first
+# MLP kernel and its width axis, ResNet root, ResNet unit key).
+_LAYOUT_KEYS = {
+    "npz": ("embedding/kernel", -1, 0, r"Transformer/encoderblock_(\d+)/",
+            "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel", 1,
+            "conv_root/kernel", r"block(\d+)/unit(\d+)/"),
+    "timm": ("patch_embed.proj.weight", 0, 2, r"blocks\.(\d+)\.", "blocks.0.mlp.fc1.weight", 0,
+             "patch_embed.backbone.stem.conv.weight",
+             r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\."),
+}
+
+
+def _architecture_facts(shapes, kind):
+    embedding, width_axis, patch_axis, block, mlp, mlp_axis, root, unit = _LAYOUT_KEYS[kind]
+    if embedding not in shapes or mlp not in shapes:
+        return None
+    units = {}
+    for key in shapes:
+        found = re.match(unit, key)
+        if found:
+            units.setdefault(int(found.group(1)), set()).add(int(found.group(2)))
+    return dict(
+        patch_size=shapes[embedding][patch_axis],
+        hidden_size=shapes[embedding][width_axis],
+        num_layers=len({m.group(1) for m in map(re.compile(block).match, shapes) if m}),
+        mlp_dim=shapes[mlp][mlp_axis],
+        resnet_layers=tuple(len(units[s]) for s in sorted(units)) if root in shapes else None,
+    )
+
+
+def checkpoint_constructor(path):
+    """The named constructor of the architecture a checkpoint file holds.
+
+    Read from the tensor shapes (headers only where the format allows):
+    patch size, width, depth, MLP width and the ResNet stages of a hybrid,
+    matched against `keras_vit.architectures.VARIANTS`.
+
+    Args:
+        path: an official/big_vision `.npz` or a timm checkpoint file.
+
+    Returns:
+        A constructor name such as "ViTTi16", or None when the file is a
+        Keras file (which holds no architecture keras_vit can read) or its
+        architecture is not a row of the table.
+
+    Example:
+
+    >>> import numpy as np, os, tempfile
+    >>> file = os.path.join(tempfile.mkdtemp(), "ti16.npz")
+    >>> np.savez(file, **{"embedding/kernel": np.zeros((16, 16, 3, 192)),
+    ...     **{f"Transformer/encoderblock_{i}/MlpBlock_3/Dense_0/kernel":
+    ...        np.zeros((192, 768)) for i in range(12)}})
+    >>> checkpoint_constructor(file)
+    'ViTTi16'
+    """
+    path = sources.check_file(path)
+    kind = sources.checkpoint_format(path)
+    facts = None if kind == "keras" else _architecture_facts(_tensor_shapes(path, kind), kind)
+    if facts is None:
+        return None
+    matches = [
+        v.constructor for v in VARIANTS
+        if all(v.config.get(k) == value for k, value in facts.items())
+    ]
+    return matches[0] if len(matches) == 1 else None

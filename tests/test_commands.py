@@ -1,0 +1,169 @@
+"""The console scripts: `--help` answers without importing Keras or a
+backend, the parsers' lists match keras_vit's, and `keras-vit inspect`
+reads its architecture from the checkpoint and reports missing files in one
+line."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import DEIT_NPZ, DEIT_SAFETENSORS, ROOT, requires_shared
+from PIL import Image
+
+from keras_vit import architectures, cli, export, presets, preprocessing, runtimes
+from keras_vit.weights.describe import checkpoint_constructor
+from keras_vit_tools import commands
+
+HEAVY = ("keras", "tensorflow", "jax", "torch", "keras_vit")
+# Runs an entry point as the console script does, then lists the heavy
+# modules it imported. `keras_vit_tools` is bound to this checkout's tools/.
+PROBE = """
+import importlib, importlib.util, json, sys
+spec = importlib.util.spec_from_file_location(
+    "keras_vit_tools", "tools/__init__.py", submodule_search_locations=["tools"])
+module = importlib.util.module_from_spec(spec)
+sys.modules["keras_vit_tools"] = module
+spec.loader.exec_module(module)
+name, function = sys.argv[1].split(":")
+try:
+    status = getattr(importlib.import_module(name), function)(sys.argv[2:])
+except SystemExit as exit:
+    status = exit.code
+print(json.dumps([status, sorted(m for m in %r if m in sys.modules)]), file=sys.stderr)
+""" % (HEAVY,)
+
+ENTRY_POINTS = {
+    "keras-vit": "keras_vit_tools.commands:keras_vit",
+    "keras-vit-convert": "keras_vit_tools.commands:convert",
+    "keras-vit-benchmark": "keras_vit_tools.benchmark:main",
+}
+
+
+def _probe(entry_point, *argv):
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, entry_point, *argv],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    import json
+
+    status, heavy = json.loads(result.stderr.strip().splitlines()[-1])
+    return status, heavy, result.stdout, result.stderr
+
+
+def test_console_scripts_are_the_front_ends():
+    text = (ROOT / "setup.cfg").read_text()
+    for script, entry_point in ENTRY_POINTS.items():
+        assert f"{script} = {entry_point}" in text
+
+
+@pytest.mark.parametrize(
+    "script, argv",
+    [
+        ("keras-vit", ["--help"]),
+        ("keras-vit", ["inspect", "--help"]),
+        ("keras-vit", ["export", "--help"]),
+        ("keras-vit-convert", ["--help"]),
+        ("keras-vit-benchmark", ["--help"]),
+    ],
+)
+def test_help_imports_no_heavy_library(script, argv):
+    status, heavy, out, _ = _probe(ENTRY_POINTS[script], *argv)
+    assert status == 0 and "usage:" in out
+    assert heavy == []
+
+
+def test_usage_errors_import_no_heavy_library():
+    status, heavy, _, err = _probe(ENTRY_POINTS["keras-vit"], "export", "ViTTi16", "--format", "onxx",
+                                   "--output", "x")
+    assert status == 2 and "invalid choice: 'onxx'" in err and heavy == []
+
+
+def test_the_parsers_lists_are_keras_vits():
+    assert commands.GELU_FLAVOURS == tuple(architectures.GELU_FLAVOURS)
+    assert commands.NORMALIZATIONS == tuple(preprocessing.MODES)
+    assert commands.EXPORT_FORMATS == tuple(export.FORMATS)
+    assert commands.PRESET_FORMATS == tuple(presets.FORMATS)
+    assert commands.OPENVINO_PRECISIONS == tuple(runtimes.OPENVINO_PRECISIONS)
+
+
+def test_a_command_runs_after_parsing(tmp_path):
+    # The front end hands the parsed arguments to keras_vit.cli.
+    status = commands.keras_vit(["inspect", str(tmp_path / "none.png"), "--weights", "w.npz",
+                                 "--out", str(tmp_path)])
+    assert status == 2
+
+
+def _npz(path, arrays):
+    np.savez(path, **{k: np.zeros(shape, "float32") for k, shape in arrays.items()})
+    return str(path)
+
+
+def _official(patch, hidden, layers, mlp, resnet=None):
+    arrays = {"embedding/kernel": (patch, patch, 3, hidden)}
+    arrays["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"] = (hidden, mlp)
+    arrays.update({f"Transformer/encoderblock_{i}/LayerNorm_0/scale": (1,) for i in range(layers)})
+    if resnet is not None:
+        arrays["conv_root/kernel"] = (1,)
+        for stage, units in enumerate(resnet, 1):
+            arrays.update({f"block{stage}/unit{u}/conv1/kernel": (1,) for u in range(1, units + 1)})
+    return arrays
+
+
+@pytest.mark.parametrize("constructor", ["ViTTi16", "ViTB16", "ViTB32", "ViTL16", "ViTH14",
+                                         "RViTTi16", "R26ViTS32", "R50ViTB16", "R50ViTL32"])
+def test_architecture_read_from_an_official_checkpoint(constructor, tmp_path):
+    row = architectures.get_variant(constructor).config
+    arrays = _official(row["patch_size"], row["hidden_size"], row["num_layers"], row["mlp_dim"],
+                       row.get("resnet_layers"))
+    assert checkpoint_constructor(_npz(tmp_path / "c.npz", arrays)) == constructor
+
+
+def test_architecture_unknown_or_unreadable(tmp_path):
+    assert checkpoint_constructor(_npz(tmp_path / "odd.npz", _official(16, 200, 3, 64))) is None
+    # B/16 and B/32 differ only in the patch: the patch decides.
+    assert checkpoint_constructor(_npz(tmp_path / "b.npz", _official(32, 768, 12, 3072))) == "ViTB32"
+
+
+@requires_shared
+def test_architecture_read_from_real_files():
+    assert checkpoint_constructor(str(DEIT_NPZ)) == "ViTTi16"
+    assert checkpoint_constructor(str(DEIT_SAFETENSORS)) == "ViTTi16"
+
+
+def _image(tmp_path):
+    path = tmp_path / "photo.png"
+    Image.fromarray(np.zeros((40, 40, 3), "uint8")).save(path)
+    return str(path)
+
+
+def _one_line_error(capsys, argv):
+    status = cli.main(argv)
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith("keras-vit inspect: error: ")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+def test_inspect_missing_image(tmp_path, capsys):
+    err = _one_line_error(capsys, ["inspect", str(tmp_path / "nope.png"), "--weights", "x.npz",
+                                   "--out", str(tmp_path)])
+    assert "No image file at" in err and "nope.png" in err
+
+
+def test_inspect_missing_checkpoint(tmp_path, capsys):
+    for model in ([], ["--model", "ViTTi16"]):
+        err = _one_line_error(capsys, ["inspect", _image(tmp_path), "--weights", "gone.npz", *model,
+                                       "--out", str(tmp_path)])
+        assert "weights='gone.npz'" in err and os.path.abspath("gone.npz") in err
+
+
+def test_inspect_needs_model_when_the_checkpoint_does_not_say(tmp_path, capsys):
+    h5 = tmp_path / "w.weights.h5"
+    h5.write_bytes(b"not read")
+    for weights in ("augreg-i21k", str(h5)):
+        err = _one_line_error(capsys, ["inspect", _image(tmp_path), "--weights", weights,
+                                       "--out", str(tmp_path)])
+        assert "--model is needed" in err and "ViTTi16" in err

@@ -1,0 +1,249 @@
+"""The console scripts' front ends: arguments parsed before anything heavy loads.
+
+`keras-vit` and `keras-vit-convert` parse their command line here, so that
+`--help` and usage errors answer at once: importing keras_vit imports Keras
+and a backend (jax, tensorflow or torch), several seconds, which only a
+command that runs needs. Once the arguments are parsed, the command's work is
+imported and run (`keras_vit.cli`, `keras_vit_tools.convert`).
+
+This module imports nothing of keras_vit: the few lists its parsers offer as
+choices are written here and checked against keras_vit's own by
+`tests/test_commands.py`.
+
+Example:
+
+>>> args = keras_vit_parser().parse_args(
+...     ["export", "ViTTi16", "--format", "onnx", "--output", "ti.onnx"])
+>>> args.command, args.format, args.image_size
+('export', 'onnx', None)
+>>> parse_size("224x320")
+(224, 320)
+"""
+
+import argparse
+import ast
+import json
+import os
+import sys
+
+# Copies of keras_vit's lists (see the module docstring).
+GELU_FLAVOURS = ("tanh", "erf")  # keras_vit.architectures.GELU_FLAVOURS
+NORMALIZATIONS = ("inception", "imagenet")  # keras_vit.preprocessing.MODES
+EXPORT_FORMATS = ("tf_saved_model", "onnx", "openvino", "litert", "torch")  # keras_vit.export.FORMATS
+PRESET_FORMATS = ("keras_vit", "transformers")  # keras_vit.presets.FORMATS
+QUANTIZATIONS = ("int8", "float8")
+OPENVINO_PRECISIONS = ("f32", "bf16", "f16")  # keras_vit.runtimes.OPENVINO_PRECISIONS
+
+
+def parse_size(text):
+    """`N` or `HxW` (also `H,W`) as an image size: an int or a pair of ints."""
+    parts = text.lower().replace("x", ",").split(",")
+    try:
+        values = tuple(int(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}") from None
+    if len(values) not in (1, 2) or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}")
+    return values[0] if len(values) == 1 else values
+
+
+def _gelu(parser):
+    parser.add_argument(
+        "--gelu", choices=GELU_FLAVOURS, default=None,
+        help="GELU flavour (default: the one the weights were trained with)",
+    )
+
+
+def _inspect_parser(commands):
+    inspect = commands.add_parser(
+        "inspect",
+        help="attention rollout, attention distance and embedding plots",
+        description=(
+            "Plots the analyses of the ViT paper (Fig. 6-7) for one image: "
+            "attention rollout, mean attention distance per head, position "
+            "embedding similarity and the embedding filters' principal "
+            "components, with a text summary."
+        ),
+    )
+    inspect.add_argument("image", help="path of the image to inspect")
+    inspect.add_argument(
+        "--model",
+        help="constructor name, e.g. ViTTi16; default: the architecture the --weights "
+        "checkpoint file holds (needed with a registered weights name or a Keras file)",
+    )
+    source = inspect.add_mutually_exclusive_group(required=True)
+    source.add_argument("--weights", help="registered weights name or checkpoint path")
+    source.add_argument(
+        "--preset",
+        help="a keras_vit.from_preset handle (directory or hf://org/name); its "
+        "preprocessing and class names apply",
+    )
+    _gelu(inspect)
+    inspect.add_argument(
+        "--normalization", choices=NORMALIZATIONS, default=None,
+        help="input normalisation: inception ([-1, 1], Google checkpoints) or "
+        "imagenet (mean/std, timm and DeiT weights); default: from the "
+        "registered weights name, inception for a file",
+    )
+    inspect.add_argument(
+        "--crop-fraction", type=float, default=0.875,
+        help="centre-crop fraction after resizing (default 0.875)",
+    )
+    inspect.add_argument("--out", required=True, help="output directory")
+    inspect.set_defaults(command="inspect")
+
+
+def _export_parser(commands):
+    parser = commands.add_parser(
+        "export",
+        help="export to a serving runtime and check it against the model",
+        description=(
+            "Exports MODEL to a serving format (SavedModel, ONNX, OpenVINO, "
+            "LiteRT, torch.export) from the current KERAS_BACKEND, runs the "
+            "artifact in its own runtime (OpenVINO in float32 unless --precision) "
+            "on random images (or --images) and prints the largest difference "
+            "from model.predict; exit status 1 above --tolerance, 2 on unusable "
+            "input. With --quantize int8, ONNX and OpenVINO artifacts are "
+            "quantized by the runtime's own tool and the top-1 agreement with "
+            "float32 is printed (exit status 1 below --min-agreement)."
+        ),
+    )
+    parser.add_argument(
+        "model", help="constructor name (e.g. ViTTi16, with --weights) or a .keras file"
+    )
+    parser.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="export format")
+    parser.add_argument(
+        "--output", required=True,
+        help="artifact path: .onnx, .xml (OpenVINO), .tflite, .pt2, or a folder (SavedModel)",
+    )
+    parser.add_argument("--weights", help="registered weights name or checkpoint path")
+    _gelu(parser)
+    parser.add_argument("--image-size", type=parse_size, help="N or HxW; default: the model's")
+    parser.add_argument(
+        "--batch-size", type=int, help="fixed batch size; default: dynamic where the format allows"
+    )
+    parser.add_argument(
+        "--quantize", choices=QUANTIZATIONS,
+        help="int8 for onnx/openvino: the runtime's own quantizer on the float graph "
+        "(fast); otherwise Keras' model.quantize before exporting",
+    )
+    parser.add_argument(
+        "--precision", choices=OPENVINO_PRECISIONS, default=None,
+        help="OpenVINO inference precision of the check (default f32; OpenVINO's own "
+        "CPU default is bf16 where the CPU has it)",
+    )
+    parser.add_argument(
+        "--images", nargs="+", help="image files to check on (default: random images)"
+    )
+    parser.add_argument(
+        "--normalization", choices=NORMALIZATIONS, default=None,
+        help="scaling of --images when the model has no preprocessing record "
+        "(default inception; imagenet for DeiT/timm weights)",
+    )
+    parser.add_argument("--samples", type=int, default=3, help="random test images (default 3)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the test images (default 0)")
+    parser.add_argument(
+        "--tolerance", type=float, default=1e-4,
+        help="largest max |difference| accepted (default 1e-4)",
+    )
+    parser.add_argument(
+        "--min-agreement", type=float, default=0.5,
+        help="with --quantize int8 (onnx, openvino): the smallest top-1 agreement "
+        "with float32 accepted (default 0.5)",
+    )
+    parser.set_defaults(command="export")
+
+
+def keras_vit_parser():
+    """The parser of `keras-vit` (`inspect`, `export`)."""
+    parser = argparse.ArgumentParser(
+        prog="keras-vit", description="Vision Transformer tools for Keras 3."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    _inspect_parser(commands)
+    _export_parser(commands)
+    return parser
+
+
+def keras_vit(argv=None):
+    """Entry point of `keras-vit`; returns the exit status."""
+    args = keras_vit_parser().parse_args(argv)
+    from keras_vit import cli
+
+    return cli.run(args)
+
+
+def _convert_docstring():
+    # Read from the file, not imported: importing the tool imports keras_vit.
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "convert.py")
+    with open(path, encoding="utf-8") as handle:
+        return ast.get_docstring(ast.parse(handle.read()), clean=False)
+
+
+def convert_parser():
+    """The parser of `keras-vit-convert` (`tools/convert.py`)."""
+    doc = _convert_docstring()
+    parser = argparse.ArgumentParser(
+        prog="keras-vit-convert",
+        description=doc.split("\n\n")[0],
+        epilog=doc.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--variant", help='architecture ("Ti/16", "B/16", "R50+B/16") or constructor name ("ViTTi16")')
+    parser.add_argument(
+        "--config", type=json.loads, default={},
+        help="JSON object of extra keras_vit.ViT keyword arguments, overriding the variant's "
+        'row (e.g. \'{"hidden_size": 16, "num_layers": 2}\'); without --variant it must give '
+        "patch_size, hidden_size, num_layers, num_heads and mlp_dim",
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--weights", help="registered weights name or checkpoint path (with --variant)")
+    source.add_argument(
+        "--preset", help="preset directory (keras_vit, transformers, timm Hub, keras-hub) or hf://org/name[@revision]"
+    )
+    parser.add_argument(
+        "--output", required=True, help="file ending with .weights.h5 (--format weights) or a preset directory"
+    )
+    parser.add_argument(
+        "--format", choices=("weights",) + PRESET_FORMATS,
+        help="what --output is; default: weights for a file name, keras_vit for a name without suffix",
+    )
+    parser.add_argument("--image-size", type=parse_size, help="N or HxW; default: the checkpoint's resolution")
+    parser.add_argument(
+        "--classes", type=int, help="head size; default: the checkpoint's; 0 writes the model without a head"
+    )
+    parser.add_argument(
+        "--representation-size", type=int,
+        help="pre-logits width; default: the checkpoint's (kept when present); 0 drops them",
+    )
+    parser.add_argument(
+        "--gelu", choices=GELU_FLAVOURS,
+        help="GELU flavour; default: the weights' (Google .npz: tanh, timm: erf, registry: recorded)",
+    )
+    parser.add_argument(
+        "--preprocessing",
+        help="input scaling written to a preset (imagenet: ImageNet mean/std, inception: [-1, 1]); "
+        "default: the source's. A transformers preset needs one",
+    )
+    parser.add_argument(
+        "--class-names",
+        help="class names written to a preset: imagenet1k, imagenet21k or a text file with one name "
+        "per line; default: the source's. A transformers preset needs them",
+    )
+    parser.add_argument("--keras", action="store_true", help="also write a whole .keras model beside --output")
+    parser.add_argument("--tolerance", type=float, default=1e-4, help="largest max |difference| accepted (default 1e-4)")
+    parser.add_argument("--batch-size", type=int, default=2, help="images in the random test batch (default 2)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random test batch (default 0)")
+    return parser
+
+
+def convert(argv=None):
+    """Entry point of `keras-vit-convert`; returns the exit status."""
+    args = convert_parser().parse_args(argv)
+    from keras_vit_tools import convert as tool
+
+    return tool.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(keras_vit())
