@@ -232,6 +232,30 @@ def initialize(
     return Cluster(None, 1, 0, backend)
 
 
+def process_index():
+    """This process's index in a multi-process job (0 when alone)."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return jax.process_index()
+    if backend == "tensorflow" and os.environ.get("TF_CONFIG"):
+        return int(json.loads(os.environ["TF_CONFIG"]).get("task", {}).get("index", 0))
+    return 0
+
+
+def process_count():
+    """The number of processes in the job (1 when alone)."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return jax.process_count()
+    if backend == "tensorflow" and os.environ.get("TF_CONFIG"):
+        return max(len(json.loads(os.environ["TF_CONFIG"]).get("cluster", {}).get("worker", [])), 1)
+    return 1
+
+
 def _multi_process(distribution):
     return getattr(distribution, "num_processes", 1) > 1
 
