@@ -23,6 +23,14 @@ warm-up steps, gradient clipping at norm 1, no weight decay, 384 px. Without
 `--weights` the model trains from scratch with the pre-training recipe
 (AdamW with weight decay, arXiv:2010.11929 Table 3).
 
+Several processes (one per host, or N on this machine with
+tools/launch_local.py): every process runs the same command with its place,
+from flags or the environment (keras_vit.training.multiprocess):
+
+    python examples/finetune.py ... --coordinator 10.0.0.1:1234 \\
+        --num-processes 2 --process-id 0 --distribution data   # host 0
+    python tools/launch_local.py -n 2 -- python examples/finetune.py --smoke
+
 A run killed at any point resumes from its last completed evaluation
 interval ("epoch") when started again with the same `--run-dir`.
 """
@@ -112,7 +120,39 @@ def build_parser():
     a("--seed", type=int, default=0, help="random seed")
     a("--verbose", type=int, default=1, choices=(0, 1, 2), help="fit verbosity: 1 progress bar, 2 one line per epoch")
     a("--smoke", action="store_true", help="tiny model and a few steps on digits, for tests (seconds)")
+    add_process_arguments(p)
     return p
+
+
+def add_process_arguments(parser):
+    """Flags placing this process among several (unset: the environment)."""
+    g = parser.add_argument_group(
+        "several processes",
+        "one process per host; unset flags come from KERAS_VIT_COORDINATOR/"
+        "_NUM_PROCESSES/_PROCESS_ID (tools/launch_local.py), JAX_* or TF_CONFIG, "
+        "or are detected on TPU pod slices",
+    )
+    a = g.add_argument
+    a("--coordinator", default=None, help="HOST:PORT of process 0, the same in every process")
+    a("--num-processes", type=int, default=None, help="processes in the job")
+    a("--process-id", type=int, default=None, help="this process's index, 0 to --num-processes - 1")
+    a("--bind-address", default=None, help="jax: where process 0's coordinator listens (default [::]:PORT)")
+    a("--init-timeout", type=int, default=120, help="seconds to wait for every process to join")
+    a("--heartbeat-timeout", type=int, default=60, help="jax: seconds before a silent process counts as lost")
+
+
+def join_processes(args):
+    """Joins the other processes; several make --distribution span them all."""
+    cluster = training.multiprocess.initialize(
+        args.coordinator, args.num_processes, args.process_id, bind_address=args.bind_address,
+        timeout=args.init_timeout, heartbeat_timeout=args.heartbeat_timeout,
+    )
+    if cluster.num_processes > 1 and cluster.backend == "tensorflow":
+        if args.distribution in ("none", "auto", "data", "data_parallel", "mirrored"):
+            args.distribution = "multi_worker"
+    elif cluster.num_processes > 1 and args.distribution in ("none", "auto"):
+        args.distribution = "data_parallel"
+    return cluster
 
 
 def parse_args(argv=None):
@@ -191,6 +231,7 @@ def compile_model(model, args, accumulation):
 
 def main(argv=None):
     args = resolve(parse_args(argv))
+    join_processes(args)
     keras.utils.set_random_seed(args.seed)
     if args.dtype_policy:
         keras.config.set_dtype_policy(args.dtype_policy)

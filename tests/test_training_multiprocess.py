@@ -238,7 +238,7 @@ try:
     model.fit(np.zeros((4, 16, 16, 3), "float32"), np.zeros(4, "int32"), verbose=0)
     print("TRAINED", flush=True)
 except RuntimeError as error:
-    print("REFUSED", str(error).replace("\n", " "), flush=True)
+    print("REFUSED", str(error).replace(chr(10), " "), flush=True)
 dist.destroy_process_group()
 """
 
@@ -246,7 +246,7 @@ dist.destroy_process_group()
 @_only_under("torch")
 def test_torch_fit_under_a_process_group_is_refused(tmp_path):
     _, _, text = _launch(tmp_path, [sys.executable, "-c", TORCH_WORKER])
-    refused = [line for line in text.splitlines() if "REFUSED" in line]
+    refused = [line for line in text.splitlines() if line[4:].startswith("REFUSED")]
     assert len(refused) == 2 and "TRAINED" not in text, text[-6000:]
     assert "process group of 2" in refused[0] and "KERAS_BACKEND=jax" in refused[0]
 
@@ -314,3 +314,17 @@ def test_launcher_stops_the_others_when_one_fails(tmp_path):
     assert len(lines) == 2 and lines[0].split()[2] == lines[1].split()[2]  # one coordinator
     failure, codes, _ = _launch(tmp_path, [sys.executable, "-c", "import time; time.sleep(60)"], timeout=2)
     assert failure == 124
+
+
+@_only_under("jax")
+def test_example_over_two_processes(tmp_path):
+    """examples/finetune.py under the launcher: its tf.data input sharded by Keras."""
+    command = [sys.executable, str(ROOT / "examples" / "finetune.py"), "--smoke", "--distribution", "data",
+               "--run-dir", str(tmp_path / "run"), "--verbose", "0", "--init-timeout", "60",
+               "--heartbeat-timeout", "10"]
+    _, _, text = _launch(tmp_path, command)
+    finished = sorted(line for line in text.splitlines() if "held-out accuracy" in line)
+    assert len(finished) == 2, text[-6000:]
+    assert finished[0].split()[3] == finished[1].split()[3]  # one model, one accuracy
+    assert text.count("distribution=data_parallel replicas=2") == 2
+    assert os.path.exists(tmp_path / "run" / "final.weights.h5")

@@ -13,9 +13,9 @@ must enclose building, compiling and fitting the model:
 | --- | --- | --- | --- |
 | "none" | default strategy | one device | one device |
 | "auto" | "mirrored" on 2+ GPUs, else "none" | "data_parallel" on 2+ devices, else "none" | "none" |
-| "data_parallel" / "mirrored" | `MirroredStrategy` | `keras.distribution.DataParallel` | error |
+| "data_parallel" / "mirrored" / "data" | `MirroredStrategy` | `keras.distribution.DataParallel` | error |
 | "multi_worker" | `MultiWorkerMirroredStrategy` (`TF_CONFIG`) | `multiprocess.initialize()` + `DataParallel` | error |
-| "model_parallel" | error | `ModelParallel` with `ViT.get_layout_map` | error |
+| "model_parallel" / "model" | error | `ModelParallel` with `ViT.get_layout_map` | error |
 | "tpu" | `TPUStrategy` (`TPUClusterResolver`) | `DataParallel` over the TPU cores | error |
 
 Batches are global: each step's batch is split evenly over the replicas, so
@@ -45,7 +45,9 @@ import keras
 
 from keras_vit.validation import check_choice
 
-NAMES = ("none", "auto", "data_parallel", "mirrored", "multi_worker", "model_parallel", "tpu")
+NAMES = ("none", "auto", "data_parallel", "mirrored", "multi_worker", "model_parallel", "tpu", "data", "model")
+# Short names, as in `examples/finetune.py --distribution data|model`.
+ALIASES = {"data": "data_parallel", "model": "model_parallel"}
 
 
 class TrainingDistribution:
@@ -272,7 +274,8 @@ def get_distribution(
 
     Args:
         name: one of "none", "auto" (default), "data_parallel" (alias
-            "mirrored"), "multi_worker", "model_parallel", "tpu"; see the
+            "mirrored", "data"), "multi_worker", "model_parallel" (alias
+            "model"), "tpu"; see the
             module table.
         tpu: for "tpu" on tensorflow: None (auto-detect), "local", a Cloud
             TPU name or "grpc://host:port".
@@ -296,6 +299,7 @@ def get_distribution(
     1
     """
     check_choice(name, NAMES, "name")
+    name = ALIASES.get(name, name)
     backend = keras.backend.backend()
     if backend == "tensorflow":
         return _tf_distribution(name, tpu, devices, timeout)
