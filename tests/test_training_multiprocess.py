@@ -12,6 +12,7 @@ import io
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -328,3 +329,18 @@ def test_example_over_two_processes(tmp_path):
     assert finished[0].split()[3] == finished[1].split()[3]  # one model, one accuracy
     assert text.count("distribution=data_parallel replicas=2") == 2
     assert os.path.exists(tmp_path / "run" / "final.weights.h5")
+
+
+@_only_under("jax")
+def test_jax_lone_process_fails_within_its_timeout():
+    """Process 1 of 2 with no process 0: a failure after `timeout`, not jax's 5 minutes."""
+    script = (
+        "from keras_vit.training import multiprocess\n"
+        f"multiprocess.initialize('127.0.0.1:{multiprocess.free_port()}', 2, 1, timeout=5)\n"
+        "print('JOINED', flush=True)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    start = time.time()
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=90)
+    assert proc.returncode != 0 and "JOINED" not in proc.stdout
+    assert time.time() - start < 60, time.time() - start

@@ -216,7 +216,7 @@ def initialize(
 
     Example:
 
-    >>> initialize(num_processes=1, process_id=0).num_processes  # doctest: +SKIP
+    >>> initialize(num_processes=1, process_id=0).num_processes
     1
     """
     coordinator, num_processes, process_id = _from_environment(coordinator, num_processes, process_id)

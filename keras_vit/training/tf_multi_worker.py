@@ -60,7 +60,17 @@ def _reduce_per_replica(values, strategy, reduction):
 
 
 def install():
-    """Patches Keras's TensorFlow trainer for multi-worker `fit` (idempotent)."""
+    """Patches Keras's TensorFlow trainer for multi-worker `fit` (idempotent).
+
+    `keras_vit.training.get_distribution("multi_worker")` calls it.
+
+    Example:
+
+    >>> install()
+    >>> _trainer.reduce_per_replica is _reduce_per_replica
+    True
+    >>> uninstall()
+    """
     if _ORIGINAL:
         return
     _ORIGINAL["build"] = _trainer.TensorFlowTrainer._maybe_symbolic_build
