@@ -343,4 +343,5 @@ def test_jax_lone_process_fails_within_its_timeout():
     start = time.time()
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=90)
     assert proc.returncode != 0 and "JOINED" not in proc.stdout
+    assert "DEADLINE_EXCEEDED" in proc.stderr, proc.stderr[-2000:]
     assert time.time() - start < 60, time.time() - start

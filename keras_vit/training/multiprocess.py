@@ -136,6 +136,19 @@ def _check_place(num_processes, process_id):
         )
 
 
+def _jax_cluster_detected():
+    """Whether jax would find a TPU pod slice, SLURM or Open MPI job by itself."""
+    import jax
+
+    if jax.distributed.is_initialized():
+        return True
+    try:  # jax's detectors, private: checks of local files and variables
+        from jax._src.clusters import ClusterEnv
+    except ImportError:
+        return False
+    return any(not env.opt_in_only_method and env.is_env_present() for env in ClusterEnv._cluster_types)
+
+
 def _initialize_jax(coordinator, num_processes, process_id, bind_address, timeout, heartbeat_timeout):
     import jax
 
@@ -222,7 +235,8 @@ def initialize(
     coordinator, num_processes, process_id = _from_environment(coordinator, num_processes, process_id)
     backend = keras.backend.backend()
     if backend == "jax":
-        if num_processes == 1 and process_id in (None, 0):
+        alone = (coordinator, num_processes, process_id) == (None, None, None) and not _jax_cluster_detected()
+        if alone or (num_processes == 1 and process_id in (None, 0)):
             return Cluster(coordinator, 1, 0, backend)
         return _initialize_jax(coordinator, num_processes, process_id, bind_address, timeout, heartbeat_timeout)
     if backend == "tensorflow":
@@ -331,6 +345,12 @@ def shard_arrays(*arrays, batch_size, distribution=None):
             f"Received: batch_size={batch_size!r}"
         )
     distribution = distribution or keras.distribution.distribution()
+    if distribution is None and keras.backend.backend() == "jax" and process_count() > 1:
+        raise ValueError(
+            "`shard_arrays` over several processes needs the distribution: pass "
+            "`distribution=` or call it inside `dist.scope()` (tensorflow's "
+            "strategies shard global arrays themselves)."
+        )
     rows = process_rows(batch_size, distribution)
     if rows.stop - rows.start < batch_size or _multi_process(distribution):
         # Keras refuses arrays under auto-sharding; these are sharded now.
