@@ -286,7 +286,7 @@ def main(argv=None):
         )
         results = model.evaluate(eval_ds, return_dict=True, verbose=0)
     seconds = time.time() - start
-    results.update(seconds=round(seconds, 1), updates=int(model.optimizer.iterations))
+    results.update(seconds=round(seconds, 1), updates=int(keras.ops.convert_to_numpy(model.optimizer.iterations)))
     with open(os.path.join(args.run_dir, "results.json"), "w") as f:
         json.dump({**results, "args": vars(args)}, f, indent=1, default=str)
     print(
