@@ -33,6 +33,14 @@ result is written as a keras_vit preset (`--output`: config, weights, the
 folder's class names, the preprocessing record) that
 `keras_vit.from_preset(path)` reloads.
 
+Several processes (one per host, or N on this machine with
+tools/launch_local.py): every process runs the same command with its place,
+from flags or the environment (keras_vit.training.multiprocess):
+
+    python examples/finetune.py ... --coordinator 10.0.0.1:1234 \\
+        --num-processes 2 --process-id 0 --distribution data   # host 0
+    python tools/launch_local.py -n 2 -- python examples/finetune.py --smoke
+
 A run killed at any point resumes from its last completed evaluation
 interval ("epoch") when started again with the same `--run-dir`.
 """
@@ -42,6 +50,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -123,6 +132,7 @@ def build_parser():
     a("--verbose", type=int, default=1, choices=(0, 1, 2), help="fit verbosity: 1 progress bar, 2 one line per epoch")
     a("--smoke", action="store_true", help="tiny random model and 4 updates at 16 px, for tests (seconds): on digits, or on --data (then --model, --weights and --preset are ignored)")
     add_folder_arguments(p)
+    add_process_arguments(p)
     return p
 
 
@@ -170,7 +180,7 @@ def checkpoint_preprocessing(args):
     return mode or "inception"
 
 
-def save_preset(model, args, class_names):
+def save_preset(model, args, class_names, announce=True):
     """Writes the fine-tuned model with its class names and preprocessing."""
     from keras_vit.weights.record import Preprocessing
 
@@ -180,7 +190,39 @@ def save_preset(model, args, class_names):
         interpolation="bilinear",
     )
     model.save_to_preset(args.output, class_names=list(class_names), preprocessing=record)
-    print(f"preset: {args.output} (keras_vit.from_preset({args.output!r}))", flush=True)
+    if announce:
+        print(f"preset: {args.output} (keras_vit.from_preset({args.output!r}))", flush=True)
+
+
+def add_process_arguments(parser):
+    """Flags placing this process among several (unset: the environment)."""
+    g = parser.add_argument_group(
+        "several processes",
+        "one process per host; unset flags come from KERAS_VIT_COORDINATOR/"
+        "_NUM_PROCESSES/_PROCESS_ID (tools/launch_local.py), JAX_* or TF_CONFIG, "
+        "or are detected on TPU pod slices",
+    )
+    a = g.add_argument
+    a("--coordinator", default=None, help="HOST:PORT of process 0, the same in every process")
+    a("--num-processes", type=int, default=None, help="processes in the job")
+    a("--process-id", type=int, default=None, help="this process's index, 0 to --num-processes - 1")
+    a("--bind-address", default=None, help="jax: where process 0's coordinator listens (default [::]:PORT)")
+    a("--init-timeout", type=int, default=120, help="seconds to wait for every process to join")
+    a("--heartbeat-timeout", type=int, default=60, help="jax: seconds before a silent process counts as lost")
+
+
+def join_processes(args):
+    """Joins the other processes; several make --distribution span them all."""
+    cluster = training.multiprocess.initialize(
+        args.coordinator, args.num_processes, args.process_id, bind_address=args.bind_address,
+        timeout=args.init_timeout, heartbeat_timeout=args.heartbeat_timeout,
+    )
+    if cluster.num_processes > 1 and cluster.backend == "tensorflow":
+        if args.distribution in ("none", "auto", "data", "data_parallel", "mirrored"):
+            args.distribution = "multi_worker"
+    elif cluster.num_processes > 1 and args.distribution in ("none", "auto"):
+        args.distribution = "data_parallel"
+    return cluster
 
 
 def parse_args(argv=None):
@@ -265,6 +307,8 @@ def compile_model(model, args, accumulation):
 
 def main(argv=None):
     args = resolve(parse_args(argv))
+    cluster = join_processes(args)
+    chief = cluster.process_id == 0
     keras.utils.set_random_seed(args.seed)
     if args.dtype_policy:
         keras.config.set_dtype_policy(args.dtype_policy)
@@ -318,9 +362,10 @@ def main(argv=None):
         )
         results = model.evaluate(eval_ds, return_dict=True, verbose=0)
     seconds = time.time() - start
-    results.update(seconds=round(seconds, 1), updates=int(model.optimizer.iterations))
-    with open(os.path.join(args.run_dir, "results.json"), "w") as f:
-        json.dump({**results, "args": vars(args)}, f, indent=1, default=str)
+    results.update(seconds=round(seconds, 1), updates=int(keras.ops.convert_to_numpy(model.optimizer.iterations)))
+    if chief:
+        with open(os.path.join(args.run_dir, "results.json"), "w") as f:
+            json.dump({**results, "args": vars(args)}, f, indent=1, default=str)
     print(
         f"held-out accuracy: {results['accuracy']:.4f} "
         f"({min(64, eval_source.num_examples or 64) if args.smoke else eval_source.num_examples or '?'} images, "
@@ -328,8 +373,14 @@ def main(argv=None):
         f"{results['updates']} updates in {seconds:.0f}s",
         flush=True,
     )
-    if args.output:
+    if args.output and chief:
         save_preset(model, args, train_source.class_names)
+    elif args.output:
+        # Saving gathers weights split over processes, a collective every
+        # process joins; only process 0 writes the preset.
+        with tempfile.TemporaryDirectory() as scratch:
+            save_preset(model, argparse.Namespace(**{**vars(args), "output": scratch}),
+                        train_source.class_names, announce=False)
     return results
 
 

@@ -13,6 +13,8 @@ import contextlib
 import os
 import uuid
 
+import keras
+
 _DOUBLE_SUFFIXES = (".weights.h5", ".weights.json")
 
 
@@ -72,3 +74,59 @@ def atomic_path(path):
         with contextlib.suppress(FileNotFoundError):
             os.remove(temporary)
         raise
+
+
+def _split_over_processes(variables):
+    if keras.backend.backend() != "jax":
+        return []
+    import jax
+
+    if jax.process_count() == 1:
+        return []
+    split = []
+    for variable in variables:
+        value = variable.value
+        if isinstance(value, jax.Array) and not (value.is_fully_addressable or value.is_fully_replicated):
+            split.append(variable)
+    return split
+
+
+@contextlib.contextmanager
+def gathered_variables(variables):
+    """Within the block, variables split over several jax processes hold their whole value.
+
+    A jax model-parallel layout over several processes leaves each process
+    only its shards, which Keras cannot write to a file. On entry every
+    process gathers the whole values (`process_allgather`, a collective:
+    all processes must enter together, as they do when the same callback
+    saves in each); on exit the variables get their shards back. Elsewhere
+    (one process, other backends) it does nothing.
+
+    Args:
+        variables: the Keras variables about to be saved.
+
+    Example:
+
+    >>> import keras
+    >>> v = keras.Variable([1.0, 2.0])
+    >>> with gathered_variables([v]):
+    ...     keras.ops.convert_to_numpy(v).tolist()
+    [1.0, 2.0]
+    """
+    split = _split_over_processes(variables)
+    if not split:
+        yield
+        return
+    import jax
+    from jax.experimental import multihost_utils
+
+    originals = [variable._value for variable in split]
+    wholes = multihost_utils.process_allgather(originals, tiled=True)
+    local = jax.local_devices()[0]
+    try:
+        for variable, whole in zip(split, wholes):
+            variable._value = jax.device_put(whole, local)
+        yield
+    finally:
+        for variable, original in zip(split, originals):
+            variable._value = original

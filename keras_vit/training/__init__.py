@@ -8,6 +8,9 @@
 - `distribute`: `get_distribution(name)` for tf.distribute strategies,
   TPUs and the jax data/model-parallel distributions.
 - `callbacks`: a resumable run directory (`run_callbacks`).
+- `multiprocess`: joining several processes (hosts), NumPy inputs sharded
+  per process; `tf_multi_worker`: Keras 3's `MultiWorkerMirroredStrategy`
+  fault worked around.
 
 TensorFlow is needed only by `data` and `sources` (and by the tensorflow
 strategies); the recipes and callbacks are backend-neutral.
@@ -19,6 +22,7 @@ from keras_vit.training.distribute import (
     connect_tpu,
     get_distribution,
 )
+from keras_vit.training import multiprocess
 from keras_vit.training.recipes import (
     SparseCategoricalCrossentropyWithSmoothing,
     WarmupDecay,

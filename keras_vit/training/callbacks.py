@@ -11,6 +11,12 @@ folder:
       log.csv             one row of metrics per epoch (appended on resume)
       tensorboard/        TensorBoard logs (when TensorFlow and TensorBoard are installed)
 
+With several processes (`keras_vit.training.multiprocess`), each process
+backs up into `backup/process_<i>/`: every process holds the whole model
+(keras_vit models gather weights split over processes when saving) and the
+backups neither race on one file nor need a shared file system; the weights
+files are renamed into place atomically, so all processes may write them.
+
 A run killed at any point restarts, with the same command and `run_dir`, from
 its last completed epoch: `BackupAndRestore` reloads the weights and the
 optimizer state (including `optimizer.iterations`, so learning-rate schedules
@@ -28,6 +34,7 @@ import warnings
 import keras
 
 from keras_vit.saving import atomic_path
+from keras_vit.training import multiprocess
 
 
 class SaveFinalWeights(keras.callbacks.Callback):
@@ -103,9 +110,12 @@ def run_callbacks(
     os.makedirs(run_dir, exist_ok=True)
     callbacks = []
     if backup:
+        backup_dir = os.path.join(run_dir, "backup")
+        if multiprocess.process_count() > 1:
+            backup_dir = os.path.join(backup_dir, f"process_{multiprocess.process_index()}")
         callbacks.append(
             keras.callbacks.BackupAndRestore(
-                os.path.join(run_dir, "backup"),
+                backup_dir,
                 save_freq=backup_freq,
                 delete_checkpoint=True,
             )

@@ -13,9 +13,9 @@ must enclose building, compiling and fitting the model:
 | --- | --- | --- | --- |
 | "none" | default strategy | one device | one device |
 | "auto" | "mirrored" on 2+ GPUs, else "none" | "data_parallel" on 2+ devices, else "none" | "none" |
-| "data_parallel" / "mirrored" | `MirroredStrategy` | `keras.distribution.DataParallel` | error |
-| "multi_worker" | `MultiWorkerMirroredStrategy` (`TF_CONFIG`) | `keras.distribution.initialize()` + `DataParallel` | error |
-| "model_parallel" | error | `ModelParallel` with `ViT.get_layout_map` | error |
+| "data_parallel" / "mirrored" / "data" | `MirroredStrategy` | `keras.distribution.DataParallel` | error |
+| "multi_worker" | `MultiWorkerMirroredStrategy` (`TF_CONFIG`) | `multiprocess.initialize()` + `DataParallel` | error |
+| "model_parallel" / "model" | error | `ModelParallel` with `ViT.get_layout_map` | error |
 | "tpu" | `TPUStrategy` (`TPUClusterResolver`) | `DataParallel` over the TPU cores | error |
 
 Batches are global: each step's batch is split evenly over the replicas, so
@@ -23,6 +23,12 @@ the batch size must be a multiple of `num_replicas`. The paper's learning
 rates belong to its global batch (512 for fine-tuning); keep the global batch
 (use gradient accumulation when memory is short) or scale the learning rate
 linearly with it (`keras_vit.training.scaled_learning_rate`).
+
+Over several processes (one per host): call
+`keras_vit.training.multiprocess.initialize` first; "data_parallel" and
+"model_parallel" then span every process's devices on jax, and
+"multi_worker" is tensorflow's way (with a workaround for Keras 3,
+`keras_vit.training.tf_multi_worker`).
 
 Strategies that cannot be created fail at once with a `RuntimeError` that
 says why (no TPU, fewer than two devices, an unreachable TPU address), rather
@@ -39,7 +45,9 @@ import keras
 
 from keras_vit.validation import check_choice
 
-NAMES = ("none", "auto", "data_parallel", "mirrored", "multi_worker", "model_parallel", "tpu")
+NAMES = ("none", "auto", "data_parallel", "mirrored", "multi_worker", "model_parallel", "tpu", "data", "model")
+# Short names, as in `examples/finetune.py --distribution data|model`.
+ALIASES = {"data": "data_parallel", "model": "model_parallel"}
 
 
 class TrainingDistribution:
@@ -184,6 +192,9 @@ def _tf_distribution(name, tpu, devices, timeout):
         strategy = tf.distribute.MirroredStrategy(devices=devices)
         return TrainingDistribution("mirrored", strategy.num_replicas_in_sync, strategy=strategy)
     if name == "multi_worker":
+        from keras_vit.training import tf_multi_worker
+
+        tf_multi_worker.install()
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         return TrainingDistribution(name, strategy.num_replicas_in_sync, strategy=strategy)
     if name == "tpu":
@@ -214,7 +225,9 @@ def _jax_distribution(name, tpu, devices, model_parallel, num_heads, mlp_dim):
     from keras import distribution as kd
 
     if name == "multi_worker":
-        kd.initialize()
+        from keras_vit.training import multiprocess
+
+        multiprocess.initialize()
         name = "data_parallel"
     if name == "tpu":
         import jax
@@ -261,7 +274,8 @@ def get_distribution(
 
     Args:
         name: one of "none", "auto" (default), "data_parallel" (alias
-            "mirrored"), "multi_worker", "model_parallel", "tpu"; see the
+            "mirrored", "data"), "multi_worker", "model_parallel" (alias
+            "model"), "tpu"; see the
             module table.
         tpu: for "tpu" on tensorflow: None (auto-detect), "local", a Cloud
             TPU name or "grpc://host:port".
@@ -285,6 +299,7 @@ def get_distribution(
     1
     """
     check_choice(name, NAMES, "name")
+    name = ALIASES.get(name, name)
     backend = keras.backend.backend()
     if backend == "tensorflow":
         return _tf_distribution(name, tpu, devices, timeout)
