@@ -124,8 +124,11 @@ def _onednn_linear_applies(x, kernel, bias):
     4096 product, against 495 for the same `nn.Linear` on oneDNN and 528 for
     tensorflow, which uses oneDNN); on ViT's projection shapes (1576 x 768
     by 768 x 3072 and the like) `_linear_pointwise` on the unpacked weight
-    ran 1.2-1.3x faster than `F.linear` (`tools/benchmark_kernels.py
-    --dense`). The weight is passed as it is, not prepacked, so nothing goes
+    ran 1.17-1.41x faster forward than `F.linear` on a loaded 2-core EPYC
+    (`tools/benchmark_kernels.py --arch B/16 --batch 8 --dense`; the
+    gradients keep `F.linear`'s GEMMs, so forward+backward gains only
+    ~1.05x). Packing the weight to oneDNN's layout first gained little
+    more in the same runs. The weight is passed as it is, not prepacked, so nothing goes
     stale when an optimizer updates it. Not under `torch.compile`, where
     inductor picks its own GEMM.
     """
