@@ -13,10 +13,13 @@ On torch it also times the block's four projection shapes
 (`F.linear`, MKL) and through the oneDNN path that `kernels.dense` takes in
 float32 on a CPU, side by side; `--dense` times only those. The two are
 interleaved call by call, so a loaded machine disturbs both alike.
+`--predict` instead times `model.predict` of the whole `--arch` model
+(224 px, batch `--batch`), on torch with the oneDNN `dense` off and on,
+interleaved; on jax and tensorflow once, for the ratio between backends.
 
 Usage:
     KERAS_BACKEND=jax python tools/benchmark_kernels.py [--arch S/16] [--batch 16]
-        [--reps 7] [--dense] [--output PREFIX]
+        [--reps 7] [--dense | --predict] [--output PREFIX]
 
 Prints a Markdown table (milliseconds, minimum over `--reps` calls after one
 warm-up call) and, with `--output`, appends it to PREFIX.md.
@@ -155,6 +158,39 @@ def _dense_rows(arch, batch, reps):
     return "\n".join(head + out) + "\n"
 
 
+def _predict_rows(arch, batch, reps):
+    """img/s of `model.predict` (median and best of `reps` calls after one warm-up)."""
+    import statistics
+
+    import keras
+    import numpy as np
+
+    import keras_vit
+    from keras_vit.layers import kernels
+
+    patch, hidden, layers, heads, mlp = ARCHS[arch]
+    image = 32 if arch == "tiny" else 224
+    model = keras_vit.ViT(image_size=image, patch_size=patch, hidden_size=hidden,
+                          num_layers=layers, num_heads=heads, mlp_dim=mlp, classes=1000)
+    x = np.random.default_rng(0).standard_normal((batch, image, image, 3), dtype=np.float32)
+    backend = keras.backend.backend()
+    modes = {"F.linear": False, "oneDNN dense": True} if backend == "torch" else {"": None}
+    times = {name: [] for name in modes}
+    for repeat in range(reps + 1):
+        for name, fast in modes.items():
+            kernels._ONEDNN_DENSE[0] = fast if fast is not None else kernels._ONEDNN_DENSE[0]
+            start = time.perf_counter()
+            model.predict(x, batch_size=batch, verbose=0)
+            if repeat:
+                times[name].append(time.perf_counter() - start)
+    kernels._ONEDNN_DENSE[0] = True
+    lines = [f"### {backend}: {arch} {image} px `predict`, batch {batch}, float32, img/s", "",
+             "| path | median | best |", "|---|---:|---:|"]
+    for name, t in times.items():
+        lines.append(f"| {backend} {name} | {batch / statistics.median(t):.2f} | {batch / min(t):.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def run(arch, batch, reps, dense_only=False):
     import keras
     import numpy as np
@@ -208,9 +244,14 @@ def main(argv=None):
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--dense", action="store_true",
                         help="only the torch projection table (F.linear vs oneDNN)")
+    parser.add_argument("--predict", action="store_true",
+                        help="only the whole model's predict img/s (torch: F.linear vs oneDNN)")
     parser.add_argument("--output", default=None, help="append the table to PREFIX.md")
     args = parser.parse_args(argv)
-    table = run(args.arch, args.batch, args.reps, args.dense)
+    if args.predict:
+        table = _predict_rows(args.arch, args.batch, args.reps)
+    else:
+        table = run(args.arch, args.batch, args.reps, args.dense)
     print(table)
     if args.output:
         path = pathlib.Path(args.output + ".md")
