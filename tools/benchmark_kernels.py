@@ -176,14 +176,17 @@ def _predict_rows(arch, batch, reps):
     backend = keras.backend.backend()
     modes = {"F.linear": False, "oneDNN dense": True} if backend == "torch" else {"": None}
     times = {name: [] for name in modes}
-    for repeat in range(reps + 1):
-        for name, fast in modes.items():
-            kernels._ONEDNN_DENSE[0] = fast if fast is not None else kernels._ONEDNN_DENSE[0]
-            start = time.perf_counter()
-            model.predict(x, batch_size=batch, verbose=0)
-            if repeat:
-                times[name].append(time.perf_counter() - start)
-    kernels._ONEDNN_DENSE[0] = True
+    previous = kernels._ONEDNN_DENSE[0]
+    try:
+        for repeat in range(reps + 1):
+            for name, fast in modes.items():
+                kernels._ONEDNN_DENSE[0] = previous if fast is None else fast
+                start = time.perf_counter()
+                model.predict(x, batch_size=batch, verbose=0)
+                if repeat:
+                    times[name].append(time.perf_counter() - start)
+    finally:
+        kernels._ONEDNN_DENSE[0] = previous
     lines = [f"### {backend}: {arch} {image} px `predict`, batch {batch}, float32, img/s", "",
              "| path | median | best |", "|---|---:|---:|"]
     for name, t in times.items():
