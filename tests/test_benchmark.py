@@ -119,7 +119,27 @@ def test_kernel_timings_table(tmp_path):
     text = (tmp_path / "kernels.md").read_text()
     assert f"### {keras.backend.backend()}: one tiny block" in text
     rows = [line for line in text.splitlines() if line.startswith("| ") and "ms" not in line]
-    assert len(rows) == 5 and all(float(r.split("|")[2]) > 0 for r in rows)
+    torch = keras.backend.backend() == "torch"
+    # On torch, the four projection shapes follow: F.linear against oneDNN.
+    assert len(rows) == 5 + 4 * torch and all(float(r.split("|")[2]) > 0 for r in rows[:5])
+    # A tiny projection can round to 0.0 ms; the speed-up column is always set.
+    assert all(r.split("|")[4].strip().endswith("x") for r in rows[5:])
+    assert ("F.linear (default, MKL) vs oneDNN" in text) == torch
+
+
+def test_kernel_timings_predict_rows(tmp_path):
+    """`--predict`: whole-model img/s, on torch for both dense paths."""
+    from keras_vit_tools import benchmark_kernels
+    from keras_vit.layers import kernels
+
+    prefix = tmp_path / "predict"
+    assert benchmark_kernels.main(["--predict", "--arch", "tiny", "--batch", "2", "--reps", "1",
+                                   "--output", str(prefix)]) == 0
+    rows = [line for line in (tmp_path / "predict.md").read_text().splitlines()
+            if line.startswith(f"| {keras.backend.backend()}")]
+    assert len(rows) == (2 if keras.backend.backend() == "torch" else 1)
+    assert all(float(r.split("|")[2]) > 0 for r in rows)
+    assert kernels._ONEDNN_DENSE == [True]
 
 
 def test_deployment_ratios():

@@ -135,3 +135,91 @@ def test_quantized_model_stays_close_to_float(rng):
     got = to_numpy(model(x))
     scale = np.abs(expected).max()
     assert np.abs(got - expected).max() < 0.05 * scale
+
+
+def _value_and_grads(fn, arrays, weights):
+    """`fn(*arrays)` and the gradients of `sum(fn(*arrays) * weights)` wrt each array."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        out = fn(*arrays)
+        grads = jax.grad(lambda *a: (fn(*a) * weights).sum(), argnums=tuple(range(len(arrays))))(*arrays)
+    elif backend == "tensorflow":
+        import tensorflow as tf
+
+        tensors = [tf.convert_to_tensor(a) for a in arrays]
+        with tf.GradientTape() as tape:
+            tape.watch(tensors)
+            out = fn(*tensors)
+            loss = tf.reduce_sum(out * weights)
+        grads = tape.gradient(loss, tensors)
+    else:
+        import torch
+
+        tensors = [torch.tensor(a, requires_grad=True) for a in arrays]
+        out = fn(*tensors)
+        (out * torch.from_numpy(weights)).sum().backward()
+        grads = [t.grad for t in tensors]
+    return to_numpy(out), [to_numpy(g) for g in grads]
+
+
+@pytest.mark.parametrize("shape", [(6, 8), (2, 5, 8)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_dense_fast_path_matches_plain_ops(rng, monkeypatch, shape, with_bias):
+    """torch's oneDNN `dense` against `keras.ops.matmul` + bias, forward and
+    gradients; every other backend (and export mode) keeps the portable path."""
+    taken = []
+    applies = kernels._onednn_linear_applies
+    monkeypatch.setattr(
+        kernels, "_onednn_linear_applies", lambda *a: taken.append(applies(*a)) or taken[-1]
+    )
+    x = rng.normal(size=shape).astype("float32")
+    kernel = rng.normal(size=(8, 12)).astype("float32")
+    arrays = [x, kernel] + ([rng.normal(size=(12,)).astype("float32")] if with_bias else [])
+    weights = rng.normal(size=(*shape[:-1], 12)).astype("float32")
+
+    def plain(x, kernel, bias=None):
+        y = keras.ops.matmul(x, kernel)
+        return y if bias is None else y + bias
+
+    got, got_grads = _value_and_grads(kernels.dense, arrays, weights)
+    expected, expected_grads = _value_and_grads(plain, arrays, weights)
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
+    for g, e in zip(got_grads, expected_grads):
+        np.testing.assert_allclose(g, e, atol=1e-5, rtol=1e-5)
+    if keras.backend.backend() == "torch":
+        import torch
+
+        assert taken and all(taken) == torch.backends.mkldnn.is_available()
+    else:
+        assert taken == []
+    del taken[:]
+    with kernels.export_mode():
+        kernels.dense(x, kernel)
+    assert taken == []
+
+
+def test_training_step_is_the_same_on_both_dense_paths(rng, monkeypatch):
+    """One `fit` step moves the weights identically with and without oneDNN
+    (the weight is never prepacked, so an update is seen at the next call)."""
+    x = rng.normal(size=(4, 32, 32, 3)).astype("float32")
+    y = rng.integers(0, 5, size=(4,))
+    results = []
+    for fast in (True, False):
+        monkeypatch.setattr(kernels, "_ONEDNN_DENSE", [fast])
+        keras.utils.set_random_seed(1)
+        model = ViT(**TINY, classes=5, classifier_activation=None)
+        model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        init = np.random.default_rng(3)
+        for variable in model.trainable_variables:
+            variable.assign(init.normal(scale=0.2, size=variable.shape).astype("float32"))
+        initial = [to_numpy(v) for v in model.trainable_variables]
+        model.fit(x, y, batch_size=4, epochs=2, verbose=0)
+        results.append((initial, [to_numpy(v) for v in model.trainable_variables], model.predict(x, verbose=0)))
+    (init_a, after_a, pred_a), (init_b, after_b, pred_b) = results
+    for a, b in zip(init_a, init_b):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(after_a, after_b):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    np.testing.assert_allclose(pred_a, pred_b, atol=1e-4)

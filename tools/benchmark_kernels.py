@@ -8,9 +8,18 @@ the MLP, a LayerNorm and the whole block, compiled as the backend's trainer
 compiles them (XLA on jax and tensorflow, eager on torch). It is the profile
 behind the choice of attention implementation per backend.
 
+On torch it also times the block's four projection shapes
+(`(batch * tokens, d_in) x (d_in, d_out)`) through torch's default GEMM
+(`F.linear`, MKL) and through the oneDNN path that `kernels.dense` takes in
+float32 on a CPU, side by side; `--dense` times only those. The two are
+interleaved call by call, so a loaded machine disturbs both alike.
+`--predict` instead times `model.predict` of the whole `--arch` model
+(224 px, batch `--batch`), on torch with the oneDNN `dense` off and on,
+interleaved; on jax and tensorflow once, for the ratio between backends.
+
 Usage:
     KERAS_BACKEND=jax python tools/benchmark_kernels.py [--arch S/16] [--batch 16]
-        [--reps 7] [--output PREFIX]
+        [--reps 7] [--dense | --predict] [--output PREFIX]
 
 Prints a Markdown table (milliseconds, minimum over `--reps` calls after one
 warm-up call) and, with `--output`, appends it to PREFIX.md.
@@ -101,13 +110,100 @@ def _forward_backward(backend, layer, x):
     return forward, backward
 
 
-def run(arch, batch, reps):
+def _dense_rows(arch, batch, reps):
+    """Projection shapes: ms for F.linear and the oneDNN `dense`, forward and forward+backward."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from keras_vit.layers import kernels
+
+    patch, hidden, _, _, mlp = ARCHS[arch]
+    rows = batch * (((32 if arch == "tiny" else 224) // patch) ** 2 + 1)
+    gen = np.random.default_rng(0)
+    out = []
+    for d_in, d_out in ((hidden, 3 * hidden), (hidden, hidden), (hidden, mlp), (mlp, hidden)):
+        x = torch.from_numpy(gen.standard_normal((rows, d_in), dtype=np.float32))
+        w = torch.from_numpy(gen.standard_normal((d_in, d_out), dtype=np.float32))
+        b = torch.zeros(d_out, requires_grad=True)
+        w.requires_grad_(True)
+        paths = {"default": lambda x, w, b: F.linear(x, w.T, b), "onednn": kernels._onednn_linear()}
+        times = {}
+        for _ in range(reps):
+            for name, fn in paths.items():
+                with torch.no_grad():
+                    start = time.perf_counter()
+                    fn(x, w, b)
+                    fwd = time.perf_counter() - start
+                start = time.perf_counter()
+                fn(x, w, b).sum().backward()
+                both = time.perf_counter() - start
+                best = times.get(name, (float("inf"), float("inf")))
+                times[name] = (min(best[0], fwd), min(best[1], both))
+        flops = 2 * rows * d_in * d_out
+        (df, db), (of, ob) = times["default"], times["onednn"]
+        out.append(
+            f"| {rows}x{d_in} @ {d_in}x{d_out} | {df * 1e3:.1f} | {of * 1e3:.1f} | {df / of:.2f}x"
+            f" | {flops / df / 1e9:.0f} / {flops / of / 1e9:.0f} | {db * 1e3:.1f} | {ob * 1e3:.1f} | {db / ob:.2f}x |"
+        )
+        print("  " + out[-1], file=sys.stderr, flush=True)
+    head = [
+        f"### torch: {arch} projections, float32, F.linear (default, MKL) vs oneDNN `dense`"
+        f" ({torch.get_num_threads()} threads, minimum over {reps} interleaved calls)",
+        "",
+        "| (rows, d_in) @ (d_in, d_out) | F.linear fwd (ms) | oneDNN fwd (ms) | speed-up"
+        " | GFLOP/s default / oneDNN | F.linear fwd+bwd (ms) | oneDNN fwd+bwd (ms) | speed-up |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    return "\n".join(head + out) + "\n"
+
+
+def _predict_rows(arch, batch, reps):
+    """img/s of `model.predict` (median and best of `reps` calls after one warm-up)."""
+    import statistics
+
+    import keras
+    import numpy as np
+
+    import keras_vit
+    from keras_vit.layers import kernels
+
+    patch, hidden, layers, heads, mlp = ARCHS[arch]
+    image = 32 if arch == "tiny" else 224
+    model = keras_vit.ViT(image_size=image, patch_size=patch, hidden_size=hidden,
+                          num_layers=layers, num_heads=heads, mlp_dim=mlp, classes=1000)
+    x = np.random.default_rng(0).standard_normal((batch, image, image, 3), dtype=np.float32)
+    backend = keras.backend.backend()
+    modes = {"F.linear": False, "oneDNN dense": True} if backend == "torch" else {"": None}
+    times = {name: [] for name in modes}
+    previous = kernels._ONEDNN_DENSE[0]
+    try:
+        for repeat in range(reps + 1):
+            for name, fast in modes.items():
+                kernels._ONEDNN_DENSE[0] = previous if fast is None else fast
+                start = time.perf_counter()
+                model.predict(x, batch_size=batch, verbose=0)
+                if repeat:
+                    times[name].append(time.perf_counter() - start)
+    finally:
+        kernels._ONEDNN_DENSE[0] = previous
+    lines = [f"### {backend}: {arch} {image} px `predict`, batch {batch}, float32, img/s", "",
+             "| path | median | best |", "|---|---:|---:|"]
+    for name, t in times.items():
+        lines.append(f"| {backend} {name} | {batch / statistics.median(t):.2f} | {batch / min(t):.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def run(arch, batch, reps, dense_only=False):
     import keras
     import numpy as np
 
     from keras_vit.layers import MlpBlock, MultiHeadSelfAttention, TransformerBlock, kernels
 
     backend = keras.backend.backend()
+    dense = _dense_rows(arch, batch, reps) if backend == "torch" else ""
+    if dense_only:
+        return dense or f"(no dense comparison on {backend}: it is torch's)\n"
     patch, hidden, _, heads, mlp = ARCHS[arch]
     tokens = ((32 if arch == "tiny" else 224) // patch) ** 2 + 1
     x = np.random.default_rng(0).standard_normal((batch, tokens, hidden), dtype=np.float32)
@@ -141,7 +237,7 @@ def run(arch, batch, reps):
         "|---|---:|---:|",
     ]
     lines += [f"| {name} | {f:.1f} | {b:.1f} |" for name, f, b in rows]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + ("\n" + dense if dense else "")
 
 
 def main(argv=None):
@@ -149,9 +245,16 @@ def main(argv=None):
     parser.add_argument("--arch", default="S/16", choices=sorted(ARCHS))
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--dense", action="store_true",
+                        help="only the torch projection table (F.linear vs oneDNN)")
+    parser.add_argument("--predict", action="store_true",
+                        help="only the whole model's predict img/s (torch: F.linear vs oneDNN)")
     parser.add_argument("--output", default=None, help="append the table to PREFIX.md")
     args = parser.parse_args(argv)
-    table = run(args.arch, args.batch, args.reps)
+    if args.predict:
+        table = _predict_rows(args.arch, args.batch, args.reps)
+    else:
+        table = run(args.arch, args.batch, args.reps, args.dense)
     print(table)
     if args.output:
         path = pathlib.Path(args.output + ".md")
