@@ -130,7 +130,7 @@ def build_parser():
     a("--run-dir", default=None, help="folder for backups, best/final weights, CSV and TensorBoard logs; default runs/<dataset>_<model>")
     a("--seed", type=int, default=0, help="random seed")
     a("--verbose", type=int, default=1, choices=(0, 1, 2), help="fit verbosity: 1 progress bar, 2 one line per epoch")
-    a("--smoke", action="store_true", help="tiny random model and 4 updates at 16 px, for tests (seconds): on digits, or on --data (then --model, --weights and --preset are ignored)")
+    a("--smoke", action="store_true", help="tiny model and 4 updates at 16 px, for tests (seconds): on digits (from --weights when given), or on --data (then a random one: --model, --weights and --preset are ignored)")
     add_folder_arguments(p)
     add_process_arguments(p)
     return p
@@ -235,10 +235,13 @@ def resolve(args):
         args.dataset = args.data
     pretrained = bool(args.weights or args.preset)
     if args.smoke:
-        table, args.weights, args.preset = SMOKE, None, None
-        args.model, pretrained = None, False
+        table = SMOKE
         if args.data is None:
             args.dataset = "digits"
+        else:
+            # The README's folder command, checked offline: no checkpoint.
+            args.weights, args.preset, pretrained = None, None, False
+        args.model = None
     elif args.dataset == "digits" and args.model is None:
         table = DEMO
     else:
