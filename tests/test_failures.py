@@ -157,10 +157,11 @@ def test_ctrl_c_at_any_moment_of_predict_keeps_the_weights(tmp_path):
         timer.start()
         try:
             model.predict(x, batch_size=2, verbose=0)
-            time.sleep(duration)  # the signal may still be on its way
+            # On a loaded machine the timer may fire after predict: the
+            # signal is sent once the join returns, and handled in the sleep.
+            timer.join()
+            time.sleep(0.5)
         except KeyboardInterrupt:
-            pass
-        finally:
             timer.join()
         _assert_same(_weights(model), before)
     _still_works(model, tmp_path, x)
