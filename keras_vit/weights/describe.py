@@ -272,13 +272,15 @@ def describe_weights(weights, architecture_config):
     kind = sources.checkpoint_format(path)
     if kind == "keras":
         return keras_file_info(path)
-    rows, classes, pre, channels = _facts(_tensor_shapes(path, kind), kind)
+    shapes = _tensor_shapes(path, kind)
+    rows, classes, pre, channels = _facts(shapes, kind)
     side = square_grid(rows) if rows else None
     image_size = None
     if side:
-        cell = effective_patch_size(
-            architecture_config.get("patch_size", 16), architecture_config.get("resnet_layers")
-        )
+        # The checkpoint's own patch size: loaded at another one (FlexiViT
+        # resampling), the model keeps the resolution it was trained at.
+        patch = _checkpoint_patch_size(shapes, kind) or architecture_config.get("patch_size", 16)
+        cell = effective_patch_size(patch, architecture_config.get("resnet_layers"))
         height, width = (side * c for c in cell)
         image_size = height if height == width else (height, width)
     return WeightsInfo(
@@ -301,6 +303,13 @@ _LAYOUT_KEYS = {
              "patch_embed.backbone.stem.conv.weight",
              r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\."),
 }
+
+
+def _checkpoint_patch_size(shapes, kind):
+    """`(ph, pw)` of a checkpoint's patch-embedding kernel, or None."""
+    key, _, axis = _LAYOUT_KEYS[kind][:3]
+    shape = shapes.get(key)
+    return tuple(shape[axis:axis + 2]) if shape is not None and len(shape) == 4 else None
 
 
 def _architecture_facts(shapes, kind):

@@ -16,6 +16,7 @@ from keras_vit.weights.mapping import (
     PRE_LOGITS_PREFIX,
     model_variables,
 )
+from keras_vit.weights.patch_resample import adapt_patch_kernel
 from keras_vit.weights.posemb import resample_posemb
 
 logger = logging.getLogger("keras_vit")
@@ -118,6 +119,7 @@ def _adapt(params, targets, model, path):
     params, ignored, notes = dict(params), {}, []
     _adapt_classifier(params, targets, path, ignored, notes)
     _adapt_posemb(params, targets, model, path)
+    adapt_patch_kernel(params, targets, path)
     return params, ignored, notes
 
 
@@ -170,7 +172,9 @@ def load_weights(model, weights):
     used or deliberately ignored, else nothing is loaded. As the official
     fine-tuning code does: the position embedding is resized to the model's
     patch grid (`scipy.ndimage.zoom(order=1)`, class-token row kept; the grid
-    may be non-square); a head whose class count differs is replaced by
+    may be non-square); a patch kernel of another patch size is resampled
+    (FlexiViT, `keras_vit.resample_patch_embedding`); a head whose class
+    count differs is replaced by
     zeros (with a warning); the pre-logits layer is kept when the model has
     `representation_size` and otherwise dropped together with the head it
     fed; models built with `include_top=False` ignore both.
