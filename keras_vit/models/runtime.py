@@ -273,6 +273,55 @@ class ModelRuntime(JaxStateGuard):
         options.update(kwargs)
         return export.export_model(self, filepath, format, verbose=bool(verbose), **options)
 
+    def enable_lora(self, rank, targets=("query", "value"), alpha=None, train_head=True, verbose=True):
+        """Enables LoRA on the blocks' projections and freezes the rest.
+
+        Keras' own `enable_lora` on the chosen projections of every block
+        (`keras_vit.models.lora`); compile after it.
+
+        Args:
+            rank: int, the adapters' rank.
+            targets: names among "query", "key", "value", "out", "Dense_0"
+                and "Dense_1"; default ("query", "value").
+            alpha: None (default: `rank`) or a float: the update is scaled
+                by `alpha / rank`.
+            train_head: bool, default True: the classifier stays trainable.
+            verbose: bool, default True: prints the trainable-parameter count.
+
+        Returns:
+            int, the number of trainable parameters.
+
+        Example:
+
+        >>> import keras_vit
+        >>> model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8,
+        ...                       num_layers=1, num_heads=2, mlp_dim=8, classes=3)
+        >>> model.enable_lora(2, targets=("query", "value"))
+        LoRA rank 2 on query, value of 2 projections: 107 trainable parameters of 2,179 (4.91%).
+        107
+        """
+        from keras_vit.models import lora
+
+        return lora.enable_lora(self, rank, targets, alpha=alpha, train_head=train_head, verbose=verbose)
+
+    def save_lora_weights(self, filepath):
+        """Writes the LoRA adapters alone to a `.lora.h5` file (`keras_vit.models.lora`)."""
+        from keras_vit.models import lora
+
+        lora.save_lora_weights(self, filepath)
+
+    def load_lora_weights(self, filepath):
+        """Loads adapters saved by `save_lora_weights` (enabling LoRA with the file's rank if needed)."""
+        from keras_vit.models import lora
+
+        lora.load_lora_weights(self, filepath)
+
+    def merge_lora(self):
+        """Folds the LoRA adapters into the kernels and removes them (for export); returns the model."""
+        from keras_vit.models import lora
+
+        return lora.merge_lora(self)
+
     def compile(self, *args, jit_compile="auto", **kwargs):
         """`keras.Model.compile`; with `jit_compile="auto"`, inference on a
         tensorflow CPU is compiled with XLA (see the module docstring)."""
