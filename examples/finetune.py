@@ -122,6 +122,9 @@ def build_parser():
     a("--weight-decay", type=float, default=None, help="AdamW decoupled weight decay (ignored by sgd, which uses none)")
     a("--clipnorm", type=float, default=1.0, help="global gradient-norm clipping (0 disables)")
     a("--label-smoothing", type=float, default=0.0, help="label smoothing")
+    a("--lora-rank", type=int, default=None, help="train only LoRA adapters of this rank (and the head), the rest frozen (model.enable_lora)")
+    a("--lora-targets", default="query,value", help="comma-separated projections LoRA adapts: query, key, value, out, Dense_0, Dense_1")
+    a("--layer-decay", type=float, default=None, help="layer-wise learning-rate decay (BEiT/timm layer_decay, e.g. 0.75): block i learns at lr * decay ** (layers - i)")
     a("--dropout", type=float, default=0.0, help="dropout rate of the model (paper: 0.1 for ImageNet(-21k) pre-training)")
     a("--dtype-policy", default=None, help="Keras dtype policy, e.g. mixed_bfloat16 on TPU/GPU")
     a("--distribution", default="none", choices=training.distribute.NAMES, help="how to use several devices (see keras_vit.training.distribute)")
@@ -298,13 +301,17 @@ def compile_model(model, args, accumulation):
         global_batch_size=args.batch_size, device_batch_size=args.device_batch_size,
         global_clipnorm=args.clipnorm or None,
     )
+    targets = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
     if args.optimizer == "sgd":
         return training.compile_for_finetuning(
-            model, args.total_steps, label_smoothing=args.label_smoothing, **kwargs
+            model, args.total_steps, label_smoothing=args.label_smoothing, lora_rank=args.lora_rank,
+            lora_targets=targets, layer_decay=args.layer_decay, **kwargs
         )
+    if args.lora_rank is not None:
+        model.enable_lora(args.lora_rank, targets=targets, train_head=True)
     return training.compile_for_pretraining(
         model, args.total_steps, label_smoothing=args.label_smoothing,
-        weight_decay=args.weight_decay, **kwargs,
+        weight_decay=args.weight_decay, layer_decay=args.layer_decay, **kwargs,
     )
 
 

@@ -347,7 +347,18 @@ def _compile(model, optimizer, label_smoothing, metrics):
     return model
 
 
-def compile_for_finetuning(model, total_steps, label_smoothing=0.0, metrics=None, **optimizer_kwargs):
+def _with_layer_decay(optimizer, model, layer_decay):
+    if layer_decay is None:
+        return optimizer
+    from keras_vit.training.layer_decay import layer_decay_optimizer
+
+    return layer_decay_optimizer(optimizer, model, layer_decay)
+
+
+def compile_for_finetuning(
+    model, total_steps, label_smoothing=0.0, metrics=None, lora_rank=None,
+    lora_targets=("query", "value"), layer_decay=None, **optimizer_kwargs,
+):
     """Compiles `model` with the fine-tuning recipe.
 
     Args:
@@ -357,6 +368,14 @@ def compile_for_finetuning(model, total_steps, label_smoothing=0.0, metrics=None
         label_smoothing: float, default 0 (the paper uses none).
         metrics: list of metrics, default `["accuracy"]` (as weighted
             metrics).
+        lora_rank: None (default: every weight trains) or an int: LoRA
+            adapters of that rank on `lora_targets` (`model.enable_lora`),
+            which train with the head while the rest is frozen.
+        lora_targets: the projections LoRA adapts, default
+            ("query", "value").
+        layer_decay: None (default) or a float in (0, 1]: layer-wise
+            learning-rate decay, block `i` at `lr * layer_decay **
+            (num_layers - i)` (`keras_vit.training.layer_decay`).
         **optimizer_kwargs: forwarded to `finetune_optimizer`.
 
     Returns:
@@ -372,11 +391,19 @@ def compile_for_finetuning(model, total_steps, label_smoothing=0.0, metrics=None
     'SGD'
     """
     _check_forwarded(optimizer_kwargs, compile_for_finetuning, finetune_optimizer)
-    optimizer = finetune_optimizer(total_steps, **optimizer_kwargs)
+    if layer_decay is not None:
+        from keras_vit.training.layer_decay import check_layer_decay
+
+        check_layer_decay(layer_decay)  # before LoRA changes the model
+    if lora_rank is not None:
+        model.enable_lora(lora_rank, targets=lora_targets, train_head=True)
+    optimizer = _with_layer_decay(finetune_optimizer(total_steps, **optimizer_kwargs), model, layer_decay)
     return _compile(model, optimizer, label_smoothing, metrics)
 
 
-def compile_for_pretraining(model, total_steps, label_smoothing=0.0, metrics=None, **optimizer_kwargs):
+def compile_for_pretraining(
+    model, total_steps, label_smoothing=0.0, metrics=None, layer_decay=None, **optimizer_kwargs
+):
     """Compiles `model` with the pre-training recipe (AdamW, `pretrain_optimizer`).
 
     Args:
@@ -384,13 +411,16 @@ def compile_for_pretraining(model, total_steps, label_smoothing=0.0, metrics=Non
         total_steps: int, parameter updates of the run.
         label_smoothing: float, default 0.
         metrics: list of metrics, default `["accuracy"]`.
+        layer_decay: None (default) or a float in (0, 1], as in
+            `compile_for_finetuning` (BEiT and MAE fine-tune with AdamW and
+            0.65-0.75).
         **optimizer_kwargs: forwarded to `pretrain_optimizer`.
 
     Returns:
         The compiled model.
     """
     _check_forwarded(optimizer_kwargs, compile_for_pretraining, pretrain_optimizer)
-    optimizer = pretrain_optimizer(total_steps, **optimizer_kwargs)
+    optimizer = _with_layer_decay(pretrain_optimizer(total_steps, **optimizer_kwargs), model, layer_decay)
     return _compile(model, optimizer, label_smoothing, metrics)
 
 
