@@ -103,6 +103,8 @@ def test_merged_equals_unmerged_and_is_a_plain_model(tmp_path):
     model = _model()
     model.enable_lora(2, targets=lora.TARGETS, verbose=False)
     _randomise_adapters(model, 7)
+    with pytest.raises(ValueError, match="merge_lora"):
+        model.export(str(tmp_path / "model.onnx"), format="onnx")
     x = _images()
     unmerged = to_numpy(model(x))
     model.merge_lora()
@@ -165,3 +167,17 @@ def test_finetune_example_trains_lora_with_layer_decay(tmp_path):
         "--layer-decay", "0.75", "--run-dir", str(tmp_path), "--verbose", "0",
     ])
     assert results["updates"] == example.SMOKE["total_steps"]
+
+
+def test_merged_model_exports_to_onnx_with_the_adapters(tmp_path):
+    from keras_vit import export, runtimes
+
+    if "onnx" not in export.BACKEND_FORMATS.get(keras.backend.backend(), ()):
+        pytest.skip(f"no ONNX exporter for the {keras.backend.backend()} backend")
+    model = _model()
+    model.enable_lora(2, targets=("query", "value", "Dense_1"), verbose=False)
+    _randomise_adapters(model, 9)
+    x = _images()
+    expected = to_numpy(model(x))
+    path = model.merge_lora().export(str(tmp_path / "merged.onnx"), format="onnx")
+    np.testing.assert_allclose(runtimes.run_exported(path, "onnx", x), expected, rtol=0, atol=1e-4)

@@ -263,6 +263,14 @@ class ModelRuntime(JaxStateGuard):
                 "outputs depend on random corruption); export its encoder "
                 "(`task.encoder.export(...)`) or a classifier built from it."
             )
+        from keras_vit.models.lora import lora_layers
+
+        if lora_layers(self):
+            # The exported copy (`for_inference`) takes the kernels without the adapters.
+            raise ValueError(
+                f"Model {self.name!r} has LoRA adapters: merge them into the kernels with "
+                "`model.merge_lora()` before exporting."
+            )
         options = export.signature_options(self, input_signature)
         unknown = set(kwargs) - set(export.MODEL_EXPORT_OPTIONS)
         if unknown:
