@@ -180,7 +180,12 @@ def _read_adapters(filepath):
         settings = LoraSettings(int(f.attrs["rank"]), float(f.attrs["alpha"]),
                                 tuple(str(f.attrs["targets"]).split(",")))
         arrays = {}
-        f.visititems(lambda name, item: arrays.__setitem__(name, item[()]) if isinstance(item, h5py.Dataset) else None)
+
+        def collect(name, item):
+            if isinstance(item, h5py.Dataset):
+                arrays[name] = item[()]
+
+        f.visititems(collect)
     return settings, arrays
 
 
@@ -208,7 +213,8 @@ def load_lora_weights(model, filepath):
         variables[f"{path}/lora_kernel_b"] = layer.lora_kernel_b
     missing = sorted(set(variables) - set(arrays))
     unexpected = sorted(set(arrays) - set(variables))
-    mismatched = sorted(k for k in set(variables) & set(arrays) if arrays[k].shape != tuple(variables[k].shape))
+    shared = set(variables) & set(arrays)
+    mismatched = sorted(k for k in shared if arrays[k].shape != tuple(variables[k].shape))
     if missing or unexpected or mismatched:
         raise ValueError(
             f"Cannot load the LoRA file {filepath!r} into model {model.name!r}: missing "
