@@ -14,7 +14,8 @@ on torch) or `+eager` (`jit_compile=False`); by default Keras decides
 Figures per case: images/s (median of the timed repetitions after warm-up),
 time to first result (first call: tracing/compilation plus one run), peak RSS
 of the subprocess, achieved GFLOP/s and its fraction of the measured matmul
-peak of the same dtype.
+peak of the same dtype (the fastest library's, and the system's own
+backend's: each library's square matmul is measured in its own process).
 
 FLOPs (2 per multiply-add), per image, forward, for patch `p`, image `HxW`,
 `C` channels, `n = HW/p^2` patches, `N = n + 1` tokens, width `D`, MLP width
@@ -35,6 +36,9 @@ Usage:
     python tools/benchmark.py                    # full default run
     python tools/benchmark.py --quick            # fewer repetitions
     python tools/benchmark.py --smoke            # tiny model, seconds
+    python tools/benchmark.py --preset cpu --quick --matmul-size 4096 --name cpu
+        # the CPU comparison: 224/384/518 px, bfloat16, OpenVINO, training;
+        # writes docs/benchmark_cpu_DATE.md and .json
     python tools/benchmark.py --systems keras_vit-jax,hf-sdpa \\
         --workloads infer-b16-bs8 --dtypes float32 --output docs/benchmark
 """
@@ -437,6 +441,9 @@ def parse_args(argv):
                         help="untimed calls after the first (default 2; --quick 1; --smoke 0)")
     parser.add_argument("--quick", action="store_true",
                         help="fewer repetitions and a smaller peak matmul")
+    parser.add_argument("--matmul-size", type=int, default=None,
+                        help="side of the square peak matmul (default 4096; --quick 2048;"
+                        " --smoke 256)")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny model, one repetition: checks that everything runs")
     parser.add_argument("--timeout", type=float, default=900,
@@ -481,6 +488,7 @@ def main(argv=None):
         reps, warmup, size = 5, 2, 4096
         workloads = DEFAULT_WORKLOADS
     reps = args.reps or reps
+    size = args.matmul_size or size
     warmup = warmup if args.warmup is None else args.warmup
     if args.workloads == "all":
         workloads = tuple(w for w in WORKLOADS if "tiny" not in w and w not in GPU_WORKLOADS)
