@@ -476,6 +476,21 @@ def _selection(args, workloads):
     return DEPLOY_SYSTEMS, workloads if args.workloads or args.smoke else DEPLOY_WORKLOADS, ("float32",)
 
 
+def measure_peaks(peak, size, reps, timeout):
+    """Each library's square matmul rate, one process each; keeps the best per key in `peak`."""
+    for library in PEAK_LIBRARIES:
+        result = run_case({"system": "peak", "matmul_size": size, "reps": reps,
+                           "libraries": [library]}, timeout)
+        if result["status"] == "ok":
+            best = peak["gflops"]
+            for key, value in result["gflops"].items():
+                best[key] = max(best.get(key, 0.0), value)
+            peak.update(status="ok", matmul_size=size)
+            peak.setdefault("sizes", {}).update(result.get("sizes", {}))
+    print("  " + ", ".join(f"{k} {v:.0f}" for k, v in peak["gflops"].items()) + " GFLOP/s",
+          flush=True)
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.smoke:
@@ -522,17 +537,7 @@ def main(argv=None):
     for round_ in range(args.rounds):
         # The peak is measured in every round; the best of the rounds is kept.
         print(f"round {round_ + 1}/{args.rounds}: matmul peak (n={size}) ...", flush=True)
-        for library in PEAK_LIBRARIES:
-            peak = run_case({"system": "peak", "matmul_size": size, "reps": reps,
-                             "libraries": [library]}, args.timeout)
-            if peak["status"] == "ok":
-                best = report["peak"]["gflops"]
-                for key, value in peak["gflops"].items():
-                    best[key] = max(best.get(key, 0.0), value)
-                report["peak"].update(status="ok", matmul_size=size)
-                report["peak"].setdefault("sizes", {}).update(peak.get("sizes", {}))
-        print("  " + ", ".join(f"{k} {v:.0f}" for k, v in report["peak"]["gflops"].items())
-              + " GFLOP/s", flush=True)
+        measure_peaks(report["peak"], size, reps, args.timeout)
         for workload, dtype, system in cases:
             kind, arch, image, batch = WORKLOADS[workload]
             slow = slow_bfloat16(report["peak"])
