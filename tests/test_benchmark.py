@@ -3,6 +3,7 @@
 import json
 
 import keras
+import numpy as np
 import pytest
 
 from keras_vit_tools import benchmark
@@ -12,8 +13,10 @@ def test_architectures_are_the_library_table():
     """The benchmark's (patch, hidden, layers, heads, mlp) rows are keras_vit's variants."""
     from keras_vit.architectures import ARCHITECTURES
 
+    # B/14 (DINOv2's high-resolution size) is B/16 with 14-pixel patches.
+    assert benchmark.ARCHS["B/14"] == (14, *benchmark.ARCHS["B/16"][1:])
     for name, row in benchmark.ARCHS.items():
-        if name != "tiny":
+        if name not in ("tiny", "B/14"):
             arch = ARCHITECTURES[name]
             assert row == tuple(arch[k] for k in (
                 "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")), name
@@ -162,7 +165,8 @@ def test_smoke_run_of_deployment_systems(tmp_path, monkeypatch):
     """keras_vit and HF exported to ONNX Runtime and OpenVINO (int8 keras_vit: the
     one-call `export_model(..., quantize="int8")`; HF int8: the same quantizer), tiny model."""
     monkeypatch.setenv("KERAS_VIT_BENCH_CACHE", str(tmp_path / "cache"))
-    systems = ("ort-keras_vit+int8", "openvino-keras_vit+int8", "ort-hf", "ort-hf+int8")
+    systems = ("ort-keras_vit+int8", "openvino-keras_vit+int8", "openvino-keras_vit+bf16",
+               "ort-hf", "ort-hf+int8")
     prefix = tmp_path / "deploy"
     assert benchmark.main(["--smoke", "--systems", ",".join(systems), "--dtypes", "float32",
                            "--workloads", "infer-tiny-bs2", "--output", str(prefix)]) == 0
@@ -176,3 +180,42 @@ def test_smoke_run_of_deployment_systems(tmp_path, monkeypatch):
         check = rows[system]["info"].get("int8_vs_float32", str(rows[system]["info"]))
         assert "int8 onnx: top-1 agrees with float32 on" in check, check
         assert "int8 openvino: top-1 agrees with float32 on" in check, check
+    # bfloat16 in OpenVINO reports its distance to float32 on the same inputs.
+    info = rows["openvino-keras_vit+bf16"]["info"]
+    assert 0 <= info["max_abs_diff_vs_f32"] < 0.5 and 0 <= info["top1_agreement_vs_f32"] <= 1
+    from keras_vit_tools import benchmark_deploy
+
+    x = np.random.default_rng(0).standard_normal((2, 32, 32, 3)).astype("float32")
+    path = benchmark_deploy._keras_vit_files(dict(arch="tiny", image=32))[1]
+    for precision in ("f32", "bf16"):
+        profile = benchmark_deploy.openvino_profile(path, x, precision)
+        kernels = [kernel for _, kernel, _, _, _ in profile]
+        assert profile and all(ms >= 0 and count > 0 for _, _, ms, _, count in profile)
+        if precision == "f32":
+            assert not any(k.endswith("bf16") for k in kernels), kernels
+        elif "avx512_bf16" in benchmark.machine_info()["flags"]:
+            # Every matrix product of the bf16 model runs a bf16 kernel.
+            products = [k for kind, k, *_ in profile if kind in ("FullyConnected", "MatMul")]
+            assert products and all(k.endswith("bf16") for k in products), profile
+
+
+def test_cpu_preset_names_known_cases_and_the_table_sets_them_side_by_side():
+    for workloads, dtypes, systems in benchmark.PRESETS["cpu"]:
+        assert set(workloads) <= set(benchmark.WORKLOADS)
+        assert set(dtypes) <= set(benchmark.DTYPES)
+        assert all(s in benchmark.SYSTEMS or s in benchmark.DEPLOY_SYSTEMS for s in systems)
+    covered = {w for group in benchmark.PRESETS["cpu"] for w in group[0]}
+    assert {"infer-b16-384-bs1", "infer-b14-518-bs1", "train-s16-bs16"} <= covered
+    # 577 and 1370 tokens: the high-resolution rows.
+    tokens = {w: (benchmark.WORKLOADS[w][2] // benchmark.ARCHS[benchmark.WORKLOADS[w][1]][0]) ** 2 + 1
+              for w in ("infer-b16-384-bs1", "infer-b14-518-bs1")}
+    assert tokens == {"infer-b16-384-bs1": 577, "infer-b14-518-bs1": 1370}
+    assert benchmark.own_peak_key("keras_vit-jax+int8", "float32") == "jax_float32"
+    assert benchmark.own_peak_key("hf-sdpa", "bfloat16") == "torch_bfloat16"
+    assert benchmark.own_peak_key("openvino-keras_vit", "float32") is None
+    results = [dict(workload=w, dtype="float32", system=s, status="ok", images_per_s=v,
+                    peak_rss_mib=100.0)
+               for w, s, v in (("a", "x", 1.0), ("b", "x", 2.0), ("a", "y", 3.0))]
+    table = benchmark.side_by_side(dict(results=results)).splitlines()
+    assert table[0] == "| system | a float32 | b float32 |"
+    assert table[2] == "| x | 1.00 (100) | 2.00 (100) |" and table[3] == "| y | 3.00 (100) |  |"

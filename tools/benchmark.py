@@ -14,7 +14,8 @@ on torch) or `+eager` (`jit_compile=False`); by default Keras decides
 Figures per case: images/s (median of the timed repetitions after warm-up),
 time to first result (first call: tracing/compilation plus one run), peak RSS
 of the subprocess, achieved GFLOP/s and its fraction of the measured matmul
-peak of the same dtype.
+peak of the same dtype (the fastest library's, and the system's own
+backend's: each library's square matmul is measured in its own process).
 
 FLOPs (2 per multiply-add), per image, forward, for patch `p`, image `HxW`,
 `C` channels, `n = HW/p^2` patches, `N = n + 1` tokens, width `D`, MLP width
@@ -35,6 +36,9 @@ Usage:
     python tools/benchmark.py                    # full default run
     python tools/benchmark.py --quick            # fewer repetitions
     python tools/benchmark.py --smoke            # tiny model, seconds
+    python tools/benchmark.py --preset cpu --quick --matmul-size 4096 --name cpu
+        # the CPU comparison: 224/384/518 px, bfloat16, OpenVINO, training;
+        # writes docs/benchmark_cpu_DATE.md and .json
     python tools/benchmark.py --systems keras_vit-jax,hf-sdpa \\
         --workloads infer-b16-bs8 --dtypes float32 --output docs/benchmark
 """
@@ -94,6 +98,11 @@ WORKLOADS = {
     "train-s16-bs16": ("train", "S/16", 224, 16),
     "infer-l16-bs8": ("infer", "L/16", 224, 8),
     "infer-b16-384-bs8": ("infer", "B/16", 384, 8),
+    # High resolution, batch 1: 577 tokens (B/16 at 384 px, the fine-tuning
+    # size of the Google checkpoints) and 1,370 (a /14 model at 518 px, as
+    # DINOv2 runs), where attention's share of the work grows.
+    "infer-b16-384-bs1": ("infer", "B/16", 384, 1),
+    "infer-b14-518-bs1": ("infer", "B/14", 518, 1),
     # Accelerator sizes (`--workloads gpu`).
     "infer-b16-bs64": ("infer", "B/16", 224, 64),
     "infer-l16-bs64": ("infer", "L/16", 224, 64),
@@ -113,8 +122,26 @@ ARCHS = {
     "tiny": (8, 32, 2, 2, 64),
     "S/16": (16, 384, 12, 6, 1536),
     "B/16": (16, 768, 12, 12, 3072),
+    "B/14": (14, 768, 12, 12, 3072),  # DINOv2's B/14: B/16 with 14-pixel patches
     "L/16": (16, 1024, 24, 16, 4096),
 }
+# `--preset cpu`: the cases of the CPU comparison, (workloads, dtypes, systems)
+# groups. float32 everywhere; bfloat16 inference per backend and for the
+# peers at 224 px; the training step in float32.
+KERAS_SYSTEMS = ("keras_vit-jax", "keras_vit-tensorflow", "keras_vit-torch",
+                 "keras_hub-jax", "keras_hub-tensorflow", "keras_hub-torch")
+PRESETS = {
+    "cpu": (
+        (("infer-b16-bs1", "infer-b16-bs8", "infer-b16-384-bs1", "infer-b14-518-bs1"),
+         ("float32",), (*KERAS_SYSTEMS, "hf-sdpa")),
+        (("infer-b16-bs1", "infer-b16-bs8"), ("bfloat16",), (*KERAS_SYSTEMS, "hf-sdpa")),
+        (("infer-b16-bs1", "infer-b16-bs8"), ("float32",),
+         ("openvino-keras_vit", "openvino-keras_vit+bf16")),
+        (("train-s16-bs16",), ("float32",), (*KERAS_SYSTEMS, "hf-sdpa", "hf-eager")),
+    ),
+}
+# Matmul peaks, one process each (`tools/benchmark_worker.py::run_peak`).
+PEAK_LIBRARIES = ("torch", "tensorflow", "jax", "numpy")
 PACKAGES = ("keras", "keras-hub", "jax", "jaxlib", "tensorflow", "torch",
             "transformers", "timm", "numpy")
 
@@ -149,6 +176,7 @@ def machine_info():
                     f for f in flags
                     if f.startswith(("amx", "avx512", "avx2", "fma", "avx_vnni"))
                 )
+                info["bf16_units"] = [f for f in flags if f in ("avx512_bf16", "amx_bf16")]
                 break
     except OSError:
         pass
@@ -261,10 +289,18 @@ def to_markdown(report):
             for k, v in peak.items()),
         f"- Repetitions: {report['reps']} timed after {report['warmup']} warm-up;"
         " images/s from the median. First = first call (trace/compile + run).",
+        "- % peak: of the fastest matmul of the dtype; % own peak: of the system's own"
+        " backend's (torch for HF).",
+        "",
+        "Images/s (peak RSS, MiB), side by side:",
+        "",
+        side_by_side(report),
+        "",
+        "All figures:",
         "",
         "| workload | dtype | system | images/s | ms/batch | build (s) | first (s) | peak RSS (MiB)"
-        " | GFLOP/s | % peak | note |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        " | GFLOP/s | % peak | % own peak | note |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for row in _collapse_skips(report["results"]):
         ok = row["status"] == "ok"
@@ -279,7 +315,7 @@ def to_markdown(report):
             f"{_fmt(ok and row['median_s'] * 1e3 or None, 0)} | "
             f"{_fmt(row.get('build_s'))} | {_fmt(row.get('first_s'))} | {_fmt(row.get('peak_rss_mib'), 0)} | "
             f"{_fmt(row.get('gflops'), 0)} | {_fmt(row.get('peak_fraction') and 100 * row['peak_fraction'], 0)} | "
-            f"{note} |"
+            f"{_fmt(row.get('own_peak_fraction') and 100 * row['own_peak_fraction'], 0)} | {note} |"
         )
     if report.get("ratios"):
         lines += ["", "| workload | dtype | ratio | value |", "|---|---|---|---:|"]
@@ -296,6 +332,33 @@ def to_markdown(report):
     return "\n".join(lines) + "\n"
 
 
+def own_peak_key(system, dtype):
+    """The matmul peak a system's products run on: its backend's (`torch_bfloat16`...)."""
+    if system.startswith(("keras_vit-", "keras_hub-")):
+        return f"{system.split('-')[1].split('+')[0]}_{dtype}"
+    if system.startswith(("hf-", "timm")):
+        return f"torch_{dtype}"
+    return None
+
+
+def side_by_side(report):
+    """Images/s (peak RSS MiB) of every system, one column per workload and dtype."""
+    results = [r for r in report["results"] if r["status"] == "ok"]
+    columns = list(dict.fromkeys((r["workload"], r["dtype"]) for r in results))
+    systems = list(dict.fromkeys(r["system"] for r in results))
+    cell = {(r["system"], r["workload"], r["dtype"]): r for r in results}
+    lines = ["| system | " + " | ".join(f"{w} {d}" for w, d in columns) + " |",
+             "|---|" + "---:|" * len(columns)]
+    for system in systems:
+        values = []
+        for workload, dtype in columns:
+            row = cell.get((system, workload, dtype))
+            values.append("" if row is None else
+                          f"{row['images_per_s']:.2f} ({row['peak_rss_mib']:.0f})")
+        lines.append(f"| {system} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
 def finish(report, rows, started, prefix):
     """Adds FLOP rates and ratios to the rows and writes the report."""
     peaks = report["peak"].get("gflops", {})
@@ -304,6 +367,8 @@ def finish(report, rows, started, prefix):
             peak = max((v for k, v in peaks.items() if k.endswith(row["dtype"])), default=None)
             row["gflops"] = case_flops(row["workload"]) * row["images_per_s"] / 1e9
             row["peak_fraction"] = row["gflops"] / peak if peak else None
+            own = peaks.get(own_peak_key(row["system"], row["dtype"]))
+            row["own_peak_fraction"] = row["gflops"] / own if own else None
     report["results"] = list(rows.values())
     report["ratios"] = ratios(report["results"])
     report["total_s"] = time.perf_counter() - started
@@ -342,6 +407,9 @@ def ratios(results):
         fp32 = speed.get((workload, "float32", system))
         if dtype == "bfloat16" and fp32:
             out.append((workload, dtype, f"{system} bf16 / fp32", value / fp32))
+        twin = speed.get((workload, dtype, system.removesuffix("+bf16")))
+        if system.endswith("+bf16") and twin:
+            out.append((workload, dtype, f"{system} / float32", value / twin))
     return [dict(workload=w, dtype=d, ratio=n, value=v) for w, d, n, v in out]
 
 
@@ -373,6 +441,9 @@ def parse_args(argv):
                         help="untimed calls after the first (default 2; --quick 1; --smoke 0)")
     parser.add_argument("--quick", action="store_true",
                         help="fewer repetitions and a smaller peak matmul")
+    parser.add_argument("--matmul-size", type=int, default=None,
+                        help="side of the square peak matmul (default 4096; --quick 2048;"
+                        " --smoke 256)")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny model, one repetition: checks that everything runs")
     parser.add_argument("--timeout", type=float, default=900,
@@ -387,8 +458,14 @@ def parse_args(argv):
                         help="run the bfloat16 cases even where the measured bfloat16 matmul"
                         " is slower than float32 (a CPU without avx512_bf16 or AMX emulates"
                         " it: such cases take hours)")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                        help="a fixed list of cases instead of --systems x --workloads x"
+                        " --dtypes; 'cpu': float32 at 224, 384 and 518 px, bfloat16 inference"
+                        " per backend, OpenVINO float32 and bf16, the S/16 training step")
     parser.add_argument("--output", default="benchmark",
                         help="output path prefix: writes PREFIX.md and PREFIX.json")
+    parser.add_argument("--name", default=None,
+                        help="writes docs/benchmark_NAME_DATE.md and .json instead of --output")
     return parser.parse_args(argv)
 
 
@@ -397,6 +474,21 @@ def _selection(args, workloads):
     if args.systems != "deploy":
         return tuple(args.systems.split(",")), workloads, tuple(args.dtypes.split(","))
     return DEPLOY_SYSTEMS, workloads if args.workloads or args.smoke else DEPLOY_WORKLOADS, ("float32",)
+
+
+def measure_peaks(peak, size, reps, timeout):
+    """Each library's square matmul rate, one process each; keeps the best per key in `peak`."""
+    for library in PEAK_LIBRARIES:
+        result = run_case({"system": "peak", "matmul_size": size, "reps": reps,
+                           "libraries": [library]}, timeout)
+        if result["status"] == "ok":
+            best = peak["gflops"]
+            for key, value in result["gflops"].items():
+                best[key] = max(best.get(key, 0.0), value)
+            peak.update(status="ok", matmul_size=size)
+            peak.setdefault("sizes", {}).update(result.get("sizes", {}))
+    print("  " + ", ".join(f"{k} {v:.0f}" for k, v in peak["gflops"].items()) + " GFLOP/s",
+          flush=True)
 
 
 def main(argv=None):
@@ -411,6 +503,7 @@ def main(argv=None):
         reps, warmup, size = 5, 2, 4096
         workloads = DEFAULT_WORKLOADS
     reps = args.reps or reps
+    size = args.matmul_size or size
     warmup = warmup if args.warmup is None else args.warmup
     if args.workloads == "all":
         workloads = tuple(w for w in WORKLOADS if "tiny" not in w and w not in GPU_WORKLOADS)
@@ -433,18 +526,18 @@ def main(argv=None):
         "flops_formula": "see tools/benchmark.py module docstring", "results": [],
     }
     cases = [(w, d, s) for w in workloads for d in dtypes for s in systems]
+    if args.preset:
+        cases = [(w, d, s) for group in PRESETS[args.preset]
+                 for w in group[0] for d in group[1] for s in group[2]]
+    if args.name:
+        day = report["date"][:10]
+        args.output = str(HERE.parent / "docs" / f"benchmark_{args.name}_{day}")
     rows = {}
     report["peak"] = {"status": "error", "gflops": {}}
     for round_ in range(args.rounds):
         # The peak is measured in every round; the best of the rounds is kept.
         print(f"round {round_ + 1}/{args.rounds}: matmul peak (n={size}) ...", flush=True)
-        peak = run_case({"system": "peak", "matmul_size": size, "reps": reps}, args.timeout)
-        if peak["status"] == "ok":
-            best = report["peak"]["gflops"]
-            for key, value in peak["gflops"].items():
-                best[key] = max(best.get(key, 0.0), value)
-            report["peak"].update(status="ok", matmul_size=size,
-                                  sizes=peak.get("sizes", {}))
+        measure_peaks(report["peak"], size, reps, args.timeout)
         for workload, dtype, system in cases:
             kind, arch, image, batch = WORKLOADS[workload]
             slow = slow_bfloat16(report["peak"])
@@ -473,6 +566,7 @@ def main(argv=None):
                   flush=True)
             finish(report, rows, started, args.output)  # a cut run keeps its rows
     finish(report, rows, started, args.output)
+    print("\n" + side_by_side(report))
     output = pathlib.Path(args.output)
     print(f"\nwrote {output}.md and {output}.json"
           f" in {report['total_s']:.0f} s")

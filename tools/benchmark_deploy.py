@@ -30,7 +30,14 @@ import time
 
 import numpy as np
 
-from keras_vit_tools.benchmark import ARCHS
+if __name__ == "__main__":
+    # Run as a script: importing the worker binds `keras_vit_tools` to this folder.
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    import benchmark_worker  # noqa: F401
+
+from keras_vit_tools.benchmark import ARCHS  # noqa: E402
 
 CLASSES = 1000
 
@@ -128,7 +135,61 @@ def _openvino_step(path, x, option):
     config = {} if option == "bf16" else {"INFERENCE_PRECISION_HINT": "f32"}
     compiled = core.compile_model(core.read_model(path), "CPU", config)
     info = {"openvino": ov.__version__, "precision": str(compiled.get_property("INFERENCE_PRECISION_HINT"))}
+    if option == "bf16":  # what bfloat16 costs in accuracy, against float32 on the same inputs
+        reference = core.compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(x)[0]
+        out = compiled(x)[0]
+        info["max_abs_diff_vs_f32"] = float(np.abs(out - reference).max())
+        info["top1_agreement_vs_f32"] = float((out.argmax(-1) == reference.argmax(-1)).mean())
     return lambda: compiled(x)[0], info
+
+
+def openvino_profile(path, x, precision, rows=8):
+    """OpenVINO's per-node counters of one call, summed by (node type,
+    kernel): which kernels run, and in which precision (`exec_type` names
+    it, e.g. `brgemm_avx512_bf16`). Returns [(type, kernel, ms, share, count)]."""
+    import collections
+
+    import openvino as ov
+
+    compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": precision, "PERF_COUNT": "YES"})
+    request = compiled.create_infer_request()
+    for _ in range(2):  # the second call is the one counted
+        request.infer({0: x})
+    totals = collections.defaultdict(lambda: [0.0, 0])
+    for node in request.profiling_info:
+        key = (node.node_type, node.exec_type)
+        totals[key][0] += node.real_time.total_seconds() * 1e3
+        totals[key][1] += 1
+    whole = sum(ms for ms, _ in totals.values()) or 1.0
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])[:rows]
+    return [(kind, kernel, ms, ms / whole, count) for (kind, kernel), (ms, count) in ranked]
+
+
+def main(argv=None):
+    """`python tools/benchmark_deploy.py --profile-openvino [--arch B/16] [--image 224] [--batch 1]`:
+    exports keras_vit (or reads the cache) and prints OpenVINO's per-kernel
+    profile in float32 and bfloat16, side by side."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--profile-openvino", action="store_true", required=True)
+    parser.add_argument("--arch", default="B/16", choices=sorted(ARCHS))
+    parser.add_argument("--image", type=int, default=224)
+    parser.add_argument("--batch", type=int, default=1)
+    args = parser.parse_args(argv)
+    _, ov_path, _ = _keras_vit_files(dict(arch=args.arch, image=args.image))
+    x = np.random.default_rng(0).standard_normal((args.batch, args.image, args.image, 3), dtype=np.float32)
+    for precision in ("f32", "bf16"):
+        profile = openvino_profile(ov_path, x, precision)
+        print(f"\n{args.arch} {args.image} px batch {args.batch}, INFERENCE_PRECISION_HINT={precision}:\n")
+        print("| node type | kernel | ms | share | nodes |\n|---|---|---:|---:|---:|")
+        for kind, kernel, ms, share, count in profile:
+            print(f"| {kind} | `{kernel}` | {ms:.1f} | {100 * share:.1f}% | {count} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
 
 
 def run_deployed(spec, x, timed):

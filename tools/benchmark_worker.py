@@ -135,7 +135,9 @@ def run_keras(spec, x, y):
     if keras.backend.backend() != backend:
         raise RuntimeError(f"KERAS_BACKEND={keras.backend.backend()}, wanted {backend}")
     if spec["dtype"] == "bfloat16":
-        keras.config.set_dtype_policy("mixed_bfloat16")
+        # Inference: bfloat16 weights, as HF's bfloat16 rows; training keeps
+        # float32 weights (mixed precision, as HF's autocast rows).
+        keras.config.set_dtype_policy("mixed_bfloat16" if spec["kind"] == "train" else "bfloat16")
     start = time.perf_counter()
     model = _keras_model(library, spec["arch"], spec["image"])
     jit = {"compile": True, "eager": False}.get(option, "auto")
@@ -290,18 +292,19 @@ def _matmul_rate(matmul, make, largest, reps, budget_s=2.0):
     return 2 * n**3 / statistics.median(times) / 1e9, n
 
 
-def run_peak(spec):
-    """GFLOP/s of a large square matmul, float32 and bfloat16 (torch), float32 (NumPy)."""
+def _peak_products(library, device):
+    """{dtype: (matmul(a, b) -> synced result, make(n) -> operand)} of one library.
+
+    bfloat16 products are each library's fastest form on a CPU with bf16
+    units: torch `mm` and tensorflow's oneDNN `MatMul` on bfloat16 tensors,
+    jax with a float32 result (`preferred_element_type`, the only form
+    that XLA's CPU backend runs faster than float32).
+    """
     import numpy as np
 
-    largest = spec["matmul_size"]
-    out, sizes = {}, {}
-    try:
+    if library == "torch":
         import torch
 
-        device = torch_device()
-        if device == "cuda":  # GPUs need larger products to reach their peak
-            largest = max(largest, 16384)
         # On a GPU: IEEE float32 (no TF32), and the products are waited for.
         torch.backends.cuda.matmul.allow_tf32 = False
 
@@ -311,17 +314,47 @@ def run_peak(spec):
                 torch.cuda.synchronize()
             return out
 
-        for dtype in ("float32", "bfloat16"):
-            make = lambda n, d=getattr(torch, dtype): torch.randn(n, n, device=device).to(d)  # noqa: E731
-            out[f"torch_{dtype}"], sizes[f"torch_{dtype}"] = _matmul_rate(
-                matmul, make, largest, spec["reps"]
-            )
-    except ImportError:
-        pass
-    make = lambda n: np.random.rand(n, n).astype("float32")  # noqa: E731
-    out["numpy_float32"], sizes["numpy_float32"] = _matmul_rate(
-        np.matmul, make, largest, spec["reps"]
-    )
+        return {d: (matmul, lambda n, d=getattr(torch, d): torch.randn(n, n, device=device).to(d))
+                for d in ("float32", "bfloat16")}
+    if library == "tensorflow":
+        import tensorflow as tf
+
+        return {d: (lambda a, b: tf.matmul(a, b).numpy(),
+                    lambda n, d=d: tf.cast(tf.random.normal((n, n)), d))
+                for d in ("float32", "bfloat16")}
+    if library == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        f32 = jax.jit(jnp.matmul)
+        wide = jax.jit(lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.float32))
+        return {
+            "float32": (lambda a, b: f32(a, b).block_until_ready(),
+                        lambda n: jnp.asarray(np.random.rand(n, n), jnp.float32)),
+            "bfloat16": (lambda a, b: wide(a, b).block_until_ready(),
+                         lambda n: jnp.asarray(np.random.rand(n, n), jnp.bfloat16)),
+        }
+    return {"float32": (np.matmul, lambda n: np.random.rand(n, n).astype("float32"))}
+
+
+def run_peak(spec):
+    """GFLOP/s of a large square matmul per library and dtype.
+
+    `spec["library"]` is one of torch, tensorflow, jax, numpy (default: torch
+    and numpy, in one process); each library's case runs in its own process.
+    """
+    largest = spec["matmul_size"]
+    out, sizes = {}, {}
+    for library in spec.get("libraries", ("torch", "numpy")):
+        device = torch_device() if library == "torch" else "cpu"
+        size = max(largest, 16384) if device == "cuda" else largest  # GPUs need larger products
+        try:
+            products = _peak_products(library, device)
+        except ImportError:
+            continue
+        for dtype, (matmul, make) in products.items():
+            key = f"{library}_{dtype}"
+            out[key], sizes[key] = _matmul_rate(matmul, make, size, spec["reps"])
     return {"status": "ok", "matmul_size": largest, "sizes": sizes, "gflops": out}
 
 

@@ -8,11 +8,16 @@ only where measurements (`tools/benchmark.py`) showed that it pays:
 - `dense` flattens the tokens into one `(rows, features)` matrix, so that the
   product and its two gradients are plain 2D GEMMs (XLA's CPU backend runs
   the kernel gradient of a 3D product, which contracts two axes, at about
-  half the speed of the 2D one). On torch, in float32 on a CPU, it is
-  oneDNN's `mkldnn._linear_pointwise` (torch's default MKL GEMM ran ViT's
-  projections 1.2-1.3x slower, see `_onednn_linear_applies`); otherwise
-  `torch.nn.functional.linear`, which adds the bias inside the GEMM
-  (`addmm`) instead of in a separate pass over the output.
+  half the speed of the 2D one). On torch, in float32 and bfloat16 on a
+  CPU, it is oneDNN's `mkldnn._linear_pointwise`, forward and both
+  gradients (torch's default GEMM ran ViT's projections 1.2-1.4x slower in
+  float32 and 2x slower in bfloat16, see `_onednn_linear_applies`);
+  otherwise `torch.nn.functional.linear`, which adds the bias inside the
+  GEMM (`addmm`) instead of in a separate pass over the output. On jax,
+  bfloat16 products accumulate into a float32 result, the only form of a
+  bfloat16 dot that XLA's CPU backend runs faster than float32 (`_matmul`).
+  (On tensorflow, bfloat16 inference runs in the graph runtime, whose oneDNN
+  matmuls use the bf16 units, rather than XLA: `keras_vit.models.runtime`.)
 - `attention` uses the backend's fused kernel (`keras.ops.dot_product_attention`;
   on torch `scaled_dot_product_attention` called directly on strided views,
   which saves the three copies Keras makes), except on jax and tensorflow
@@ -92,14 +97,35 @@ def dense(x, kernel, bias=None):
     kernel = ops.convert_to_tensor(kernel)
     static = tuple(x.shape)
     if len(static) == 2:
-        y = ops.matmul(x, kernel)
-        return y if bias is None else y + bias
+        y = _matmul(x, kernel)
+        return ops.cast(y if bias is None else y + bias, x.dtype)
     dynamic = ops.shape(x)
     leading = [s if s is not None else dynamic[i] for i, s in enumerate(static[:-1])]
-    y = ops.matmul(ops.reshape(x, (-1, static[-1])), kernel)
+    y = _matmul(ops.reshape(x, (-1, static[-1])), kernel)
     if bias is not None:
         y = y + bias
-    return ops.reshape(y, (*leading, kernel.shape[-1]))
+    return ops.reshape(ops.cast(y, x.dtype), (*leading, kernel.shape[-1]))
+
+
+def _matmul(a, b):
+    """`a @ b`; on jax, bfloat16 operands give a float32 result.
+
+    XLA's CPU backend runs a bfloat16 dot whose result is bfloat16 at its
+    float32 speed (a square 2048 product: 180 GFLOP/s against 209 in
+    float32, on a 2-core EPYC with avx512_bf16), but one that accumulates
+    into float32 (`preferred_element_type`) at twice that (377): only that
+    form reaches the CPU's bf16 dot-product instructions. Callers cast the
+    result back to their dtype, which XLA fuses with the next op.
+    """
+    if keras.backend.backend() == "jax" and _bfloat16(a) and _bfloat16(b):
+        import jax.numpy as jnp
+
+        return jnp.matmul(a, b, preferred_element_type=jnp.float32)
+    return ops.matmul(a, b)
+
+
+def _bfloat16(x):
+    return keras.backend.standardize_dtype(x.dtype) == "bfloat16"
 
 
 def _dense_torch(x, kernel, bias):
@@ -125,12 +151,15 @@ def _onednn_linear_applies(x, kernel, bias):
     tensorflow, which uses oneDNN); on ViT's projection shapes (1576 x 768
     by 768 x 3072 and the like) `_linear_pointwise` on the unpacked weight
     ran 1.17-1.41x faster forward than `F.linear` on a loaded 2-core EPYC
-    (`tools/benchmark_kernels.py --arch B/16 --batch 8 --dense`; the
-    gradients keep `F.linear`'s GEMMs, so forward+backward gains only
-    ~1.05x). Packing the weight to oneDNN's layout first gained little
-    more in the same runs. The weight is passed as it is, not prepacked, so nothing goes
-    stale when an optimizer updates it. Not under `torch.compile`, where
-    inductor picks its own GEMM.
+    (`tools/benchmark_kernels.py --arch B/16 --batch 8 --dense`). In
+    bfloat16, `F.linear` reaches oneDNN through `addmm` plus copies of its
+    operands; `_linear_pointwise` ran the 394 x 768 by 768 x 3072 product in
+    15 ms against 32 (float32: 33 ms), so bfloat16 takes it too, where the
+    CPU has bf16 instructions (`_is_mkldnn_bf16_supported`; elsewhere
+    oneDNN would emulate them). Packing the weight to oneDNN's layout first
+    gained little more in the same runs. The weight is passed as it is, not
+    prepacked, so nothing goes stale when an optimizer updates it. Not under
+    `torch.compile`, where inductor picks its own GEMM.
     """
     import torch
 
@@ -139,7 +168,11 @@ def _onednn_linear_applies(x, kernel, bias):
     if not torch.backends.mkldnn.is_available() or torch.compiler.is_compiling():
         return False
     tensors = (x, kernel) if bias is None else (x, kernel, bias)
-    return all(t.dtype == torch.float32 for t in tensors) and x.dim() >= 2
+    if x.dim() < 2 or any(t.dtype != x.dtype for t in tensors):
+        return False
+    if x.dtype == torch.bfloat16:
+        return torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return x.dtype == torch.float32
 
 
 # Whether `dense` may use oneDNN on torch (tests and benchmarks switch it).
@@ -150,29 +183,37 @@ _ONEDNN_FUNCTION = []
 def _onednn_linear():
     """`x @ kernel + bias` on oneDNN, with autograd.
 
-    `mkldnn._linear_pointwise` has no backward of its own, so the gradients
-    are the usual GEMMs of `F.linear`'s backward, on torch's default path.
+    `mkldnn._linear_pointwise` has no backward of its own; the two gradient
+    products are `_linear_pointwise` calls too (on the weight as it is and
+    on strided transposed views, no copies), which ran ViT-S/16's training
+    shapes (3152 rows, widths 384 and 1536) 1.0-1.6x faster than torch's
+    default GEMMs on a loaded 2-core EPYC with AVX-512.
     """
     if _ONEDNN_FUNCTION:
         return _ONEDNN_FUNCTION[0]
     import torch
+
+    linear = torch.ops.mkldnn._linear_pointwise
 
     class OneDNNLinear(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x, kernel, bias):
             ctx.save_for_backward(x, kernel)
             ctx.has_bias = bias is not None
-            return torch.ops.mkldnn._linear_pointwise(x, kernel.T, bias, "none", [], "")
+            return linear(x, kernel.T, bias, "none", [], "")
 
         @staticmethod
         def backward(ctx, grad):
             x, kernel = ctx.saved_tensors
+            grad = grad.contiguous()
             grad_x = grad_kernel = grad_bias = None
             if ctx.needs_input_grad[0]:
-                grad_x = grad @ kernel.T
+                # grad @ kernel.T: `linear` multiplies by its weight's transpose.
+                grad_x = linear(grad, kernel, None, "none", [], "")
             rows = grad.reshape(-1, grad.shape[-1])
             if ctx.needs_input_grad[1]:
-                grad_kernel = x.reshape(-1, x.shape[-1]).T @ rows
+                # x_rows.T @ rows, as `linear(x_rows.T, rows.T)`.
+                grad_kernel = linear(x.reshape(-1, x.shape[-1]).T, rows.T, None, "none", [], "")
             if ctx.has_bias and ctx.needs_input_grad[2]:
                 grad_bias = rows.sum(0)
             return grad_x, grad_kernel, grad_bias
@@ -278,9 +319,9 @@ def _attention_matmuls(q, k, v, scale):
     static = tuple(q.shape)
     dynamic = ops.shape(q)
     tokens = static[1] if static[1] is not None else dynamic[1]
-    logits = ops.matmul(_heads_first(q), _heads_first(k, tokens_last=True))
+    logits = _matmul(_heads_first(q), _heads_first(k, tokens_last=True))
     probs = ops.softmax(ops.cast(logits, "float32") * scale, axis=-1)
-    context = ops.matmul(ops.cast(probs, v.dtype), _heads_first(v))
+    context = ops.cast(_matmul(ops.cast(probs, v.dtype), _heads_first(v)), v.dtype)
     context = ops.reshape(context, (-1, static[2], tokens, static[3]))
     return ops.transpose(context, (0, 2, 1, 3))
 

@@ -29,7 +29,10 @@ architecture:
   for inference it pays (ViT-B/16, batch 8: 1.34x the images/s of the graph
   runtime, `tools/benchmark.py`), while training measured faster without it
   (2.43 against 3.05 images/s for S/16), so only the predict function is
-  compiled.
+  compiled. Not under a bfloat16 compute dtype: there the graph runtime's
+  oneDNN matmuls run bfloat16 at twice float32's rate where XLA's CPU dots
+  do not (B/16, batch 2: 2.25x XLA's float32 against 0.93x,
+  `keras_vit.layers.kernels` has the matmul rates).
 """
 
 import contextlib
@@ -353,6 +356,8 @@ class ModelRuntime(JaxStateGuard):
 
         if self.jit_compile or tf.config.list_logical_devices("GPU"):
             return False  # Keras has decided already (XLA on accelerators).
+        if any(layer.compute_dtype == "bfloat16" for layer in (self, *self.layers)):
+            return False  # XLA's CPU dots run bfloat16 at float32 speed; oneDNN at 2x.
         return self.distribute_strategy.num_replicas_in_sync == 1
 
     def make_predict_function(self, force=False):
