@@ -128,8 +128,9 @@ class ViT(ModelRuntime, forward.ForwardPass, keras.Model):
             "gelu_tanh"/"gelu". Unless given, the activation is the one the
             `weights` were trained with (tanh when building from scratch).
         encoder_config: None, a `keras_vit.layers.config.EncoderConfig` or
-            its config dict: the options around the blocks, each also a
-            keyword: `patch_bias` (default True).
+            its config dict: the options around the blocks (its docstring
+            lists them), each field also a keyword of its own, e.g.
+            `patch_bias=False`.
         name: model name.
         dtype: dtype or dtype policy of the layers.
         trainable: bool, default True (Keras' own argument).
