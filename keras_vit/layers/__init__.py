@@ -12,7 +12,7 @@ from keras_vit.layers.resnet import (
     group_norm,
     resnet_backbone,
 )
-from keras_vit.layers.pooling import TokenGrid, TokenPooling
+from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.transformer import MlpBlock, TransformerBlock
 
 __all__ = [
@@ -27,7 +27,6 @@ __all__ = [
     "MultiHeadSelfAttention",
     "PatchEncoder",
     "Patches",
-    "TokenGrid",
     "TokenPooling",
     "TransformerBlock",
     "resize_position_grid",

@@ -23,7 +23,8 @@ new symbolic inputs (a feature model inside another model). The steps:
 import keras
 from keras import ops
 
-from keras_vit.layers import PatchEncoder, Patches, TokenGrid, TokenPooling, TransformerBlock
+from keras_vit.layers import PatchEncoder, Patches, TokenPooling, TransformerBlock
+from keras_vit.layers.pooling import TokenGrid
 from keras_vit.layers.seeds import derive_seed
 from keras_vit.validation import check_choice
 
