@@ -146,6 +146,8 @@ def forward(params, images, gelu_approximate=True, epsilon=1e-6, stem=None):
         x = stem(params, x)
     x = embed_patches(x, params["embedding/kernel"], params["embedding/bias"])
     x = _tokens(params, x)
+    if "pre_norm/scale" in params:  # CLIP's LayerNorm before the blocks
+        x = layer_norm(x, params["pre_norm/scale"], params["pre_norm/bias"], epsilon)
     depth = 1 + max(
         (int(m.group(1)) for k in params if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))),
         default=-1,
