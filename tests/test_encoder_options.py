@@ -167,3 +167,11 @@ def test_inspection_and_pretraining_run_the_pre_norm():
     first = encoder.get_layer("pre_norm")(encoder.get_layer("embedding")(encoder.get_layer("patches")(x)))
     probs = to_numpy(encoder.encoder_blocks[0].attention_probs(first))
     np.testing.assert_allclose(maps[0], probs, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", list(OPTIONS))
+def test_transformers_export_refuses_what_its_vit_lacks(kind, tmp_path):
+    model = _model(OPTIONS[kind], class_names=list("abcde"), preprocessing=dict(mean=[0.5] * 3, std=[0.5] * 3))
+    with pytest.raises(ValueError, match="transformers has no ViT that represents this model"):
+        model.save_to_preset(str(tmp_path / "hf"), format="transformers")
+    assert not os.path.exists(tmp_path / "hf" / "config.json")
