@@ -67,9 +67,14 @@ def test_mocov3_and_big_vision_styles():
     np.testing.assert_allclose(table, _big_vision(6, 4, 24), atol=1e-6, rtol=0)
 
 
-def test_large_grid_keeps_float64_accuracy():
-    # 1024 positions: a plain float32 angle would be off by up to ~6e-5.
-    table = _numpy(sincos_position_embedding((4, 1024), 64, "big_vision", num_prefix_rows=0))[0]
+@pytest.mark.parametrize("in_graph", [False, True])
+def test_large_grid_keeps_float64_accuracy(in_graph):
+    # 1024 positions: a plain float32 angle would be off by up to ~3e-5. A
+    # grid of tensors takes the in-graph path (split float32 angles).
+    grid = (4, 1024)
+    if in_graph:
+        grid = tuple(keras.ops.convert_to_tensor(g, "int32") for g in grid)
+    table = _numpy(sincos_position_embedding(grid, 64, "big_vision", num_prefix_rows=0))[0]
     np.testing.assert_allclose(table, _big_vision(4, 1024, 64), atol=2e-6, rtol=0)
 
 

@@ -33,8 +33,12 @@ def _frequencies(dim, style, temperature):
     return head, tail
 
 
-def _sin_cos(positions, head, tail):
-    positions = ops.cast(positions, "float32")[:, None]
+def _sin_cos(xp, length, head, tail):
+    """Sines and cosines `(length, dim / 4)` of positions `0 .. length - 1`."""
+    if xp is np:  # a grid known when the graph is built: a float64 constant
+        angles = np.arange(length, dtype=np.float64)[:, None] * (head.astype(np.float64) + tail)
+        return np.sin(angles), np.cos(angles)
+    positions = ops.cast(ops.arange(length), "float32")[:, None]
     a = positions * ops.convert_to_tensor(head)[None, :]
     b = positions * ops.convert_to_tensor(tail)[None, :]
     sin_a, cos_a, sin_b, cos_b = ops.sin(a), ops.cos(a), ops.sin(b), ops.cos(b)
@@ -87,15 +91,16 @@ def sincos_position_embedding(grid, dim, style="mae", num_prefix_rows=1, tempera
     temperature = check_positive_float(temperature, "temperature")
     head, tail = _frequencies(dim, style, temperature)
     gh, gw = grid
-    sin_y, cos_y = _sin_cos(ops.arange(gh), head, tail)
-    sin_x, cos_x = _sin_cos(ops.arange(gw), head, tail)
+    # Python ints: computed in NumPy, a constant of the graph (no range ops
+    # for exporters to convert); tensors: computed in the graph.
+    xp = np if all(isinstance(g, int) for g in (gh, gw)) else ops
+    sin_y, cos_y = _sin_cos(xp, gh, head, tail)
+    sin_x, cos_x = _sin_cos(xp, gw, head, tail)
     quarter = dim // 4
-    y = ops.concatenate([sin_y, cos_y], axis=-1)[:, None, :]
-    x = ops.concatenate([sin_x, cos_x], axis=-1)[None, :, :]
-    y = ops.broadcast_to(y, (gh, gw, 2 * quarter))
-    x = ops.broadcast_to(x, (gh, gw, 2 * quarter))
+    y = xp.broadcast_to(xp.concatenate([sin_y, cos_y], axis=-1)[:, None, :], (gh, gw, 2 * quarter))
+    x = xp.broadcast_to(xp.concatenate([sin_x, cos_x], axis=-1)[None, :, :], (gh, gw, 2 * quarter))
     parts = [x, y] if STYLES[style][0] else [y, x]
-    table = ops.reshape(ops.concatenate(parts, axis=-1), (1, -1, dim))
-    if not num_prefix_rows:
-        return table
-    return ops.concatenate([ops.zeros((1, num_prefix_rows, dim), "float32"), table], axis=1)
+    table = xp.reshape(xp.concatenate(parts, axis=-1), (1, -1, dim))
+    table = ops.cast(table, "float32") if xp is ops else table.astype("float32")
+    prefix = xp.zeros((1, num_prefix_rows, dim), "float32")
+    return ops.convert_to_tensor(xp.concatenate([prefix, table], axis=1))
