@@ -6,8 +6,9 @@ import keras
 from keras import ops
 
 from keras_vit.layers import kernels
+from keras_vit.layers.config import MLP_ACTIVATIONS
 from keras_vit.layers.transformer import MlpBlock
-from keras_vit.validation import check_bool, check_positive_float, check_positive_int
+from keras_vit.validation import check_bool, check_choice, check_positive_float, check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -33,8 +34,11 @@ class MapHead(keras.layers.Layer):
         num_heads: int, attention heads; must divide the token width.
         mlp_dim: int, hidden width of the MLP.
         layer_norm_epsilon: float, default 1e-6 (big_vision, SigLIP).
-        gelu_approximate: bool, default True: tanh GELU in the MLP (SigLIP's
-            `gelu_pytorch_tanh`, big_vision's `nn.gelu`); False: exact GELU.
+        activation: the MLP's activation, default "gelu_tanh" (SigLIP's
+            `gelu_pytorch_tanh`, big_vision's `nn.gelu`); "gelu" (exact) or
+            "quick_gelu", as `MlpBlock`.
+        qkv_bias: bool, default True: biases on the query, key and value
+            projections (the output keeps its bias).
         kernel_initializer: initializer of the projections.
 
     Input shape:
@@ -63,7 +67,8 @@ class MapHead(keras.layers.Layer):
         num_heads,
         mlp_dim,
         layer_norm_epsilon=1e-6,
-        gelu_approximate=True,
+        activation="gelu_tanh",
+        qkv_bias=True,
         kernel_initializer="glorot_uniform",
         **kwargs,
     ):
@@ -71,7 +76,8 @@ class MapHead(keras.layers.Layer):
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
         self.layer_norm_epsilon = check_positive_float(layer_norm_epsilon, "layer_norm_epsilon")
-        self.gelu_approximate = check_bool(gelu_approximate, "gelu_approximate")
+        self.activation = check_choice(activation, MLP_ACTIVATIONS, "activation")
+        self.qkv_bias = check_bool(qkv_bias, "qkv_bias")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.input_spec = keras.layers.InputSpec(ndim=3)
 
@@ -89,6 +95,7 @@ class MapHead(keras.layers.Layer):
         self.attention = _ProbeAttention(
             self.num_heads,
             self.head_dim,
+            qkv_bias=self.qkv_bias,
             kernel_initializer=self.kernel_initializer,
             dtype=self.dtype_policy,
             name="MultiHeadDotProductAttention_0",
@@ -100,7 +107,7 @@ class MapHead(keras.layers.Layer):
         self.norm.build((None, 1, dim))
         self.mlp = MlpBlock(
             self.mlp_dim,
-            gelu_approximate=self.gelu_approximate,
+            activation=self.activation,
             dtype=self.dtype_policy,
             name="MlpBlock_0",
         )
@@ -124,7 +131,8 @@ class MapHead(keras.layers.Layer):
                 "num_heads": self.num_heads,
                 "mlp_dim": self.mlp_dim,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
-                "gelu_approximate": self.gelu_approximate,
+                "activation": self.activation,
+                "qkv_bias": self.qkv_bias,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             }
         )
@@ -140,8 +148,10 @@ class _ProbeAttention(keras.layers.Layer):
     Built and owned by `MapHead` (not serialised on its own).
     """
 
-    def __init__(self, num_heads, head_dim, kernel_initializer="glorot_uniform", **kwargs):
+    def __init__(self, num_heads, head_dim, qkv_bias=True, kernel_initializer="glorot_uniform",
+                 **kwargs):
         super().__init__(**kwargs)
+        self.qkv_bias = qkv_bias
         self.num_heads = num_heads
         self.head_dim = head_dim
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -153,7 +163,7 @@ class _ProbeAttention(keras.layers.Layer):
             layer = keras.layers.EinsumDense(
                 "btd,dhk->bthk",
                 output_shape=(None, self.num_heads, self.head_dim),
-                bias_axes="hk",
+                bias_axes="hk" if self.qkv_bias else None,
                 name=name,
                 **common,
             )
@@ -170,7 +180,9 @@ class _ProbeAttention(keras.layers.Layer):
             return layer(x)
         width = self.num_heads * self.head_dim
         kernel = ops.reshape(ops.cast(layer.kernel, self.compute_dtype), (x.shape[-1], width))
-        bias = ops.reshape(ops.cast(layer.bias, self.compute_dtype), (width,))
+        bias = None
+        if layer.bias is not None:
+            bias = ops.reshape(ops.cast(layer.bias, self.compute_dtype), (width,))
         tokens = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
         y = kernels.dense(x, kernel, bias)
         return ops.reshape(y, (-1, tokens, self.num_heads, self.head_dim))

@@ -79,6 +79,11 @@ class SwiGluMlp(keras.layers.Layer):
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
         self.seed = check_seed(seed)
 
+    @classmethod
+    def for_block(cls, config, mlp_dim, **kwargs):
+        """The MLP a block with `config` (a `BlockConfig`, `mlp_kind="swiglu"`) holds."""
+        return cls(mlp_dim, dropout_rate=config.dropout_rate, **kwargs)
+
     def build(self, input_shape):
         dense = dict(dtype=self.dtype_policy, kernel_initializer="glorot_uniform")
         hidden = tuple(input_shape[:-1]) + (self.mlp_dim,)
