@@ -163,6 +163,15 @@ def test_all_options_survive_config_and_keras_saving(tmp_path):
     np.testing.assert_allclose(to_numpy(loaded(_images(40)))[0].sum(), 1.0, atol=1e-5)
 
 
+@pytest.mark.parametrize("option", [dict(mlp_kind="swiglu"), dict(qk_norm=True), dict(classifier="map"),
+                                    dict(position_embedding="sincos")])
+def test_transformers_export_refuses_the_options_its_vit_lacks(option, tmp_path):
+    model = keras_vit.ViT(**TINY, classes=3, **option)
+    with pytest.raises(ValueError, match="transformers has no ViT that represents this model"):
+        model.save_to_preset(str(tmp_path / "hf"), format="transformers")
+    assert not os.path.exists(tmp_path / "hf" / "config.json")
+
+
 def test_bad_option_values_are_named():
     for name, value in (("mlp_kind", "geglu"), ("position_embedding", "sin"),
                         ("position_interpolation", "bicubic"), ("qk_norm", "yes"), ("class_token", 2)):
