@@ -93,7 +93,8 @@ def test_logits_without_the_activation():
 
 @pytest.mark.parametrize(
     "indices,expected",
-    [(None, [0, 1, 2]), (2, [1, 2]), (0, []), ([0, -1], [0, 2]), ((2, 0, 2), [0, 2]), ([-3], [0])],
+    [(None, [0, 1, 2]), (2, [1, 2]), (0, []), ([0, -1], [0, 2]), ((2, 0, 2), [0, 2]), ([-3], [0]),
+     (np.int64(1), [2]), (np.array([0, -2]), [0, 1])],
 )
 def test_indices_follow_timm(indices, expected):
     assert forward.block_indices(3, indices) == expected

@@ -20,6 +20,8 @@ new symbolic inputs (a feature model inside another model). The steps:
 `Stages` holds the model's layers by step; `stages(model)` returns it.
 """
 
+import numbers
+
 import keras
 from keras import ops
 
@@ -225,26 +227,27 @@ def block_indices(count, indices):
     """
     if indices is None:
         return list(range(count))
-    if isinstance(indices, int) and not isinstance(indices, bool):
+    whole = lambda i: isinstance(i, numbers.Integral) and not isinstance(i, bool)  # noqa: E731
+    if whole(indices):
         if not 0 <= indices <= count:
             raise ValueError(
                 f"`indices` as an int takes the last n of the {count} blocks, 0 <= n <= {count}. "
                 f"Received: indices={indices!r}"
             )
-        return list(range(count - indices, count))
+        return list(range(count - int(indices), count))
     try:
         items = list(indices)
     except TypeError:
         items = None
     ok = items is not None and all(
-        isinstance(i, int) and not isinstance(i, bool) and -count <= i < count for i in items
+        whole(i) and -count <= i < count for i in items
     )
     if not ok:
         raise ValueError(
             f"`indices` must be None, an int or a sequence of block indices in "
             f"[-{count}, {count - 1}]. Received: indices={indices!r}"
         )
-    return sorted({i % count for i in items})
+    return sorted({int(i) % count for i in items})
 
 
 def run_blocks(s, x, indices=(), training=None, stop_early=False):
