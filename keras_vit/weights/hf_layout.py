@@ -331,6 +331,8 @@ def export_architecture(config):
         (config.get("pooled_norm", False), "a final norm after pooling (pooled_norm=True)"),
         (config.get("mlp_activation", "gelu_tanh") not in ("gelu_tanh", "gelu"), f"mlp_activation={config.get('mlp_activation')!r}"),
         (any(config.get(k, v) != v for k, v in EncoderConfig.defaults().items()), "an encoder option off its default (pre_norm, patch_bias)"),
+        (config.get("mlp_kind", "plain") != "plain", f"mlp_kind={config.get('mlp_kind')!r}"),
+        (config.get("qk_norm", False), "QK-norm (qk_norm=True)"),
         (config.get("layer_scale_init") is not None, "LayerScale (layer_scale_init)"),
         (config.get("representation_size") is not None, "a pre-logits layer (representation_size); transformers' classifiers have none"),
         (not config.get("include_top", True), "no classifier head (include_top=False); AutoModelForImageClassification needs one"),
