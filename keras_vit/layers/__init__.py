@@ -13,6 +13,7 @@ from keras_vit.layers.resnet import (
     resnet_backbone,
 )
 from keras_vit.layers.pooling import TokenPooling
+from keras_vit.layers.pyramid import SimpleFeaturePyramid
 from keras_vit.layers.transformer import MlpBlock, TransformerBlock
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "GroupNorm",
     "MaxPool2D",
     "ResNetStage",
+    "SimpleFeaturePyramid",
     "StdConv2D",
     "group_norm",
     "resnet_backbone",
