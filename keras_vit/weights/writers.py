@@ -12,6 +12,7 @@ import keras
 import numpy as np
 
 from keras_vit import labels
+from keras_vit.layers.config import flatten_config
 from keras_vit.version import __version__
 from keras_vit.weights import hf_layout
 from keras_vit.weights.mapping import model_state
@@ -113,7 +114,7 @@ def _metadata(model, format, preprocessing, class_names):
 def _save_transformers(model, directory, metadata):
     from safetensors.numpy import save_file
 
-    config = model.get_config()
+    config = flatten_config(model.get_config())
     hf_config = hf_layout.export_config(config, metadata["class_names"])
     architecture = hf_config["architectures"][0]
     _, prefix, head = hf_layout.ARCHITECTURES[architecture]
@@ -176,7 +177,7 @@ def save_to_preset(model, directory, format="keras_vit", preprocessing=None, cla
     """
     _check_format(format)
     if format == "transformers":
-        hf_layout.export_architecture(model.get_config())  # refuse before writing
+        hf_layout.export_architecture(flatten_config(model.get_config()))  # refuse before writing
     metadata = _metadata(model, format, preprocessing, class_names)
     os.makedirs(directory, exist_ok=True)
     if format == "keras_vit":
