@@ -2,6 +2,7 @@
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.patch_encoder import PatchEncoder, resize_position_grid
+from keras_vit.layers.patch_dropout import PatchDropout, kept_patches
 from keras_vit.layers.patches import Patches
 from keras_vit.layers.resnet import (
     BottleneckUnit,
@@ -27,9 +28,11 @@ __all__ = [
     "resnet_backbone",
     "MlpBlock",
     "MultiHeadSelfAttention",
+    "PatchDropout",
     "PatchEncoder",
     "Patches",
     "TokenPooling",
     "TransformerBlock",
+    "kept_patches",
     "resize_position_grid",
 ]

@@ -170,6 +170,13 @@ class BlockConfig(_Record):
             embedding).
         attention_dropout_rate: float in [0, 1), default 0: dropout on the
             attention probabilities.
+        remat: bool, default False: rematerialise each block in training
+            (`keras.remat`: jax.checkpoint, torch.utils.checkpoint,
+            tf.recompute_grad): its activations are recomputed in the
+            backward pass instead of kept, trading compute for memory; the
+            gradients are the same. Needs `dropout_rate`,
+            `attention_dropout_rate` and stochastic depth at 0 (a random mask
+            drawn again in the recomputation would differ).
 
     Example:
 
@@ -187,6 +194,7 @@ class BlockConfig(_Record):
     layer_scale_init: object = None
     dropout_rate: float = _training(0.0)
     attention_dropout_rate: float = _training(0.0)
+    remat: bool = _training(False)
 
     ALIASES = {"gelu_approximate": _gelu_alias}
     PROPERTIES = ("gelu_approximate",)
@@ -201,6 +209,13 @@ class BlockConfig(_Record):
         self._set(
             "attention_dropout_rate", check_rate(self.attention_dropout_rate, "attention_dropout_rate")
         )
+        check_bool(self.remat, "remat")
+        if self.remat and (self.dropout_rate or self.attention_dropout_rate):
+            raise ValueError(
+                "`remat=True` needs `dropout_rate=0` and `attention_dropout_rate=0` (the "
+                "recomputed forward pass would draw other dropout masks). Received: "
+                f"dropout_rate={self.dropout_rate}, attention_dropout_rate={self.attention_dropout_rate}"
+            )
 
     @property
     def gelu_approximate(self):
@@ -217,19 +232,27 @@ class EncoderConfig(_Record):
             (OpenAI CLIP's has none).
         pre_norm: bool, default False: a LayerNorm (layer `pre_norm`) on the
             tokens before the first block (CLIP's `pre_layrnorm`).
+        patch_dropout_rate: float in [0, 1), default 0: in training, drop
+            this fraction of the patch tokens of each image after the
+            position embedding (`keras_vit.layers.PatchDropout`, FLIP /
+            timm's `patch_drop_rate`; layer `patch_dropout`); the class,
+            distillation and register tokens are always kept; no effect at
+            inference.
 
     Example:
 
     >>> EncoderConfig(pre_norm=True).get_config()
-    {'patch_bias': True, 'pre_norm': True}
+    {'patch_bias': True, 'pre_norm': True, 'patch_dropout_rate': 0.0}
     """
 
     patch_bias: bool = True
     pre_norm: bool = False
+    patch_dropout_rate: float = _training(0.0)
 
     def __post_init__(self):
         check_bool(self.patch_bias, "patch_bias")
         check_bool(self.pre_norm, "pre_norm")
+        self._set("patch_dropout_rate", check_rate(self.patch_dropout_rate, "patch_dropout_rate"))
 
 
 # Each record by the name it has in a model's arguments and config.

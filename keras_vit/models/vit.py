@@ -12,7 +12,7 @@ import warnings
 import keras
 import numpy as np
 
-from keras_vit.layers import PatchEncoder, Patches, TokenPooling, TransformerBlock
+from keras_vit.layers import PatchDropout, PatchEncoder, Patches, TokenPooling, TransformerBlock
 from keras_vit.layers.config import RECORDS, BlockConfig, expose_records, record_keywords
 from keras_vit.layers.seeds import check_seed, derive_seed
 from keras_vit.models.arguments import (
@@ -375,9 +375,15 @@ class ViT(ModelRuntime, keras.Model):
             name="embedding",
             dtype=dtype,
         )(x)
-        return keras.layers.Dropout(
+        x = keras.layers.Dropout(
             self.dropout_rate, seed=derive_seed(self.seed, "dropout"), name="dropout", dtype=dtype
         )(x)
+        if self.encoder_config.patch_dropout_rate:
+            x = PatchDropout(
+                self.encoder_config.patch_dropout_rate, self.num_prefix_tokens,
+                seed=derive_seed(self.seed, "patch_dropout"), name="patch_dropout", dtype=dtype,
+            )(x)
+        return x
 
     def _encoder(self, x, dtype):
         for i in range(self.num_layers):
