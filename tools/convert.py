@@ -79,9 +79,8 @@ def _model_class(config):
 
 def _outputs(model, x):
     """Logits (or features): the model's output before its activation."""
-    if model.include_top and model.classifier_activation is not None:
-        model = keras.Model(model.input, model.get_layer("predictions").input)
-    return keras.ops.convert_to_numpy(model(x, training=False))
+    tokens = model.forward_features(x)
+    return keras.ops.convert_to_numpy(model.forward_head(tokens, activation=False))
 
 
 def _from_weights(args):
