@@ -4,7 +4,7 @@ Offline: the data are made here. Handwritten digits of scikit-learn (8x8,
 upscaled) are pasted in random colours, sizes and places on textured
 backgrounds (smooth colour noise plus stripes); every pixel is labelled
 background or the digit's class. The model is a keras_vit backbone's
-last-block map (stride 16), `keras_vit.layers.SimpleFeaturePyramid`
+last-block map (`keras_vit.feature_model`, stride 16), `keras_vit.layers.SimpleFeaturePyramid`
 (strides 4, 8, 16, 32) and a light head (the levels upsampled to stride 4
 and summed, a 3x3 convolution, a 1x1 convolution to the classes, a
 bilinear upsampling to the image), trained with `model.fit` on per-pixel
@@ -106,12 +106,10 @@ def datasets(args):
     return train, test
 
 
-def backbone_map(backbone):
-    """The backbone's last-block map, `(batch, rows, cols, D)` at stride = patch size."""
-    tokens = backbone.get_layer(f"encoderblock_{backbone.num_layers - 1}").output
-    patches = tokens[:, backbone.num_prefix_tokens :]
-    grid = backbone.grid_size
-    return keras.layers.Reshape(grid + (backbone.hidden_size,), name="feature_map")(patches)
+def backbone_map(backbone, images):
+    """The backbone's last-block map, `(batch, rows, cols, D)` at stride = patch size
+    (prefix tokens dropped, before the final norm)."""
+    return keras_vit.feature_model(backbone, feature_blocks=-1)(images)
 
 
 def build_backbone(args, pretrained):
@@ -130,7 +128,10 @@ def build_model(args, pretrained, classes):
     """Backbone map -> pyramid -> levels upsampled to stride 4 and summed -> classes."""
     backbone = build_backbone(args, pretrained)
     stride = backbone.effective_patch_size[0]
-    levels = SimpleFeaturePyramid(stride, out_channels=args.channels, name="pyramid")(backbone_map(backbone))
+    images = keras.Input(tuple(backbone.image_size) + (3,), name="image")
+    levels = SimpleFeaturePyramid(stride, out_channels=args.channels, name="pyramid")(
+        backbone_map(backbone, images)
+    )
     # Sizes are ceil(image / stride): resize to the finest level's exactly.
     finest = tuple(levels[0].shape[1:3])
     x = levels[0]
@@ -139,7 +140,7 @@ def build_model(args, pretrained, classes):
     x = keras.layers.Conv2D(args.channels, 3, padding="same", activation="relu", name="head_conv")(x)
     x = keras.layers.Conv2D(classes, 1, name="head_classes")(x)
     x = keras.layers.Resizing(args.image_size, args.image_size, interpolation="bilinear", name="to_image")(x)
-    return keras.Model(backbone.input, x, name="segmenter")
+    return keras.Model(images, x, name="segmenter")
 
 
 def confusion(predictions, masks, classes):

@@ -68,4 +68,5 @@ def test_pretrained_backbone_loads_the_deit_weights():
     model = example.build_model(args, pretrained=True, classes=5)
     assert tuple(model.output.shape) == (None, 32, 32, 5)
     kernel = np.load(DEIT_NPZ)["embedding/kernel"]
-    np.testing.assert_array_equal(to_numpy(model.get_layer("embedding").kernel), kernel)
+    backbone = model.get_layer("vitti16_features")
+    np.testing.assert_array_equal(to_numpy(backbone.get_layer("embedding").kernel), kernel)

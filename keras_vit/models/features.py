@@ -81,8 +81,7 @@ def feature_model(model, feature_blocks=(3, 5, 7, 11), norm=False, prefix_tokens
         sizes divisible by the effective patch size are accepted) and whose output is a list of
         `(batch, h, w, D)` maps at stride `model.effective_patch_size`, or
         with `prefix_tokens="separate"` a list of `(map, prefix tokens)`
-        pairs (Keras returns a single output as itself: the map, or the pair,
-        when one block is asked for). The layers are the model's own:
+        pairs; for a single block, its map (or pair) alone. The layers are the model's own:
         training one trains the other.
 
     Example:
@@ -113,6 +112,8 @@ def feature_model(model, feature_blocks=(3, 5, 7, 11), norm=False, prefix_tokens
     )
     by_block = dict(zip(sorted(blocks), maps))
     outputs = [by_block[i] for i in blocks]
+    if len(outputs) == 1:
+        outputs = outputs[0]  # one block: its map (or pair) itself, symbolically too
     features = keras.Model(inputs, outputs, name=name or f"{model.name}_features")
     features.input_spec = keras.layers.InputSpec(shape=(None, None, None, model.num_channels))
     return features
