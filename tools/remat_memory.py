@@ -5,8 +5,9 @@ model at random, compiles SGD, runs `--steps` training steps on random
 images with `train_on_batch`, and reports the process's peak resident set
 size (`ru_maxrss`, Linux: the high-water mark of CPU memory, which holds
 the activations kept for the backward pass) and the seconds of the last
-step. On a GPU the backend's allocator peak would be the number to read;
-this tool measures the CPU.
+step; under jax also XLA's own count of the temporary buffers of the
+gradient computation (`memory_analysis()`). On a GPU the backend's
+allocator peak would be the number to read; this tool measures the CPU.
 
     python tools/remat_memory.py --model ViTB16 --batch-size 8
     KERAS_BACKEND=torch python tools/remat_memory.py --batch-size 8 --json out.json
@@ -46,11 +47,28 @@ def run_case(args):
         loss = float(model.train_on_batch(x, y))
         seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps(dict(
+    result = dict(
         backend=keras.backend.backend(), model=args.model, batch_size=args.batch_size,
         remat=args.remat, peak_rss_mib=peak / 1024, before_training_mib=idle / 1024,
         last_step_seconds=seconds, loss=loss,
-    )))
+    )
+    if keras.backend.backend() == "jax":
+        result["xla_temp_mib"] = _xla_temp_mib(model, x, y)
+    print(json.dumps(result))
+
+
+def _xla_temp_mib(model, x, y):
+    """XLA's temporary buffers for the gradient of the loss (its own accounting)."""
+    import jax
+    import keras
+
+    def loss(trainable, other, x, y):
+        logits, _ = model.stateless_call(trainable, other, x, training=True)
+        return keras.ops.mean(keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True))
+
+    values = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables])
+    compiled = jax.jit(jax.grad(loss)).lower(*values, x, y).compile()
+    return compiled.memory_analysis().temp_size_in_bytes / 2**20
 
 
 def main(argv=None):
@@ -71,9 +89,10 @@ def main(argv=None):
         out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
         results.append(json.loads(out.strip().splitlines()[-1]))
         r = results[-1]
+        xla = f", XLA temporaries {r['xla_temp_mib']:.0f} MiB" if "xla_temp_mib" in r else ""
         print(f"{r['backend']} {r['model']} batch {r['batch_size']} remat={r['remat']}: "
               f"peak RSS {r['peak_rss_mib']:.0f} MiB (before training {r['before_training_mib']:.0f} MiB), "
-              f"step {r['last_step_seconds']:.1f} s")
+              f"step {r['last_step_seconds']:.1f} s{xla}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
