@@ -24,6 +24,7 @@ from keras_vit.models import (
     ViTS16,
     ViTS32,
     ViTTi16,
+    feature_model,
 )
 from keras_vit.version import __version__
 from keras_vit.preprocessing import decode_predictions, preprocess_input

@@ -6,6 +6,7 @@ from keras_vit.layers.map_head import MapHead
 from keras_vit.layers.sincos import sincos_position_embedding
 from keras_vit.layers.swiglu import SwiGluMlp, swiglu_hidden_width
 from keras_vit.layers.patch_encoder import PatchEncoder, resize_position_grid
+from keras_vit.layers.patch_dropout import PatchDropout, kept_patches
 from keras_vit.layers.patches import Patches
 from keras_vit.layers.resnet import (
     BottleneckUnit,
@@ -16,7 +17,8 @@ from keras_vit.layers.resnet import (
     group_norm,
     resnet_backbone,
 )
-from keras_vit.layers.pooling import TokenPooling
+from keras_vit.layers.pooling import TokenGrid, TokenPooling
+from keras_vit.layers.pyramid import SimpleFeaturePyramid
 from keras_vit.layers.transformer import MlpBlock, TransformerBlock
 
 __all__ = [
@@ -24,15 +26,19 @@ __all__ = [
     "GroupNorm",
     "MaxPool2D",
     "ResNetStage",
+    "SimpleFeaturePyramid",
     "StdConv2D",
     "group_norm",
     "resnet_backbone",
     "MlpBlock",
     "MultiHeadSelfAttention",
+    "PatchDropout",
     "PatchEncoder",
     "Patches",
+    "TokenGrid",
     "TokenPooling",
     "TransformerBlock",
+    "kept_patches",
     "resize_position_grid",
     "MapHead",
     "SwiGluMlp",

@@ -185,6 +185,13 @@ class BlockConfig(_Record):
         qk_norm: bool, default False: LayerNorm of the queries and keys
             over the head width before their product (ViT-22B, timm's
             `qk_norm`; `QKNorm`, with `layer_norm_epsilon`).
+        remat: bool, default False: rematerialise each block in training
+            (`keras.remat`: jax.checkpoint, torch.utils.checkpoint,
+            tf.recompute_grad): its activations are recomputed in the
+            backward pass instead of kept, trading compute for memory; the
+            gradients are the same. Needs `dropout_rate`,
+            `attention_dropout_rate` and stochastic depth at 0 (a random mask
+            drawn again in the recomputation would differ).
 
     Example:
 
@@ -204,6 +211,7 @@ class BlockConfig(_Record):
     attention_dropout_rate: float = _training(0.0)
     mlp_kind: str = "plain"
     qk_norm: bool = False
+    remat: bool = _training(False)
 
     ALIASES = {"gelu_approximate": _gelu_alias}
     PROPERTIES = ("gelu_approximate",)
@@ -220,6 +228,13 @@ class BlockConfig(_Record):
         )
         check_choice(self.mlp_kind, MLP_KINDS, "mlp_kind")
         check_bool(self.qk_norm, "qk_norm")
+        check_bool(self.remat, "remat")
+        if self.remat and (self.dropout_rate or self.attention_dropout_rate):
+            raise ValueError(
+                "`remat=True` needs `dropout_rate=0` and `attention_dropout_rate=0` (the "
+                "recomputed forward pass would draw other dropout masks). Received: "
+                f"dropout_rate={self.dropout_rate}, attention_dropout_rate={self.attention_dropout_rate}"
+            )
 
     @property
     def gelu_approximate(self):
@@ -248,11 +263,17 @@ class EncoderConfig(_Record):
             `keras_vit.layers.interpolation.FAMILIES`, default "official"
             (corner-aligned linear); "vit", "clip", "siglip", "mae",
             "dinov2", ... resize as transformers does for that family.
+        patch_dropout_rate: float in [0, 1), default 0: in training, drop
+            this fraction of the patch tokens of each image after the
+            position embedding (`keras_vit.layers.PatchDropout`, FLIP /
+            timm's `patch_drop_rate`; layer `patch_dropout`); the class,
+            distillation and register tokens are always kept; no effect at
+            inference.
 
     Example:
 
     >>> EncoderConfig(pre_norm=True).get_config()
-    {'patch_bias': True, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official'}
+    {'patch_bias': True, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0}
     """
 
     patch_bias: bool = True
@@ -260,6 +281,7 @@ class EncoderConfig(_Record):
     class_token: object = None
     position_embedding: str = "learned"
     position_interpolation: str = "official"
+    patch_dropout_rate: float = _training(0.0)
 
     def __post_init__(self):
         check_bool(self.patch_bias, "patch_bias")
@@ -268,6 +290,7 @@ class EncoderConfig(_Record):
             check_bool(self.class_token, "class_token")
         check_choice(self.position_embedding, POSITION_EMBEDDINGS, "position_embedding")
         check_choice(self.position_interpolation, tuple(FAMILIES), "position_interpolation")
+        self._set("patch_dropout_rate", check_rate(self.patch_dropout_rate, "patch_dropout_rate"))
 
 
 # Each record by the name it has in a model's arguments and config.

@@ -174,6 +174,12 @@ class TransformerBlock(keras.layers.Layer):
         self.stochastic_depth_rate = check_rate(stochastic_depth_rate, "stochastic_depth_rate")
         self.seed = check_seed(seed)
         if self.stochastic_depth_rate > 0:
+            if self.block_config.remat:
+                raise ValueError(
+                    "`remat=True` needs `stochastic_depth_rate=0` (the recomputed forward "
+                    "pass would draw other masks). Received: "
+                    f"stochastic_depth_rate={self.stochastic_depth_rate}"
+                )
             self.seed_generator = keras.random.SeedGenerator(derive_seed(self.seed, "drop_path"))
 
     def build(self, input_shape):
@@ -227,6 +233,11 @@ class TransformerBlock(keras.layers.Layer):
         return x * ops.floor(keep + noise) / keep
 
     def call(self, x, training=None):
+        if training and self.block_config.remat:
+            return keras.remat(lambda x: self._forward(x, training))(x)
+        return self._forward(x, training)
+
+    def _forward(self, x, training):
         y = self.attention(self.norm_0(x), training=training)
         y = self.dropout(y, training=training)
         x = x + self._drop_path(self._scale(y, self.attention_scale), training)

@@ -20,4 +20,5 @@ from keras_vit.models.variants import (
     architecture_name,
 )
 from keras_vit.models.vit import ViT
+from keras_vit.models.features import feature_model
 from keras_vit.models.hybrid import ViTHybrid

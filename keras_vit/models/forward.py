@@ -25,9 +25,8 @@ import numbers
 import keras
 from keras import ops
 
-from keras_vit.layers import PatchEncoder, Patches, TokenPooling, TransformerBlock
+from keras_vit.layers import PatchDropout, PatchEncoder, Patches, TokenGrid, TokenPooling, TransformerBlock
 from keras_vit.layers.map_head import MapHead
-from keras_vit.layers.pooling import TokenGrid
 from keras_vit.layers.seeds import derive_seed
 from keras_vit.validation import check_choice
 
@@ -45,6 +44,7 @@ class Stages:
             feature map (a functional sub-model of the ViT's own layers).
         patches, embedding, dropout: the `Patches`, `PatchEncoder` and
             `Dropout` layers.
+        patch_dropout: None or the `PatchDropout` (training only).
         pre_norm: None or the LayerNorm before the first block.
         blocks: the `TransformerBlock`s, in order.
         norm: None or the encoder's final LayerNorm (`encoder_norm`).
@@ -57,6 +57,7 @@ class Stages:
     def __init__(self):
         self.stem = None
         self.patches = self.embedding = self.dropout = self.pre_norm = None
+        self.patch_dropout = None
         self.blocks = []
         self.norm = self.fc_norm = None
         self.head_layers = {}
@@ -101,6 +102,11 @@ def build_stages(model, dtype):
     )
     if model.encoder_config.pre_norm:
         s.pre_norm = _norm(model, "pre_norm", dtype)
+    if model.encoder_config.patch_dropout_rate:
+        s.patch_dropout = PatchDropout(
+            model.encoder_config.patch_dropout_rate, model.num_prefix_tokens,
+            seed=derive_seed(model.seed, "patch_dropout"), name="patch_dropout", dtype=dtype,
+        )
     for i in range(model.num_layers):
         # Stochastic depth grows linearly from 0 in the first block.
         rate = model.stochastic_depth_rate * i / max(model.num_layers - 1, 1)
@@ -181,6 +187,8 @@ def stem(s, images, training=None):
 
 def _after_embedding(s, x, training):
     x = s.dropout(x, training=training)
+    if s.patch_dropout is not None:
+        x = s.patch_dropout(x, training=training)
     return x if s.pre_norm is None else s.pre_norm(x)
 
 
