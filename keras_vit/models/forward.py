@@ -443,7 +443,9 @@ class ForwardPass:
         >>> tokens = model.forward_features(x)
         >>> tuple(tokens.shape)
         (1, 17, 16)
-        >>> bool(np.allclose(model.forward_head(tokens), model(x), atol=1e-6))
+        >>> from keras import ops
+        >>> bool(np.allclose(ops.convert_to_numpy(model.forward_head(tokens)),
+        ...                  ops.convert_to_numpy(model(x)), atol=1e-6))
         True
         """
         return self.forward_intermediates(images, indices=[], training=training)[0]
