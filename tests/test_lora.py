@@ -105,10 +105,13 @@ def test_merged_equals_unmerged_and_is_a_plain_model(tmp_path):
     _randomise_adapters(model, 7)
     with pytest.raises(ValueError, match="merge_lora"):
         model.export(str(tmp_path / "model.onnx"), format="onnx")
+    with pytest.raises(ValueError, match="merge_lora"):
+        model.for_inference()
     x = _images()
     unmerged = to_numpy(model(x))
     model.merge_lora()
     np.testing.assert_allclose(to_numpy(model(x)), unmerged, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(model.for_inference()(x)), unmerged, rtol=0, atol=1e-5)
     np.testing.assert_allclose(model.predict(x, verbose=0), unmerged, rtol=0, atol=1e-5)
     plain = keras_vit.ViT(**TINY, classes=CLASSES, classifier_activation=None)
     assert [v.path for v in model.weights] == [v.path for v in plain.weights]

@@ -392,6 +392,14 @@ class ViT(ModelRuntime, forward.ForwardPass, keras.Model):
         ...                  model.predict(x, verbose=0), atol=1e-5))
         True
         """
+        from keras_vit.models.lora import lora_layers
+
+        if lora_layers(self):
+            # The copy is built from the plain kernels, without the adapters.
+            raise ValueError(
+                f"Model {self.name!r} has LoRA adapters: merge them into the kernels with "
+                "`model.merge_lora()` before `for_inference()`."
+            )
         config = self._inference_config(self.get_config())
         if image_size is not None:
             size = pair(image_size, "image_size")
