@@ -62,7 +62,7 @@ import tempfile
 
 from keras_vit import export_int8
 from keras_vit.layers import kernels
-from keras_vit.runtimes import (  # noqa: F401  (re-exported)
+from keras_vit.serving import (  # noqa: F401  (re-exported)
     FORMATS,
     RUNTIMES,
     load_exported,

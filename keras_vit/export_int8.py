@@ -27,7 +27,7 @@ import os
 
 import numpy as np
 
-from keras_vit.runtimes import load_exported, require
+from keras_vit.serving import load_exported, require
 
 # The modes `export_model(quantize=...)` takes, and the formats that have them.
 QUANTIZE_MODES = ("int8",)

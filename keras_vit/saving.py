@@ -5,7 +5,7 @@ while saving leaves a truncated file where the last good checkpoint was.
 `atomic_path` writes to a temporary file in the same folder and renames it
 over the target only once the write has finished and reached the disk; the
 rename is atomic on POSIX and Windows file systems. keras_vit models save
-this way (`keras_vit.models.runtime.ModelRuntime`), and so do the callbacks
+this way (`keras_vit.models.base.ModelBase`), and so do the callbacks
 of `keras_vit.training.run_callbacks`.
 """
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import DEIT_NPZ, DEIT_SAFETENSORS, ROOT, requires_shared
 from PIL import Image
 
-from keras_vit import architectures, cli, export, presets, preprocessing, runtimes
+from keras_vit import architectures, cli, export, presets, preprocessing, serving
 from keras_vit.weights.describe import checkpoint_constructor
 from keras_vit_tools import commands
 
@@ -86,7 +86,7 @@ def test_the_parsers_lists_are_keras_vits():
     assert commands.NORMALIZATIONS == tuple(preprocessing.MODES)
     assert commands.EXPORT_FORMATS == tuple(export.FORMATS)
     assert commands.PRESET_FORMATS == tuple(presets.FORMATS)
-    assert commands.OPENVINO_PRECISIONS == tuple(runtimes.OPENVINO_PRECISIONS)
+    assert commands.OPENVINO_PRECISIONS == tuple(serving.OPENVINO_PRECISIONS)
 
 
 def test_a_command_runs_after_parsing(tmp_path):

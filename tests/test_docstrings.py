@@ -20,7 +20,7 @@ WITHOUT_EXAMPLES = {
     "keras_vit.weights": "re-exports",
     "keras_vit.layers": "re-exports",
     "keras_vit.training": "re-exports",
-    "keras_vit.models.runtime": "execution policy, tested in test_models.py and test_failures.py",
+    "keras_vit.models.base": "execution policy, tested in test_models.py and test_failures.py",
     "keras_vit.models.jax_guard": "trainer internals, tested by fault injection in test_failures.py",
     "keras_vit.training.sources": "needs datasets; tested in test_sources.py",
 }

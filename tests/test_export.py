@@ -16,7 +16,7 @@ import pytest
 from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared, to_numpy
 
 import keras_vit
-from keras_vit import cli, export, runtimes
+from keras_vit import cli, export, serving
 from keras_vit.layers import kernels
 from keras_vit.layers.resnet import GroupNorm, MaxPool2D
 
@@ -102,7 +102,7 @@ def test_onnx_projection_weights_are_initializers(artifacts):
 
 @pytest.mark.parametrize("format", FORMATS)
 def test_batch_axis_is_dynamic(format, artifacts):
-    run, batch = getattr(runtimes, f"_load_{format}")(artifacts("options", format))
+    run, batch = getattr(serving, f"_load_{format}")(artifacts("options", format))
     assert batch is None, batch
 
 
@@ -114,7 +114,7 @@ def test_model_export_keeps_keras_signature(tmp_path, models, images):
     spec = keras.InputSpec(shape=(2, 48, 48, 3))
     path = model.export(str(tmp_path / f"fixed{export.SUFFIXES[format]}"), format=format,
                         verbose=False, input_signature=[spec])
-    assert getattr(runtimes, f"_load_{format}")(path)[1] == 2
+    assert getattr(serving, f"_load_{format}")(path)[1] == 2
     x = np.random.default_rng(3).normal(size=(3, 48, 48, 3)).astype("float32")
     diff, outputs, _ = export.verify_export(path, format, model, x)  # fed 2 + 1 (padded)
     assert outputs.shape == (3, 10) and diff <= ATOL, diff
@@ -181,7 +181,7 @@ def test_export_at_another_image_size(tmp_path):
 def test_fixed_batch_size(tmp_path, images):
     model = _model("vit")
     path = export.export_model(model, str(tmp_path / "b2"), "tf_saved_model", batch_size=2)
-    assert runtimes._load_tf_saved_model(path)[1] == 2
+    assert serving._load_tf_saved_model(path)[1] == 2
     diff, outputs, _ = export.verify_export(path, "tf_saved_model", model, images)  # fed 2 + 1 (padded)
     assert outputs.shape == (3, 10) and diff <= ATOL
 
@@ -283,7 +283,7 @@ def test_missing_exporter_package_names_what_to_install(tmp_path, models, monkey
             raise ImportError(f"No module named {name!r}")
         return real(name, *args, **kwargs)
 
-    monkeypatch.setattr(runtimes.importlib, "import_module", fake)
+    monkeypatch.setattr(serving.importlib, "import_module", fake)
     monkeypatch.setitem(export.EXPORTERS, (BACKEND, "onnx"), modules)
     with pytest.raises(ImportError, match=rf"pip install {modules[0][1]}.*keras-vit\[export\]"):
         export.export_model(models["options"], str(tmp_path / "m.onnx"), "onnx")

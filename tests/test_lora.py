@@ -173,7 +173,7 @@ def test_finetune_example_trains_lora_with_layer_decay(tmp_path):
 
 
 def test_merged_model_exports_to_onnx_with_the_adapters(tmp_path):
-    from keras_vit import export, runtimes
+    from keras_vit import export, serving
 
     if "onnx" not in export.BACKEND_FORMATS.get(keras.backend.backend(), ()):
         pytest.skip(f"no ONNX exporter for the {keras.backend.backend()} backend")
@@ -183,4 +183,4 @@ def test_merged_model_exports_to_onnx_with_the_adapters(tmp_path):
     x = _images()
     expected = to_numpy(model(x))
     path = model.merge_lora().export(str(tmp_path / "merged.onnx"), format="onnx")
-    np.testing.assert_allclose(runtimes.run_exported(path, "onnx", x), expected, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(serving.run_exported(path, "onnx", x), expected, rtol=0, atol=1e-4)

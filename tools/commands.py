@@ -32,7 +32,7 @@ NORMALIZATIONS = ("inception", "imagenet")  # keras_vit.preprocessing.MODES
 EXPORT_FORMATS = ("tf_saved_model", "onnx", "openvino", "litert", "torch")  # keras_vit.export.FORMATS
 PRESET_FORMATS = ("keras_vit", "transformers")  # keras_vit.presets.FORMATS
 QUANTIZATIONS = ("int8", "float8")
-OPENVINO_PRECISIONS = ("f32", "bf16", "f16")  # keras_vit.runtimes.OPENVINO_PRECISIONS
+OPENVINO_PRECISIONS = ("f32", "bf16", "f16")  # keras_vit.serving.OPENVINO_PRECISIONS
 
 
 def parse_size(text):

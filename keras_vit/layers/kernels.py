@@ -17,7 +17,7 @@ only where measurements (`tools/benchmark.py`) showed that it pays:
   bfloat16 products accumulate into a float32 result, the only form of a
   bfloat16 dot that XLA's CPU backend runs faster than float32 (`_matmul`).
   (On tensorflow, bfloat16 inference runs in the graph runtime, whose oneDNN
-  matmuls use the bf16 units, rather than XLA: `keras_vit.models.runtime`.)
+  matmuls use the bf16 units, rather than XLA: `keras_vit.models.base`.)
 - `attention` uses the backend's fused kernel (`keras.ops.dot_product_attention`;
   on torch `scaled_dot_product_attention` called directly on strided views,
   which saves the three copies Keras makes), except on jax and tensorflow

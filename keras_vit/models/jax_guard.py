@@ -8,7 +8,7 @@ normally (`fit` also in a `finally`, which has nothing to reattach when its
 first step fails). An exception or a Ctrl-C inside a loop would leave the
 model with no values: every later call, `save` included, fails.
 
-`JaxStateGuard`, a mixin of every keras_vit model (through `ModelRuntime`):
+`JaxStateGuard`, a mixin of every keras_vit model (through `ModelBase`):
 
 - keeps references to the values Keras detaches (no copy);
 - records the state each jitted step returns before any other Python code

@@ -5,7 +5,7 @@ Low-rank adaptation (Hu et al. 2021, arXiv:2106.09685) through Keras' own
 every Transformer block get `kernel + (alpha / rank) * A @ B` with `A` and
 `B` trainable and the rest of the model frozen. keras_vit's attention and
 MLP call a LoRA-enabled projection as the Keras layer it is, so the
-adapters take part in the forward pass on every backend. `ModelRuntime`
+adapters take part in the forward pass on every backend. `ModelBase`
 exposes these functions as model methods (`model.enable_lora(...)`).
 
 The adapter file follows keras-hub's `Backbone.save_lora_weights`: a

@@ -4,7 +4,7 @@
 `weights` argument is served by two calls into `keras_vit.weights`, before
 and after the graph is built (`describe_weights` fixes the defaults the
 checkpoint implies, `load_weights` loads it); how the model runs on a
-backend lives in `keras_vit.models.runtime`.
+backend lives in `keras_vit.models.base`.
 """
 
 import keras
@@ -24,7 +24,7 @@ from keras_vit.models.arguments import (
     check_class_names,
     check_images,
 )
-from keras_vit.models.runtime import ModelRuntime
+from keras_vit.models.base import ModelBase
 from keras_vit.validation import (
     argument_names,
     check_bool,
@@ -41,7 +41,7 @@ from keras_vit.weights.record import Preprocessing
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 @expose_records(*RECORDS)
-class ViT(ModelRuntime, forward.ForwardPass, keras.Model):
+class ViT(ModelBase, forward.ForwardPass, keras.Model):
     """Vision Transformer (ViT), "An Image is Worth 16x16 Words".
 
     A functional `keras.Model`: images are cut into patches, embedded with a

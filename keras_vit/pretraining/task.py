@@ -6,7 +6,7 @@ from keras import ops
 from keras_vit.layers.seeds import check_seed
 from keras_vit.models import forward
 from keras_vit.models.arguments import KERAS_LAYER_ARGUMENTS
-from keras_vit.models.runtime import ModelRuntime
+from keras_vit.models.base import ModelBase
 from keras_vit.models.vit import ViT
 from keras_vit.preprocessing import MODES, preprocess_input
 from keras_vit.pretraining import corruption, targets
@@ -110,7 +110,7 @@ def _check_encoder(encoder):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class MaskedPatchPrediction(ModelRuntime, keras.Model):
+class MaskedPatchPrediction(ModelBase, keras.Model):
     """Masked patch prediction: ViT self-supervision (paper §4.6, App. B.1.2).
 
     Wraps a `keras_vit.ViT` or `ViTHybrid` built with `include_top=False` and

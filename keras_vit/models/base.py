@@ -1,6 +1,6 @@
 """How keras_vit models run: what every model class inherits besides its architecture.
 
-`ModelRuntime` is a mixin placed before `keras.Model` in the bases of every
+`ModelBase` is a mixin placed before `keras.Model` in the bases of every
 keras_vit model class (`ViT`, `ViTHybrid` and the pre-training wrappers). It
 holds what depends on the backend and on the data rather than on the
 architecture:
@@ -111,7 +111,7 @@ def _all_variables(model):
     return variables
 
 
-class ModelRuntime(JaxStateGuard):
+class ModelBase(JaxStateGuard):
     """Input checks, failure safety, atomic saving and backend execution policy."""
 
     def _check_input_spec(self, shape, dtype, name="x"):
