@@ -18,6 +18,7 @@ WITHOUT_EXAMPLES = {
     "keras_vit.version": "a version string",
     "keras_vit.models": "re-exports",
     "keras_vit.weights": "re-exports",
+    "keras_vit.weights.formats": "a package: its modules have the examples",
     "keras_vit.layers": "re-exports",
     "keras_vit.training": "re-exports",
     "keras_vit.models.runtime": "execution policy, tested in test_models.py and test_failures.py",

@@ -5,15 +5,14 @@ classes), so `ViT.save_to_preset` can call them. `keras_vit.from_preset`
 reads both back.
 """
 
-import json
 import os
 
 import keras
-import numpy as np
 
 from keras_vit import labels
 from keras_vit.version import __version__
-from keras_vit.weights import hf_layout
+from keras_vit.weights.files import write_json
+from keras_vit.weights.formats import transformers
 from keras_vit.weights.mapping import model_state
 from keras_vit.weights.record import Preprocessing
 
@@ -26,18 +25,12 @@ def _check_format(format):
         raise ValueError(f"`format` must be one of {FORMATS}. Received: format={format!r}")
 
 
-def _write_json(path, value):
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2)
-        f.write("\n")
-
-
 def _save_keras_vit(model, directory, metadata):
     config = keras.saving.serialize_keras_object(model)
     config["config"].update(metadata)
-    _write_json(os.path.join(directory, "config.json"), config)
+    write_json(os.path.join(directory, "config.json"), config)
     model.save_weights(os.path.join(directory, KERAS_WEIGHTS))
-    _write_json(
+    write_json(
         os.path.join(directory, "metadata.json"),
         {
             "format": "keras_vit",
@@ -111,20 +104,12 @@ def _metadata(model, format, preprocessing, class_names):
 
 
 def _save_transformers(model, directory, metadata):
-    from safetensors.numpy import save_file
-
-    config = model.get_config()
-    hf_config = hf_layout.export_config(config, metadata["class_names"])
-    architecture = hf_config["architectures"][0]
-    _, prefix, head = hf_layout.ARCHITECTURES[architecture]
-    state = hf_layout.table(prefix, head).from_canonical(model_state(model))
-    state = {k: np.asarray(v, "float32") for k, v in state.items()}
-    save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
-    _write_json(os.path.join(directory, "config.json"), hf_config)
-    record = Preprocessing.from_config(metadata["preprocessing"])
-    _write_json(
-        os.path.join(directory, "preprocessor_config.json"),
-        hf_layout.export_preprocessor(record),
+    transformers.write(
+        directory,
+        model.get_config(),
+        model_state(model),
+        metadata["class_names"],
+        Preprocessing.from_config(metadata["preprocessing"]),
     )
 
 
@@ -176,7 +161,7 @@ def save_to_preset(model, directory, format="keras_vit", preprocessing=None, cla
     """
     _check_format(format)
     if format == "transformers":
-        hf_layout.export_architecture(model.get_config())  # refuse before writing
+        transformers.export_architecture(model.get_config())  # refuse before writing
     metadata = _metadata(model, format, preprocessing, class_names)
     os.makedirs(directory, exist_ok=True)
     if format == "keras_vit":
