@@ -23,7 +23,7 @@ WITHOUT_EXAMPLES = {
     "keras_vit.training": "re-exports",
     "keras_vit.models.runtime": "execution policy, tested in test_models.py and test_failures.py",
     "keras_vit.models.jax_guard": "trainer internals, tested by fault injection in test_failures.py",
-    "keras_vit.training.sources": "needs datasets; tested in test_sources.py",
+    "keras_vit.training.datasets": "needs datasets; tested in test_training_data.py",
 }
 
 # The named constructors share one docstring template: the examples of the
