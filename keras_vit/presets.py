@@ -22,6 +22,7 @@ backend) or `format="transformers"` (loaded by
 
 import os
 
+from keras_vit.layers.config import training_fields
 from keras_vit.models import ViT, ViTHybrid
 from keras_vit.models.arguments import OTHER_NAMES
 from keras_vit.validation import check_keywords
@@ -45,8 +46,7 @@ OVERRIDES = (
     "pooling",
     "classifier_activation",
     "representation_size",
-    "dropout_rate",
-    "attention_dropout_rate",
+    *training_fields(),
     "stochastic_depth_rate",
     "dtype",
     "name",

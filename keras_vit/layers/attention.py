@@ -103,6 +103,17 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         )
         self.built = True
 
+    @classmethod
+    def for_block(cls, config, num_heads, head_dim, **kwargs):
+        """The attention a block with `config` (a `BlockConfig`) holds."""
+        return cls(
+            num_heads,
+            head_dim,
+            dropout_rate=config.attention_dropout_rate,
+            qkv_bias=config.qkv_bias,
+            **kwargs,
+        )
+
     def _plain_projections(self):
         return all(
             kernels.runs_plain(layer)

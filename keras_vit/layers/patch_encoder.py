@@ -79,6 +79,8 @@ class PatchEncoder(keras.layers.Layer):
         num_register_tokens: int, default 0: register tokens after the class
             (and distillation) token, without position rows (weight `reg`,
             `(1, num_register_tokens, D)`).
+        use_bias: bool, default True: whether the patch projection adds a
+            bias (weight `bias`; OpenAI CLIP's embedding has none).
         kernel_initializer, bias_initializer, position_initializer,
         class_token_initializer: initializers of the four weights. The
             distillation and register tokens start from N(0, 0.02): equal
@@ -114,6 +116,7 @@ class PatchEncoder(keras.layers.Layer):
         class_token=True,
         distillation_token=False,
         num_register_tokens=0,
+        use_bias=True,
         kernel_initializer="lecun_normal",
         bias_initializer="zeros",
         position_initializer=None,
@@ -132,6 +135,7 @@ class PatchEncoder(keras.layers.Layer):
                 "distillation_token=True, class_token=False"
             )
         self.num_register_tokens = check_int(num_register_tokens, "num_register_tokens", minimum=0)
+        self.use_bias = check_bool(use_bias, "use_bias")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.position_initializer = keras.initializers.get(
@@ -142,6 +146,11 @@ class PatchEncoder(keras.layers.Layer):
             class_token_initializer
         )
         self.input_spec = keras.layers.InputSpec(ndim=4)
+
+    @classmethod
+    def for_encoder(cls, config, hidden_size, patch_size, grid_size, **kwargs):
+        """The embedding of an encoder with `config` (an `EncoderConfig`)."""
+        return cls(hidden_size, patch_size, grid_size, use_bias=config.patch_bias, **kwargs)
 
     @property
     def num_prefix_rows(self):
@@ -167,9 +176,11 @@ class PatchEncoder(keras.layers.Layer):
             shape=(ph, pw, self.num_channels, self.hidden_size),
             initializer=self.kernel_initializer,
         )
-        self.bias = self.add_weight(
-            name="bias", shape=(self.hidden_size,), initializer=self.bias_initializer
-        )
+        self.bias = None
+        if self.use_bias:
+            self.bias = self.add_weight(
+                name="bias", shape=(self.hidden_size,), initializer=self.bias_initializer
+            )
         self.class_embedding = self.distillation_embedding = None
         self.register_embeddings = None
         if self.class_token:
@@ -226,7 +237,8 @@ class PatchEncoder(keras.layers.Layer):
             ops.cast(self.kernel, self.compute_dtype), (-1, self.hidden_size)
         )
         tokens = ops.reshape(patches, (-1, grid[0] * grid[1], kernel.shape[0]))
-        return kernels.dense(tokens, kernel, ops.cast(self.bias, self.compute_dtype))
+        bias = None if self.bias is None else ops.cast(self.bias, self.compute_dtype)
+        return kernels.dense(tokens, kernel, bias)
 
     def add_positions(self, tokens, grid):
         """Prepends the prefix tokens and adds the position embedding.
@@ -279,6 +291,7 @@ class PatchEncoder(keras.layers.Layer):
                 "class_token": self.class_token,
                 "distillation_token": self.distillation_token,
                 "num_register_tokens": self.num_register_tokens,
+                "use_bias": self.use_bias,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

@@ -5,40 +5,65 @@ from keras import ops
 
 from keras_vit.layers import kernels
 from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.config import MLP_ACTIVATIONS, BlockConfig, expose_records
 from keras_vit.layers.seeds import check_seed, derive_seed
-from keras_vit.validation import (
-    check_bool,
-    check_positive_float,
-    check_positive_int,
-    check_rate,
-)
+from keras_vit.validation import check_choice, check_positive_int, check_rate
+
+
+def mlp_activation(x, name):
+    """The MLP activation `name` (one of `keras_vit.layers.config.MLP_ACTIVATIONS`)."""
+    if name == "quick_gelu":
+        # OpenAI CLIP's sigmoid approximation of GELU.
+        return x * ops.sigmoid(1.702 * x)
+    return kernels.gelu(x, approximate=name == "gelu_tanh")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MlpBlock(keras.layers.Layer):
-    """Dense -> GELU -> Dropout -> Dense -> Dropout (paper eq. 3).
+    """Dense -> activation -> Dropout -> Dense -> Dropout (paper eq. 3).
 
     Args:
         mlp_dim: int, hidden width.
         dropout_rate: float in [0, 1), dropout after each Dense.
-        gelu_approximate: bool, default True. True: the tanh approximation
-            (official code and checkpoints); False: exact erf GELU (timm/DeiT).
+        activation: "gelu_tanh" (default: the tanh approximation of the
+            official code and checkpoints), "gelu" (exact erf GELU,
+            timm/DeiT) or "quick_gelu" (`x * sigmoid(1.702 x)`, OpenAI CLIP).
         seed: None (default: drawn from Keras' global generator) or an int,
             the seed of the dropout.
+        gelu_approximate: the earlier keyword: True means "gelu_tanh",
+            False "gelu"; None (default) leaves `activation` as given.
 
     Example:
 
     >>> import numpy as np
     >>> tuple(MlpBlock(mlp_dim=16)(np.zeros((1, 3, 8), "float32")).shape)
     (1, 3, 8)
+    >>> MlpBlock(mlp_dim=16, gelu_approximate=False).activation
+    'gelu'
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, seed=None, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, activation="gelu_tanh", seed=None,
+                 gelu_approximate=None, **kwargs):
         super().__init__(**kwargs)
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
-        self.gelu_approximate = bool(gelu_approximate)
+        options = BlockConfig.explicit({"gelu_approximate": gelu_approximate})
+        self.activation = check_choice(
+            options.get("mlp_activation", activation), MLP_ACTIVATIONS, "activation"
+        )
         self.seed = check_seed(seed)
+
+    @classmethod
+    def for_block(cls, config, mlp_dim, **kwargs):
+        """The MLP a block with `config` (a `BlockConfig`) holds."""
+        return cls(
+            mlp_dim, dropout_rate=config.dropout_rate, activation=config.mlp_activation, **kwargs
+        )
+
+    @property
+    def gelu_approximate(self):
+        """True for the tanh GELU, False for the erf GELU, None otherwise."""
+        return {"gelu_tanh": True, "gelu": False}.get(self.activation)
 
     def build(self, input_shape):
         dense = dict(
@@ -65,7 +90,7 @@ class MlpBlock(keras.layers.Layer):
         )
 
     def call(self, x, training=None):
-        x = kernels.gelu(self._dense(self.dense_0, x), approximate=self.gelu_approximate)
+        x = mlp_activation(self._dense(self.dense_0, x), self.activation)
         x = self.dropout(x, training=training)
         x = self._dense(self.dense_1, x)
         return self.dropout(x, training=training)
@@ -79,7 +104,7 @@ class MlpBlock(keras.layers.Layer):
             {
                 "mlp_dim": self.mlp_dim,
                 "dropout_rate": self.dropout_rate,
-                "gelu_approximate": self.gelu_approximate,
+                "activation": self.activation,
                 "seed": self.seed,
             }
         )
@@ -87,6 +112,7 @@ class MlpBlock(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
+@expose_records("block_config")
 class TransformerBlock(keras.layers.Layer):
     """Pre-LayerNorm Transformer encoder block (paper eq. 2-3).
 
@@ -98,24 +124,28 @@ class TransformerBlock(keras.layers.Layer):
     (LayerScale, Touvron et al. 2021, arXiv:2103.17239; timm's
     `init_values`): weights `attention_scale` and `mlp_scale`.
 
+    The options every block of a model shares come as one record,
+    `block_config` (a `keras_vit.layers.config.BlockConfig`: norm epsilon,
+    MLP activation, query/key/value biases, LayerScale, dropout rates);
+    each of its fields is also accepted as a keyword (and read back as an
+    attribute, `block.qkv_bias`), as is the earlier `gelu_approximate`.
+    `get_config` holds the record as one dict under "block_config".
+
     Args:
         num_heads: int, attention heads; must divide the input width.
         mlp_dim: int, MLP hidden width.
-        dropout_rate: float, dropout after attention and after each MLP Dense.
-        attention_dropout_rate: float, dropout on attention probabilities.
+        block_config: None (default: the defaults), a `BlockConfig` or its
+            config dict.
         stochastic_depth_rate: float, probability of dropping the residual
-            branches of a sample (stochastic depth); 0 disables it.
-        layer_norm_epsilon: float, default 1e-6 (the official value).
-        gelu_approximate: bool, default True (tanh GELU, as the official code).
-        qkv_bias: bool, default True: biases on the query, key and value
-            projections.
-        layer_scale_init: None (default, no LayerScale) or a positive float,
-            the initial value of the per-channel branch scales.
+            branches of a sample (stochastic depth); 0 disables it. Not in
+            the record: a model gives each block its own rate.
         seed: None (default) or an int. Each random stream of the block
             (stochastic depth, the dropouts) has its own generator; with
             None their seeds are drawn from Keras' global generator (which
             `keras.utils.set_random_seed` seeds), with an int they are
             derived from it (`keras_vit.layers.seeds.derive_seed`).
+        **kwargs: fields of `BlockConfig` (they replace those of
+            `block_config`), `gelu_approximate`, and Keras' layer keywords.
 
     Input shape:
         `(batch, tokens, D)`.
@@ -126,45 +156,21 @@ class TransformerBlock(keras.layers.Layer):
     Example:
 
     >>> import numpy as np
-    >>> block = TransformerBlock(num_heads=2, mlp_dim=16)
+    >>> block = TransformerBlock(num_heads=2, mlp_dim=16, qkv_bias=False)
     >>> tuple(block(np.zeros((1, 5, 8), "float32")).shape)
     (1, 5, 8)
+    >>> block.qkv_bias, block.get_config()["block_config"]["qkv_bias"]
+    (False, False)
     """
 
-    def __init__(
-        self,
-        num_heads,
-        mlp_dim,
-        dropout_rate=0.0,
-        attention_dropout_rate=0.0,
-        stochastic_depth_rate=0.0,
-        layer_norm_epsilon=1e-6,
-        gelu_approximate=True,
-        qkv_bias=True,
-        layer_scale_init=None,
-        seed=None,
-        **kwargs,
-    ):
+    def __init__(self, num_heads, mlp_dim, block_config=None, stochastic_depth_rate=0.0,
+                 seed=None, **kwargs):
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in BlockConfig.keywords()}
         super().__init__(**kwargs)
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
-        self.qkv_bias = check_bool(qkv_bias, "qkv_bias")
-        self.layer_scale_init = (
-            None
-            if layer_scale_init is None
-            else check_positive_float(layer_scale_init, "layer_scale_init")
-        )
-        self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
-        self.attention_dropout_rate = check_rate(
-            attention_dropout_rate, "attention_dropout_rate"
-        )
-        self.stochastic_depth_rate = check_rate(
-            stochastic_depth_rate, "stochastic_depth_rate"
-        )
-        self.layer_norm_epsilon = check_positive_float(
-            layer_norm_epsilon, "layer_norm_epsilon"
-        )
-        self.gelu_approximate = bool(gelu_approximate)
+        self.block_config = BlockConfig.from_arguments(block_config, **options)
+        self.stochastic_depth_rate = check_rate(stochastic_depth_rate, "stochastic_depth_rate")
         self.seed = check_seed(seed)
         if self.stochastic_depth_rate > 0:
             self.seed_generator = keras.random.SeedGenerator(derive_seed(self.seed, "drop_path"))
@@ -176,22 +182,21 @@ class TransformerBlock(keras.layers.Layer):
                 "`hidden_size` must be divisible by `num_heads`. "
                 f"Received: hidden_size={dim}, num_heads={self.num_heads}"
             )
-        norm = dict(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy)
+        config = self.block_config
+        norm = dict(epsilon=config.layer_norm_epsilon, dtype=self.dtype_policy)
         self.norm_0 = keras.layers.LayerNormalization(name="LayerNorm_0", **norm)
-        self.attention = MultiHeadSelfAttention(
+        self.attention = MultiHeadSelfAttention.for_block(
+            config,
             self.num_heads,
             dim // self.num_heads,
-            dropout_rate=self.attention_dropout_rate,
-            qkv_bias=self.qkv_bias,
             seed=derive_seed(self.seed, "attention"),
             dtype=self.dtype_policy,
             name="MultiHeadDotProductAttention_1",
         )
         self.norm_2 = keras.layers.LayerNormalization(name="LayerNorm_2", **norm)
-        self.mlp = MlpBlock(
+        self.mlp = MlpBlock.for_block(
+            config,
             self.mlp_dim,
-            dropout_rate=self.dropout_rate,
-            gelu_approximate=self.gelu_approximate,
             seed=derive_seed(self.seed, "mlp"),
             dtype=self.dtype_policy,
             name="MlpBlock_3",
@@ -199,11 +204,11 @@ class TransformerBlock(keras.layers.Layer):
         for layer in (self.norm_0, self.attention, self.norm_2, self.mlp):
             layer.build(input_shape)
         self.dropout = keras.layers.Dropout(
-            self.dropout_rate, seed=derive_seed(self.seed, "dropout"), dtype=self.dtype_policy
+            config.dropout_rate, seed=derive_seed(self.seed, "dropout"), dtype=self.dtype_policy
         )
         self.attention_scale = self.mlp_scale = None
-        if self.layer_scale_init is not None:
-            init = keras.initializers.Constant(self.layer_scale_init)
+        if config.layer_scale_init is not None:
+            init = keras.initializers.Constant(config.layer_scale_init)
             self.attention_scale = self.add_weight(name="attention_scale", shape=(dim,), initializer=init)
             self.mlp_scale = self.add_weight(name="mlp_scale", shape=(dim,), initializer=init)
         self.built = True
@@ -240,13 +245,8 @@ class TransformerBlock(keras.layers.Layer):
             {
                 "num_heads": self.num_heads,
                 "mlp_dim": self.mlp_dim,
-                "dropout_rate": self.dropout_rate,
-                "attention_dropout_rate": self.attention_dropout_rate,
+                "block_config": self.block_config.get_config(),
                 "stochastic_depth_rate": self.stochastic_depth_rate,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "gelu_approximate": self.gelu_approximate,
-                "qkv_bias": self.qkv_bias,
-                "layer_scale_init": self.layer_scale_init,
                 "seed": self.seed,
             }
         )

@@ -17,7 +17,6 @@ from keras_vit.validation import (
     check_bool,
     check_choice,
     check_int,
-    check_positive_float,
     check_positive_int,
     pair,
 )
@@ -167,11 +166,3 @@ def check_class_names(value, classes, include_top):
         )
     return names
 
-
-def check_numerics(gelu_approximate, layer_norm_epsilon):
-    if gelu_approximate not in (None, True, False):
-        raise ValueError(
-            "`gelu_approximate` must be True, False or None. "
-            f"Received: gelu_approximate={gelu_approximate!r}"
-        )
-    return check_positive_float(layer_norm_epsilon, "layer_norm_epsilon")

@@ -13,6 +13,7 @@ import keras
 import numpy as np
 
 from keras_vit.layers import PatchEncoder, Patches, TokenPooling, TransformerBlock
+from keras_vit.layers.config import RECORDS, BlockConfig, expose_records, record_keywords
 from keras_vit.layers.seeds import check_seed, derive_seed
 from keras_vit.models.arguments import (
     KERAS_FUNCTIONAL_ARGUMENTS,
@@ -22,14 +23,12 @@ from keras_vit.models.arguments import (
     check_head,
     check_tokens,
     check_class_names,
-    check_numerics,
 )
 from keras_vit.models.runtime import ModelRuntime
 from keras_vit.validation import (
     argument_names,
     check_bool,
     check_keywords,
-    check_positive_float,
     check_positive_int,
     check_rate,
     pair,
@@ -41,6 +40,7 @@ from keras_vit.weights.record import Preprocessing
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
+@expose_records(*RECORDS)
 class ViT(ModelRuntime, keras.Model):
     """Vision Transformer (ViT), "An Image is Worth 16x16 Words".
 
@@ -85,24 +85,13 @@ class ViT(ModelRuntime, keras.Model):
         pooling: for `include_top=False`: None returns the token sequence
             `(batch, tokens, D)`; "token" the class token; "avg"/"max" pool the
             patch tokens.
-        dropout_rate: float, dropout after the position embedding and inside
-            every block, default 0.
-        attention_dropout_rate: float, dropout on attention weights, default 0.
         stochastic_depth_rate: float, largest stochastic-depth rate, growing
             linearly with depth from 0 (first block), default 0.
-        layer_norm_epsilon: float, default 1e-6 (the official value).
-        gelu_approximate: True for the tanh GELU of the official code, False
-            for the exact erf GELU (timm/DeiT); None (default) uses what the
-            `weights` were trained with, tanh when building from scratch.
         input_shape: optional `(height, width, channels)`, an alternative to
             `image_size` that also sets the number of channels (default 3).
         weights: None (random init), a registered weights name such as
             "imagenet21k", or the path of a checkpoint file (see
             `keras_vit.weights`).
-        qkv_bias: bool, default True: biases on the query, key and value
-            projections.
-        layer_scale_init: None (default) or a positive float: LayerScale on
-            both branches of every block, initialised to this value.
         distillation_token: bool, default False: DeiT's distillation token
             after the class token, with its own position row (needs
             `classifier="token"`).
@@ -127,9 +116,28 @@ class ViT(ModelRuntime, keras.Model):
             model (dropout, stochastic depth) derive theirs from, each layer
             its own. With None they are drawn from Keras' global generator,
             which `keras.utils.set_random_seed` seeds.
+        block_config: None, a `keras_vit.layers.config.BlockConfig` or its
+            config dict: the options every Transformer block shares. Each
+            field is also a keyword of its own, which replaces the record's:
+            `layer_norm_epsilon` (default 1e-6, the official value),
+            `mlp_activation` ("gelu_tanh", the official tanh GELU; "gelu",
+            the exact erf GELU of timm/DeiT; "quick_gelu", OpenAI CLIP's),
+            `qkv_bias` (default True), `layer_scale_init` (None or the
+            initial LayerScale value), `dropout_rate` (also after the
+            position embedding) and `attention_dropout_rate` (default 0).
+            `gelu_approximate=True/False` is the earlier spelling of
+            "gelu_tanh"/"gelu". Unless given, the activation is the one the
+            `weights` were trained with (tanh when building from scratch).
+        encoder_config: None, a `keras_vit.layers.config.EncoderConfig` or
+            its config dict: the options around the blocks, each also a
+            keyword: `patch_bias` (default True).
         name: model name.
         dtype: dtype or dtype policy of the layers.
         trainable: bool, default True (Keras' own argument).
+
+    `get_config()` holds each record as one dict ("block_config",
+    "encoder_config"); configs in the earlier flat layout (`qkv_bias`, ...
+    as top-level keys) load as before.
 
     Any other keyword raises `keras_vit.validation.UnknownArgumentError` (a
     `TypeError` and a `ValueError`) naming the closest valid argument.
@@ -167,15 +175,9 @@ class ViT(ModelRuntime, keras.Model):
         classes=None,
         classifier_activation="softmax",
         pooling=None,
-        dropout_rate=0.0,
-        attention_dropout_rate=0.0,
         stochastic_depth_rate=0.0,
-        layer_norm_epsilon=1e-6,
-        gelu_approximate=None,
         input_shape=None,
         weights=None,
-        qkv_bias=True,
-        layer_scale_init=None,
         distillation_token=False,
         distillation_head=None,
         num_register_tokens=0,
@@ -183,10 +185,13 @@ class ViT(ModelRuntime, keras.Model):
         class_names=None,
         preprocessing=None,
         seed=None,
+        block_config=None,
+        encoder_config=None,
         name="vit",
         dtype=None,
         **kwargs,
     ):
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in record_keywords()}
         check_keywords(kwargs, type(self).argument_names(), type(self).__name__, OTHER_NAMES)
         self.patch_size = pair(patch_size, "patch_size")
         self.seed = check_seed(seed)
@@ -199,14 +204,10 @@ class ViT(ModelRuntime, keras.Model):
         )
         self.representation_size, self.pooling = representation_size, pooling
         self.include_top = bool(include_top)
-        self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
-        self.attention_dropout_rate = check_rate(attention_dropout_rate, "attention_dropout_rate")
         self.stochastic_depth_rate = check_rate(stochastic_depth_rate, "stochastic_depth_rate")
-        self.layer_norm_epsilon = check_numerics(gelu_approximate, layer_norm_epsilon)
-        self._set_options(
-            qkv_bias, layer_scale_init, distillation_token, distillation_head, num_register_tokens,
-            pooled_norm,
-        )
+        self.block_config = BlockConfig.from_arguments(block_config, **options)
+        self.encoder_config = RECORDS["encoder_config"].from_arguments(encoder_config, **options)
+        self._set_options(distillation_token, distillation_head, num_register_tokens, pooled_norm)
 
         # What the checkpoint fixes (resolution, classes, GELU, channels).
         info = WeightsInfo() if weights is None else describe_weights(weights, self.architecture_config())
@@ -221,9 +222,12 @@ class ViT(ModelRuntime, keras.Model):
         if classes is None:
             classes = info.classes or 1000
         self.classes = check_positive_int(classes, "classes") if include_top else classes
-        if gelu_approximate is None:
-            gelu_approximate = True if info.gelu_approximate is None else info.gelu_approximate
-        self.gelu_approximate = bool(gelu_approximate)
+        activation_given = block_config is not None or "mlp_activation" in BlockConfig.explicit(options)
+        if not activation_given and info.gelu_approximate is not None:
+            # The activation the checkpoint was trained with.
+            self.block_config = BlockConfig.from_arguments(
+                self.block_config, gelu_approximate=info.gelu_approximate
+            )
         self._set_metadata(class_names, preprocessing, info)
 
         inputs = keras.Input(shape=shape, name="image")
@@ -237,10 +241,11 @@ class ViT(ModelRuntime, keras.Model):
     @classmethod
     def argument_names(cls):
         """The constructor's keyword arguments: those of `__init__` of this
-        class and of its bases up to `ViT`, and Keras' `trainable`."""
+        class and of its bases up to `ViT`, the fields of the option records
+        (`keras_vit.layers.config`), and Keras' `trainable`."""
         chain = cls.__mro__[: cls.__mro__.index(ViT) + 1]
         inits = [vars(c)["__init__"] for c in chain if "__init__" in vars(c)]
-        return argument_names(*inits) + KERAS_FUNCTIONAL_ARGUMENTS
+        return argument_names(*inits) + record_keywords() + KERAS_FUNCTIONAL_ARGUMENTS
 
     def architecture_config(self):
         """The arguments that identify the architecture (a table row).
@@ -282,13 +287,8 @@ class ViT(ModelRuntime, keras.Model):
         """The head's class names (a tuple), or None."""
         return self._class_names
 
-    def _set_options(self, qkv_bias, layer_scale_init, distillation_token, distillation_head,
-                     num_register_tokens, pooled_norm):
-        """The options of later checkpoints (DeiT, timm, transformers), checked."""
-        self.qkv_bias = check_bool(qkv_bias, "qkv_bias")
-        self.layer_scale_init = (
-            None if layer_scale_init is None else check_positive_float(layer_scale_init, "layer_scale_init")
-        )
+    def _set_options(self, distillation_token, distillation_head, num_register_tokens, pooled_norm):
+        """The prefix-token and final-norm options (DeiT, timm, transformers), checked."""
         self.distillation_head = check_tokens(
             self.classifier, self.pooling, distillation_token, distillation_head,
             num_register_tokens, self.representation_size,
@@ -364,7 +364,8 @@ class ViT(ModelRuntime, keras.Model):
     def _embedding(self, inputs, dtype):
         x = self._stem(inputs, dtype)
         x = Patches(self.patch_size, name="patches", dtype=dtype)(x)
-        x = PatchEncoder(
+        x = PatchEncoder.for_encoder(
+            self.encoder_config,
             self.hidden_size,
             self.patch_size,
             self.grid_size,
@@ -385,13 +386,8 @@ class ViT(ModelRuntime, keras.Model):
             x = TransformerBlock(
                 self.num_heads,
                 self.mlp_dim,
-                dropout_rate=self.dropout_rate,
-                attention_dropout_rate=self.attention_dropout_rate,
+                block_config=self.block_config,
                 stochastic_depth_rate=rate,
-                layer_norm_epsilon=self.layer_norm_epsilon,
-                gelu_approximate=self.gelu_approximate,
-                qkv_bias=self.qkv_bias,
-                layer_scale_init=self.layer_scale_init,
                 seed=derive_seed(self.seed, i),
                 name=f"encoderblock_{i}",
                 dtype=dtype,
@@ -511,15 +507,9 @@ class ViT(ModelRuntime, keras.Model):
             "classes": self.classes,
             "classifier_activation": self.classifier_activation,
             "pooling": self.pooling,
-            "dropout_rate": self.dropout_rate,
-            "attention_dropout_rate": self.attention_dropout_rate,
             "stochastic_depth_rate": self.stochastic_depth_rate,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "gelu_approximate": self.gelu_approximate,
             "input_shape": self.image_size + (self.num_channels,),
             "weights": None,
-            "qkv_bias": self.qkv_bias,
-            "layer_scale_init": self.layer_scale_init,
             "distillation_token": self.distillation_token,
             "distillation_head": self.distillation_head,
             "num_register_tokens": self.num_register_tokens,
@@ -527,6 +517,8 @@ class ViT(ModelRuntime, keras.Model):
             "class_names": self._class_names_arg,
             "preprocessing": None if self.preprocessing is None else self.preprocessing.get_config(),
             "seed": self.seed,
+            # Each option record as one dict.
+            **{key: getattr(self, key).get_config() for key in RECORDS},
             "name": self.name,
             "trainable": self.trainable,
             # The layers' policy: a functional model keeps float32 as its own.

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from keras_vit import labels
 from keras_vit.architectures import VARIANTS, architecture_name, effective_patch_size
+from keras_vit.layers.config import flatten_config
 from keras_vit.weights import canonical as C
 from keras_vit.weights import registry
 from keras_vit.weights.files import check_file, read_state_dict
@@ -179,7 +180,7 @@ def _facts(shapes, kind):
 def _keras_archive_info(path):
     """What a `.keras` archive's own `config.json` says: everything."""
     with zipfile.ZipFile(path) as archive:
-        config = json.loads(archive.read("config.json")).get("config", {})
+        config = flatten_config(json.loads(archive.read("config.json")).get("config", {}))
     image_size = config.get("image_size")
     if isinstance(image_size, list):
         image_size = image_size[0] if image_size[0] == image_size[1] else tuple(image_size)

@@ -10,6 +10,7 @@ import os
 import keras
 
 from keras_vit import labels
+from keras_vit.layers.config import flatten_config
 from keras_vit.version import __version__
 from keras_vit.weights.files import write_json
 from keras_vit.weights.formats import transformers
@@ -106,7 +107,7 @@ def _metadata(model, format, preprocessing, class_names):
 def _save_transformers(model, directory, metadata):
     transformers.write(
         directory,
-        model.get_config(),
+        flatten_config(model.get_config()),
         model_state(model),
         metadata["class_names"],
         Preprocessing.from_config(metadata["preprocessing"]),
@@ -161,7 +162,7 @@ def save_to_preset(model, directory, format="keras_vit", preprocessing=None, cla
     """
     _check_format(format)
     if format == "transformers":
-        transformers.export_architecture(model.get_config())  # refuse before writing
+        transformers.export_architecture(flatten_config(model.get_config()))  # refuse before writing
     metadata = _metadata(model, format, preprocessing, class_names)
     os.makedirs(directory, exist_ok=True)
     if format == "keras_vit":

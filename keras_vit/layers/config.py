@@ -1,0 +1,285 @@
+"""The options of the encoder, as two small frozen records.
+
+`BlockConfig` holds what every Transformer block of a model shares (norm,
+MLP, attention, LayerScale, dropout); `EncoderConfig` what sits around the
+blocks (patch embedding, a norm before the first block). `TransformerBlock`
+takes a `BlockConfig`, the model's embedding and encoder read an
+`EncoderConfig`; `keras_vit.ViT` accepts every field of both as a keyword
+and serialises each record as one dict in its config.
+
+A new option is a field here (with its check in `__post_init__`) and the
+layer that reads it: the model's constructor, its `get_config`, the preset
+overrides and the argument checks derive from the fields.
+
+Example:
+
+>>> config = BlockConfig(qkv_bias=False, mlp_activation="quick_gelu")
+>>> config.get_config()["qkv_bias"], config.gelu_approximate
+(False, None)
+>>> BlockConfig.from_config(config.get_config()) == config
+True
+>>> BlockConfig(mlp_activation="relu")
+Traceback (most recent call last):
+...
+ValueError: `mlp_activation` must be one of ('gelu_tanh', 'gelu', 'quick_gelu'). Received: mlp_activation='relu'
+"""
+
+import dataclasses
+
+from keras_vit.validation import (
+    check_bool,
+    check_choice,
+    check_positive_float,
+    check_rate,
+)
+
+# The MLP's activation, by the names timm gives them: "gelu_tanh", the tanh
+# approximation of the official code; "gelu", the exact erf GELU
+# (timm/DeiT); "quick_gelu", `x * sigmoid(1.702 x)` (OpenAI CLIP).
+MLP_ACTIVATIONS = ("gelu_tanh", "gelu", "quick_gelu")
+# `gelu_approximate`, the earlier keyword, as an activation name.
+_GELU_NAMES = {True: "gelu_tanh", False: "gelu"}
+# Metadata of the fields that change training only, never the weights: a
+# preset's model may take other values (`keras_vit.presets.OVERRIDES`).
+TRAINING = {"training_only": True}
+
+
+def _training(default):
+    return dataclasses.field(default=default, metadata=TRAINING)
+
+
+class _Record:
+    """What both records share: serialisation and keyword handling."""
+
+    # Earlier keywords the record still reads: {keyword: function(value) ->
+    # {field: value}}; a value that maps to {} leaves the field unset.
+    ALIASES = {}
+    # Read-only values derived from the fields, exposed beside them.
+    PROPERTIES = ()
+
+    @classmethod
+    def field_names(cls):
+        """The record's fields, in order (each a keyword of `keras_vit.ViT`)."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def keywords(cls):
+        """Every keyword `from_arguments` reads: the fields and the aliases."""
+        return cls.field_names() + tuple(cls.ALIASES)
+
+    @classmethod
+    def training_fields(cls):
+        """The fields that change training only (dropout rates), not weights."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("training_only"))
+
+    @classmethod
+    def defaults(cls):
+        """`{field: default}`."""
+        return {f.name: f.default for f in dataclasses.fields(cls)}
+
+    def get_config(self):
+        """The fields as a JSON-serialisable dict."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_config(cls, config):
+        """The record of a `get_config()` dict (or the record itself)."""
+        if isinstance(config, cls):
+            return config
+        if not isinstance(config, dict):
+            raise ValueError(
+                f"A {cls.__name__} must be given as a {cls.__name__} or its config dict. "
+                f"Received: {config!r}"
+            )
+        unknown = sorted(set(config) - set(cls.field_names()))
+        if unknown:
+            raise ValueError(
+                f"{cls.__name__} has no field {unknown[0]!r}; its fields are "
+                f"{list(cls.field_names())}. Received: {config!r}"
+            )
+        return cls(**config)
+
+    @classmethod
+    def explicit(cls, keywords):
+        """`{field: value}` of the given keywords, aliases translated.
+
+        A keyword that the record does not read is ignored; an alias that
+        means "unset" (`gelu_approximate=None`) gives nothing.
+        """
+        fields = {}
+        for name, value in keywords.items():
+            if name in cls.ALIASES:
+                for field, field_value in cls.ALIASES[name](value).items():
+                    fields.setdefault(field, field_value)
+            elif name in cls.field_names():
+                fields[name] = value
+        return fields
+
+    @classmethod
+    def from_arguments(cls, config=None, **keywords):
+        """A record from a base (None, a record or its dict) and keywords.
+
+        Args:
+            config: None (the defaults), a record or its `get_config()` dict.
+            **keywords: fields (or aliases) that replace the base's.
+
+        Returns:
+            A new record; every field checked.
+        """
+        base = cls() if config is None else cls.from_config(config)
+        fields = cls.explicit(keywords)
+        return dataclasses.replace(base, **fields) if fields else base
+
+    def replace(self, **fields):
+        """A copy with `fields` changed (checked as the constructor checks)."""
+        return dataclasses.replace(self, **fields)
+
+    def _set(self, name, value):
+        object.__setattr__(self, name, value)  # the records are frozen
+
+
+def _gelu_alias(value):
+    if value is None:
+        return {}
+    if value not in _GELU_NAMES:
+        raise ValueError(
+            "`gelu_approximate` must be True, False or None. "
+            f"Received: gelu_approximate={value!r}"
+        )
+    return {"mlp_activation": _GELU_NAMES[value]}
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockConfig(_Record):
+    """What every Transformer block of a model shares.
+
+    Args:
+        layer_norm_epsilon: float > 0, default 1e-6 (the official value):
+            the epsilon of every LayerNorm of the encoder.
+        mlp_activation: the MLP's activation: "gelu_tanh" (default, the
+            official code's tanh approximation), "gelu" (exact erf GELU,
+            timm/DeiT) or "quick_gelu" (`x * sigmoid(1.702 x)`, OpenAI
+            CLIP). The earlier keyword `gelu_approximate=True/False` means
+            "gelu_tanh"/"gelu".
+        qkv_bias: bool, default True: biases on the query, key and value
+            projections.
+        layer_scale_init: None (default) or a positive float: LayerScale on
+            both branches of every block, initialised to this value.
+        dropout_rate: float in [0, 1), default 0: dropout after attention,
+            after each MLP Dense (and, in `ViT`, after the position
+            embedding).
+        attention_dropout_rate: float in [0, 1), default 0: dropout on the
+            attention probabilities.
+
+    Example:
+
+    >>> BlockConfig(gelu_approximate=False)
+    Traceback (most recent call last):
+    ...
+    TypeError: BlockConfig.__init__() got an unexpected keyword argument 'gelu_approximate'
+    >>> BlockConfig.from_arguments(gelu_approximate=False).mlp_activation
+    'gelu'
+    """
+
+    layer_norm_epsilon: float = 1e-6
+    mlp_activation: str = "gelu_tanh"
+    qkv_bias: bool = True
+    layer_scale_init: object = None
+    dropout_rate: float = _training(0.0)
+    attention_dropout_rate: float = _training(0.0)
+
+    ALIASES = {"gelu_approximate": _gelu_alias}
+    PROPERTIES = ("gelu_approximate",)
+
+    def __post_init__(self):
+        self._set("layer_norm_epsilon", check_positive_float(self.layer_norm_epsilon, "layer_norm_epsilon"))
+        check_choice(self.mlp_activation, MLP_ACTIVATIONS, "mlp_activation")
+        check_bool(self.qkv_bias, "qkv_bias")
+        if self.layer_scale_init is not None:
+            self._set("layer_scale_init", check_positive_float(self.layer_scale_init, "layer_scale_init"))
+        self._set("dropout_rate", check_rate(self.dropout_rate, "dropout_rate"))
+        self._set(
+            "attention_dropout_rate", check_rate(self.attention_dropout_rate, "attention_dropout_rate")
+        )
+
+    @property
+    def gelu_approximate(self):
+        """True for the tanh GELU, False for the erf GELU, None for another activation."""
+        return {"gelu_tanh": True, "gelu": False}.get(self.mlp_activation)
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderConfig(_Record):
+    """What sits around the Transformer blocks.
+
+    Args:
+        patch_bias: bool, default True: a bias in the patch embedding
+            (OpenAI CLIP's has none).
+        pre_norm: bool, default False: a LayerNorm (layer `pre_norm`) on the
+            tokens before the first block (CLIP's `pre_layrnorm`).
+
+    Example:
+
+    >>> EncoderConfig(pre_norm=True).get_config()
+    {'patch_bias': True, 'pre_norm': True}
+    """
+
+    patch_bias: bool = True
+    pre_norm: bool = False
+
+    def __post_init__(self):
+        check_bool(self.patch_bias, "patch_bias")
+        check_bool(self.pre_norm, "pre_norm")
+
+
+# Each record by the name it has in a model's arguments and config.
+RECORDS = {"block_config": BlockConfig, "encoder_config": EncoderConfig}
+
+
+def record_keywords():
+    """Every keyword the records read, over all records (fields and aliases)."""
+    return tuple(name for record in RECORDS.values() for name in record.keywords())
+
+
+def training_fields():
+    """The fields of all records that change training only (dropout rates)."""
+    return tuple(name for record in RECORDS.values() for name in record.training_fields())
+
+
+def expose_records(*keys):
+    """Class decorator: the fields of the records `keys` as read-only properties.
+
+    `model.qkv_bias` reads `model.block_config.qkv_bias`: a new field is an
+    attribute of the layers and models that hold its record, unwritten.
+    """
+
+    def decorate(cls):
+        for key in keys:
+            record = RECORDS[key]
+            for name in record.field_names() + record.PROPERTIES:
+                if name not in vars(cls):
+                    getter = lambda self, key=key, name=name: getattr(getattr(self, key), name)  # noqa: E731
+                    setattr(cls, name, property(getter, doc=f"`{key}.{name}` (read-only)."))
+        return cls
+
+    return decorate
+
+
+def flatten_config(config):
+    """A model config with each record's fields as top-level keys.
+
+    For readers of the earlier flat layout (`config["qkv_bias"]`): the
+    record dicts are expanded, and `gelu_approximate` is added.
+
+    Example:
+
+    >>> flatten_config({"classes": 3, "block_config": {"qkv_bias": False}})["qkv_bias"]
+    False
+    """
+    flat = {k: v for k, v in config.items() if k not in RECORDS}
+    for key, record in RECORDS.items():
+        values = record.from_arguments(config.get(key), **config)
+        flat.update(values.get_config())
+        if record is BlockConfig:
+            flat["gelu_approximate"] = values.gelu_approximate
+    return flat
