@@ -7,6 +7,7 @@ import pytest
 
 from conftest import ROOT
 from hub_dirs import random_timm_state
+from keras_vit.layers.config import RECORDS
 from keras_vit.weights import canonical as C
 from keras_vit.weights.formats import keras_hub, official, timm
 from keras_vit.weights.formats import transformers as hf
@@ -147,3 +148,25 @@ def test_position_embedding_key_is_spelled_once():
         if any("posembed_input" in text for text in _code_strings(path))
     }
     assert spelled == {"keras_vit/weights/canonical.py"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted({n for record in RECORDS.values() for n in record.field_names()} - set(hf.EXPORTED_OPTIONS)),
+)
+def test_transformers_export_refuses_every_option_it_does_not_write(name):
+    """Any block or encoder option outside `EXPORTED_OPTIONS`, present or added later,
+    is refused when it leaves its default: nothing is written without it."""
+    assert hf.export_architecture({}) == "ViTForImageClassification"
+    with pytest.raises(ValueError, match=f"{name}="):
+        hf.export_architecture({name: object()})
+
+
+def test_timm_arguments_read_are_timm_arguments():
+    assert timm.READ <= set(timm.TIMM_DEFAULTS)
+    args, _ = timm.model_arguments({"architecture": "vit_tiny_patch16_224", "pretrained_cfg": {},
+                                    "model_args": {"proj_bias": True, "qk_norm": False}})
+    assert args["hidden_size"] == 192  # arguments at timm's defaults are accepted
+    with pytest.raises(ValueError, match="proj_bias=False"):
+        timm.model_arguments({"architecture": "vit_tiny_patch16_224", "pretrained_cfg": {},
+                              "model_args": {"proj_bias": False}})

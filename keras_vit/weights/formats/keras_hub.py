@@ -98,7 +98,7 @@ def model_arguments(directory):
             f"registered_name={backbone.get('registered_name')!r}"
         )
     config = backbone["config"]
-    for flag in ("use_mha_bias", "use_mlp_bias", "use_patch_bias"):
+    for flag in ("use_mha_bias", "use_mlp_bias"):
         if not config.get(flag, True):
             raise _unsupported(f"keras_vit layers always have these biases. Received: {flag}=False")
     shape = tuple(config["image_shape"])
@@ -117,6 +117,7 @@ def model_arguments(directory):
         dropout_rate=config.get("dropout_rate", 0.0),
         attention_dropout_rate=config.get("attention_dropout", 0.0),
         include_top=False,
+        patch_bias=bool(config.get("use_patch_bias", True)),
     )
     task = read_json(directory, "task.json")
     if task is not None:

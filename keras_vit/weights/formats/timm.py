@@ -195,20 +195,27 @@ for _name, _dim, _depth, _heads, _ratio, _reg in _REGISTER:
         no_embed_class=True, reg_tokens=_reg, global_pool="avg",
     )
 
-# model_args keras_vit understands; the others must keep timm's defaults.
-_DEFAULTS = dict(
+# timm's VisionTransformer arguments, with timm's defaults: the one list of
+# what a config's `model_args` may say.
+TIMM_DEFAULTS = dict(
     img_size=224, patch_size=16, in_chans=3, num_classes=1000, global_pool="token",
     embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, qkv_bias=True,
     class_token=True, reg_tokens=0, no_embed_class=False, fc_norm=None,
     act_layer=None, distilled=False, drop_rate=0.0, pos_drop_rate=0.0,
     proj_drop_rate=0.0, attn_drop_rate=0.0, drop_path_rate=0.0, init_values=None,
-)
-_NEUTRAL = dict(
     pre_norm=False, final_norm=True, qk_norm=False, proj_bias=True,
     pos_embed="learn", dynamic_img_size=False, dynamic_img_pad=False,
     norm_layer=None, embed_layer=None, weight_init="", fix_init=False,
     patch_drop_rate=0.0, class_token_init=None,
 )
+# The arguments `model_arguments` reads (the dropout rates change training
+# only); every other one must keep its default.
+READ = frozenset((
+    "img_size", "patch_size", "in_chans", "num_classes", "global_pool", "embed_dim", "depth",
+    "num_heads", "mlp_ratio", "qkv_bias", "class_token", "reg_tokens", "no_embed_class",
+    "fc_norm", "act_layer", "distilled", "init_values", "drop_rate", "pos_drop_rate",
+    "proj_drop_rate", "attn_drop_rate", "drop_path_rate",
+))
 _ACTIVATIONS = {None: False, "gelu": False, "gelu_tanh": True}
 
 
@@ -245,7 +252,7 @@ def architecture_arguments(name):
 def _unsupported(name, args):
     bad = {
         k: v for k, v in args.items()
-        if k not in _DEFAULTS and (k not in _NEUTRAL or v != _NEUTRAL[k])
+        if k not in READ and (k not in TIMM_DEFAULTS or v != TIMM_DEFAULTS[k])
     }
     if args.get("act_layer") not in _ACTIVATIONS:
         bad["act_layer"] = args["act_layer"]
@@ -288,7 +295,7 @@ def model_arguments(config):
         position embedding is laid out (`fold_prefix_rows`).
     """
     name, overrides, pretrained, top = split_config(config)
-    args = dict(_DEFAULTS)
+    args = dict(TIMM_DEFAULTS)
     args.update(architecture_arguments(name))
     args.update(overrides)
     if "num_classes" in top:

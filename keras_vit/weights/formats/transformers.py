@@ -27,6 +27,7 @@ import os
 
 import numpy as np
 
+from keras_vit.layers.config import RECORDS
 from keras_vit.weights import canonical as C
 from keras_vit.weights import shards
 from keras_vit.weights.files import read_json, write_json
@@ -132,6 +133,17 @@ ACTIVATIONS = {
     "gelu_python_tanh": True,
     "gelu_fast": True,
     "gelu_accurate": True,
+}
+# The block and encoder options (`keras_vit.layers.config.RECORDS`) a
+# transformers ViT/DeiT config holds, with the values it can hold (None: any).
+# Every other option must keep its default to be written, so an option added
+# to the records later is refused here until this table learns it.
+EXPORTED_OPTIONS = {
+    "layer_norm_epsilon": None,
+    "mlp_activation": ("gelu_tanh", "gelu"),
+    "qkv_bias": None,
+    "dropout_rate": None,
+    "attention_dropout_rate": None,
 }
 # PIL filter numbers of `resample`.
 RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
@@ -318,8 +330,21 @@ def _refuse(reason):
     return ValueError(f"transformers has no ViT that represents this model: {reason}.")
 
 
+def _refuse_options(config):
+    """Refuses block and encoder options a transformers ViT config cannot hold."""
+    for record in RECORDS.values():
+        for name, default in record.defaults().items():
+            value = config.get(name, default)
+            allowed = EXPORTED_OPTIONS[name] if name in EXPORTED_OPTIONS else (default,)
+            if allowed is not None and value not in allowed:
+                raise _refuse(f"{name}={value!r} (it holds {name} in {list(allowed)})")
+
+
 def export_architecture(config):
     """The transformers task class of a keras_vit model config.
+
+    Args:
+        config: a flat model config (`keras_vit.layers.config.flatten_config`).
 
     Raises:
         ValueError: for a model transformers' ViT/DeiT cannot represent.
@@ -330,13 +355,13 @@ def export_architecture(config):
         (config.get("num_register_tokens", 0), "register tokens (num_register_tokens > 0)"),
         (config.get("classifier", "token") != "token", f"classifier={config.get('classifier')!r} (transformers classifies the class token)"),
         (config.get("pooled_norm", False), "a final norm after pooling (pooled_norm=True)"),
-        (config.get("layer_scale_init") is not None, "LayerScale (layer_scale_init)"),
         (config.get("representation_size") is not None, "a pre-logits layer (representation_size); transformers' classifiers have none"),
         (not config.get("include_top", True), "no classifier head (include_top=False); AutoModelForImageClassification needs one"),
     )
     for failed, reason in checks:
         if failed:
             raise _refuse(reason)
+    _refuse_options(config)
     if not config.get("distillation_token", False):
         return "ViTForImageClassification"
     if config.get("distillation_head", True):
