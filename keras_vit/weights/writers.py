@@ -129,8 +129,9 @@ def save_to_preset(model, directory, format="keras_vit", preprocessing=None, cla
       the DeiT classes for models with a distillation token). The tanh GELU
       is written as `hidden_act="gelu_pytorch_tanh"`. Models transformers
       cannot represent (hybrids, register tokens, GAP or pooled-norm
-      classifiers, pre-logits layers, no head) are refused before anything
-      is written.
+      classifiers, pre-logits layers, no head, block or encoder options a
+      transformers ViT config has no field for) are refused before
+      anything is written.
 
     Args:
         model: a keras_vit `ViT` or `ViTHybrid`.

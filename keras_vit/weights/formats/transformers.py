@@ -31,6 +31,7 @@ from keras_vit.layers.config import RECORDS
 from keras_vit.weights import canonical as C
 from keras_vit.weights import shards
 from keras_vit.weights.files import read_json, write_json
+from keras_vit.weights.formats import transformers_dinov2
 from keras_vit.weights.record import MODE_STATISTICS, Preprocessing
 from keras_vit.weights.rules import RuleTable
 
@@ -117,6 +118,9 @@ ARCHITECTURES = {
     "DeiTModel": ("deit", "", None),
     "DeiTForMaskedImageModeling": ("deit", "deit.", None),
 }
+# The other ViT families transformers holds, by `model_type`: each a module
+# with `MODEL_TYPES`, `model_arguments(config)`, `table(state)` and `IGNORED`.
+FAMILIES = {t: family for family in (transformers_dinov2,) for t in family.MODEL_TYPES}
 # Entries that are not inference weights of the encoder/classifier.
 IGNORED = {
     "embeddings.mask_token": "the mask token of masked-image-modelling pre-training",
@@ -175,6 +179,7 @@ def _unsupported(message):
 def _architecture(config):
     model_type = config.get("model_type")
     if model_type not in ("vit", "deit"):
+        known = ["vit", "deit", *FAMILIES]
         hint = (
             " transformers' ViT-hybrid (BiT backbone) layout is not one keras_vit reads; "
             "the R50 hybrids load from the official .npz files."
@@ -182,7 +187,7 @@ def _architecture(config):
             else ""
         )
         raise _unsupported(
-            f"`model_type` must be 'vit' or 'deit'. Received: model_type={model_type!r}.{hint}"
+            f"`model_type` must be one of {known}. Received: model_type={model_type!r}.{hint}"
         )
     names = config.get("architectures") or [
         "ViTModel" if model_type == "vit" else "DeiTModel"
@@ -443,6 +448,8 @@ def read(state, config, path):
         config: the `config.json` dict.
         path: the file it came from, for messages.
     """
+    if config.get("model_type") in FAMILIES:
+        return _read_family(FAMILIES[config["model_type"]], state, config, path)
     architecture = _architecture(config)
     kept, ignored = split_state(state, architecture)
     _, prefix, head = ARCHITECTURES[architecture]
@@ -457,10 +464,24 @@ def read(state, config, path):
     return C.Checkpoint(path, "transformers", params, ignored)
 
 
+def _read_family(family, state, config, path):
+    kept, ignored = {}, {}
+    for key, value in state.items():
+        reason = next((r for p, r in family.IGNORED.items() if key.endswith(p)), None)
+        if reason:
+            ignored[key] = reason
+        else:
+            kept[key] = value
+    params, unknown = family.table(kept).to_canonical(kept, config["num_attention_heads"])
+    params.update({k: kept[k] for k in unknown})  # reported as unexpected
+    return C.Checkpoint(path, "transformers", params, ignored)
+
+
 def preset_source(directory):
     """A `PresetSource` for a transformers directory."""
     config = read_json(os.path.join(directory, "config.json"))
-    args, _ = model_arguments(config)
+    family = FAMILIES.get(config.get("model_type"))
+    args = family.model_arguments(config) if family else model_arguments(config)[0]
     prep_path = os.path.join(directory, "preprocessor_config.json")
     if os.path.isfile(prep_path):
         args["preprocessing"] = preprocessing(read_json(prep_path)).get_config()
