@@ -159,6 +159,9 @@ def test_transformers_preprocessor_round_trip():
         ("vit_medium_patch16_reg4_gap_256", dict(hidden_size=512, num_heads=8, layer_scale_init=1e-5,
                                                  num_register_tokens=4)),
         ("vit_little_patch16_reg1_gap_256", dict(hidden_size=320, num_layers=14, mlp_dim=1792)),
+        ("vit_small_patch14_dinov2", dict(hidden_size=384, num_heads=6, patch_size=(14, 14),
+                                          image_size=(518, 518), layer_scale_init=1e-5, classifier="token")),
+        ("vit_base_patch14_reg4_dinov2", dict(hidden_size=768, num_register_tokens=4, classifier="token")),
     ],
 )
 def test_timm_architecture_table(name, expected):

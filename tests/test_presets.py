@@ -169,6 +169,8 @@ TIMM_CASES = {
     "reg4-layerscale": ("vit_medium_patch16_reg4_gap_256", {}, dict(class_token=False, reg_tokens=4,
                                                                     no_embed_class=True, fc_norm=True,
                                                                     layer_scale=True), "avg"),
+    "dinov2-reg4": ("vit_small_patch14_reg4_dinov2", {}, dict(reg_tokens=4, no_embed_class=True,
+                                                             layer_scale=True), "token"),
 }
 _TINY_TIMM = dict(img_size=32, patch_size=8, embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
 

@@ -194,6 +194,16 @@ for _name, _dim, _depth, _heads, _ratio, _reg in _REGISTER:
         img_size=int(_name.rsplit("_", 1)[1]), init_values=1e-5, class_token=False,
         no_embed_class=True, reg_tokens=_reg, global_pool="avg",
     )
+# DINOv2 (LayerScale, 518 px; the register models' position embedding has no
+# prefix rows). timm builds the giant with a SwiGLU MLP: not listed.
+for _size in ("small", "base", "large"):
+    _NAMED[f"vit_{_size}_patch14_dinov2"] = dict(
+        _size_args(_size), patch_size=14, img_size=518, init_values=1e-5
+    )
+    _NAMED[f"vit_{_size}_patch14_reg4_dinov2"] = dict(
+        _size_args(_size), patch_size=14, img_size=518, init_values=1e-5, reg_tokens=4,
+        no_embed_class=True,
+    )
 
 # timm's VisionTransformer arguments, with timm's defaults: the one list of
 # what a config's `model_args` may say.
