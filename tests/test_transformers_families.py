@@ -85,3 +85,17 @@ def test_dinov2_configs_keras_vit_cannot_build_are_refused(dinov2_dirs, tmp_path
     (tmp_path / "config.json").write_text(json.dumps(dict(config, **change)))
     with pytest.raises(ValueError, match=match):
         keras_vit.presets.describe_preset(str(tmp_path))
+
+
+@pytest.mark.parametrize("name", sorted(DINOV2))
+def test_dinov2_backbones_write_back_to_transformers(dinov2_dirs, tmp_path, name):
+    folder, (pooled, hidden) = dinov2_dirs[name]
+    keras_vit.from_preset(folder).save_to_preset(tmp_path, format="transformers", preprocessing="imagenet")
+    with open(tmp_path / "config.json") as f:
+        assert json.load(f)["architectures"] == [name]
+    again, info = getattr(transformers, name).from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"], info
+    assert not info["unexpected_keys"], info
+    out = _reference(again.eval(), _images(28))
+    np.testing.assert_allclose(out[0], pooled, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(out[1], hidden, rtol=0, atol=1e-4)

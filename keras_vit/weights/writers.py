@@ -87,7 +87,8 @@ def _metadata(model, format, preprocessing, class_names):
              "'imagenet' for ImageNet mean/std, 'inception' for [-1, 1], or a Preprocessing record"),
             ("class_names", class_names, "'imagenet1k', 'imagenet21k' or one string per class"),
         )
-        if value is None
+        # A model without a head (a backbone) has no classes to name.
+        if value is None and (arg != "class_names" or model.include_top)
     ]
     if format == "transformers" and missing:
         raise ValueError(
@@ -97,7 +98,7 @@ def _metadata(model, format, preprocessing, class_names):
             f"{' and '.join(missing)} to save_to_preset, or build the model with them."
         )
     out = {}
-    if class_names is not None:
+    if class_names is not None and (model.include_top or format == "keras_vit"):
         out["class_names"] = _class_names(class_names, model.classes)
     if preprocessing is not None:
         out["preprocessing"] = _preprocessing(preprocessing, model).get_config()
@@ -109,7 +110,7 @@ def _save_transformers(model, directory, metadata):
         directory,
         flatten_config(model.get_config()),
         model_state(model),
-        metadata["class_names"],
+        metadata.get("class_names"),
         Preprocessing.from_config(metadata["preprocessing"]),
     )
 

@@ -335,12 +335,12 @@ def _refuse(reason):
     return ValueError(f"transformers has no ViT that represents this model: {reason}.")
 
 
-def _refuse_options(config):
-    """Refuses block and encoder options a transformers ViT config cannot hold."""
+def _refuse_options(config, exported=EXPORTED_OPTIONS):
+    """Refuses block and encoder options a transformers config cannot hold."""
     for record in RECORDS.values():
         for name, default in record.defaults().items():
             value = config.get(name, default)
-            allowed = EXPORTED_OPTIONS[name] if name in EXPORTED_OPTIONS else (default,)
+            allowed = exported[name] if name in exported else (default,)
             if allowed is not None and value not in allowed:
                 raise _refuse(f"{name}={value!r} (it holds {name} in {list(allowed)})")
 
@@ -354,6 +354,10 @@ def export_architecture(config):
     Raises:
         ValueError: for a model transformers' ViT/DeiT cannot represent.
     """
+    family = transformers_dinov2.export_architecture(config)
+    if family is not None:
+        _refuse_options(config, transformers_dinov2.EXPORTED_OPTIONS)
+        return family
     if "resnet_layers" in config:
         raise _refuse("a ResNet (hybrid) stem; transformers has no ViT-hybrid layout")
     checks = (
@@ -501,7 +505,8 @@ def write(directory, config, params, class_names, preprocessing_record):
         directory: an existing folder.
         config: the keras_vit model's `get_config()`.
         params: its weights in the canonical layout (`mapping.model_state`).
-        class_names: one name per class, in head order.
+        class_names: one name per class, in head order (None for a
+            model without a head).
         preprocessing_record: a `Preprocessing` record.
 
     Raises:
@@ -510,9 +515,14 @@ def write(directory, config, params, class_names, preprocessing_record):
     """
     from safetensors.numpy import save_file
 
-    hf_config = export_config(config, class_names)
-    _, prefix, head = ARCHITECTURES[hf_config["architectures"][0]]
-    state = table(prefix, head).from_canonical(params)
+    architecture = export_architecture(config)
+    if architecture in transformers_dinov2.ARCHITECTURES:
+        hf_config = transformers_dinov2.export_config(config, architecture)
+        state = transformers_dinov2.export_state(params)
+    else:
+        hf_config = export_config(config, class_names)
+        _, prefix, head = ARCHITECTURES[architecture]
+        state = table(prefix, head).from_canonical(params)
     state = {k: np.asarray(v, "float32") for k, v in state.items()}
     save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
     write_json(os.path.join(directory, "config.json"), hf_config)

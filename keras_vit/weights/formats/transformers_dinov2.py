@@ -20,6 +20,8 @@ the class token beside the mean of the patch tokens: keras_vit has no such
 pooling yet, so that class is refused.
 """
 
+import numpy as np
+
 from keras_vit.weights import canonical as C
 from keras_vit.weights.rules import RuleTable
 
@@ -131,3 +133,81 @@ def table(state):
     """The `RuleTable` of a state dict (the body at its root or under `dinov2.`)."""
     prefix = PREFIX if any(k.startswith(PREFIX) for k in state) else ""
     return RuleTable(BODY).prefixed(prefix)
+
+
+# transformers `hidden_act` of each keras_vit `mlp_activation`.
+EXPORTED_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "quick_gelu": "quick_gelu"}
+# The block and encoder options a DINOv2 config holds (None: any value).
+EXPORTED_OPTIONS = {
+    "layer_norm_epsilon": None,
+    "mlp_activation": tuple(EXPORTED_ACTIVATIONS),
+    "qkv_bias": None,
+    "layer_scale_init": None,
+    "dropout_rate": None,
+    "attention_dropout_rate": None,
+}
+
+
+def export_architecture(config):
+    """"Dinov2Model" or "Dinov2WithRegistersModel" for a DINOv2-shaped model
+    config (LayerScale, class token, no head), else None."""
+    dinov2 = (
+        config.get("layer_scale_init") is not None
+        and not config.get("include_top", True)
+        and config.get("classifier", "token") == "token"
+        and "resnet_layers" not in config
+        and not config.get("distillation_token", False)
+        and not config.get("pooled_norm", False)
+        and config.get("representation_size") is None
+    )
+    if not dinov2:
+        return None
+    return "Dinov2WithRegistersModel" if config.get("num_register_tokens", 0) else "Dinov2Model"
+
+
+def _ratio(mlp_dim, hidden_size):
+    # transformers 5 validates an integer ratio; DINOv2's are.
+    ratio = mlp_dim / hidden_size
+    return int(ratio) if ratio.is_integer() else ratio
+
+
+def export_config(config, architecture):
+    """A transformers `config.json` dict for a DINOv2-shaped keras_vit model config."""
+    height, width = config["image_size"]
+    ph, pw = config["patch_size"]
+    if height != width or ph != pw:
+        raise ValueError(
+            "transformers' DINOv2 takes square images and patches. Received: "
+            f"image_size={(height, width)}, patch_size={(ph, pw)}"
+        )
+    out = {
+        "architectures": [architecture],
+        "model_type": "dinov2_with_registers" if config.get("num_register_tokens", 0) else "dinov2",
+        "image_size": height,
+        "patch_size": ph,
+        "num_channels": config["input_shape"][-1],
+        "hidden_size": config["hidden_size"],
+        "num_hidden_layers": config["num_layers"],
+        "num_attention_heads": config["num_heads"],
+        "mlp_ratio": _ratio(config["mlp_dim"], config["hidden_size"]),
+        "hidden_act": EXPORTED_ACTIVATIONS[config["mlp_activation"]],
+        "layer_norm_eps": config["layer_norm_epsilon"],
+        "qkv_bias": config.get("qkv_bias", True),
+        "layerscale_value": config["layer_scale_init"],
+        "hidden_dropout_prob": config.get("dropout_rate", 0.0),
+        "attention_probs_dropout_prob": config.get("attention_dropout_rate", 0.0),
+        "use_swiglu_ffn": False,
+        "dtype": "float32",
+    }
+    if config.get("num_register_tokens", 0):
+        out["num_register_tokens"] = config["num_register_tokens"]
+    return out
+
+
+def export_state(params):
+    """The state dict of canonical `params`; the mask token (not a weight
+    keras_vit holds, unused at inference) is written as zeros, its initial value."""
+    state = RuleTable(BODY).from_canonical(params)
+    width = params[C.CLS].shape[-1]
+    state["embeddings.mask_token"] = np.zeros((1, width), "float32")
+    return state
