@@ -127,7 +127,9 @@ def save_to_preset(model, directory, format="keras_vit", preprocessing=None, cla
       `AutoImageProcessor.from_pretrained` and
       `pipeline("image-classification")` load, with no missing or
       unexpected keys (`ViTForImageClassification`, or
-      the DeiT classes for models with a distillation token). The tanh GELU
+      the DeiT classes for models with a distillation token; `Dinov2Model`
+      or `Dinov2WithRegistersModel` for a backbone with LayerScale, a
+      class token and no head, which needs no class names). The tanh GELU
       is written as `hidden_act="gelu_pytorch_tanh"`. Models transformers
       cannot represent (hybrids, register tokens, GAP or pooled-norm
       classifiers, pre-logits layers, no head, block or encoder options a
