@@ -14,9 +14,9 @@ Reference:
 """
 
 import numpy as np
-import keras
 from keras import ops
 
+from keras_vit.models import forward
 from keras_vit.validation import check_choice, check_int, check_positive_int
 
 HEAD_FUSIONS = ("mean", "max", "min")
@@ -80,36 +80,24 @@ def _layer_indices(model, layers):
     return sorted(set(indices))
 
 
-def _embedder(model, channels):
-    """A function from images to the tokens entering the first block.
-
-    A sub-model from the input to the embedding layer runs the model's own
-    layers, so plain ViTs and hybrids (whose stem sits before `patches`)
-    are covered alike.
-    """
-    embedder = keras.Model(model.input, model.get_layer("embedding").output)
-    # Like the model itself, accept any image size divisible by the patch.
-    embedder.input_spec = keras.layers.InputSpec(shape=(None, None, None, channels))
-    dropout = model.get_layer("dropout")
-    return lambda images: dropout(embedder(images, training=False), training=False)
-
-
 def _walk(model, images, layers, batch_size):
     """Yields `(start, layer, probs)` per chunk of images and requested layer.
 
-    Only the blocks up to the deepest requested one are run.
+    One pass of the model's own forward functions
+    (`keras_vit.models.forward`) per chunk, up to the deepest requested
+    block; each requested block's attention is read on its input, the
+    output of the block before it.
     """
-    blocks = model.encoder_blocks
-    embed = _embedder(model, images.shape[-1])
-    wanted = set(layers)
-    last = max(layers)
+    stages = forward.stages(model)
+    inputs_of = [i - 1 for i in layers if i > 0]
     for start in range(0, len(images), batch_size):
-        x = embed(images[start : start + batch_size])
-        for i, block in enumerate(blocks[: last + 1]):
-            if i in wanted:
-                yield start, i, ops.convert_to_numpy(block.attention_probs(x))
-            if i < last:
-                x = block(x, training=False)
+        chunk = images[start : start + batch_size]
+        x, _ = forward.embed(stages, forward.stem(stages, chunk, training=False), training=False)
+        _, taps = forward.run_blocks(stages, x, inputs_of, training=False, stop_early=True)
+        block_inputs = {-1: x, **dict(zip(inputs_of, taps))}
+        for i in layers:
+            probs = stages.blocks[i].attention_probs(block_inputs[i - 1])
+            yield start, i, ops.convert_to_numpy(probs)
 
 
 def _num_prefix(model):

@@ -79,9 +79,8 @@ def _model_class(config):
 
 def _outputs(model, x):
     """Logits (or features): the model's output before its activation."""
-    if model.include_top and model.classifier_activation is not None:
-        model = keras.Model(model.input, model.get_layer("predictions").input)
-    return keras.ops.convert_to_numpy(model(x, training=False))
+    tokens = model.forward_features(x)
+    return keras.ops.convert_to_numpy(model.forward_head(tokens, activation=False))
 
 
 def _from_weights(args):
@@ -181,7 +180,7 @@ def _numpy_reference(model, read_params, x, expected):
     if not same:
         print("NumPy reference: runs on the adapted weights (resized, new head or dropped layers)")
         params = state
-    numpy_outputs = reference.forward(params, x, model.gelu_approximate, model.layer_norm_epsilon)
+    numpy_outputs = reference.forward(params, x, model.mlp_activation, model.layer_norm_epsilon)
     return {"NumPy reference (float64)": np.abs(numpy_outputs - expected).max()}
 
 

@@ -1,9 +1,10 @@
-"""`TokenPooling`: reduces a token sequence to one vector."""
+"""`TokenPooling` reduces a token sequence to one vector; `TokenGrid` splits
+it into prefix tokens and the patch tokens on their grid."""
 
 import keras
 from keras import ops
 
-from keras_vit.validation import check_choice
+from keras_vit.validation import check_bool, check_choice, check_int
 
 POOLING_MODES = ("token", "distillation", "avg", "max")
 # The official code's name for averaging the tokens of a model without a
@@ -64,4 +65,61 @@ class TokenPooling(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update({"mode": self.mode, "num_prefix_tokens": self.num_prefix_tokens})
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class TokenGrid(keras.layers.Layer):
+    """Splits tokens into the patch tokens (on their grid) and the prefix tokens.
+
+    Called on `[tokens, grid_like]`: `tokens` `(batch, prefix + h * w, D)`,
+    `grid_like` any `(batch, h, w, ...)` tensor on the token grid (the
+    patches), which gives `(h, w)` also when they are only known at run
+    time (a symbolic model on images of any size).
+
+    Args:
+        num_prefix_tokens: int, the leading non-patch tokens (class,
+            distillation, register tokens).
+        spatial: bool, default True: the patch tokens as `(batch, h, w, D)`
+            (NHWC); False keeps the sequence `(batch, h * w, D)` (NLC).
+
+    Returns:
+        `[patch tokens, prefix tokens (batch, prefix, D)]`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> tokens = np.arange(2 * 7 * 4, dtype="float32").reshape(2, 7, 4)
+    >>> grid, prefix = TokenGrid(1)([tokens, np.zeros((2, 2, 3, 1), "float32")])
+    >>> tuple(grid.shape), tuple(prefix.shape)
+    ((2, 2, 3, 4), (2, 1, 4))
+    """
+
+    def __init__(self, num_prefix_tokens, spatial=True, **kwargs):
+        super().__init__(**kwargs)
+        self.num_prefix_tokens = check_int(num_prefix_tokens, "num_prefix_tokens", minimum=0)
+        self.spatial = check_bool(spatial, "spatial")
+
+    def call(self, inputs):
+        tokens, grid_like = inputs
+        prefix = tokens[:, : self.num_prefix_tokens]
+        patches = tokens[:, self.num_prefix_tokens :]
+        if self.spatial:
+            static, dynamic = grid_like.shape, ops.shape(grid_like)
+            h, w = (static[i] if static[i] is not None else dynamic[i] for i in (1, 2))
+            patches = ops.reshape(patches, (-1, h, w, tokens.shape[-1]))
+        return [patches, prefix]
+
+    def compute_output_shape(self, input_shape):
+        tokens, grid_like = input_shape
+        batch, count, dim = tokens
+        prefix = (batch, self.num_prefix_tokens, dim)
+        if self.spatial:
+            return [(batch, grid_like[1], grid_like[2], dim), prefix]
+        patches = None if count is None else count - self.num_prefix_tokens
+        return [(batch, patches, dim), prefix]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"num_prefix_tokens": self.num_prefix_tokens, "spatial": self.spatial})
         return config

@@ -9,6 +9,8 @@ Traceback (most recent call last):
 ValueError: `hidden_size` must be divisible by `num_heads`. Received: hidden_size=64, num_heads=3
 """
 
+import warnings
+
 import keras
 
 from keras_vit import labels
@@ -166,3 +168,40 @@ def check_class_names(value, classes, include_top):
         )
     return names
 
+
+def check_images(model, shape, dtype, name="x"):
+    """Raises a `ValueError` for images `model` (a `ViT`) cannot take.
+
+    Unknown dimensions (None) pass; integer pixels get a warning, as they
+    usually mean that `keras_vit.preprocess_input` was forgotten.
+    """
+    cell = model.effective_patch_size
+    takes = (
+        f"(batch, height, width, {model.num_channels}) images with height a multiple "
+        f"of {cell[0]} and width a multiple of {cell[1]}"
+    )
+    if len(shape) != 4:
+        raise ValueError(
+            f"`{name}` must be a batch of images: model {model.name!r} takes {takes}. "
+            f"Received: {name} of shape {shape}"
+        )
+    if shape[3] is not None and shape[3] != model.num_channels:
+        raise ValueError(
+            f"Model {model.name!r} takes {model.num_channels}-channel images: {takes}. "
+            f"Received: {name} of shape {shape} ({shape[3]} channels)"
+        )
+    for size, multiple, axis in ((shape[1], cell[0], "height"), (shape[2], cell[1], "width")):
+        if size is not None and size % multiple:
+            unit = "the patch size" + (
+                f" times the stem stride {model.stem_stride}" if model.stem_stride > 1 else ""
+            )
+            raise ValueError(
+                f"The image {axis} must be a multiple of {multiple} ({unit}): model "
+                f"{model.name!r} takes {takes}. Received: {name} of shape {shape}"
+            )
+    if dtype is not None and ("int" in dtype or dtype == "bool"):
+        warnings.warn(
+            f"`{name}` holds {dtype} values: model {model.name!r} expects scaled floats. "
+            "Pixels in [0, 255] go through `keras_vit.preprocess_input` first.",
+            stacklevel=5,
+        )

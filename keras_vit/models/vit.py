@@ -7,14 +7,12 @@ checkpoint implies, `load_weights` loads it); how the model runs on a
 backend lives in `keras_vit.models.runtime`.
 """
 
-import warnings
-
 import keras
 import numpy as np
 
-from keras_vit.layers import PatchEncoder, Patches, TokenPooling, TransformerBlock
 from keras_vit.layers.config import RECORDS, BlockConfig, expose_records, record_keywords
-from keras_vit.layers.seeds import check_seed, derive_seed
+from keras_vit.layers.seeds import check_seed
+from keras_vit.models import forward
 from keras_vit.models.arguments import (
     KERAS_FUNCTIONAL_ARGUMENTS,
     OTHER_NAMES,
@@ -23,6 +21,7 @@ from keras_vit.models.arguments import (
     check_head,
     check_tokens,
     check_class_names,
+    check_images,
 )
 from keras_vit.models.runtime import ModelRuntime
 from keras_vit.validation import (
@@ -41,7 +40,7 @@ from keras_vit.weights.record import Preprocessing
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 @expose_records(*RECORDS)
-class ViT(ModelRuntime, keras.Model):
+class ViT(ModelRuntime, forward.ForwardPass, keras.Model):
     """Vision Transformer (ViT), "An Image is Worth 16x16 Words".
 
     A functional `keras.Model`: images are cut into patches, embedded with a
@@ -50,7 +49,9 @@ class ViT(ModelRuntime, keras.Model):
     from the class token (or the mean of the patch tokens). Layer names follow
     the official checkpoint (`embedding`, `encoderblock_{i}`, `encoder_norm`,
     `pre_logits`, `head`), so `model.get_layer("encoderblock_3").output`
-    gives a feature extractor.
+    gives a feature extractor; `forward_intermediates` gives the features
+    of chosen blocks on their grid (eagerly or symbolically), through the
+    one forward pass of `keras_vit.models.forward` that builds the graph.
 
     Options found in later checkpoints (DeiT, timm, transformers), each
     exactly as those define it: a distillation token with its own head
@@ -129,8 +130,9 @@ class ViT(ModelRuntime, keras.Model):
             "gelu_tanh"/"gelu". Unless given, the activation is the one the
             `weights` were trained with (tanh when building from scratch).
         encoder_config: None, a `keras_vit.layers.config.EncoderConfig` or
-            its config dict: the options around the blocks, each also a
-            keyword: `patch_bias` (default True).
+            its config dict: the options around the blocks (its docstring
+            lists them), each field also a keyword of its own, e.g.
+            `patch_bias=False`.
         name: model name.
         dtype: dtype or dtype policy of the layers.
         trainable: bool, default True (Keras' own argument).
@@ -231,8 +233,9 @@ class ViT(ModelRuntime, keras.Model):
         self._set_metadata(class_names, preprocessing, info)
 
         inputs = keras.Input(shape=shape, name="image")
-        outputs = self._head(self._encoder(self._embedding(inputs, dtype), dtype), dtype)
+        stages, features, outputs = self._build_graph(inputs, dtype)
         super().__init__(inputs=inputs, outputs=outputs, name=name, dtype=dtype, **kwargs)
+        self._forward_stages = forward.attach_stem(stages, inputs, features, f"{name}_stem")
         # Any image size divisible by the patch size is accepted at call time.
         self.input_spec = keras.layers.InputSpec(shape=(None, None, None, self.num_channels))
         if weights is not None:
@@ -314,36 +317,7 @@ class ViT(ModelRuntime, keras.Model):
         Unknown dimensions (None) pass; integer pixels get a warning, as
         they usually mean that `keras_vit.preprocess_input` was forgotten.
         """
-        cell = self.effective_patch_size
-        takes = (
-            f"(batch, height, width, {self.num_channels}) images with height a multiple "
-            f"of {cell[0]} and width a multiple of {cell[1]}"
-        )
-        if len(shape) != 4:
-            raise ValueError(
-                f"`{name}` must be a batch of images: model {self.name!r} takes {takes}. "
-                f"Received: {name} of shape {shape}"
-            )
-        if shape[3] is not None and shape[3] != self.num_channels:
-            raise ValueError(
-                f"Model {self.name!r} takes {self.num_channels}-channel images: {takes}. "
-                f"Received: {name} of shape {shape} ({shape[3]} channels)"
-            )
-        for size, multiple, axis in ((shape[1], cell[0], "height"), (shape[2], cell[1], "width")):
-            if size is not None and size % multiple:
-                unit = "the patch size" + (
-                    f" times the stem stride {self.stem_stride}" if self.stem_stride > 1 else ""
-                )
-                raise ValueError(
-                    f"The image {axis} must be a multiple of {multiple} ({unit}): model "
-                    f"{self.name!r} takes {takes}. Received: {name} of shape {shape}"
-                )
-        if dtype is not None and ("int" in dtype or dtype == "bool"):
-            warnings.warn(
-                f"`{name}` holds {dtype} values: model {self.name!r} expects scaled floats. "
-                "Pixels in [0, 255] go through `keras_vit.preprocess_input` first.",
-                stacklevel=4,
-            )
+        check_images(self, shape, dtype, name)
 
     def _grid(self, image_size):
         cell = self.effective_patch_size
@@ -361,70 +335,14 @@ class ViT(ModelRuntime, keras.Model):
         """The layers before the patches (a convolutional stem in hybrids)."""
         return inputs
 
-    def _embedding(self, inputs, dtype):
-        x = self._stem(inputs, dtype)
-        x = Patches(self.patch_size, name="patches", dtype=dtype)(x)
-        x = PatchEncoder.for_encoder(
-            self.encoder_config,
-            self.hidden_size,
-            self.patch_size,
-            self.grid_size,
-            class_token=self.classifier == "token",
-            distillation_token=self.distillation_token,
-            num_register_tokens=self.num_register_tokens,
-            name="embedding",
-            dtype=dtype,
-        )(x)
-        return keras.layers.Dropout(
-            self.dropout_rate, seed=derive_seed(self.seed, "dropout"), name="dropout", dtype=dtype
-        )(x)
-
-    def _encoder(self, x, dtype):
-        for i in range(self.num_layers):
-            # Stochastic depth grows linearly from 0 in the first block.
-            rate = self.stochastic_depth_rate * i / max(self.num_layers - 1, 1)
-            x = TransformerBlock(
-                self.num_heads,
-                self.mlp_dim,
-                block_config=self.block_config,
-                stochastic_depth_rate=rate,
-                seed=derive_seed(self.seed, i),
-                name=f"encoderblock_{i}",
-                dtype=dtype,
-            )(x)
-        if self.pooled_norm:
-            return x  # normalised after pooling, in `_head`
-        return self._norm("encoder_norm", dtype)(x)
-
-    def _norm(self, name, dtype):
-        return keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name=name, dtype=dtype)
-
-    def _pool(self, tokens, mode, dtype, name="pool"):
-        x = TokenPooling(mode, self.num_prefix_tokens, name=name, dtype=dtype)(tokens)
-        return self._norm("fc_norm", dtype)(x) if self.pooled_norm and name == "pool" else x
-
-    def _head(self, tokens, dtype):
-        if not self.include_top:
-            return tokens if self.pooling is None else self._pool(tokens, self.pooling, dtype)
-        x = self._pool(tokens, "token" if self.classifier == "token" else "avg", dtype)
-        if self.representation_size is not None:
-            x = keras.layers.Dense(
-                self.representation_size, activation="tanh", name="pre_logits", dtype=dtype
-            )(x)
-        # The official head is zero-initialised (also for fine-tuning).
-        x = keras.layers.Dense(self.classes, kernel_initializer="zeros", name="head", dtype=dtype)(x)
-        if self.distillation_head:
-            # DeiT at inference: the mean of the class and distillation heads.
-            second = self._pool(tokens, "distillation", dtype, name="pool_dist")
-            second = keras.layers.Dense(
-                self.classes, kernel_initializer="zeros", name="head_dist", dtype=dtype
-            )(second)
-            x = keras.layers.Average(name="head_average", dtype=dtype)([x, second])
-        if self.classifier_activation is None:
-            return x
-        return keras.layers.Activation(
-            self.classifier_activation, name="predictions", dtype="float32"
-        )(x)
+    def _build_graph(self, inputs, dtype):
+        """The model's outputs for `inputs`, through `keras_vit.models.forward`."""
+        stages = forward.build_stages(self, dtype)
+        features = self._stem(inputs, dtype)
+        tokens, _ = forward.embed(stages, features)
+        tokens, _ = forward.run_blocks(stages, tokens)
+        outputs = forward.head(stages, forward.final_norm(stages, tokens))
+        return stages, features, outputs
 
     def for_inference(self, image_size=None):
         """A frozen copy of the model with per-call work done once.
@@ -491,7 +409,7 @@ class ViT(ModelRuntime, keras.Model):
     @property
     def encoder_blocks(self):
         """The Transformer blocks, in order."""
-        return [self.get_layer(f"encoderblock_{i}") for i in range(self.num_layers)]
+        return list(self._forward_stages.blocks)
 
     def get_config(self):
         return {

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers.seeds import check_seed
+from keras_vit.models import forward
 from keras_vit.models.arguments import KERAS_LAYER_ARGUMENTS
 from keras_vit.models.runtime import ModelRuntime
 from keras_vit.models.vit import ViT
@@ -59,28 +60,6 @@ class MaskedPatchLoss(keras.losses.Loss):
         return {**super().get_config(), "regression": self.regression}
 
 
-def _stem_layers(encoder):
-    """The layers between the image and `patches` (a hybrid's ResNet).
-
-    keras_vit encoders are chains of layers; the check guards against a
-    graph where running these layers in order would not reproduce it.
-    """
-    layers = encoder.layers
-    names = [layer.name for layer in layers]
-    end = names.index("patches")
-    stem = [layer for layer in layers[:end] if not isinstance(layer, keras.layers.InputLayer)]
-    previous = encoder.input
-    for layer in stem + [layers[end]]:
-        if layer.input is not previous:
-            raise ValueError(
-                "`encoder` must feed its layers one after the other up to "
-                f"`patches`; layer {layer.name!r} does not take the previous "
-                f"layer's output. Received: encoder={encoder.name!r}"
-            )
-        previous = layer.output
-    return tuple(layer.name for layer in stem)
-
-
 def _input_mode(encoder, preprocessing):
     """The `preprocess_input` mode for `encoder`, or None for its own record.
 
@@ -128,7 +107,6 @@ def _check_encoder(encoder):
             f"`encoder` lacks the layers {missing} of a keras_vit ViT. "
             f"Received: encoder={encoder.name!r}"
         )
-    return _stem_layers(encoder)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -235,7 +213,7 @@ class MaskedPatchPrediction(ModelRuntime, keras.Model):
     ):
         allowed = argument_names(type(self).__init__) + KERAS_LAYER_ARGUMENTS
         check_keywords(kwargs, allowed, type(self).__name__)
-        stem = _check_encoder(encoder)
+        _check_encoder(encoder)
         check_choice(target, TARGETS, "target")
         rate, mask_rate, replace_rate = corruption.check_rates(rate, mask_rate, replace_rate)
         targets.num_color_classes(bits)  # checks `bits`
@@ -251,7 +229,6 @@ class MaskedPatchPrediction(ModelRuntime, keras.Model):
         self.preprocessing = preprocessing
         self._mode = mode
         self.seed = seed
-        self._stem_names = stem
         self.patch_size = tuple(encoder.effective_patch_size)
         self.seed_generator = keras.random.SeedGenerator(seed, name="corruption_seed")
         # The encoder's layers carry its dtype policy (the functional model's
@@ -319,13 +296,9 @@ class MaskedPatchPrediction(ModelRuntime, keras.Model):
 
     def embed(self, images):
         """Raw images to `(patch embeddings (batch, n, D), grid)`, uncorrupted."""
+        stages = forward.stages(self.encoder)
         x = preprocess_input(images, **self._scaling())
-        for name in self._stem_names:
-            x = self.encoder.get_layer(name)(x)
-        patches = self.encoder.get_layer("patches")(x)
-        embedding = self.encoder.get_layer("embedding")
-        grid = (patches.shape[1], patches.shape[2])
-        return embedding.embed_patches(ops.cast(patches, embedding.compute_dtype)), grid
+        return forward.embed_patches(stages, forward.stem(stages, x))
 
     def sample_corruption(self, batch, num_patches):
         """`(plan, other_indices)` drawn from the model's seed generator."""
@@ -337,20 +310,16 @@ class MaskedPatchPrediction(ModelRuntime, keras.Model):
         return plan, others
 
     def encode(self, tokens, grid, training=None):
-        """Position embedding, Transformer and norm; the patch tokens out."""
-        embedding = self.encoder.get_layer("embedding")
-        x = embedding.add_positions(tokens, grid)
-        x = self.encoder.get_layer("dropout")(x, training=training)
-        for block in self.encoder.encoder_blocks:
-            x = block(x, training=training)
-        # The final norm: on every token, or (pooled_norm=True) on the pooled
-        # features, where the head on the patch tokens takes them as they are.
-        names = {layer.name for layer in self.encoder.layers}
-        for name in ("encoder_norm", "fc_norm"):
-            if name in names:
-                x = self.encoder.get_layer(name)(x)
-                break
-        return x[:, embedding.num_prefix_tokens :]
+        """Prefix tokens, position embedding, Transformer and norm; the patch tokens out."""
+        stages = forward.stages(self.encoder)
+        x = forward.embed_tokens(stages, tokens, grid, training=training)
+        x, _ = forward.run_blocks(stages, x, training=training)
+        x = forward.final_norm(stages, x)
+        # With pooled_norm=True the encoder normalises its pooled features;
+        # the head on the patch tokens takes them through that norm too.
+        if stages.fc_norm is not None:
+            x = stages.fc_norm(x)
+        return x[:, stages.num_prefix_tokens :]
 
     def call(self, images, training=None):
         self._check_images(images.shape)

@@ -1,0 +1,448 @@
+"""The forward pass of `keras_vit.ViT`, in the steps everything else reuses.
+
+`ViT.__init__` builds its graph by calling these functions on a symbolic
+input; `ViT.forward_intermediates`, `ViT.forward_features` and
+`ViT.forward_head`, the inspection tools, masked-patch pre-training and
+the converter call the same functions on the same layers, eagerly or on
+new symbolic inputs (a feature model inside another model). The steps:
+
+1. `stem`: the layers before the patches (a hybrid's ResNet; none in a
+   plain ViT);
+2. `embed`: patches, patch embedding with the prefix tokens and position
+   embedding (the `embedding` layer), dropout and the optional norm before
+   the blocks; `embed_patches` and `embed_tokens` are its two halves, for
+   changing the patch embeddings in between (masked-patch pre-training);
+3. `run_blocks`: the Transformer blocks, tapping chosen block outputs;
+4. `final_norm`: the encoder's LayerNorm (none when the norm is applied
+   to the pooled features, `pooled_norm=True`);
+5. `head`: pooling, pre-logits, classifier(s) and activation.
+
+`Stages` holds the model's layers by step; `stages(model)` returns it.
+"""
+
+import numbers
+
+import keras
+from keras import ops
+
+from keras_vit.layers import PatchEncoder, Patches, TokenPooling, TransformerBlock
+from keras_vit.layers.pooling import TokenGrid
+from keras_vit.layers.seeds import derive_seed
+from keras_vit.validation import check_choice
+
+OUTPUT_FORMATS = ("NHWC", "NLC")
+
+
+class Stages:
+    """The layers of a ViT, by the step of the forward pass that runs them.
+
+    Not a layer: a plain record of the model's own layers (no variables of
+    its own, nothing Keras tracks or saves).
+
+    Attributes:
+        stem: None (no stem) or a callable from images to the stem's
+            feature map (a functional sub-model of the ViT's own layers).
+        patches, embedding, dropout: the `Patches`, `PatchEncoder` and
+            `Dropout` layers.
+        pre_norm: None or the LayerNorm before the first block.
+        blocks: the `TransformerBlock`s, in order.
+        norm: None or the encoder's final LayerNorm (`encoder_norm`).
+        fc_norm: None or the LayerNorm of the pooled features.
+        head_layers: `{name: layer}` of the head (pooling, `pre_logits`,
+            `head`, `head_dist`, ...), as the model has them.
+        num_prefix_tokens: class, distillation and register tokens.
+    """
+
+    def __init__(self):
+        self.stem = None
+        self.patches = self.embedding = self.dropout = self.pre_norm = None
+        self.blocks = []
+        self.norm = self.fc_norm = None
+        self.head_layers = {}
+        self.num_prefix_tokens = 0
+        self.include_top = True
+        self.pooling = None
+        self.classifier = "token"
+
+
+def stages(model):
+    """The `Stages` of a built `keras_vit.ViT`."""
+    return model._forward_stages
+
+
+def _norm(model, name, dtype):
+    return keras.layers.LayerNormalization(epsilon=model.layer_norm_epsilon, name=name, dtype=dtype)
+
+
+def build_stages(model, dtype):
+    """New layers for `model` (a `ViT` being constructed), by step.
+
+    The stem is built by the model's own hook (`ViT._stem`), as it is a
+    function of its input; everything after it is created here.
+    """
+    s = Stages()
+    s.include_top, s.pooling, s.classifier = model.include_top, model.pooling, model.classifier
+    s.num_prefix_tokens = model.num_prefix_tokens
+    s.patches = Patches(model.patch_size, name="patches", dtype=dtype)
+    s.embedding = PatchEncoder.for_encoder(
+        model.encoder_config,
+        model.hidden_size,
+        model.patch_size,
+        model.grid_size,
+        class_token=model.classifier == "token",
+        distillation_token=model.distillation_token,
+        num_register_tokens=model.num_register_tokens,
+        name="embedding",
+        dtype=dtype,
+    )
+    s.dropout = keras.layers.Dropout(
+        model.dropout_rate, seed=derive_seed(model.seed, "dropout"), name="dropout", dtype=dtype
+    )
+    if model.encoder_config.pre_norm:
+        s.pre_norm = _norm(model, "pre_norm", dtype)
+    for i in range(model.num_layers):
+        # Stochastic depth grows linearly from 0 in the first block.
+        rate = model.stochastic_depth_rate * i / max(model.num_layers - 1, 1)
+        s.blocks.append(
+            TransformerBlock(
+                model.num_heads,
+                model.mlp_dim,
+                block_config=model.block_config,
+                stochastic_depth_rate=rate,
+                seed=derive_seed(model.seed, i),
+                name=f"encoderblock_{i}",
+                dtype=dtype,
+            )
+        )
+    s.head_layers = _head_layers(model, dtype)
+    if not model.pooled_norm:
+        s.norm = _norm(model, "encoder_norm", dtype)
+    elif "pool" in s.head_layers:
+        # Without pooling (include_top=False, pooling=None) the tokens come
+        # out unnormalised, and the model has no norm at all.
+        s.fc_norm = _norm(model, "fc_norm", dtype)
+    return s
+
+
+def _head_layers(model, dtype):
+    layers = {}
+    if not model.include_top:
+        if model.pooling is not None:
+            layers["pool"] = TokenPooling(model.pooling, model.num_prefix_tokens, name="pool", dtype=dtype)
+        return layers
+    mode = "token" if model.classifier == "token" else "avg"
+    layers["pool"] = TokenPooling(mode, model.num_prefix_tokens, name="pool", dtype=dtype)
+    if model.representation_size is not None:
+        layers["pre_logits"] = keras.layers.Dense(
+            model.representation_size, activation="tanh", name="pre_logits", dtype=dtype
+        )
+    # The official head is zero-initialised (also for fine-tuning).
+    dense = dict(kernel_initializer="zeros", dtype=dtype)
+    layers["head"] = keras.layers.Dense(model.classes, name="head", **dense)
+    if model.distillation_head:
+        layers["pool_dist"] = TokenPooling(
+            "distillation", model.num_prefix_tokens, name="pool_dist", dtype=dtype
+        )
+        layers["head_dist"] = keras.layers.Dense(model.classes, name="head_dist", **dense)
+        layers["head_average"] = keras.layers.Average(name="head_average", dtype=dtype)
+    if model.classifier_activation is not None:
+        layers["predictions"] = keras.layers.Activation(
+            model.classifier_activation, name="predictions", dtype="float32"
+        )
+    return layers
+
+
+def attach_stem(s, inputs, features, name):
+    """Gives `s` the stem from `inputs` to `features` (none when they are one)."""
+    if features is not inputs:
+        # The same layers on an input of any size (a sub-model of the
+        # model's own fixed-size input would keep that size when saved).
+        s.stem = keras.models.clone_model(
+            keras.Model(inputs, features, name=name),
+            input_tensors=keras.Input((None, None, inputs.shape[-1]), name="image"),
+            clone_function=lambda layer: layer,
+        )
+    return s
+
+
+def stem(s, images, training=None):
+    """Step 1: the stem's feature map (the images themselves without one)."""
+    return images if s.stem is None else s.stem(images, training=training)
+
+
+def _after_embedding(s, x, training):
+    x = s.dropout(x, training=training)
+    return x if s.pre_norm is None else s.pre_norm(x)
+
+
+def embed(s, features, training=None):
+    """Step 2: `(tokens entering the first block, patch grid)`.
+
+    Args:
+        s: the `Stages`.
+        features: the stem's output (the images for a plain ViT).
+        training: the dropout's mode.
+
+    Returns:
+        Tokens `(batch, prefix + h * w, D)` and the patches
+        `(batch, h, w, ph * pw * C)` whose grid they come from.
+    """
+    patches = s.patches(features)
+    return _after_embedding(s, s.embedding(patches), training), patches
+
+
+def embed_patches(s, features):
+    """The first half of `embed`: `(patch embeddings (batch, h * w, D), (h, w))`.
+
+    Eager (or inside a traced call): it calls a method of the embedding
+    layer, which a symbolic functional graph cannot hold.
+    """
+    patches = s.patches(features)
+    grid = tuple(
+        patches.shape[i] if patches.shape[i] is not None else ops.shape(patches)[i] for i in (1, 2)
+    )
+    return s.embedding.embed_patches(ops.cast(patches, s.embedding.compute_dtype)), grid
+
+
+def embed_tokens(s, tokens, grid, training=None):
+    """The second half of `embed`: prefix tokens, position embedding, dropout
+    and the norm before the blocks, on patch embeddings `(batch, h * w, D)`."""
+    return _after_embedding(s, s.embedding.add_positions(tokens, grid), training)
+
+
+def block_indices(count, indices):
+    """timm's `indices` rule: sorted block indices to tap.
+
+    None: every block; an int `n`: the last `n`; a sequence: those blocks
+    (negative values count from the end).
+    """
+    if indices is None:
+        return list(range(count))
+    whole = lambda i: isinstance(i, numbers.Integral) and not isinstance(i, bool)  # noqa: E731
+    if whole(indices):
+        if not 0 <= indices <= count:
+            raise ValueError(
+                f"`indices` as an int takes the last n of the {count} blocks, 0 <= n <= {count}. "
+                f"Received: indices={indices!r}"
+            )
+        return list(range(count - int(indices), count))
+    try:
+        items = list(indices)
+    except TypeError:
+        items = None
+    ok = items is not None and all(
+        whole(i) and -count <= i < count for i in items
+    )
+    if not ok:
+        raise ValueError(
+            f"`indices` must be None, an int or a sequence of block indices in "
+            f"[-{count}, {count - 1}]. Received: indices={indices!r}"
+        )
+    return sorted({int(i) % count for i in items})
+
+
+def run_blocks(s, x, indices=(), training=None, stop_early=False):
+    """Step 3: the blocks on tokens `x`, tapping the outputs of `indices`.
+
+    Args:
+        s: the `Stages`.
+        x: tokens `(batch, prefix + patches, D)` entering the first block.
+        indices: sorted block indices (see `block_indices`) whose outputs
+            are returned.
+        training: the dropout's and stochastic depth's mode.
+        stop_early: stop after the last tapped block (the returned tokens
+            are then that block's output).
+
+    Returns:
+        `(tokens after the last block run, [tapped outputs, in order])`.
+    """
+    wanted = set(indices)
+    last = len(s.blocks) - 1
+    if stop_early:
+        last = max(indices, default=-1)
+    taps = []
+    for i, block in enumerate(s.blocks[: last + 1]):
+        x = block(x, training=training)
+        if i in wanted:
+            taps.append(x)
+    return x, taps
+
+
+def final_norm(s, x):
+    """Step 4: the encoder's LayerNorm on every token (identity with `pooled_norm`)."""
+    return x if s.norm is None else s.norm(x)
+
+
+def head(s, tokens, pre_logits=False, activation=True):
+    """Step 5: the output of the model from the final tokens.
+
+    Args:
+        s: the `Stages`.
+        tokens: the output of `final_norm`.
+        pre_logits: return the pooled features (after `fc_norm` and the
+            pre-logits layer) instead of the classifier's output.
+        activation: apply the classifier's activation (False: logits).
+
+    Returns:
+        What the model returns for these tokens (or its pre-activation
+        value); a model without head returns its tokens or their pooling.
+    """
+    layers = s.head_layers
+    if "pool" not in layers:
+        return tokens
+    x = layers["pool"](tokens)
+    if s.fc_norm is not None:
+        x = s.fc_norm(x)
+    if not s.include_top:
+        return x
+    if "pre_logits" in layers:
+        x = layers["pre_logits"](x)
+    if pre_logits:
+        return x
+    x = layers["head"](x)
+    if "head_dist" in layers:
+        # DeiT at inference: the mean of the class and distillation heads.
+        second = layers["head_dist"](layers["pool_dist"](tokens))
+        x = layers["head_average"]([x, second])
+    if activation and "predictions" in layers:
+        return layers["predictions"](x)
+    return x
+
+
+def split_tokens(s, tokens, patches, output_fmt="NHWC"):
+    """Patch tokens as a grid (`"NHWC"`) or sequence (`"NLC"`), and the prefix.
+
+    Args:
+        s: the `Stages`.
+        tokens: `(batch, prefix + h * w, D)`.
+        patches: the `(batch, h, w, ...)` patches of `embed`: their grid.
+        output_fmt: "NHWC" or "NLC".
+
+    Returns:
+        `(patch tokens, prefix tokens (batch, prefix, D))`.
+    """
+    check_choice(output_fmt, OUTPUT_FORMATS, "output_fmt")
+    layer = TokenGrid(s.num_prefix_tokens, output_fmt == "NHWC", dtype=s.embedding.dtype_policy)
+    return layer([tokens, patches])
+
+
+def intermediates(s, images, indices=None, norm=False, output_fmt="NHWC",
+                  return_prefix_tokens=False, intermediates_only=False, training=None):
+    """`ViT.forward_intermediates` on the `Stages` `s` (see there)."""
+    check_choice(output_fmt, OUTPUT_FORMATS, "output_fmt")
+    taps = block_indices(len(s.blocks), indices)
+    x, patches = embed(s, stem(s, images, training=training), training=training)
+    x, features = run_blocks(s, x, taps, training=training, stop_early=intermediates_only)
+    outputs = []
+    for y in features:
+        spatial, prefix = split_tokens(s, final_norm(s, y) if norm else y, patches, output_fmt)
+        outputs.append((spatial, prefix) if return_prefix_tokens else spatial)
+    if intermediates_only:
+        return outputs
+    return final_norm(s, x), outputs
+
+
+class ForwardPass:
+    """The forward pass as methods of `keras_vit.ViT` (a mixin).
+
+    The model's `_forward_stages` (its `Stages`) is set by its constructor.
+    """
+
+    def _images(self, images):
+        images = images if keras.backend.is_keras_tensor(images) else ops.convert_to_tensor(images)
+        self._check_input_spec(tuple(images.shape), keras.backend.standardize_dtype(images.dtype), "images")
+        return images
+
+    def forward_intermediates(self, images, indices=None, norm=False, output_fmt="NHWC",
+                              return_prefix_tokens=False, intermediates_only=False, training=False):
+        """The final tokens and the outputs of chosen Transformer blocks.
+
+        One pass through the model's own layers (the functions of
+        `keras_vit.models.forward`, which also build the model's graph), as
+        timm's `forward_intermediates`: the features are the blocks' outputs
+        exactly, the patch tokens reshaped to their grid (stride: the
+        effective patch size) and the prefix tokens (class, distillation,
+        register) set apart. Works eagerly and on symbolic inputs
+        (`keras.Input`), so a feature model is a functional model:
+        `keras.Model(inputs, model.forward_intermediates(inputs, ...))`.
+
+        Args:
+            images: `(batch, H, W, C)` preprocessed images (H and W multiples
+                of the effective patch size), or a symbolic input.
+            indices: None (default: every block), an int `n` (the last `n`
+                blocks) or a sequence of block indices (negative values count
+                from the end).
+            norm: bool, default False: apply the encoder's final LayerNorm
+                to the features (none when the model normalises the pooled
+                features, `pooled_norm=True`).
+            output_fmt: "NHWC" (default, `(batch, h, w, D)`) or "NLC"
+                (`(batch, h * w, D)`).
+            return_prefix_tokens: bool, default False: each feature becomes
+                `(patch tokens, prefix tokens (batch, prefix, D))`.
+            intermediates_only: bool, default False: return the features
+                alone (and stop after the last requested block).
+            training: bool, default False: dropout and stochastic depth.
+
+        Returns:
+            `(final tokens, features)`: the tokens after the encoder's norm,
+            `(batch, prefix + h * w, D)` (what `forward_head` takes), and a
+            list of features in block order; or the list alone when
+            `intermediates_only`.
+
+        Example:
+
+        >>> import numpy as np
+        >>> from keras_vit import ViT
+        >>> model = ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=3,
+        ...             num_heads=2, mlp_dim=32, num_register_tokens=2)
+        >>> final, features = model.forward_intermediates(
+        ...     np.zeros((2, 32, 32, 3), "float32"), indices=[0, -1])
+        >>> tuple(final.shape), [tuple(f.shape) for f in features]
+        ((2, 19, 16), [(2, 4, 4, 16), (2, 4, 4, 16)])
+        >>> features = model.forward_intermediates(
+        ...     np.zeros((1, 48, 32, 3), "float32"), indices=1, output_fmt="NLC",
+        ...     return_prefix_tokens=True, intermediates_only=True)
+        >>> [(tuple(p.shape), tuple(t.shape)) for p, t in features]
+        [((1, 24, 16), (1, 3, 16))]
+        """
+        return intermediates(
+            self._forward_stages, self._images(images), indices=indices, norm=norm,
+            output_fmt=output_fmt, return_prefix_tokens=return_prefix_tokens,
+            intermediates_only=intermediates_only, training=training,
+        )
+
+    def forward_features(self, images, training=False):
+        """The tokens after the blocks and the encoder's norm, `(batch, prefix + h * w, D)`.
+
+        `model(images)` is `model.forward_head(model.forward_features(images))`.
+
+        Example:
+
+        >>> import numpy as np
+        >>> from keras_vit import ViT
+        >>> model = ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=1,
+        ...             num_heads=2, mlp_dim=32, classes=3)
+        >>> x = np.random.default_rng(0).normal(size=(1, 32, 32, 3)).astype("float32")
+        >>> tokens = model.forward_features(x)
+        >>> tuple(tokens.shape)
+        (1, 17, 16)
+        >>> bool(np.allclose(model.forward_head(tokens), model(x), atol=1e-6))
+        True
+        """
+        return self.forward_intermediates(images, indices=[], training=training)[0]
+
+    def forward_head(self, tokens, pre_logits=False, activation=True):
+        """The model's output from the final tokens (`forward_features`).
+
+        Args:
+            tokens: `(batch, prefix + h * w, D)`, after the encoder's norm.
+            pre_logits: bool, default False: return the pooled features
+                (after `fc_norm` and the pre-logits layer) instead.
+            activation: bool, default True; False returns the logits (the
+                classifier's output before its activation).
+
+        Returns:
+            The output `model(images)` would give (a model without head
+            returns the tokens, or their pooling).
+        """
+        return head(self._forward_stages, tokens, pre_logits=pre_logits, activation=activation)
