@@ -59,7 +59,7 @@ import keras  # noqa: E402
 
 import keras_vit  # noqa: E402
 from keras_vit import training  # noqa: E402
-from keras_vit.training import data, sources  # noqa: E402
+from keras_vit.training import data, datasets  # noqa: E402
 
 # A small ViT for the offline demo: 4 layers of width 64 over a 2x2 grid of
 # 16 px patches (each a 4x4 quadrant of the 8x8 digit upscaled to 32 px).
@@ -151,11 +151,11 @@ def add_folder_arguments(parser):
 def load_data(args, load):
     """`(train, held-out)` sources: the --data folder split by --validation-split, or --dataset."""
     if args.data is None:
-        return (sources.load_source(args.dataset, args.train_split, **load),
-                sources.load_source(args.dataset, args.eval_split, **load))
+        return (datasets.load_source(args.dataset, args.train_split, **load),
+                datasets.load_source(args.dataset, args.eval_split, **load))
     args.eval_split = f"{args.validation_split:.0%} held out"
     return tuple(
-        sources.image_folder_source(args.data, args.validation_split, subset, seed=args.seed)
+        datasets.image_folder_source(args.data, args.validation_split, subset, seed=args.seed)
         for subset in ("training", "validation")
     )
 

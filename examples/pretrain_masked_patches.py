@@ -45,7 +45,7 @@ import keras  # noqa: E402
 
 import keras_vit  # noqa: E402
 from keras_vit import pretraining, training  # noqa: E402
-from keras_vit.training import data, sources  # noqa: E402
+from keras_vit.training import data, datasets  # noqa: E402
 
 # The encoders of examples/finetune.py, so that its --weights can load ours.
 DEMO_MODEL = dict(patch_size=16, hidden_size=64, num_layers=4, num_heads=4, mlp_dim=256)
@@ -174,8 +174,8 @@ def build_task(args, encoder):
 def pipelines(args, step_batch):
     """Raw [0, 255] batches (the task scales them); labels ride along unused."""
     load = dict(data_dir=args.tfds_data_dir, manual_dir=args.manual_dir, download=args.download)
-    train_source = sources.load_source(args.dataset, args.train_split, **load)
-    eval_source = sources.load_source(args.dataset, args.eval_split, **load)
+    train_source = datasets.load_source(args.dataset, args.train_split, **load)
+    eval_source = datasets.load_source(args.dataset, args.eval_split, **load)
     small = (train_source.num_examples or 1 << 30) <= 50_000 and args.image_size <= 64
     train_ds = data.train_pipeline(
         train_source.dataset, args.image_size, step_batch, mode=None,

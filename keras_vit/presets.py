@@ -10,9 +10,9 @@ the weights strictly (`keras_vit.weights.loader`):
 | layout | recognised by | reader |
 | --- | --- | --- |
 | keras_vit | `config.json` registered as `keras_vit>...` | Keras (`model.weights.h5`) |
-| transformers ViT / DeiT | `config.json` with `model_type` | `weights.hf_layout` |
-| timm Hub | `config.json` with `architecture` | `weights.timm_hub`, `weights.timm_layout` |
-| keras-hub ViT | `config.json` registered as `keras_hub>...` | keras-hub, `weights.keras_hub_layout` |
+| transformers ViT / DeiT / DINOv2 | `config.json` with `model_type` | `weights.formats.transformers` (+ `transformers_dinov2`) |
+| timm Hub | `config.json` with `architecture` | `weights.formats.timm` |
+| keras-hub ViT | `config.json` registered as `keras_hub>...` | keras-hub, `weights.formats.keras_hub` |
 
 `model.save_to_preset(directory, format)` (`keras_vit.weights.writers`)
 writes `format="keras_vit"` (reloaded exactly by `from_preset` on every
@@ -20,18 +20,18 @@ backend) or `format="transformers"` (loaded by
 `AutoModelForImageClassification`).
 """
 
-import dataclasses
-import json
 import os
 
 from keras_vit.layers.config import training_fields
 from keras_vit.models import ViT, ViTHybrid
 from keras_vit.models.arguments import OTHER_NAMES
 from keras_vit.validation import check_keywords
-from keras_vit.weights import hf_layout, keras_hub_layout, loader, shards, timm_hub, timm_layout
+from keras_vit.weights import loader, shards
+from keras_vit.weights.canonical import Checkpoint, PresetSource
+from keras_vit.weights.files import read_json as _read_json
+from keras_vit.weights.formats import keras_hub, timm, transformers
 from keras_vit.weights.mapping import model_state
 from keras_vit.weights.record import Preprocessing
-from keras_vit.weights.sources import Checkpoint
 from keras_vit.weights.writers import FORMATS, KERAS_WEIGHTS, save_to_preset  # noqa: F401
 
 HF_SCHEME = "hf://"
@@ -68,14 +68,6 @@ class PresetDownloadError(OSError):
         super().__init__(message)
         self.repo_id = repo_id
         self.cache_path = cache_path
-
-
-def _read_json(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"Cannot read {path!r}: {type(error).__name__}: {error}") from None
 
 
 def _download(handle):
@@ -193,81 +185,6 @@ def detect_layout(directory):
     )
 
 
-@dataclasses.dataclass
-class PresetSource:
-    """What a preset directory says, before any weights are read.
-
-    Attributes:
-        layout: one of `LAYOUTS`.
-        directory: the directory.
-        model_class: "ViT" or "ViTHybrid".
-        arguments: keyword arguments of `model_class` for the checkpoint.
-        read: `read(model) -> Checkpoint`, the weights in the canonical layout.
-    """
-
-    layout: str
-    directory: str
-    model_class: str
-    arguments: dict
-    read: object
-
-
-def _transformers_source(directory):
-    config = _read_json(os.path.join(directory, "config.json"))
-    args, architecture = hf_layout.model_arguments(config)
-    prep_path = os.path.join(directory, "preprocessor_config.json")
-    if os.path.isfile(prep_path):
-        args["preprocessing"] = hf_layout.preprocessing(_read_json(prep_path)).get_config()
-
-    def read(model):
-        state, path = shards.read_state(directory)
-        kept, ignored = hf_layout.split_state(state, architecture)
-        _, prefix, head = hf_layout.ARCHITECTURES[architecture]
-        if not any(k.startswith(prefix) for k in kept):
-            prefix = ""  # a base model saved on its own
-        params, unknown = hf_layout.table(prefix, head).to_canonical(kept, config["num_attention_heads"])
-        params.update({k: kept[k] for k in unknown})  # reported as unexpected
-        if config.get("pooler_act", "tanh") != "tanh":
-            for key in [k for k in params if k.startswith("pre_logits/")]:
-                params.pop(key)
-                ignored[key] = f"a pooler with {config['pooler_act']!r}, not a tanh pre-logits layer"
-        return Checkpoint(path, "transformers", params, ignored)
-
-    return PresetSource("transformers", directory, "ViT", args, read)
-
-
-def _timm_source(directory):
-    config = _read_json(os.path.join(directory, "config.json"))
-    args, no_embed_class = timm_hub.model_arguments(config)
-    args["preprocessing"] = timm_hub.preprocessing(config).get_config()
-
-    def read(model):
-        state, path = shards.read_state(directory)
-        try:
-            params = timm_layout.to_canonical(state, args["num_heads"])
-        except ValueError as error:
-            raise ValueError(f"Cannot read checkpoint {path!r}: {error}") from None
-        return Checkpoint(path, "timm", timm_layout.fold_prefix_rows(params, no_embed_class), {})
-
-    return PresetSource("timm", directory, "ViT", args, read)
-
-
-def _keras_hub_source(directory):
-    args = keras_hub_layout.model_arguments(directory)
-    prep = keras_hub_layout.preprocessing(directory)
-    if prep is not None:
-        args["preprocessing"] = prep.get_config()
-    with_task = os.path.isfile(os.path.join(directory, "task.json"))
-
-    def read(model):
-        variables = keras_hub_layout.read_variables(directory, with_task)
-        params, unknown = keras_hub_layout.TABLE.to_canonical(variables, args["num_heads"])
-        params.update({k: variables[k] for k in unknown})
-        return Checkpoint(os.path.join(directory, KERAS_WEIGHTS), "keras_hub", params, {})
-
-    return PresetSource("keras_hub", directory, "ViT", args, read)
-
-
 def _keras_vit_source(directory):
     config = _read_json(os.path.join(directory, "config.json"))
     model_class = config.get("class_name")
@@ -297,9 +214,9 @@ def _keras_vit_source(directory):
 
 _SOURCES = {
     "keras_vit": _keras_vit_source,
-    "transformers": _transformers_source,
-    "timm": _timm_source,
-    "keras_hub": _keras_hub_source,
+    "transformers": transformers.preset_source,
+    "timm": timm.preset_source,
+    "keras_hub": keras_hub.preset_source,
 }
 
 

@@ -100,7 +100,7 @@ def test_folder_finetune_from_a_checkpoint_takes_its_gelu_and_scaling(tmp_path):
     assert model.gelu_approximate is False and model.preprocessing.mode == "imagenet"
     assert model.classes == 3 and model.class_names == ("blue", "green", "red")
     # The held-out images, chosen as image_folder_source chooses them.
-    from keras_vit.training.sources import image_folder_source
+    from keras_vit.training.datasets import image_folder_source
 
     held = image_folder_source(str(data), 0.2, "validation", seed=0)
     assert held.num_examples == 6

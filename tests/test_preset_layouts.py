@@ -11,7 +11,10 @@ from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from hub_dirs import populate_hf_cache, random_timm_state, write_timm_hub
 from keras_vit import presets
 from keras_vit.preprocessing import Preprocessing, preprocess_input
-from keras_vit.weights import hf_layout, keras_hub_layout, shards, timm_hub, timm_layout
+from keras_vit.weights import shards
+from keras_vit.weights.formats import keras_hub as keras_hub_format
+from keras_vit.weights.formats import timm as timm_format
+from keras_vit.weights.formats import transformers as hf_format
 
 TINY_HF = dict(image_size=32, patch_size=8, hidden_size=16, num_hidden_layers=2,
                num_attention_heads=2, intermediate_size=32, num_labels=3)
@@ -44,10 +47,10 @@ def test_transformers_table_reads_every_tensor_and_writes_it_back(hf_dirs, archi
     state, path = shards.read_state(folder)
     assert path.endswith("model.safetensors")
     config = json.load(open(os.path.join(folder, "config.json")))
-    args, found = hf_layout.model_arguments(config)
+    args, found = hf_format.model_arguments(config)
     assert found == architecture
-    _, prefix, head = hf_layout.ARCHITECTURES[architecture]
-    table = hf_layout.table(prefix, head)
+    _, prefix, head = hf_format.ARCHITECTURES[architecture]
+    table = hf_format.table(prefix, head)
     params, unknown = table.to_canonical(state, num_heads=2)
     assert unknown == []
     assert params["Transformer/encoderblock_1/MultiHeadDotProductAttention_1/query/kernel"].shape == (16, 2, 8)
@@ -68,8 +71,8 @@ def test_transformers_in_memory_names_read_as_the_saved_ones(hf_dirs, architectu
     # memory and renames when saving; a raw `state_dict()` must read the same.
     folder, memory = hf_dirs[architecture]
     saved, _ = shards.read_state(folder)
-    _, prefix, head = hf_layout.ARCHITECTURES[architecture]
-    table = hf_layout.table(prefix, head)
+    _, prefix, head = hf_format.ARCHITECTURES[architecture]
+    table = hf_format.table(prefix, head)
     from_file, _ = table.to_canonical(saved, 2)
     from_memory, unknown = table.to_canonical(memory, 2)
     assert unknown == [] and sorted(from_memory) == sorted(from_file)
@@ -79,13 +82,13 @@ def test_transformers_in_memory_names_read_as_the_saved_ones(hf_dirs, architectu
 
 def test_transformers_config_arguments(hf_dirs):
     config = json.load(open(os.path.join(hf_dirs["DeiTForImageClassificationWithTeacher"][0], "config.json")))
-    args, _ = hf_layout.model_arguments(dict(config, hidden_act="gelu_new", qkv_bias=False,
+    args, _ = hf_format.model_arguments(dict(config, hidden_act="gelu_new", qkv_bias=False,
                                              id2label={"0": "cat", "1": "dog", "2": "eel"}))
     assert args["gelu_approximate"] is True and args["qkv_bias"] is False
     assert args["distillation_token"] and args["distillation_head"]
     assert args["layer_norm_epsilon"] == 1e-12 and args["classes"] == 3
     assert args["class_names"] == ["cat", "dog", "eel"]
-    plain, _ = hf_layout.model_arguments(json.load(open(os.path.join(hf_dirs["ViTModel"][0], "config.json"))))
+    plain, _ = hf_format.model_arguments(json.load(open(os.path.join(hf_dirs["ViTModel"][0], "config.json"))))
     assert plain["include_top"] is False and plain["distillation_token"] is False
     assert plain["gelu_approximate"] is False
     assert "class_names" not in plain  # LABEL_i names are no names
@@ -105,7 +108,7 @@ def test_transformers_configs_keras_vit_cannot_build_are_refused(change, match):
     config = dict(model_type="vit", architectures=["ViTForImageClassification"], hidden_size=16,
                   num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
     with pytest.raises(ValueError, match=match):
-        hf_layout.model_arguments(dict(config, **change))
+        hf_format.model_arguments(dict(config, **change))
 
 
 @pytest.mark.parametrize("processor", ["ViTImageProcessor", "DeiTImageProcessor"])
@@ -121,7 +124,7 @@ def test_transformers_preprocessing_matches_the_image_processor(tmp_path, proces
         kwargs.update(crop_size={"height": 32, "width": 32})
     cls(**kwargs).save_pretrained(tmp_path)
     config = json.load(open(tmp_path / "preprocessor_config.json"))
-    record = hf_layout.preprocessing(config)
+    record = hf_format.preprocessing(config)
     assert record.image_size == (32, 32)
     image = np.random.default_rng(0).integers(0, 256, (32, 32, 3)).astype("uint8")
     expected = cls.from_pretrained(tmp_path)(image, return_tensors="np")["pixel_values"][0]
@@ -133,9 +136,9 @@ def test_transformers_preprocessing_matches_the_image_processor(tmp_path, proces
 def test_transformers_preprocessor_round_trip():
     record = Preprocessing(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
                            image_size=224, resize=(256, 256), interpolation="bicubic")
-    config = hf_layout.export_preprocessor(record)
+    config = hf_format.export_preprocessor(record)
     assert config["image_processor_type"] == "DeiTImageProcessor" and config["resample"] == 3
-    back = hf_layout.preprocessing(config)
+    back = hf_format.preprocessing(config)
     assert back.image_size == (224, 224) and back.resize == (256, 256)
     np.testing.assert_allclose(back.mean, record.mean)
     np.testing.assert_allclose(back.std, record.std)
@@ -156,10 +159,13 @@ def test_transformers_preprocessor_round_trip():
         ("vit_medium_patch16_reg4_gap_256", dict(hidden_size=512, num_heads=8, layer_scale_init=1e-5,
                                                  num_register_tokens=4)),
         ("vit_little_patch16_reg1_gap_256", dict(hidden_size=320, num_layers=14, mlp_dim=1792)),
+        ("vit_small_patch14_dinov2", dict(hidden_size=384, num_heads=6, patch_size=(14, 14),
+                                          image_size=(518, 518), layer_scale_init=1e-5, classifier="token")),
+        ("vit_base_patch14_reg4_dinov2", dict(hidden_size=768, num_register_tokens=4, classifier="token")),
     ],
 )
 def test_timm_architecture_table(name, expected):
-    args, _ = timm_hub.model_arguments({"architecture": name, "num_classes": 10, "pretrained_cfg": {}})
+    args, _ = timm_format.model_arguments({"architecture": name, "num_classes": 10, "pretrained_cfg": {}})
     assert {k: args[k] for k in expected} == expected
     assert args["gelu_approximate"] is False and args["layer_norm_epsilon"] == 1e-6
 
@@ -176,7 +182,7 @@ def test_timm_architecture_table(name, expected):
 )
 def test_timm_models_keras_vit_cannot_build_are_refused(name, model_args, match):
     with pytest.raises(ValueError, match=match):
-        timm_hub.model_arguments({"architecture": name, "model_args": model_args, "pretrained_cfg": {}})
+        timm_format.model_arguments({"architecture": name, "model_args": model_args, "pretrained_cfg": {}})
 
 
 def test_timm_labels_and_preprocessing():
@@ -186,18 +192,18 @@ def test_timm_labels_and_preprocessing():
         "pretrained_cfg": {"input_size": [3, 224, 224], "crop_pct": 0.875, "interpolation": "bicubic",
                            "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
     }
-    args, _ = timm_hub.model_arguments(config)
+    args, _ = timm_format.model_arguments(config)
     assert args["class_names"] == ["tabby cat", "dog"]
-    prep = timm_hub.preprocessing(config)
+    prep = timm_format.preprocessing(config)
     assert (prep.resize, prep.image_size, prep.mode) == (256, (224, 224), "imagenet")
-    squash = timm_hub.preprocessing(dict(config, pretrained_cfg=dict(config["pretrained_cfg"], crop_pct=0.9, crop_mode="squash")))
+    squash = timm_format.preprocessing(dict(config, pretrained_cfg=dict(config["pretrained_cfg"], crop_pct=0.9, crop_mode="squash")))
     assert squash.resize == (248, 248)  # floor(224 / 0.9)
 
 
 @pytest.mark.parametrize("no_embed_class", [False, True])
 def test_timm_prefix_rows_fold_exactly(rng, no_embed_class):
     state = random_timm_state(rng, class_token=True, reg_tokens=3, no_embed_class=no_embed_class)
-    params = timm_layout.fold_prefix_rows(timm_layout.to_canonical(state, 2), no_embed_class)
+    params = timm_format.fold_prefix_rows(timm_format.to_canonical(state, 2), no_embed_class)
     posemb = params["Transformer/posembed_input/pos_embedding"]
     assert posemb.shape == (1, 1 + 16, 16)  # class row + patches, no register rows
     if no_embed_class:
@@ -212,11 +218,11 @@ def test_keras_hub_image_converter_statistics(tmp_path):
                             "offset": [-0.485 / 0.229, -0.456 / 0.224, -0.406 / 0.225],
                             "interpolation": "bicubic", "crop_to_aspect_ratio": True}}
     (tmp_path / "image_converter.json").write_text(json.dumps(converter))
-    prep = keras_hub_layout.preprocessing(str(tmp_path))
+    prep = keras_hub_format.preprocessing(str(tmp_path))
     assert prep.mode == "imagenet" and prep.image_size == (32, 32) and prep.resize == 32
     converter["config"].update(scale=1 / 127.5, offset=-1.0)
     (tmp_path / "image_converter.json").write_text(json.dumps(converter))
-    assert keras_hub_layout.preprocessing(str(tmp_path)).mode == "inception"
+    assert keras_hub_format.preprocessing(str(tmp_path)).mode == "inception"
 
 
 @pytest.mark.parametrize(
@@ -236,7 +242,7 @@ def test_keras_hub_presets_keras_vit_cannot_build_are_refused(tmp_path, flags, t
         (tmp_path / "task.json").write_text(json.dumps(
             {"registered_name": "keras_hub>ViTImageClassifier", "config": dict(num_classes=3, **task)}))
     with pytest.raises(ValueError, match=match):
-        keras_hub_layout.model_arguments(str(tmp_path))
+        keras_hub_format.model_arguments(str(tmp_path))
 
 
 def test_preprocessing_record_validates_and_rescales():

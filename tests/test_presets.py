@@ -169,6 +169,8 @@ TIMM_CASES = {
     "reg4-layerscale": ("vit_medium_patch16_reg4_gap_256", {}, dict(class_token=False, reg_tokens=4,
                                                                     no_embed_class=True, fc_norm=True,
                                                                     layer_scale=True), "avg"),
+    "dinov2-reg4": ("vit_small_patch14_reg4_dinov2", {}, dict(reg_tokens=4, no_embed_class=True,
+                                                             layer_scale=True), "token"),
 }
 _TINY_TIMM = dict(img_size=32, patch_size=8, embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
 
@@ -208,16 +210,22 @@ def keras_hub_presets(tmp_path_factory):
     classifier = keras_hub.models.ViTImageClassifier(
         backbone=backbone, num_classes=3, intermediate_dim=12,
         preprocessor=keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter))
+    # OpenAI CLIP-style: a patch embedding without bias.
+    no_bias = keras_hub.models.ViTBackbone(image_shape=(32, 32, 3), patch_size=8, num_layers=1,
+                                           num_heads=2, hidden_dim=16, mlp_dim=32, use_patch_bias=False)
+    for v in no_bias.weights:
+        v.assign(v + np.random.default_rng(2).normal(0, 0.1, v.shape).astype("float32"))
+    models = (("backbone", backbone), ("classifier", classifier), ("no-patch-bias", no_bias))
     folders = {}
-    for name, model in (("backbone", backbone), ("classifier", classifier)):
+    for name, model in models:
         folders[name] = str(tmp_path_factory.mktemp(name))
         model.save_to_preset(folders[name])
     x = _images()
     # Called directly: keras-hub's `predict` would run the preprocessor too.
-    return folders, {"backbone": to_numpy(backbone(x)), "classifier": to_numpy(classifier(x))}
+    return folders, {name: to_numpy(model(x)) for name, model in models}
 
 
-@pytest.mark.parametrize("kind", ["backbone", "classifier"])
+@pytest.mark.parametrize("kind", ["backbone", "classifier", "no-patch-bias"])
 def test_keras_hub_presets_give_keras_hub_outputs(keras_hub_presets, kind):
     folders, outputs = keras_hub_presets
     model = keras_vit.from_preset(folders[kind])

@@ -1,4 +1,4 @@
-"""Input pipelines: transforms, batching, tfds and image-folder sources."""
+"""Input pipelines: transforms, batching, tfds and image-folder datasets."""
 
 import os
 
@@ -7,7 +7,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow", reason="the input pipelines need TensorFlow")
 
-from keras_vit.training import data, sources  # noqa: E402
+from keras_vit.training import data, datasets  # noqa: E402
 
 
 def _dataset(n=5, size=(20, 28), seed=0):
@@ -90,7 +90,7 @@ def test_flip_only_mirrors():
 def test_tfds_source_with_mock_data():
     tfds = pytest.importorskip("tensorflow_datasets")
     with tfds.testing.mock_data(num_examples=6):
-        source = sources.tfds_source("cifar10", "train")
+        source = datasets.tfds_source("cifar10", "train")
         assert len(source.class_names) == 10
         batch = next(iter(data.train_pipeline(source.dataset, 16, batch_size=3)))
     assert tuple(batch[0].shape) == (3, 16, 16, 3)
@@ -113,26 +113,35 @@ def _write_pngs(root, classes=("cat", "dog"), per_class=3):
 def test_image_folder_source(tmp_path):
     _write_pngs(str(tmp_path))
     (tmp_path / "cat" / "notes.txt").write_text("not an image")
-    source = sources.image_folder_source(str(tmp_path))
+    source = datasets.image_folder_source(str(tmp_path))
     assert source.class_names == ["cat", "dog"] and source.num_examples == 6
     pairs = [(x.numpy(), int(y)) for x, y in source.dataset]
     assert [y for _, y in pairs] == [0, 0, 0, 1, 1, 1]
     assert all(x[1, 1, 0] == (40 if y == 0 else 190) for x, y in pairs)
     x, y, w = next(iter(data.eval_pipeline(source.dataset, 8, batch_size=6)))
     assert tuple(x.shape) == (6, 8, 8, 3)
-    train = sources.image_folder_source(str(tmp_path), validation_split=0.5, subset="training")
-    held = sources.image_folder_source(str(tmp_path), validation_split=0.5, subset="validation")
+    train = datasets.image_folder_source(str(tmp_path), validation_split=0.5, subset="training")
+    held = datasets.image_folder_source(str(tmp_path), validation_split=0.5, subset="validation")
     assert train.num_examples + held.num_examples == 6
     with pytest.raises(ValueError, match="directory"):
-        sources.image_folder_source(str(tmp_path / "missing"))
+        datasets.image_folder_source(str(tmp_path / "missing"))
 
 
 def test_load_source_specs(tmp_path):
     for split in ("train", "test"):
         _write_pngs(str(tmp_path / split))
-    assert sources.load_source(str(tmp_path), "test").num_examples == 6
-    digits = sources.load_source("digits", "test")
+    assert datasets.load_source(str(tmp_path), "test").num_examples == 6
+    digits = datasets.load_source("digits", "test")
     x, y = next(iter(digits.dataset))
     assert tuple(x.shape) == (8, 8, 3) and x.dtype == tf.uint8 and 0 <= int(y) < 10
-    (train_x, _), (test_x, _) = sources.digits_arrays()
+    (train_x, _), (test_x, _) = datasets.digits_arrays()
     assert len(train_x) + len(test_x) == 1797 and digits.num_examples == len(test_x)
+
+
+def test_former_module_name_still_imports():
+    import importlib
+
+    from keras_vit.training import sources
+
+    assert sources is datasets
+    assert importlib.import_module("keras_vit.training.sources") is datasets

@@ -37,7 +37,7 @@ import numpy as np
 from keras_vit import architectures, presets
 from keras_vit.architectures import GELU_FLAVOURS
 from keras_vit.models import ViT, ViTHybrid
-from keras_vit.weights import describe_weights, loader, sources
+from keras_vit.weights import describe_weights, loader, readers
 from keras_vit.weights.mapping import model_state
 from keras_vit_tools import reference
 
@@ -102,7 +102,7 @@ def _from_weights(args):
         gelu_approximate=True if gelu is None else gelu,
     )
     model = _model_class(config)(weights=path, **build)
-    return model, lambda: sources.read_checkpoint(path, model).params, path
+    return model, lambda: readers.read_checkpoint(path, model).params, path
 
 
 def _from_preset(args):

@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 import keras_vit  # noqa: E402
 from keras_vit import pretraining, training  # noqa: E402
 from keras_vit.evaluation import few_shot_linear  # noqa: E402
-from keras_vit.training import sources  # noqa: E402
+from keras_vit.training import datasets  # noqa: E402
 
 # The demo encoder of examples/pretrain_masked_patches.py (and finetune.py):
 # 64 px digits in a 4x4 grid of 16 px patches, each 2x2 original pixels.
@@ -61,7 +61,7 @@ def build_parser():
 
 def digits(image_size):
     """Upscaled digits (bilinear, as the training pipelines) in [0, 255]."""
-    (x_train, y_train), (x_test, y_test) = sources.digits_arrays()
+    (x_train, y_train), (x_test, y_test) = datasets.digits_arrays()
 
     def up(x):
         x = keras.ops.image.resize(x.astype("float32"), (image_size, image_size))

@@ -6,7 +6,7 @@ yardstick the converter and the tests hold keras_vit models to.
 
 `params` is a flat dict in the official `.npz` layout
 (`Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1/query/kernel`,
-...), as returned by `keras_vit.weights.sources.read_checkpoint(...).params`
+...), as returned by `keras_vit.weights.readers.read_checkpoint(...).params`
 or `numpy.load`.
 
 Example:
@@ -29,7 +29,7 @@ import re
 
 import numpy as np
 
-POSEMB = "Transformer/posembed_input/pos_embedding"
+from keras_vit.weights.canonical import POSEMB
 
 
 def gelu(x, approximate=True):

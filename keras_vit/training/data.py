@@ -1,7 +1,7 @@
 """tf.data input pipelines for training and evaluating ViT classifiers.
 
 The pipelines turn a `tf.data.Dataset` of `(image, label)` pairs (uint8
-images of any size, integer labels; see `keras_vit.training.sources`) into
+images of any size, integer labels; see `keras_vit.training.datasets`) into
 batches for `model.fit`/`model.evaluate`. Keras 3 feeds a `tf.data.Dataset`
 to the model on every backend, so the same pipeline serves jax, tensorflow
 and torch. TensorFlow is imported only when a pipeline is built.
@@ -27,7 +27,7 @@ None keeps float [0, 255] for models that scale their inputs themselves
 """
 
 from keras_vit.preprocessing import MODES, center_crop, preprocess_input
-from keras_vit.training.sources import tensorflow as _tf
+from keras_vit.training.datasets import tensorflow as _tf
 from keras_vit.validation import check_choice, check_fraction, pair
 
 

@@ -9,8 +9,11 @@ from dataclasses import dataclass
 from keras_vit import labels
 from keras_vit.architectures import VARIANTS, architecture_name, effective_patch_size
 from keras_vit.layers.config import flatten_config
-from keras_vit.weights import registry, sources
-from keras_vit.weights.mapping import POSEMB_KEY, POSITION_PREFIX_KEYS
+from keras_vit.weights import canonical as C
+from keras_vit.weights import registry
+from keras_vit.weights.files import check_file, read_state_dict
+from keras_vit.weights.formats import official, timm
+from keras_vit.weights.readers import FORMATS, checkpoint_format
 from keras_vit.weights.posemb import square_grid
 from keras_vit.weights.record import Preprocessing
 
@@ -51,7 +54,7 @@ def _looks_like_path(weights):
     return (
         os.sep in weights
         or "/" in weights
-        or name.endswith(tuple(sources.FORMATS))
+        or name.endswith(tuple(FORMATS))
         or os.path.exists(weights)
     )
 
@@ -80,7 +83,7 @@ def _existing(path, weights, architecture):
         f"from the current working directory, {os.getcwd()!r}). `weights` takes "
         f"None, a registered weights name ({shown}), "
         "or the path of a "
-        f"checkpoint file ({', '.join(sorted(sources.FORMATS))}); a checkpoint "
+        f"checkpoint file ({', '.join(sorted(FORMATS))}); a checkpoint "
         "directory or a hf:// handle loads with `keras_vit.from_preset(handle)`."
     )
 
@@ -121,17 +124,17 @@ def resolve(weights, architecture):
     raise ValueError(
         f"Unknown weights name {weights!r} for architecture {architecture!r}. "
         f"Valid names: {valid}; or give the path of a checkpoint file "
-        f"({', '.join(sorted(sources.FORMATS))}). Received: weights={weights!r}"
+        f"({', '.join(sorted(FORMATS))}). Received: weights={weights!r}"
     )
 
 
 def _tensor_shapes(path, kind):
     """`{key: shape}` of a checkpoint's tensors, reading headers only where possible."""
     if kind == "npz":
-        shapes = {key: shape for key, (shape, _) in sources.npz_headers(path).items()}
-        return sources.strip_prefix(shapes)[0]
+        shapes = {key: shape for key, (shape, _) in official.npz_headers(path).items()}
+        return official.strip_prefix(shapes)[0]
     if not path.lower().endswith(".safetensors"):
-        return {k: v.shape for k, v in sources.read_state_dict(path).items()}
+        return {k: v.shape for k, v in read_state_dict(path).items()}
     from safetensors import safe_open
 
     try:
@@ -147,20 +150,22 @@ def _tensor_shapes(path, kind):
 # embedding, the prefix tokens with a position row (class, distillation),
 # head bias, pre-logits bias, first-layer kernels with the axis of their
 # input channels).
+# The timm names are those its table gives the canonical keys.
+_timm = timm.TABLE.source_key
 _KEYS = {
-    "npz": (POSEMB_KEY, POSITION_PREFIX_KEYS, "head/bias", "pre_logits/bias",
-            (("embedding/kernel", 2), ("conv_root/kernel", 2))),
-    "timm": ("pos_embed", ("cls_token", "dist_token"), "head.bias", "pre_logits.fc.bias",
-             (("patch_embed.proj.weight", 1),)),
+    "npz": (C.POSEMB, C.POSITION_PREFIX_KEYS, C.HEAD + "bias", C.PRE_LOGITS + "bias",
+            ((C.EMBEDDING + "kernel", 2), ("conv_root/kernel", 2))),
+    "timm": (_timm(C.POSEMB), tuple(map(_timm, C.POSITION_PREFIX_KEYS)), _timm(C.HEAD + "bias"),
+             _timm(C.PRE_LOGITS + "bias"), ((_timm(C.EMBEDDING + "kernel"), 1),)),
 }
 
 
 def _facts(shapes, kind):
     """`(patch rows of the position embedding, classes, pre-logits width, channels)`."""
     posemb, prefix, head, pre, first = _KEYS[kind]
-    if kind == "npz" and posemb not in shapes and "pos_embedding" in shapes:
+    if kind == "npz" and posemb not in shapes and official.BIG_VISION_POSEMB in shapes:
         # big_vision: the embedding has no class-token row.
-        rows = shapes["pos_embedding"][1]
+        rows = shapes[official.BIG_VISION_POSEMB][1]
     else:
         rows = shapes[posemb][1] - sum(k in shapes for k in prefix) if posemb in shapes else None
     # A hybrid's `embedding/kernel` takes feature maps: the root conv wins.
@@ -269,8 +274,8 @@ def describe_weights(weights, architecture_config):
             preprocessing=Preprocessing.from_mode(record.preprocessing, image_size=record.image_size),
             class_names=lists.get(record.classes),
         )
-    path = sources.check_file(path)
-    kind = sources.checkpoint_format(path)
+    path = check_file(path)
+    kind = checkpoint_format(path)
     if kind == "keras":
         return keras_file_info(path)
     shapes = _tensor_shapes(path, kind)
@@ -296,11 +301,15 @@ def describe_weights(weights, architecture_config):
 # Where each checkpoint layout keeps what identifies an architecture:
 # (patch embedding kernel, its width axis and patch axis, block key, first
 # MLP kernel and its width axis, ResNet root, ResNet unit key).
+def _block_pattern(template):
+    return re.escape(template).replace(r"\{i\}", r"(\d+)")
+
+
 _LAYOUT_KEYS = {
-    "npz": ("embedding/kernel", -1, 0, r"Transformer/encoderblock_(\d+)/",
-            "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel", 1,
-            "conv_root/kernel", r"block(\d+)/unit(\d+)/"),
-    "timm": ("patch_embed.proj.weight", 0, 2, r"blocks\.(\d+)\.", "blocks.0.mlp.fc1.weight", 0,
+    "npz": (C.EMBEDDING + "kernel", -1, 0, _block_pattern(C.BLOCK),
+            C.block(C.MLP_IN + "kernel", 0), 1, "conv_root/kernel", r"block(\d+)/unit(\d+)/"),
+    "timm": (_timm(C.EMBEDDING + "kernel"), 0, 2, _block_pattern(timm.BLOCK),
+             _timm(C.block(C.MLP_IN + "kernel", 0)), 0,
              "patch_embed.backbone.stem.conv.weight",
              r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\."),
 }
@@ -356,8 +365,8 @@ def checkpoint_constructor(path):
     >>> checkpoint_constructor(file)
     'ViTTi16'
     """
-    path = sources.check_file(path)
-    kind = sources.checkpoint_format(path)
+    path = check_file(path)
+    kind = checkpoint_format(path)
     facts = None if kind == "keras" else _architecture_facts(_tensor_shapes(path, kind), kind)
     if facts is None:
         return None

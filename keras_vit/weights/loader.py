@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 
 from keras_vit.architectures import architecture_name
-from keras_vit.weights import describe, sources
+from keras_vit.weights import describe, readers
 from keras_vit.weights.mapping import (
     HEAD_DIST_PREFIX,
     HEAD_PREFIX,
@@ -206,7 +206,7 @@ def load_weights(model, weights):
     (1, 37, 16)
     """
     path = fetch_weights(weights, architecture_name(model.architecture_config()))
-    return load_checkpoint(model, sources.read_checkpoint(path, model))
+    return load_checkpoint(model, readers.read_checkpoint(path, model))
 
 
 def load_checkpoint(model, checkpoint):
@@ -219,7 +219,7 @@ def load_checkpoint(model, checkpoint):
 
     Args:
         model: a keras_vit model.
-        checkpoint: a `keras_vit.weights.sources.Checkpoint` (`params` keyed
+        checkpoint: a `keras_vit.weights.canonical.Checkpoint` (`params` keyed
             by the official `.npz` names, see `keras_vit.weights.mapping`).
 
     Returns:

@@ -1,44 +1,50 @@
 """The one table between keras_vit variable paths and checkpoint keys.
 
-Every checkpoint reader in `keras_vit.weights.sources` produces a flat dict
-keyed by the official vit_jax `.npz` names (pre-Linen numbering, e.g.
+Every checkpoint reader (`keras_vit.weights.formats`) produces a flat dict
+keyed by the canonical names of `keras_vit.weights.canonical` (the official
+vit_jax `.npz` ones, pre-Linen numbering, e.g.
 `Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel`).
 keras_vit layers are named after those keys, so the mapping is a handful of
-renames, listed below as data. Hybrid models need no extra rule: their
-ResNet variables (`conv_root/kernel`, `block1/unit1/gn1/gamma`, ...) differ
+renames, a table on the rule engine (`keras_vit.weights.rules`). Hybrid
+models need no extra rule: their ResNet variables (`conv_root/kernel`, `block1/unit1/gn1/gamma`, ...) differ
 from the official keys only by Keras' `gamma`/`beta`.
 """
 
-import re
+from keras_vit.weights import canonical as C
+from keras_vit.weights.rules import RuleTable
 
-# (model path pattern, checkpoint key template), first match wins; the
-# templates use `re` group references. Paths matching nothing keep their name.
-PATH_RULES = (
-    (r"^embedding/cls$", "cls"),
-    (r"^embedding/dist$", "dist"),
-    (r"^embedding/reg$", "reg"),
-    (r"^embedding/pos_embedding$", "Transformer/posembed_input/pos_embedding"),
-    (r"^(encoderblock_\d+/.*)$", r"Transformer/\1"),
-    (r"^(encoder_norm/.*)$", r"Transformer/\1"),
+# keras_vit variable path -> checkpoint key, first match wins. Keras
+# normalisation layers call their affine weights gamma/beta; Flax calls them
+# scale/bias (LayerNorm and GroupNorm alike). Paths matching nothing else
+# keep their name.
+_T = "Transformer/"
+TABLE = RuleTable(
+    (
+        ("embedding/cls", C.CLS),
+        ("embedding/dist", C.DIST),
+        ("embedding/reg", C.REG),
+        ("embedding/pos_embedding", C.POSEMB),
+        ("encoderblock_{i}/{path}/gamma", _T + "encoderblock_{i}/{path}/scale"),
+        ("encoderblock_{i}/{path}/beta", _T + "encoderblock_{i}/{path}/bias"),
+        ("encoderblock_{i}/{path}", _T + "encoderblock_{i}/{path}"),
+        ("encoder_norm/gamma", C.ENCODER_NORM + "scale"),
+        ("encoder_norm/beta", C.ENCODER_NORM + "bias"),
+        ("{path}/gamma", "{path}/scale"),
+        ("{path}/beta", "{path}/bias"),
+        ("gamma", "scale"),
+        ("beta", "bias"),
+        ("{path}", "{path}"),
+    )
 )
 
-# Keras normalisation layers call their affine weights gamma/beta; Flax calls
-# them scale/bias (LayerNorm and GroupNorm alike).
-LEAF_RENAMES = {"gamma": "scale", "beta": "bias"}
-
-# Checkpoint key prefixes of the classifier, dropped for `include_top=False`
-# (`head_dist`: DeiT's second head, on the distillation token).
-HEAD_PREFIX = "head/"
-HEAD_DIST_PREFIX = "head_dist/"
-PRE_LOGITS_PREFIX = "pre_logits/"
-POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
-# The prefix tokens with a position row (class, distillation), in row order;
-# register tokens (`reg`) have none.
-CLS_KEY = "cls"
-DIST_KEY = "dist"
-POSITION_PREFIX_KEYS = (CLS_KEY, DIST_KEY)
-
-_COMPILED = tuple((re.compile(pattern), template) for pattern, template in PATH_RULES)
+# Checkpoint key prefixes of the classifier, dropped for `include_top=False`.
+HEAD_PREFIX = C.HEAD
+HEAD_DIST_PREFIX = C.HEAD_DIST
+PRE_LOGITS_PREFIX = C.PRE_LOGITS
+POSEMB_KEY = C.POSEMB
+CLS_KEY = C.CLS
+DIST_KEY = C.DIST
+POSITION_PREFIX_KEYS = C.POSITION_PREFIX_KEYS
 
 
 def checkpoint_key(path):
@@ -57,12 +63,7 @@ def checkpoint_key(path):
     >>> checkpoint_key("block1/unit1/gn_proj/beta")
     'block1/unit1/gn_proj/bias'
     """
-    head, _, leaf = path.rpartition("/")
-    path = f"{head}/{LEAF_RENAMES.get(leaf, leaf)}" if head else LEAF_RENAMES.get(leaf, leaf)
-    for pattern, template in _COMPILED:
-        if pattern.match(path):
-            return pattern.sub(template, path)
-    return path
+    return TABLE.canonical_key(path)
 
 
 def model_variables(model):

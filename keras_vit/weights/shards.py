@@ -4,13 +4,13 @@ transformers and timm write `model.safetensors` (preferred) or
 `pytorch_model.bin`; transformers splits large models into shards listed in
 `model.safetensors.index.json` / `pytorch_model.bin.index.json`
 (`{"weight_map": {tensor name: shard file}}`). Files are read by
-`sources.read_state_dict` (safetensors, or `torch.load(weights_only=True)`).
+`files.read_state_dict` (safetensors, or `torch.load(weights_only=True)`).
 """
 
 import json
 import os
 
-from keras_vit.weights import sources
+from keras_vit.weights.files import read_state_dict
 
 # In order of preference: safetensors, never unpickled, first.
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -62,14 +62,14 @@ def read_state(directory):
             f"No weights in {directory!r}: looked for {', '.join(names)}."
         )
     if not path.endswith(".index.json"):
-        return sources.read_state_dict(path), path
+        return read_state_dict(path), path
     weight_map = _read_index(path)
     state = {}
     for shard in sorted(set(weight_map.values())):
         shard_path = os.path.join(directory, shard)
         if not os.path.isfile(shard_path):
             raise ValueError(f"Shard {shard!r} listed in {path!r} is missing.")
-        part = sources.read_state_dict(shard_path)
+        part = read_state_dict(shard_path)
         state.update({k: v for k, v in part.items() if weight_map.get(k) == shard})
     missing = sorted(set(weight_map) - set(state))
     if missing:

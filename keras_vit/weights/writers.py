@@ -5,16 +5,15 @@ classes), so `ViT.save_to_preset` can call them. `keras_vit.from_preset`
 reads both back.
 """
 
-import json
 import os
 
 import keras
-import numpy as np
 
 from keras_vit import labels
 from keras_vit.layers.config import flatten_config
 from keras_vit.version import __version__
-from keras_vit.weights import hf_layout
+from keras_vit.weights.files import write_json
+from keras_vit.weights.formats import transformers
 from keras_vit.weights.mapping import model_state
 from keras_vit.weights.record import Preprocessing
 
@@ -27,18 +26,12 @@ def _check_format(format):
         raise ValueError(f"`format` must be one of {FORMATS}. Received: format={format!r}")
 
 
-def _write_json(path, value):
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2)
-        f.write("\n")
-
-
 def _save_keras_vit(model, directory, metadata):
     config = keras.saving.serialize_keras_object(model)
     config["config"].update(metadata)
-    _write_json(os.path.join(directory, "config.json"), config)
+    write_json(os.path.join(directory, "config.json"), config)
     model.save_weights(os.path.join(directory, KERAS_WEIGHTS))
-    _write_json(
+    write_json(
         os.path.join(directory, "metadata.json"),
         {
             "format": "keras_vit",
@@ -94,7 +87,8 @@ def _metadata(model, format, preprocessing, class_names):
              "'imagenet' for ImageNet mean/std, 'inception' for [-1, 1], or a Preprocessing record"),
             ("class_names", class_names, "'imagenet1k', 'imagenet21k' or one string per class"),
         )
-        if value is None
+        # A model without a head (a backbone) has no classes to name.
+        if value is None and (arg != "class_names" or model.include_top)
     ]
     if format == "transformers" and missing:
         raise ValueError(
@@ -104,7 +98,7 @@ def _metadata(model, format, preprocessing, class_names):
             f"{' and '.join(missing)} to save_to_preset, or build the model with them."
         )
     out = {}
-    if class_names is not None:
+    if class_names is not None and (model.include_top or format == "keras_vit"):
         out["class_names"] = _class_names(class_names, model.classes)
     if preprocessing is not None:
         out["preprocessing"] = _preprocessing(preprocessing, model).get_config()
@@ -112,20 +106,12 @@ def _metadata(model, format, preprocessing, class_names):
 
 
 def _save_transformers(model, directory, metadata):
-    from safetensors.numpy import save_file
-
-    config = flatten_config(model.get_config())
-    hf_config = hf_layout.export_config(config, metadata["class_names"])
-    architecture = hf_config["architectures"][0]
-    _, prefix, head = hf_layout.ARCHITECTURES[architecture]
-    state = hf_layout.table(prefix, head).from_canonical(model_state(model))
-    state = {k: np.asarray(v, "float32") for k, v in state.items()}
-    save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
-    _write_json(os.path.join(directory, "config.json"), hf_config)
-    record = Preprocessing.from_config(metadata["preprocessing"])
-    _write_json(
-        os.path.join(directory, "preprocessor_config.json"),
-        hf_layout.export_preprocessor(record),
+    transformers.write(
+        directory,
+        flatten_config(model.get_config()),
+        model_state(model),
+        metadata.get("class_names"),
+        Preprocessing.from_config(metadata["preprocessing"]),
     )
 
 
@@ -141,11 +127,14 @@ def save_to_preset(model, directory, format="keras_vit", preprocessing=None, cla
       `AutoImageProcessor.from_pretrained` and
       `pipeline("image-classification")` load, with no missing or
       unexpected keys (`ViTForImageClassification`, or
-      the DeiT classes for models with a distillation token). The tanh GELU
+      the DeiT classes for models with a distillation token; `Dinov2Model`
+      or `Dinov2WithRegistersModel` for a backbone with LayerScale, a
+      class token and no head, which needs no class names). The tanh GELU
       is written as `hidden_act="gelu_pytorch_tanh"`. Models transformers
       cannot represent (hybrids, register tokens, GAP or pooled-norm
-      classifiers, pre-logits layers, no head) are refused before anything
-      is written.
+      classifiers, pre-logits layers, no head, block or encoder options a
+      transformers ViT config has no field for) are refused before
+      anything is written.
 
     Args:
         model: a keras_vit `ViT` or `ViTHybrid`.
@@ -177,7 +166,7 @@ def save_to_preset(model, directory, format="keras_vit", preprocessing=None, cla
     """
     _check_format(format)
     if format == "transformers":
-        hf_layout.export_architecture(flatten_config(model.get_config()))  # refuse before writing
+        transformers.export_architecture(flatten_config(model.get_config()))  # refuse before writing
     metadata = _metadata(model, format, preprocessing, class_names)
     os.makedirs(directory, exist_ok=True)
     if format == "keras_vit":

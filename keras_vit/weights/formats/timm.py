@@ -1,7 +1,21 @@
-"""timm Hub directories: `config.json` -> keras_vit model arguments.
+"""timm ViT state dicts and timm Hub directories <-> the canonical layout.
 
-A timm Hub directory holds `model.safetensors` (or `pytorch_model.bin`) in
-timm's state-dict layout (`timm_layout`) and a `config.json`:
+State dicts keep PyTorch conventions: `Linear` weights are `(out, in)`, the
+patch embedding is an OIHW convolution, and the attention's query, key and
+value projections are fused into one `qkv` Linear whose output splits as
+`(3, heads, head_dim)`. `TABLE` renames each key and names the transform
+that brings its tensor to the canonical layout (and back).
+
+Prefix tokens: timm orders them class token, distillation token (DeiT) or
+register tokens (`reg_token`, `(1, R, D)`), then the patches. Its position
+embedding has a row for each prefix token, or for none of them
+(`no_embed_class=True`: added to the patches before the prefix tokens are
+prepended). keras_vit gives the class and distillation tokens a row and the
+register tokens none; `fold_prefix_rows` converts exactly (a zero row adds
+nothing; a register token's row is a constant that folds into the token).
+
+A timm Hub directory holds `model.safetensors` (or `pytorch_model.bin`) and
+a `config.json`:
 
 - `architecture`: the timm model function, e.g. "vit_base_patch16_224" or
   "deit_tiny_distilled_patch16_224"; its arguments (width, depth, heads, ...)
@@ -17,9 +31,115 @@ The timm ViTs use the exact erf GELU and LayerNorm epsilon 1e-6 unless an
 argument says otherwise.
 """
 
+import os
 import re
 
+import numpy as np
+
+from keras_vit.weights import canonical as C
+from keras_vit.weights import shards
+from keras_vit.weights.files import read_json, read_state_dict
 from keras_vit.weights.record import Preprocessing
+from keras_vit.weights.rules import RuleTable
+
+BLOCK = "blocks.{i}."
+TABLE = RuleTable(
+    (
+        ("cls_token", C.CLS),
+        ("dist_token", C.DIST),
+        ("reg_token", C.REG),
+        ("pos_embed", C.POSEMB),
+        ("patch_embed.proj.weight", C.EMBEDDING + "kernel", "conv"),
+        ("patch_embed.proj.bias", C.EMBEDDING + "bias"),
+        (BLOCK + "norm1.weight", C.NORM_1 + "scale"),
+        (BLOCK + "norm1.bias", C.NORM_1 + "bias"),
+        (BLOCK + "attn.qkv.weight", C.ATTENTION + "{part}/kernel", "qkv_kernel"),
+        (BLOCK + "attn.qkv.bias", C.ATTENTION + "{part}/bias", "qkv_bias"),
+        (BLOCK + "attn.proj.weight", C.ATTENTION + "out/kernel", "heads_out"),
+        (BLOCK + "attn.proj.bias", C.ATTENTION + "out/bias"),
+        (BLOCK + "norm2.weight", C.NORM_2 + "scale"),
+        (BLOCK + "norm2.bias", C.NORM_2 + "bias"),
+        (BLOCK + "mlp.fc1.weight", C.MLP_IN + "kernel", "linear"),
+        (BLOCK + "mlp.fc1.bias", C.MLP_IN + "bias"),
+        (BLOCK + "mlp.fc2.weight", C.MLP_OUT + "kernel", "linear"),
+        (BLOCK + "mlp.fc2.bias", C.MLP_OUT + "bias"),
+        (BLOCK + "ls1.gamma", C.ATTENTION_SCALE),
+        (BLOCK + "ls2.gamma", C.MLP_SCALE),
+        ("norm.weight", C.ENCODER_NORM + "scale"),
+        ("norm.bias", C.ENCODER_NORM + "bias"),
+        ("pre_logits.fc.weight", C.PRE_LOGITS + "kernel", "linear"),
+        ("pre_logits.fc.bias", C.PRE_LOGITS + "bias"),
+        ("fc_norm.weight", C.POOLED_NORM + "scale"),
+        ("fc_norm.bias", C.POOLED_NORM + "bias"),
+        ("head.weight", C.HEAD + "kernel", "linear"),
+        ("head.bias", C.HEAD + "bias"),
+        ("head_dist.weight", C.HEAD_DIST + "kernel", "linear"),
+        ("head_dist.bias", C.HEAD_DIST + "bias"),
+    )
+)
+
+
+def to_canonical(state, num_heads):
+    """Converts a timm ViT state dict to canonical keys and layouts.
+
+    Keys no rule knows are kept under their timm name, so that strict
+    loading reports them as unexpected.
+
+    Args:
+        state: `{timm key: NumPy array}`.
+        num_heads: int, number of attention heads.
+
+    Returns:
+        `{canonical key: NumPy array}`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> qkv = np.zeros((3 * 8, 8), "float32")
+    >>> out = to_canonical({"blocks.0.attn.qkv.weight": qkv}, num_heads=2)
+    >>> out["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/key/kernel"].shape
+    (8, 2, 4)
+    """
+    params, unknown = TABLE.to_canonical(state, num_heads)
+    params.update({key: state[key] for key in unknown})
+    return params
+
+
+def fold_prefix_rows(params, no_embed_class):
+    """Brings the position rows of timm's prefix tokens to keras_vit's layout.
+
+    Args:
+        params: canonical dict from `to_canonical` (modified in place).
+        no_embed_class: bool, timm's flag: the position embedding has no
+            rows for the prefix tokens.
+
+    Returns:
+        `params`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> p = {"Transformer/posembed_input/pos_embedding": np.ones((1, 4, 2)),
+    ...      "reg": np.zeros((1, 2, 2))}
+    >>> p = fold_prefix_rows(p, no_embed_class=False)
+    >>> p["Transformer/posembed_input/pos_embedding"].shape, p["reg"].tolist()
+    ((1, 2, 2), [[[1.0, 1.0], [1.0, 1.0]]])
+    """
+    key = C.POSEMB
+    if key not in params:
+        return params
+    posemb = params[key]
+    rows = sum(k in params for k in C.POSITION_PREFIX_KEYS)
+    registers = params[C.REG].shape[1] if C.REG in params else 0
+    if no_embed_class:
+        zeros = np.zeros(posemb.shape[:1] + (rows,) + posemb.shape[2:], posemb.dtype)
+        params[key] = np.concatenate([zeros, posemb], axis=1)
+    elif registers:
+        # timm: [class][registers][patches] rows; registers keep no row.
+        params[C.REG] = params[C.REG] + posemb[:, rows : rows + registers]
+        params[key] = np.concatenate([posemb[:, :rows], posemb[:, rows + registers :]], axis=1)
+    return params
+
 
 # Width, depth, heads and MLP ratio of timm's ViT sizes.
 _SIZES = {
@@ -74,21 +194,38 @@ for _name, _dim, _depth, _heads, _ratio, _reg in _REGISTER:
         img_size=int(_name.rsplit("_", 1)[1]), init_values=1e-5, class_token=False,
         no_embed_class=True, reg_tokens=_reg, global_pool="avg",
     )
+# DINOv2 (LayerScale, 518 px; the register models' position embedding has no
+# prefix rows). timm builds the giant with a SwiGLU MLP: not listed.
+for _size in ("small", "base", "large"):
+    _NAMED[f"vit_{_size}_patch14_dinov2"] = dict(
+        _size_args(_size), patch_size=14, img_size=518, init_values=1e-5
+    )
+    _NAMED[f"vit_{_size}_patch14_reg4_dinov2"] = dict(
+        _size_args(_size), patch_size=14, img_size=518, init_values=1e-5, reg_tokens=4,
+        no_embed_class=True,
+    )
 
-# model_args keras_vit understands; the others must keep timm's defaults.
-_DEFAULTS = dict(
+# timm's VisionTransformer arguments, with timm's defaults: the one list of
+# what a config's `model_args` may say.
+TIMM_DEFAULTS = dict(
     img_size=224, patch_size=16, in_chans=3, num_classes=1000, global_pool="token",
     embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, qkv_bias=True,
     class_token=True, reg_tokens=0, no_embed_class=False, fc_norm=None,
     act_layer=None, distilled=False, drop_rate=0.0, pos_drop_rate=0.0,
     proj_drop_rate=0.0, attn_drop_rate=0.0, drop_path_rate=0.0, init_values=None,
-)
-_NEUTRAL = dict(
     pre_norm=False, final_norm=True, qk_norm=False, proj_bias=True,
     pos_embed="learn", dynamic_img_size=False, dynamic_img_pad=False,
     norm_layer=None, embed_layer=None, weight_init="", fix_init=False,
     patch_drop_rate=0.0, class_token_init=None,
 )
+# The arguments `model_arguments` reads (the dropout rates change training
+# only); every other one must keep its default.
+READ = frozenset((
+    "img_size", "patch_size", "in_chans", "num_classes", "global_pool", "embed_dim", "depth",
+    "num_heads", "mlp_ratio", "qkv_bias", "class_token", "reg_tokens", "no_embed_class",
+    "fc_norm", "act_layer", "distilled", "init_values", "drop_rate", "pos_drop_rate",
+    "proj_drop_rate", "attn_drop_rate", "drop_path_rate",
+))
 _ACTIVATIONS = {None: False, "gelu": False, "gelu_tanh": True}
 
 
@@ -125,7 +262,7 @@ def architecture_arguments(name):
 def _unsupported(name, args):
     bad = {
         k: v for k, v in args.items()
-        if k not in _DEFAULTS and (k not in _NEUTRAL or v != _NEUTRAL[k])
+        if k not in READ and (k not in TIMM_DEFAULTS or v != TIMM_DEFAULTS[k])
     }
     if args.get("act_layer") not in _ACTIVATIONS:
         bad["act_layer"] = args["act_layer"]
@@ -165,10 +302,10 @@ def model_arguments(config):
 
     Returns:
         `(arguments, no_embed_class)`; the flag tells the reader how the
-        position embedding is laid out (`timm_layout.fold_prefix_rows`).
+        position embedding is laid out (`fold_prefix_rows`).
     """
     name, overrides, pretrained, top = split_config(config)
-    args = dict(_DEFAULTS)
+    args = dict(TIMM_DEFAULTS)
     args.update(architecture_arguments(name))
     args.update(overrides)
     if "num_classes" in top:
@@ -239,3 +376,37 @@ def preprocessing(config):
         resize=None if resize == size else resize,
         interpolation=interpolation if interpolation != "random" else "bicubic",
     )
+
+
+def read(state, num_heads, path, no_embed_class=False):
+    """A timm state dict as a `Checkpoint` (the one timm read path).
+
+    Args:
+        state: `{timm key: NumPy array}`.
+        num_heads: int, attention heads (the fused qkv weight does not say).
+        path: the file it came from, for messages.
+        no_embed_class: bool, timm's flag (see `fold_prefix_rows`).
+    """
+    try:
+        params = to_canonical(state, num_heads)
+    except ValueError as error:
+        raise ValueError(f"Cannot read checkpoint {os.fspath(path)!r}: {error}") from None
+    return C.Checkpoint(os.fspath(path), "timm", fold_prefix_rows(params, no_embed_class), {})
+
+
+def read_file(path, num_heads):
+    """Reads a timm ViT state dict file (`.safetensors`, `.pth`, ...) into a `Checkpoint`."""
+    return read(read_state_dict(path), num_heads, path)
+
+
+def preset_source(directory):
+    """A `PresetSource` for a timm Hub directory."""
+    config = read_json(os.path.join(directory, "config.json"))
+    args, no_embed_class = model_arguments(config)
+    args["preprocessing"] = preprocessing(config).get_config()
+
+    def read_weights(model):
+        state, path = shards.read_state(directory)
+        return read(state, args["num_heads"], path, no_embed_class)
+
+    return C.PresetSource("timm", directory, "ViT", args, read_weights)

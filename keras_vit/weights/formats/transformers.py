@@ -1,4 +1,4 @@
-"""HF transformers ViT and DeiT directories <-> the canonical layout.
+"""transformers ViT and DeiT directories <-> the canonical layout, read and written.
 
 Facts about the files (`save_pretrained` of transformers 4 and 5 writes the
 first naming; transformers 5 names the modules the second way in memory and
@@ -23,42 +23,46 @@ renames on load, so both are read):
   (`do_center_crop`, `crop_size`) and `resample` (a PIL filter number).
 """
 
-from keras_vit.layers.config import EncoderConfig
-from keras_vit.weights.layout import KeyTable
-from keras_vit.weights.record import MODE_STATISTICS, Preprocessing
+import os
 
-_B = "Transformer/encoderblock_{i}/"
-_A = _B + "MultiHeadDotProductAttention_1/"
-POSEMB = "Transformer/posembed_input/pos_embedding"
+import numpy as np
+
+from keras_vit.layers.config import RECORDS
+from keras_vit.weights import canonical as C
+from keras_vit.weights import shards
+from keras_vit.weights.files import read_json, write_json
+from keras_vit.weights.formats import transformers_dinov2
+from keras_vit.weights.record import MODE_STATISTICS, Preprocessing
+from keras_vit.weights.rules import RuleTable
 
 # Body rules, relative to the `vit.`/`deit.` prefix. Rules for the same
 # canonical key are listed with the name `save_pretrained` writes first:
 # `from_canonical` uses the first.
 _EMBEDDINGS = (
-    ("embeddings.cls_token", "cls", None),
-    ("embeddings.distillation_token", "dist", None),
-    ("embeddings.position_embeddings", POSEMB, None),
-    ("embeddings.patch_embeddings.projection.weight", "embedding/kernel", "conv"),
-    ("embeddings.patch_embeddings.projection.bias", "embedding/bias", None),
+    ("embeddings.cls_token", C.CLS),
+    ("embeddings.distillation_token", C.DIST),
+    ("embeddings.position_embeddings", C.POSEMB),
+    ("embeddings.patch_embeddings.projection.weight", C.EMBEDDING + "kernel", "conv"),
+    ("embeddings.patch_embeddings.projection.bias", C.EMBEDDING + "bias"),
 )
 
 
 def _block_rules(layer, query, key, value, out, fc1, fc2):
     rules = [
-        (f"{layer}.layernorm_before.weight", _B + "LayerNorm_0/scale", None),
-        (f"{layer}.layernorm_before.bias", _B + "LayerNorm_0/bias", None),
-        (f"{layer}.layernorm_after.weight", _B + "LayerNorm_2/scale", None),
-        (f"{layer}.layernorm_after.bias", _B + "LayerNorm_2/bias", None),
-        (f"{layer}.{out}.weight", _A + "out/kernel", "heads_out"),
-        (f"{layer}.{out}.bias", _A + "out/bias", None),
-        (f"{layer}.{fc1}.weight", _B + "MlpBlock_3/Dense_0/kernel", "linear"),
-        (f"{layer}.{fc1}.bias", _B + "MlpBlock_3/Dense_0/bias", None),
-        (f"{layer}.{fc2}.weight", _B + "MlpBlock_3/Dense_1/kernel", "linear"),
-        (f"{layer}.{fc2}.bias", _B + "MlpBlock_3/Dense_1/bias", None),
+        (f"{layer}.layernorm_before.weight", C.NORM_1 + "scale"),
+        (f"{layer}.layernorm_before.bias", C.NORM_1 + "bias"),
+        (f"{layer}.layernorm_after.weight", C.NORM_2 + "scale"),
+        (f"{layer}.layernorm_after.bias", C.NORM_2 + "bias"),
+        (f"{layer}.{out}.weight", C.ATTENTION + "out/kernel", "heads_out"),
+        (f"{layer}.{out}.bias", C.ATTENTION + "out/bias"),
+        (f"{layer}.{fc1}.weight", C.MLP_IN + "kernel", "linear"),
+        (f"{layer}.{fc1}.bias", C.MLP_IN + "bias"),
+        (f"{layer}.{fc2}.weight", C.MLP_OUT + "kernel", "linear"),
+        (f"{layer}.{fc2}.bias", C.MLP_OUT + "bias"),
     ]
     for source, name in ((query, "query"), (key, "key"), (value, "value")):
-        rules.append((f"{layer}.{source}.weight", _A + f"{name}/kernel", "heads_in"))
-        rules.append((f"{layer}.{source}.bias", _A + f"{name}/bias", "heads_bias"))
+        rules.append((f"{layer}.{source}.weight", C.ATTENTION + f"{name}/kernel", "heads_in"))
+        rules.append((f"{layer}.{source}.bias", C.ATTENTION + f"{name}/bias", "heads_bias"))
     return rules
 
 
@@ -82,24 +86,24 @@ BODY = (
         )
     )
     + (
-        ("layernorm.weight", "Transformer/encoder_norm/scale", None),
-        ("layernorm.bias", "Transformer/encoder_norm/bias", None),
-        ("pooler.dense.weight", "pre_logits/kernel", "linear"),
-        ("pooler.dense.bias", "pre_logits/bias", None),
+        ("layernorm.weight", C.ENCODER_NORM + "scale"),
+        ("layernorm.bias", C.ENCODER_NORM + "bias"),
+        ("pooler.dense.weight", C.PRE_LOGITS + "kernel", "linear"),
+        ("pooler.dense.bias", C.PRE_LOGITS + "bias"),
     )
 )
 
 # Classifier rules per task model, at the root of the state dict.
 HEADS = {
     "classifier": (
-        ("classifier.weight", "head/kernel", "linear"),
-        ("classifier.bias", "head/bias", None),
+        ("classifier.weight", C.HEAD + "kernel", "linear"),
+        ("classifier.bias", C.HEAD + "bias"),
     ),
     "teacher": (
-        ("cls_classifier.weight", "head/kernel", "linear"),
-        ("cls_classifier.bias", "head/bias", None),
-        ("distillation_classifier.weight", "head_dist/kernel", "linear"),
-        ("distillation_classifier.bias", "head_dist/bias", None),
+        ("cls_classifier.weight", C.HEAD + "kernel", "linear"),
+        ("cls_classifier.bias", C.HEAD + "bias"),
+        ("distillation_classifier.weight", C.HEAD_DIST + "kernel", "linear"),
+        ("distillation_classifier.bias", C.HEAD_DIST + "bias"),
     ),
     None: (),
 }
@@ -114,6 +118,9 @@ ARCHITECTURES = {
     "DeiTModel": ("deit", "", None),
     "DeiTForMaskedImageModeling": ("deit", "deit.", None),
 }
+# The other ViT families transformers holds, by `model_type`: each a module
+# with `MODEL_TYPES`, `model_arguments(config)`, `table(state)` and `IGNORED`.
+FAMILIES = {t: family for family in (transformers_dinov2,) for t in family.MODEL_TYPES}
 # Entries that are not inference weights of the encoder/classifier.
 IGNORED = {
     "embeddings.mask_token": "the mask token of masked-image-modelling pre-training",
@@ -131,14 +138,24 @@ ACTIVATIONS = {
     "gelu_fast": True,
     "gelu_accurate": True,
 }
+# The block and encoder options (`keras_vit.layers.config.RECORDS`) a
+# transformers ViT/DeiT config holds, with the values it can hold (None: any).
+# Every other option must keep its default to be written, so an option added
+# to the records later is refused here until this table learns it.
+EXPORTED_OPTIONS = {
+    "layer_norm_epsilon": None,
+    "mlp_activation": ("gelu_tanh", "gelu"),
+    "qkv_bias": None,
+    "dropout_rate": None,
+    "attention_dropout_rate": None,
+}
 # PIL filter numbers of `resample`.
 RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
 
 def table(prefix="", head=None):
-    """The `KeyTable` of a task model: body under `prefix`, then its head."""
-    body = tuple((prefix + s, c, t) for s, c, t in BODY)
-    return KeyTable(body + HEADS[head])
+    """The `RuleTable` of a task model: body under `prefix`, then its head."""
+    return RuleTable(BODY).prefixed(prefix) + RuleTable(HEADS[head])
 
 
 def split_state(state, architecture):
@@ -162,6 +179,7 @@ def _unsupported(message):
 def _architecture(config):
     model_type = config.get("model_type")
     if model_type not in ("vit", "deit"):
+        known = ["vit", "deit", *FAMILIES]
         hint = (
             " transformers' ViT-hybrid (BiT backbone) layout is not one keras_vit reads; "
             "the R50 hybrids load from the official .npz files."
@@ -169,7 +187,7 @@ def _architecture(config):
             else ""
         )
         raise _unsupported(
-            f"`model_type` must be 'vit' or 'deit'. Received: model_type={model_type!r}.{hint}"
+            f"`model_type` must be one of {known}. Received: model_type={model_type!r}.{hint}"
         )
     names = config.get("architectures") or [
         "ViTModel" if model_type == "vit" else "DeiTModel"
@@ -317,29 +335,46 @@ def _refuse(reason):
     return ValueError(f"transformers has no ViT that represents this model: {reason}.")
 
 
+def _refuse_options(config, exported=EXPORTED_OPTIONS):
+    """Refuses block and encoder options a transformers config cannot hold."""
+    for record in RECORDS.values():
+        # Training-only fields (dropout, remat, patch dropout) leave the weights as they are.
+        training = record.training_fields()
+        for name, default in record.defaults().items():
+            if name in training:
+                continue
+            value = config.get(name, default)
+            allowed = exported[name] if name in exported else (default,)
+            if allowed is not None and value not in allowed:
+                raise _refuse(f"{name}={value!r} (it holds {name} in {list(allowed)})")
+
+
 def export_architecture(config):
     """The transformers task class of a keras_vit model config.
+
+    Args:
+        config: a flat model config (`keras_vit.layers.config.flatten_config`).
 
     Raises:
         ValueError: for a model transformers' ViT/DeiT cannot represent.
     """
+    family = transformers_dinov2.export_architecture(config)
+    if family is not None:
+        _refuse_options(config, transformers_dinov2.EXPORTED_OPTIONS)
+        return family
     if "resnet_layers" in config:
         raise _refuse("a ResNet (hybrid) stem; transformers has no ViT-hybrid layout")
     checks = (
         (config.get("num_register_tokens", 0), "register tokens (num_register_tokens > 0)"),
         (config.get("classifier", "token") != "token", f"classifier={config.get('classifier')!r} (transformers classifies the class token)"),
         (config.get("pooled_norm", False), "a final norm after pooling (pooled_norm=True)"),
-        (config.get("mlp_activation", "gelu_tanh") not in ("gelu_tanh", "gelu"), f"mlp_activation={config.get('mlp_activation')!r}"),
-        (any(config.get(k, v) != v for k, v in EncoderConfig.defaults().items()), "an encoder option off its default (pre_norm, patch_bias)"),
-        (config.get("mlp_kind", "plain") != "plain", f"mlp_kind={config.get('mlp_kind')!r}"),
-        (config.get("qk_norm", False), "QK-norm (qk_norm=True)"),
-        (config.get("layer_scale_init") is not None, "LayerScale (layer_scale_init)"),
         (config.get("representation_size") is not None, "a pre-logits layer (representation_size); transformers' classifiers have none"),
         (not config.get("include_top", True), "no classifier head (include_top=False); AutoModelForImageClassification needs one"),
     )
     for failed, reason in checks:
         if failed:
             raise _refuse(reason)
+    _refuse_options(config)
     if not config.get("distillation_token", False):
         return "ViTForImageClassification"
     if config.get("distillation_head", True):
@@ -410,3 +445,92 @@ def export_preprocessor(record):
             crop_size={"height": crop[0], "width": crop[1]},
         )
     return out
+
+
+def read(state, config, path):
+    """A transformers state dict as a `Checkpoint`.
+
+    Args:
+        state: `{key: NumPy array}` as `save_pretrained` wrote it (or as
+            transformers names the modules in memory).
+        config: the `config.json` dict.
+        path: the file it came from, for messages.
+    """
+    if config.get("model_type") in FAMILIES:
+        return _read_family(FAMILIES[config["model_type"]], state, config, path)
+    architecture = _architecture(config)
+    kept, ignored = split_state(state, architecture)
+    _, prefix, head = ARCHITECTURES[architecture]
+    if not any(k.startswith(prefix) for k in kept):
+        prefix = ""  # a base model saved on its own
+    params, unknown = table(prefix, head).to_canonical(kept, config["num_attention_heads"])
+    params.update({k: kept[k] for k in unknown})  # reported as unexpected
+    if config.get("pooler_act", "tanh") != "tanh":
+        for key in [k for k in params if k.startswith(C.PRE_LOGITS)]:
+            params.pop(key)
+            ignored[key] = f"a pooler with {config['pooler_act']!r}, not a tanh pre-logits layer"
+    return C.Checkpoint(path, "transformers", params, ignored)
+
+
+def _read_family(family, state, config, path):
+    kept, ignored = {}, {}
+    for key, value in state.items():
+        reason = next((r for p, r in family.IGNORED.items() if key.endswith(p)), None)
+        if reason:
+            ignored[key] = reason
+        else:
+            kept[key] = value
+    params, unknown = family.table(kept).to_canonical(kept, config["num_attention_heads"])
+    params.update({k: kept[k] for k in unknown})  # reported as unexpected
+    return C.Checkpoint(path, "transformers", params, ignored)
+
+
+def preset_source(directory):
+    """A `PresetSource` for a transformers directory."""
+    config = read_json(os.path.join(directory, "config.json"))
+    family = FAMILIES.get(config.get("model_type"))
+    args = family.model_arguments(config) if family else model_arguments(config)[0]
+    prep_path = os.path.join(directory, "preprocessor_config.json")
+    if os.path.isfile(prep_path):
+        args["preprocessing"] = preprocessing(read_json(prep_path)).get_config()
+
+    def read_weights(model):
+        state, path = shards.read_state(directory)
+        return read(state, config, path)
+
+    return C.PresetSource("transformers", directory, "ViT", args, read_weights)
+
+
+def write(directory, config, params, class_names, preprocessing_record):
+    """Writes a transformers directory: `config.json`, `model.safetensors`,
+    `preprocessor_config.json`.
+
+    Args:
+        directory: an existing folder.
+        config: the keras_vit model's `get_config()`.
+        params: its weights in the canonical layout (`mapping.model_state`).
+        class_names: one name per class, in head order (None for a
+            model without a head).
+        preprocessing_record: a `Preprocessing` record.
+
+    Raises:
+        ValueError: for a model transformers cannot represent, before
+            anything is written.
+    """
+    from safetensors.numpy import save_file
+
+    architecture = export_architecture(config)
+    if architecture in transformers_dinov2.ARCHITECTURES:
+        hf_config = transformers_dinov2.export_config(config, architecture)
+        state = transformers_dinov2.export_state(params)
+    else:
+        hf_config = export_config(config, class_names)
+        _, prefix, head = ARCHITECTURES[architecture]
+        state = table(prefix, head).from_canonical(params)
+    state = {k: np.asarray(v, "float32") for k, v in state.items()}
+    save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+    write_json(os.path.join(directory, "config.json"), hf_config)
+    write_json(
+        os.path.join(directory, "preprocessor_config.json"),
+        export_preprocessor(preprocessing_record),
+    )

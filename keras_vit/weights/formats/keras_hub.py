@@ -21,56 +21,52 @@ layouts (`(D, heads, head_dim)` attention, HWIO patch convolution); its MLP
 uses Keras' "gelu" activation, the exact erf GELU.
 """
 
-import json
 import os
 
-from keras_vit.weights.layout import KeyTable
+from keras_vit.weights import canonical as C
+from keras_vit.weights.files import read_json as _read_json
 from keras_vit.weights.record import Preprocessing
+from keras_vit.weights.rules import RuleTable
 
-_B = "Transformer/encoderblock_{i}/"
-_A = _B + "MultiHeadDotProductAttention_1/"
 _BLOCK = "vit_encoder/transformer_block_{i}/"
-POSEMB = "Transformer/posembed_input/pos_embedding"
+_EMBED = "vit_patching_and_embedding/"
 
 RULES = (
-    ("vit_patching_and_embedding/class_token", "cls", None),
-    ("vit_patching_and_embedding/patch_embedding/kernel", "embedding/kernel", None),
-    ("vit_patching_and_embedding/patch_embedding/bias", "embedding/bias", None),
-    ("vit_patching_and_embedding/position_embedding/embeddings", POSEMB, "batch"),
-    (_BLOCK + "ln_1/gamma", _B + "LayerNorm_0/scale", None),
-    (_BLOCK + "ln_1/beta", _B + "LayerNorm_0/bias", None),
-    (_BLOCK + "mha/query/kernel", _A + "query/kernel", None),
-    (_BLOCK + "mha/query/bias", _A + "query/bias", None),
-    (_BLOCK + "mha/key/kernel", _A + "key/kernel", None),
-    (_BLOCK + "mha/key/bias", _A + "key/bias", None),
-    (_BLOCK + "mha/value/kernel", _A + "value/kernel", None),
-    (_BLOCK + "mha/value/bias", _A + "value/bias", None),
-    (_BLOCK + "mha/attention_output/kernel", _A + "out/kernel", None),
-    (_BLOCK + "mha/attention_output/bias", _A + "out/bias", None),
-    (_BLOCK + "ln_2/gamma", _B + "LayerNorm_2/scale", None),
-    (_BLOCK + "ln_2/beta", _B + "LayerNorm_2/bias", None),
-    (_BLOCK + "mlp/dense_1/kernel", _B + "MlpBlock_3/Dense_0/kernel", None),
-    (_BLOCK + "mlp/dense_1/bias", _B + "MlpBlock_3/Dense_0/bias", None),
-    (_BLOCK + "mlp/dense_2/kernel", _B + "MlpBlock_3/Dense_1/kernel", None),
-    (_BLOCK + "mlp/dense_2/bias", _B + "MlpBlock_3/Dense_1/bias", None),
-    ("vit_encoder/ln/gamma", "Transformer/encoder_norm/scale", None),
-    ("vit_encoder/ln/beta", "Transformer/encoder_norm/bias", None),
-    ("pre_logits/kernel", "pre_logits/kernel", None),
-    ("pre_logits/bias", "pre_logits/bias", None),
-    ("predictions/kernel", "head/kernel", None),
-    ("predictions/bias", "head/bias", None),
+    (_EMBED + "class_token", C.CLS),
+    (_EMBED + "patch_embedding/kernel", C.EMBEDDING + "kernel"),
+    (_EMBED + "patch_embedding/bias", C.EMBEDDING + "bias"),
+    (_EMBED + "position_embedding/embeddings", C.POSEMB, "batch"),
+    (_BLOCK + "ln_1/gamma", C.NORM_1 + "scale"),
+    (_BLOCK + "ln_1/beta", C.NORM_1 + "bias"),
+    *(
+        (_BLOCK + f"mha/{source}/{leaf}", C.ATTENTION + f"{name}/{leaf}")
+        for source, name in (("query", "query"), ("key", "key"), ("value", "value"),
+                             ("attention_output", "out"))
+        for leaf in ("kernel", "bias")
+    ),
+    (_BLOCK + "ln_2/gamma", C.NORM_2 + "scale"),
+    (_BLOCK + "ln_2/beta", C.NORM_2 + "bias"),
+    (_BLOCK + "mlp/dense_1/kernel", C.MLP_IN + "kernel"),
+    (_BLOCK + "mlp/dense_1/bias", C.MLP_IN + "bias"),
+    (_BLOCK + "mlp/dense_2/kernel", C.MLP_OUT + "kernel"),
+    (_BLOCK + "mlp/dense_2/bias", C.MLP_OUT + "bias"),
+    ("vit_encoder/ln/gamma", C.ENCODER_NORM + "scale"),
+    ("vit_encoder/ln/beta", C.ENCODER_NORM + "bias"),
+    ("pre_logits/kernel", C.PRE_LOGITS + "kernel"),
+    ("pre_logits/bias", C.PRE_LOGITS + "bias"),
+    ("predictions/kernel", C.HEAD + "kernel"),
+    ("predictions/bias", C.HEAD + "bias"),
 )
 # keras-hub numbers its blocks from 1.
-TABLE = KeyTable(RULES, index_offset=1)
-_ROOTS = ("vit_patching_and_embedding/", "vit_encoder/")
+TABLE = RuleTable(RULES, index_offset=1)
+_ROOTS = (_EMBED, "vit_encoder/")
+WEIGHTS_FILE = "model.weights.h5"
 
 
 def read_json(directory, name):
+    """The JSON file `name` of `directory`, or None when there is none."""
     path = os.path.join(directory, name)
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return _read_json(path) if os.path.isfile(path) else None
 
 
 def is_preset(directory):
@@ -102,7 +98,7 @@ def model_arguments(directory):
             f"registered_name={backbone.get('registered_name')!r}"
         )
     config = backbone["config"]
-    for flag in ("use_mha_bias", "use_mlp_bias", "use_patch_bias"):
+    for flag in ("use_mha_bias", "use_mlp_bias"):
         if not config.get(flag, True):
             raise _unsupported(f"keras_vit layers always have these biases. Received: {flag}=False")
     shape = tuple(config["image_shape"])
@@ -121,6 +117,7 @@ def model_arguments(directory):
         dropout_rate=config.get("dropout_rate", 0.0),
         attention_dropout_rate=config.get("attention_dropout", 0.0),
         include_top=False,
+        patch_bias=bool(config.get("use_patch_bias", True)),
     )
     task = read_json(directory, "task.json")
     if task is not None:
@@ -205,3 +202,20 @@ def read_variables(directory, with_task):
                 path = path[path.index(root):]
         out[path] = keras.ops.convert_to_numpy(variable)
     return out
+
+
+def preset_source(directory):
+    """A `PresetSource` for a keras-hub ViT preset directory."""
+    args = model_arguments(directory)
+    prep = preprocessing(directory)
+    if prep is not None:
+        args["preprocessing"] = prep.get_config()
+    with_task = os.path.isfile(os.path.join(directory, "task.json"))
+
+    def read_weights(model):
+        variables = read_variables(directory, with_task)
+        params, unknown = TABLE.to_canonical(variables, args["num_heads"])
+        params.update({k: variables[k] for k in unknown})
+        return C.Checkpoint(os.path.join(directory, WEIGHTS_FILE), "keras_hub", params, {})
+
+    return C.PresetSource("keras_hub", directory, "ViT", args, read_weights)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from conftest import DEIT_NPZ, DEIT_SAFETENSORS, TINY, requires_shared
-from keras_vit.weights import describe_weights, sources
+from keras_vit.weights import describe_weights, readers
+from keras_vit.weights.formats import timm as timm_format
 from keras_vit.weights.mapping import checkpoint_key, model_state
 from synthetic import POSEMB, official_params, tiny_model, to_big_vision, to_timm
 
@@ -27,7 +28,7 @@ def assert_same_dict(actual, expected):
 def test_official_npz_reads_unchanged(tmp_path, params):
     file = tmp_path / "official.npz"
     np.savez(file, **params)
-    checkpoint = sources.read_checkpoint(file)
+    checkpoint = readers.read_checkpoint(file)
     assert checkpoint.format == "npz" and checkpoint.ignored == {}
     assert_same_dict(checkpoint.params, params)
 
@@ -39,7 +40,7 @@ def test_big_vision_layout_is_detected(tmp_path, params, prefix):
         raw["opt/state/step"] = np.zeros((), "int32")
     file = tmp_path / "bv.npz"
     np.savez_compressed(file, **raw)
-    checkpoint = sources.read_checkpoint(file)
+    checkpoint = readers.read_checkpoint(file)
     # The class token's position row moved into `cls`: the sum is unchanged.
     expected = dict(params)
     expected["cls"] = params["cls"] + params[POSEMB][:, :1]
@@ -57,9 +58,9 @@ def test_scanned_blocks_are_split(tmp_path, params):
             [bv[f"Transformer/encoderblock_{i}/{rest}"] for i in range(TINY["num_layers"])]
         )
     np.savez(tmp_path / "scan.npz", **scanned)
-    unscanned = sources.read_checkpoint(tmp_path / "scan.npz").params
+    unscanned = readers.read_checkpoint(tmp_path / "scan.npz").params
     np.savez(tmp_path / "plain.npz", **bv)
-    assert_same_dict(unscanned, sources.read_checkpoint(tmp_path / "plain.npz").params)
+    assert_same_dict(unscanned, readers.read_checkpoint(tmp_path / "plain.npz").params)
 
 
 def test_groupnorm_params_are_squeezed(tmp_path, rng):
@@ -69,7 +70,7 @@ def test_groupnorm_params_are_squeezed(tmp_path, rng):
         "conv_root/kernel": rng.normal(size=(7, 7, 3, 64)),
     }
     np.savez(tmp_path / "hybrid.npz", **raw)
-    params = sources.read_checkpoint(tmp_path / "hybrid.npz").params
+    params = readers.read_checkpoint(tmp_path / "hybrid.npz").params
     assert params["gn_root/scale"].shape == (64,)
     np.testing.assert_array_equal(params["block1/unit1/gn_proj/bias"], raw["block1/unit1/gn_proj/bias"].ravel())
     assert params["conv_root/kernel"].shape == (7, 7, 3, 64)
@@ -80,7 +81,7 @@ def test_timm_safetensors_matches_official(tmp_path, params):
 
     save_file(to_timm(params, TINY["num_heads"]), tmp_path / "timm.safetensors")
     model = tiny_model(representation_size=12)
-    assert_same_dict(sources.read_checkpoint(tmp_path / "timm.safetensors", model).params, params)
+    assert_same_dict(readers.read_checkpoint(tmp_path / "timm.safetensors", model).params, params)
 
 
 def test_timm_pth_matches_official(tmp_path, params):
@@ -88,7 +89,7 @@ def test_timm_pth_matches_official(tmp_path, params):
     state = {k: torch.from_numpy(v) for k, v in to_timm(params, TINY["num_heads"]).items()}
     torch.save({"state_dict": state}, tmp_path / "timm.pth")
     model = tiny_model(representation_size=12)
-    assert_same_dict(sources.read_checkpoint(tmp_path / "timm.pth", model).params, params)
+    assert_same_dict(readers.read_checkpoint(tmp_path / "timm.pth", model).params, params)
 
 
 def test_pth_with_code_is_refused(tmp_path):
@@ -104,7 +105,7 @@ def test_pth_with_code_is_refused(tmp_path):
     with open(tmp_path / "evil.pth", "wb") as f:
         pickle.dump({"head.weight": Payload()}, f, protocol=2)
     with pytest.raises(ValueError, match="evil.pth"):
-        sources.read_checkpoint(tmp_path / "evil.pth", tiny_model())
+        readers.read_checkpoint(tmp_path / "evil.pth", tiny_model())
     assert not marker.exists()
 
 
@@ -114,7 +115,7 @@ def test_keras_h5_reads_by_layer_names(tmp_path):
     expected = model_state(model)
     # A template without pre-logits still names them (Dense layer class).
     template = tiny_model(classes=3)
-    assert_same_dict(sources.read_checkpoint(tmp_path / "tiny.weights.h5", template).params, expected)
+    assert_same_dict(readers.read_checkpoint(tmp_path / "tiny.weights.h5", template).params, expected)
 
 
 def test_checkpoint_key_table():
@@ -167,8 +168,8 @@ def test_describe_unknown_name_lists_valid_names():
 
 @requires_shared
 def test_real_npz_and_safetensors_hold_the_same_tensors():
-    npz = sources.read_checkpoint(DEIT_NPZ).params
-    timm = sources.read_timm(DEIT_SAFETENSORS, num_heads=3).params
+    npz = readers.read_checkpoint(DEIT_NPZ).params
+    timm = timm_format.read_file(DEIT_SAFETENSORS, num_heads=3).params
     assert_same_dict(timm, npz)
     info = describe_weights(pathlib.Path(DEIT_NPZ), dict(patch_size=16))
     assert (info.image_size, info.classes) == (224, 1000)

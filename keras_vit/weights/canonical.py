@@ -1,0 +1,85 @@
+"""The canonical checkpoint layout: its key names, spelled once, and the
+records every reader returns.
+
+The canonical layout is the official vit_jax `.npz`: keys such as
+`Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel`
+(pre-Linen numbering), the position embedding with the class-token row
+first, `cls`, `embedding`, `pre_logits`, `head`, and the ResNet keys of the
+hybrids. Every format module (`keras_vit.weights.formats`) is a table from
+its own names to these; `{i}` stands for the block index.
+"""
+
+import dataclasses
+
+# Prefix tokens: class, distillation (DeiT), registers.
+CLS = "cls"
+DIST = "dist"
+REG = "reg"
+# The prefix tokens with a position row, in row order; register tokens have none.
+POSITION_PREFIX_KEYS = (CLS, DIST)
+POSEMB = "Transformer/posembed_input/pos_embedding"
+# The patch embedding (`kernel` (ph, pw, C, D), `bias`).
+EMBEDDING = "embedding/"
+BLOCK = "Transformer/encoderblock_{i}/"
+NORM_1 = BLOCK + "LayerNorm_0/"
+ATTENTION = BLOCK + "MultiHeadDotProductAttention_1/"
+NORM_2 = BLOCK + "LayerNorm_2/"
+MLP_IN = BLOCK + "MlpBlock_3/Dense_0/"
+MLP_OUT = BLOCK + "MlpBlock_3/Dense_1/"
+# LayerScale vectors of the attention and MLP branches.
+ATTENTION_SCALE = BLOCK + "attention_scale"
+MLP_SCALE = BLOCK + "mlp_scale"
+ENCODER_NORM = "Transformer/encoder_norm/"
+# Norm after pooling (timm's `fc_norm`).
+POOLED_NORM = "fc_norm/"
+PRE_LOGITS = "pre_logits/"
+HEAD = "head/"
+# DeiT's second head, on the distillation token.
+HEAD_DIST = "head_dist/"
+
+
+def block(template, index):
+    """`template` for block `index`.
+
+    Example:
+
+    >>> block(NORM_1 + "scale", 3)
+    'Transformer/encoderblock_3/LayerNorm_0/scale'
+    """
+    return template.replace("{i}", str(index))
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """A checkpoint read into the canonical layout.
+
+    Attributes:
+        path: the file it was read from.
+        format: "npz", "timm", "keras", "transformers", "keras_hub", ...
+        params: `{canonical key: NumPy array}`.
+        ignored: `{source key: reason}` for entries that are not weights.
+    """
+
+    path: str
+    format: str
+    params: dict
+    ignored: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class PresetSource:
+    """What a preset directory says, before any weights are read.
+
+    Attributes:
+        layout: "keras_vit", "transformers", "timm" or "keras_hub".
+        directory: the directory.
+        model_class: "ViT" or "ViTHybrid".
+        arguments: keyword arguments of `model_class` for the checkpoint.
+        read: `read(model) -> Checkpoint`, the weights in the canonical layout.
+    """
+
+    layout: str
+    directory: str
+    model_class: str
+    arguments: dict
+    read: object

@@ -1,0 +1,14 @@
+"""One module per checkpoint source, each a table on `keras_vit.weights.rules`.
+
+- `official`: official vit_jax and big_vision `.npz` files (the canonical
+  layout itself, plus Linen numbering, scanned blocks, big_vision's position
+  embedding);
+- `timm`: timm state dicts and timm Hub directories;
+- `transformers`: transformers ViT/DeiT directories, read and written;
+- `keras_hub`: keras-hub ViT presets;
+- `keras_vit`: keras_vit's own `.weights.h5` / `.keras` files.
+
+Each reads into a `keras_vit.weights.canonical.Checkpoint`;
+`keras_vit.weights.readers` picks one by file name, `keras_vit.presets` by
+directory layout.
+"""

@@ -1,0 +1,101 @@
+"""ViT families of transformers beyond ViT/DeiT: a model made at random by
+transformers, saved with `save_pretrained`, loads with `keras_vit.from_preset`
+and reproduces transformers' own forward pass (pooled output and last hidden
+state)."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from conftest import to_numpy
+from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+TINY_DINOV2 = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2,
+                   image_size=28, patch_size=7, layerscale_value=0.5)
+DINOV2 = {
+    "Dinov2Model": (transformers.Dinov2Config, {}),
+    "Dinov2WithRegistersModel": (transformers.Dinov2WithRegistersConfig, dict(num_register_tokens=3)),
+}
+
+
+def _images(size, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, (2, size, size, 3)).astype("float32")
+
+
+def _save_random(model, folder, seed):
+    """Saves `model` with every tensor moved off its initial value (LayerNorms,
+    LayerScale and tokens included), and returns it in eval mode."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for tensor in model.state_dict().values():
+            if tensor.dtype.is_floating_point:
+                tensor.add_(0.2 * torch.randn(tensor.shape, generator=generator))
+    model.save_pretrained(folder)
+    return model.eval()
+
+
+def _reference(model, x):
+    with torch.no_grad():
+        out = model(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)))
+    return out.pooler_output.numpy(), out.last_hidden_state.numpy()
+
+
+@pytest.fixture(scope="module")
+def dinov2_dirs(tmp_path_factory):
+    out = {}
+    for seed, (name, (config_class, extra)) in enumerate(DINOV2.items()):
+        folder = tmp_path_factory.mktemp(name)
+        model = getattr(transformers, name)(config_class(**TINY_DINOV2, **extra))
+        model = _save_random(model, folder, seed)
+        out[name] = (str(folder), _reference(model, _images(28)))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(DINOV2))
+def test_dinov2_backbones_reproduce_transformers(dinov2_dirs, name):
+    folder, (pooled, hidden) = dinov2_dirs[name]
+    model = keras_vit.from_preset(folder)
+    assert model.num_register_tokens == DINOV2[name][1].get("num_register_tokens", 0)
+    x = _images(28)
+    np.testing.assert_allclose(to_numpy(model(x)), pooled, rtol=0, atol=1e-4)
+    # transformers' last hidden state is the tokens after the final norm:
+    # class token, registers, patches, as keras_vit orders them.
+    tokens = keras.Model(model.input, model.get_layer("encoder_norm").output)
+    np.testing.assert_allclose(to_numpy(tokens(x)), hidden, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(architectures=["Dinov2ForImageClassification"]), "mean patch token"),
+        (dict(use_swiglu_ffn=True), "SwiGLU"),
+        (dict(hidden_act="relu"), "hidden_act"),
+    ],
+)
+def test_dinov2_configs_keras_vit_cannot_build_are_refused(dinov2_dirs, tmp_path, change, match):
+    folder, _ = dinov2_dirs["Dinov2Model"]
+    with open(f"{folder}/config.json") as f:
+        config = json.load(f)
+    (tmp_path / "config.json").write_text(json.dumps(dict(config, **change)))
+    with pytest.raises(ValueError, match=match):
+        keras_vit.presets.describe_preset(str(tmp_path))
+
+
+@pytest.mark.parametrize("name", sorted(DINOV2))
+def test_dinov2_backbones_write_back_to_transformers(dinov2_dirs, tmp_path, name):
+    folder, (pooled, hidden) = dinov2_dirs[name]
+    keras_vit.from_preset(folder).save_to_preset(tmp_path, format="transformers", preprocessing="imagenet")
+    with open(tmp_path / "config.json") as f:
+        assert json.load(f)["architectures"] == [name]
+    again, info = getattr(transformers, name).from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"], info
+    assert not info["unexpected_keys"], info
+    out = _reference(again.eval(), _images(28))
+    np.testing.assert_allclose(out[0], pooled, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(out[1], hidden, rtol=0, atol=1e-4)
