@@ -6,6 +6,7 @@ against the same yardstick; it imports neither Keras nor keras_vit.
 
 from keras_vit_tools.reference import (  # noqa: F401
     POSEMB,
+    activation,
     embed_patches,
     encoder_block,
     forward,

@@ -11,6 +11,7 @@ import pytest
 
 import keras_vit
 from conftest import TINY, to_numpy
+from keras_vit.layers.pooling import TokenGrid
 from keras_vit.models import forward
 
 MODELS = {
@@ -92,7 +93,8 @@ def test_logits_without_the_activation():
 
 @pytest.mark.parametrize(
     "indices,expected",
-    [(None, [0, 1, 2]), (2, [1, 2]), (0, []), ([0, -1], [0, 2]), ((2, 0, 2), [0, 2]), ([-3], [0])],
+    [(None, [0, 1, 2]), (2, [1, 2]), (0, []), ([0, -1], [0, 2]), ((2, 0, 2), [0, 2]), ([-3], [0]),
+     (np.int64(1), [2]), (np.array([0, -2]), [0, 1])],
 )
 def test_indices_follow_timm(indices, expected):
     assert forward.block_indices(3, indices) == expected
@@ -142,3 +144,25 @@ def test_images_are_checked():
     model = keras_vit.ViT(**TINY)
     with pytest.raises(ValueError, match="multiple of 8"):
         model.forward_intermediates(_images(36, 32))
+
+
+@pytest.mark.parametrize("spatial", [True, False])
+def test_token_grid_layer(spatial):
+    """The layer that splits the features (two inputs, two outputs: outside
+    the single-tensor contract of tests/test_layer_contracts.py)."""
+    layer = TokenGrid(2, spatial=spatial)
+    tokens = np.arange(2 * 8 * 3, dtype="float32").reshape(2, 8, 3)
+    grid_like = np.zeros((2, 2, 3, 5), "float32")
+    patches, prefix = layer([tokens, grid_like])
+    want = tokens[:, 2:].reshape(2, 2, 3, 3) if spatial else tokens[:, 2:]
+    np.testing.assert_array_equal(to_numpy(patches), want)
+    np.testing.assert_array_equal(to_numpy(prefix), tokens[:, :2])
+    shapes = layer.compute_output_shape([(None, 8, 3), (None, 2, 3, 5)])
+    assert [tuple(s) for s in shapes] == [(None,) + want.shape[1:], (None, 2, 3)]
+    clone = TokenGrid.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+    with pytest.raises(ValueError, match="num_prefix_tokens"):
+        TokenGrid(-1)
+    half = TokenGrid(2, spatial=spatial, dtype="mixed_bfloat16")
+    out, _ = half([tokens, grid_like])
+    assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"

@@ -180,7 +180,7 @@ def _numpy_reference(model, read_params, x, expected):
     if not same:
         print("NumPy reference: runs on the adapted weights (resized, new head or dropped layers)")
         params = state
-    numpy_outputs = reference.forward(params, x, model.gelu_approximate, model.layer_norm_epsilon)
+    numpy_outputs = reference.forward(params, x, model.mlp_activation, model.layer_norm_epsilon)
     return {"NumPy reference (float64)": np.abs(numpy_outputs - expected).max()}
 
 

@@ -41,6 +41,14 @@ def gelu(x, approximate=True):
     return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
 
 
+def activation(x, name):
+    """The MLP activation: `True`/"gelu_tanh" (tanh GELU), `False`/"gelu"
+    (erf GELU) or "quick_gelu" (OpenAI CLIP's `x * sigmoid(1.702 x)`)."""
+    if name == "quick_gelu":
+        return x / (1.0 + np.exp(-1.702 * x))
+    return gelu(x, approximate=name in (True, "gelu_tanh"))
+
+
 def layer_norm(x, scale, bias, epsilon=1e-6):
     """LayerNorm over the last axis (population variance)."""
     mean = x.mean(-1, keepdims=True)
@@ -48,7 +56,7 @@ def layer_norm(x, scale, bias, epsilon=1e-6):
     return (x - mean) / np.sqrt(var + epsilon) * scale + bias
 
 
-def embed_patches(images, kernel, bias):
+def embed_patches(images, kernel, bias=0.0):
     """Eq. 1: non-overlapping `(ph, pw)` patches, flattened, projected."""
     ph, pw, channels, dim = kernel.shape
     b, h, w, _ = images.shape
@@ -82,7 +90,7 @@ def encoder_block(x, p, gelu_approximate=True, epsilon=1e-6):
     x = x + self_attention(y, sub("MultiHeadDotProductAttention_1/")) * p.get("attention_scale", 1.0)
     y = layer_norm(x, p["LayerNorm_2/scale"], p["LayerNorm_2/bias"], epsilon)
     y = y @ p["MlpBlock_3/Dense_0/kernel"] + p["MlpBlock_3/Dense_0/bias"]
-    y = gelu(y, gelu_approximate)
+    y = activation(y, gelu_approximate)
     y = y @ p["MlpBlock_3/Dense_1/kernel"] + p["MlpBlock_3/Dense_1/bias"]
     return x + y * p.get("mlp_scale", 1.0)
 
@@ -124,14 +132,16 @@ def forward(params, images, gelu_approximate=True, epsilon=1e-6, stem=None):
     Beyond the paper's model it computes the options keras_vit loads from
     other layouts: a distillation token `dist` with a second head
     `head_dist` (DeiT: the two heads' logits averaged), register tokens
-    `reg` (no position row), query/key/value without biases, LayerScale and
-    a final norm of the pooled features (`fc_norm/*`, instead of
-    `Transformer/encoder_norm/*` on every token).
+    `reg` (no position row), query/key/value without biases, LayerScale, a
+    final norm of the pooled features (`fc_norm/*`, instead of
+    `Transformer/encoder_norm/*` on every token), and CLIP's patch embedding
+    without bias, LayerNorm before the blocks (`pre_norm/*`) and quick GELU.
 
     Args:
         params: flat official-layout dict of arrays.
         images: `(batch, H, W, C)` array, already preprocessed.
-        gelu_approximate: bool, default True (tanh, Google numerics).
+        gelu_approximate: the MLP activation: True (default: tanh GELU,
+            Google numerics), False (erf GELU) or a name of `activation`.
         epsilon: LayerNorm epsilon, default 1e-6.
         stem: optional `stem(params, images) -> feature map` run before the
             patch embedding (the ResNet of the hybrids).
@@ -144,8 +154,11 @@ def forward(params, images, gelu_approximate=True, epsilon=1e-6, stem=None):
     x = np.asarray(images, np.float64)
     if stem is not None:
         x = stem(params, x)
-    x = embed_patches(x, params["embedding/kernel"], params["embedding/bias"])
+    # An embedding without bias (CLIP) has no `embedding/bias`.
+    x = embed_patches(x, params["embedding/kernel"], params.get("embedding/bias", 0.0))
     x = _tokens(params, x)
+    if "pre_norm/scale" in params:  # CLIP's LayerNorm before the blocks
+        x = layer_norm(x, params["pre_norm/scale"], params["pre_norm/bias"], epsilon)
     depth = 1 + max(
         (int(m.group(1)) for k in params if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))),
         default=-1,

@@ -13,7 +13,7 @@ from keras_vit.layers.resnet import (
     group_norm,
     resnet_backbone,
 )
-from keras_vit.layers.pooling import TokenGrid, TokenPooling
+from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.pyramid import SimpleFeaturePyramid
 from keras_vit.layers.transformer import MlpBlock, TransformerBlock
 
@@ -31,7 +31,6 @@ __all__ = [
     "PatchDropout",
     "PatchEncoder",
     "Patches",
-    "TokenGrid",
     "TokenPooling",
     "TransformerBlock",
     "kept_patches",

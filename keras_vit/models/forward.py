@@ -20,10 +20,13 @@ new symbolic inputs (a feature model inside another model). The steps:
 `Stages` holds the model's layers by step; `stages(model)` returns it.
 """
 
+import numbers
+
 import keras
 from keras import ops
 
-from keras_vit.layers import PatchDropout, PatchEncoder, Patches, TokenGrid, TokenPooling, TransformerBlock
+from keras_vit.layers import PatchDropout, PatchEncoder, Patches, TokenPooling, TransformerBlock
+from keras_vit.layers.pooling import TokenGrid
 from keras_vit.layers.seeds import derive_seed
 from keras_vit.validation import check_choice
 
@@ -102,6 +105,8 @@ def build_stages(model, dtype):
             model.encoder_config.patch_dropout_rate, model.num_prefix_tokens,
             seed=derive_seed(model.seed, "patch_dropout"), name="patch_dropout", dtype=dtype,
         )
+    if model.encoder_config.pre_norm:
+        s.pre_norm = _norm(model, "pre_norm", dtype)
     for i in range(model.num_layers):
         # Stochastic depth grows linearly from 0 in the first block.
         rate = model.stochastic_depth_rate * i / max(model.num_layers - 1, 1)
@@ -222,26 +227,27 @@ def block_indices(count, indices):
     """
     if indices is None:
         return list(range(count))
-    if isinstance(indices, int) and not isinstance(indices, bool):
+    whole = lambda i: isinstance(i, numbers.Integral) and not isinstance(i, bool)  # noqa: E731
+    if whole(indices):
         if not 0 <= indices <= count:
             raise ValueError(
                 f"`indices` as an int takes the last n of the {count} blocks, 0 <= n <= {count}. "
                 f"Received: indices={indices!r}"
             )
-        return list(range(count - indices, count))
+        return list(range(count - int(indices), count))
     try:
         items = list(indices)
     except TypeError:
         items = None
     ok = items is not None and all(
-        isinstance(i, int) and not isinstance(i, bool) and -count <= i < count for i in items
+        whole(i) and -count <= i < count for i in items
     )
     if not ok:
         raise ValueError(
             f"`indices` must be None, an int or a sequence of block indices in "
             f"[-{count}, {count - 1}]. Received: indices={indices!r}"
         )
-    return sorted({i % count for i in items})
+    return sorted({int(i) % count for i in items})
 
 
 def run_blocks(s, x, indices=(), training=None, stop_early=False):

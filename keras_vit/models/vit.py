@@ -49,7 +49,9 @@ class ViT(ModelRuntime, forward.ForwardPass, keras.Model):
     from the class token (or the mean of the patch tokens). Layer names follow
     the official checkpoint (`embedding`, `encoderblock_{i}`, `encoder_norm`,
     `pre_logits`, `head`), so `model.get_layer("encoderblock_3").output`
-    gives a feature extractor.
+    gives a feature extractor; `forward_intermediates` gives the features
+    of chosen blocks on their grid (eagerly or symbolically), through the
+    one forward pass of `keras_vit.models.forward` that builds the graph.
 
     Options found in later checkpoints (DeiT, timm, transformers), each
     exactly as those define it: a distillation token with its own head

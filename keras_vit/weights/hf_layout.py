@@ -23,6 +23,7 @@ renames on load, so both are read):
   (`do_center_crop`, `crop_size`) and `resample` (a PIL filter number).
 """
 
+from keras_vit.layers.config import EncoderConfig
 from keras_vit.weights.layout import KeyTable
 from keras_vit.weights.record import MODE_STATISTICS, Preprocessing
 
@@ -328,6 +329,8 @@ def export_architecture(config):
         (config.get("num_register_tokens", 0), "register tokens (num_register_tokens > 0)"),
         (config.get("classifier", "token") != "token", f"classifier={config.get('classifier')!r} (transformers classifies the class token)"),
         (config.get("pooled_norm", False), "a final norm after pooling (pooled_norm=True)"),
+        (config.get("mlp_activation", "gelu_tanh") not in ("gelu_tanh", "gelu"), f"mlp_activation={config.get('mlp_activation')!r}"),
+        (any(config.get(k, v) != v for k, v in EncoderConfig.defaults().items()), "an encoder option off its default (pre_norm, patch_bias)"),
         (config.get("layer_scale_init") is not None, "LayerScale (layer_scale_init)"),
         (config.get("representation_size") is not None, "a pre-logits layer (representation_size); transformers' classifiers have none"),
         (not config.get("include_top", True), "no classifier head (include_top=False); AutoModelForImageClassification needs one"),
