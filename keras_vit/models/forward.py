@@ -100,13 +100,13 @@ def build_stages(model, dtype):
     s.dropout = keras.layers.Dropout(
         model.dropout_rate, seed=derive_seed(model.seed, "dropout"), name="dropout", dtype=dtype
     )
-    if model.encoder_config.pre_norm:
-        s.pre_norm = _norm(model, "pre_norm", dtype)
     if model.encoder_config.patch_dropout_rate:
         s.patch_dropout = PatchDropout(
             model.encoder_config.patch_dropout_rate, model.num_prefix_tokens,
             seed=derive_seed(model.seed, "patch_dropout"), name="patch_dropout", dtype=dtype,
         )
+    if model.encoder_config.pre_norm:
+        s.pre_norm = _norm(model, "pre_norm", dtype)
     for i in range(model.num_layers):
         # Stochastic depth grows linearly from 0 in the first block.
         rate = model.stochastic_depth_rate * i / max(model.num_layers - 1, 1)
