@@ -99,3 +99,50 @@ def test_dinov2_backbones_write_back_to_transformers(dinov2_dirs, tmp_path, name
     out = _reference(again.eval(), _images(28))
     np.testing.assert_allclose(out[0], pooled, rtol=0, atol=1e-4)
     np.testing.assert_allclose(out[1], hidden, rtol=0, atol=1e-4)
+
+
+TINY_CLIP = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                 image_size=28, patch_size=7, projection_dim=12, hidden_act="quick_gelu")
+CLIP = ("CLIPVisionModel", "CLIPVisionModelWithProjection")
+
+
+@pytest.fixture(scope="module")
+def clip_dirs(tmp_path_factory):
+    out = {}
+    x = _images(28)
+    for seed, name in enumerate(CLIP, start=10):
+        folder = tmp_path_factory.mktemp(name)
+        model = getattr(transformers, name)(transformers.CLIPVisionConfig(**TINY_CLIP))
+        model = _save_random(model, folder, seed)
+        with torch.no_grad():
+            out_ = model(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)), output_hidden_states=True)
+        pooled = out_.image_embeds if name.endswith("Projection") else out_.pooler_output
+        hidden = [h.numpy() for h in out_.hidden_states]
+        out[name] = (str(folder), pooled.numpy(), out_.last_hidden_state.numpy(), hidden)
+    return out
+
+
+@pytest.mark.parametrize("name", CLIP)
+def test_clip_vision_towers_reproduce_transformers(clip_dirs, name):
+    """The model's output is `pooler_output` (or `image_embeds` with the
+    projection); `forward_features` is `last_hidden_state` (before
+    `post_layernorm`) and `forward_intermediates` the hidden state after
+    each block."""
+    folder, pooled, last, hidden = clip_dirs[name]
+    model = keras_vit.from_preset(folder)
+    x = _images(28)
+    np.testing.assert_allclose(to_numpy(model(x)), pooled, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(to_numpy(model.forward_features(x)), last, rtol=0, atol=1e-4)
+    features = model.forward_intermediates(x, output_fmt="NLC", intermediates_only=True)
+    assert len(features) == len(hidden) - 1
+    for feature, theirs in zip(features, hidden[1:]):
+        np.testing.assert_allclose(to_numpy(feature), theirs[:, 1:], rtol=0, atol=1e-4)
+
+
+def test_clip_configs_keras_vit_cannot_build_are_refused(clip_dirs, tmp_path):
+    folder = clip_dirs["CLIPVisionModel"][0]
+    with open(f"{folder}/config.json") as f:
+        config = json.load(f)
+    (tmp_path / "config.json").write_text(json.dumps(dict(config, hidden_act="relu")))
+    with pytest.raises(ValueError, match="hidden_act"):
+        keras_vit.presets.describe_preset(str(tmp_path))
