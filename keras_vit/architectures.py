@@ -18,12 +18,13 @@ import types
 
 from keras_vit.validation import pair
 
-# How the classifier reads the encoder: the class token, or the mean of all
-# tokens (no class token).
-CLASSIFIERS = ("token", "gap")
+# How the classifier reads the encoder: the class token, the mean of all
+# tokens (no class token), or attention pooling by a learned probe (SigLIP's
+# MAP head; no class token unless the encoder options ask for one).
+CLASSIFIERS = ("token", "gap", "map")
 # What `include_top=False` models return: the token sequence (None), the
-# class token, or the average / maximum of the patch tokens.
-POOLINGS = (None, "token", "avg", "max")
+# class token, the average / maximum of the patch tokens, or the MAP head.
+POOLINGS = (None, "token", "avg", "max", "map")
 
 # The GELU flavours by their command-line names, as `gelu_approximate`
 # values: tanh (the official code and checkpoints) or the exact erf form

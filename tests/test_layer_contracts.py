@@ -84,6 +84,12 @@ CASES = {
     "GroupNorm": (
         lambda **kw: layers.GroupNorm(groups=4, epsilon=1e-6, **kw), _normal(2, 3, 5, 8), (2, 3, 5, 8)
     ),
+    "MapHead": (
+        # No q/k/v biases, as the TransformerBlock case (test_map_head.py
+        # checks the gradients with them).
+        lambda **kw: layers.MapHead(num_heads=2, mlp_dim=12, qkv_bias=False, **kw), _normal(2, 5, 8), (2, 8)
+    ),
+    "SwiGluMlp": (lambda **kw: layers.SwiGluMlp(mlp_dim=16, **kw), _normal(2, 5, 8), (2, 5, 8)),
     "MaxPool2D": (
         lambda **kw: layers.MaxPool2D(3, strides=2, padding="same", **kw),
         _normal(2, 5, 6, 3),

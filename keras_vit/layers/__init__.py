@@ -1,6 +1,10 @@
 """Backend-agnostic Keras layers of the Vision Transformer."""
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.interpolation import interpolate_position_embedding
+from keras_vit.layers.map_head import MapHead
+from keras_vit.layers.sincos import sincos_position_embedding
+from keras_vit.layers.swiglu import SwiGluMlp, swiglu_hidden_width
 from keras_vit.layers.patch_encoder import PatchEncoder, resize_position_grid
 from keras_vit.layers.patches import Patches
 from keras_vit.layers.resnet import (
@@ -30,4 +34,9 @@ __all__ = [
     "TokenPooling",
     "TransformerBlock",
     "resize_position_grid",
+    "MapHead",
+    "SwiGluMlp",
+    "interpolate_position_embedding",
+    "sincos_position_embedding",
+    "swiglu_hidden_width",
 ]

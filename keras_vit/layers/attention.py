@@ -6,8 +6,9 @@ import keras
 from keras import ops
 
 from keras_vit.layers import kernels
+from keras_vit.layers.qk_norm import QKNorm
 from keras_vit.layers.seeds import check_seed
-from keras_vit.validation import check_bool, check_positive_int, check_rate
+from keras_vit.validation import check_bool, check_positive_float, check_positive_int, check_rate
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -35,6 +36,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         qkv_bias: bool, default True: whether the query, key and value
             projections add a bias.
         kernel_initializer, bias_initializer: initializers of the projections.
+        qk_norm: None (default) or a float, the epsilon of a LayerNorm of
+            the queries and of the keys over `head_dim` before their product
+            (`QKNorm`, sublayer `qk_norm`; ViT-22B, timm's `qk_norm=True`).
         seed: None (default: drawn from Keras' global generator, which
             `keras.utils.set_random_seed` seeds) or an int, the seed of the
             attention dropout.
@@ -62,9 +66,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         seed=None,
+        qk_norm=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.qk_norm_epsilon = None if qk_norm is None else check_positive_float(qk_norm, "qk_norm")
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.head_dim = check_positive_int(head_dim, "head_dim")
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
@@ -98,6 +104,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             name="out",
         )
         self.out.build((None, None, self.num_heads, self.head_dim))
+        self.qk_norm = None
+        if self.qk_norm_epsilon is not None:
+            self.qk_norm = QKNorm(self.qk_norm_epsilon, dtype=self.dtype_policy, name="qk_norm")
+            self.qk_norm.build((None, None, self.num_heads, self.head_dim))
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=self.seed, dtype=self.dtype_policy
         )
@@ -111,6 +121,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             head_dim,
             dropout_rate=config.attention_dropout_rate,
             qkv_bias=config.qkv_bias,
+            qk_norm=config.layer_norm_epsilon if config.qk_norm else None,
             **kwargs,
         )
 
@@ -121,6 +132,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         )
 
     def _project(self, x):
+        q, k, v = self._project_heads(x)
+        if self.qk_norm is not None:
+            q, k = self.qk_norm(q, k)
+        return q, k, v
+
+    def _project_heads(self, x):
         if not self._plain_projections():
             return self.query(x), self.key(x), self.value(x)
         static = tuple(x.shape)
@@ -181,6 +198,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "dropout_rate": self.dropout_rate,
                 "qkv_bias": self.qkv_bias,
                 "seed": self.seed,
+                "qk_norm": self.qk_norm_epsilon,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

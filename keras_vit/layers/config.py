@@ -26,6 +26,8 @@ ValueError: `mlp_activation` must be one of ('gelu_tanh', 'gelu', 'quick_gelu').
 
 import dataclasses
 
+from keras_vit.layers.interpolation import FAMILIES
+from keras_vit.layers.sincos import STYLES
 from keras_vit.validation import (
     check_bool,
     check_choice,
@@ -37,6 +39,13 @@ from keras_vit.validation import (
 # approximation of the official code; "gelu", the exact erf GELU
 # (timm/DeiT); "quick_gelu", `x * sigmoid(1.702 x)` (OpenAI CLIP).
 MLP_ACTIVATIONS = ("gelu_tanh", "gelu", "quick_gelu")
+# The MLP of a block: "plain" Dense-activation-Dense (`MlpBlock`) or the
+# gated "swiglu" of DINOv2-giant (`SwiGluMlp`).
+MLP_KINDS = ("plain", "swiglu")
+# The position embedding: "learned" (a weight) or fixed 2D sin-cos, computed
+# for each input's grid ("sincos" is MAE's layout; `sincos_<style>` another
+# style of `keras_vit.layers.sincos.STYLES`).
+POSITION_EMBEDDINGS = ("learned", "sincos") + tuple(f"sincos_{s}" for s in STYLES if s != "mae")
 # `gelu_approximate`, the earlier keyword, as an activation name.
 _GELU_NAMES = {True: "gelu_tanh", False: "gelu"}
 # Metadata of the fields that change training only, never the weights: a
@@ -170,6 +179,12 @@ class BlockConfig(_Record):
             embedding).
         attention_dropout_rate: float in [0, 1), default 0: dropout on the
             attention probabilities.
+        mlp_kind: "plain" (default: Dense, activation, Dense) or "swiglu" (the
+            gated MLP of DINOv2-giant, `SwiGluMlp`; `mlp_activation` does
+            not apply to it, its gate is SiLU).
+        qk_norm: bool, default False: LayerNorm of the queries and keys
+            over the head width before their product (ViT-22B, timm's
+            `qk_norm`; `QKNorm`, with `layer_norm_epsilon`).
 
     Example:
 
@@ -187,6 +202,8 @@ class BlockConfig(_Record):
     layer_scale_init: object = None
     dropout_rate: float = _training(0.0)
     attention_dropout_rate: float = _training(0.0)
+    mlp_kind: str = "plain"
+    qk_norm: bool = False
 
     ALIASES = {"gelu_approximate": _gelu_alias}
     PROPERTIES = ("gelu_approximate",)
@@ -201,6 +218,8 @@ class BlockConfig(_Record):
         self._set(
             "attention_dropout_rate", check_rate(self.attention_dropout_rate, "attention_dropout_rate")
         )
+        check_choice(self.mlp_kind, MLP_KINDS, "mlp_kind")
+        check_bool(self.qk_norm, "qk_norm")
 
     @property
     def gelu_approximate(self):
@@ -217,19 +236,38 @@ class EncoderConfig(_Record):
             (OpenAI CLIP's has none).
         pre_norm: bool, default False: a LayerNorm (layer `pre_norm`) on the
             tokens before the first block (CLIP's `pre_layrnorm`).
+        class_token: None (default: a class token when the classifier is
+            "token", none for "gap" and "map") or bool: whether to prepend a
+            class token whatever the classifier (timm's `class_token`).
+        position_embedding: "learned" (default, weight `pos_embedding`) or
+            "sincos" (fixed 2D sin-cos of MAE, recomputed for each input's
+            grid, no weight; `"sincos_mocov3"`, `"sincos_big_vision"` other
+            layouts, see `keras_vit.layers.sincos`).
+        position_interpolation: how a learned position embedding is resized
+            for another grid: a family of
+            `keras_vit.layers.interpolation.FAMILIES`, default "official"
+            (corner-aligned linear); "vit", "clip", "siglip", "mae",
+            "dinov2", ... resize as transformers does for that family.
 
     Example:
 
     >>> EncoderConfig(pre_norm=True).get_config()
-    {'patch_bias': True, 'pre_norm': True}
+    {'patch_bias': True, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official'}
     """
 
     patch_bias: bool = True
     pre_norm: bool = False
+    class_token: object = None
+    position_embedding: str = "learned"
+    position_interpolation: str = "official"
 
     def __post_init__(self):
         check_bool(self.patch_bias, "patch_bias")
         check_bool(self.pre_norm, "pre_norm")
+        if self.class_token is not None:
+            check_bool(self.class_token, "class_token")
+        check_choice(self.position_embedding, POSITION_EMBEDDINGS, "position_embedding")
+        check_choice(self.position_interpolation, tuple(FAMILIES), "position_interpolation")
 
 
 # Each record by the name it has in a model's arguments and config.

@@ -4,7 +4,10 @@ import keras
 from keras import ops
 
 from keras_vit.layers import kernels
-from keras_vit.validation import check_bool, check_int, check_positive_int, pair
+from keras_vit.layers.config import POSITION_EMBEDDINGS
+from keras_vit.layers.interpolation import check_family, resize_grid
+from keras_vit.layers.sincos import sincos_position_embedding
+from keras_vit.validation import check_bool, check_choice, check_int, check_positive_int, pair
 
 
 def _interpolation_matrix(new, old, dtype):
@@ -81,6 +84,14 @@ class PatchEncoder(keras.layers.Layer):
             `(1, num_register_tokens, D)`).
         use_bias: bool, default True: whether the patch projection adds a
             bias (weight `bias`; OpenAI CLIP's embedding has none).
+        position_embedding: "learned" (default: weight `pos_embedding`) or
+            a fixed 2D sin-cos embedding computed for each input's grid, no
+            weight: "sincos" (MAE), "sincos_mocov3", "sincos_big_vision"
+            (`keras_vit.layers.sincos`); its prefix rows are zeros.
+        position_interpolation: default "official": how a learned position
+            embedding is resized for another grid, a family of
+            `keras_vit.layers.interpolation.FAMILIES` ("vit", "clip",
+            "siglip", "dinov2", ... as transformers does for each).
         kernel_initializer, bias_initializer, position_initializer,
         class_token_initializer: initializers of the four weights. The
             distillation and register tokens start from N(0, 0.02): equal
@@ -117,6 +128,8 @@ class PatchEncoder(keras.layers.Layer):
         distillation_token=False,
         num_register_tokens=0,
         use_bias=True,
+        position_embedding="learned",
+        position_interpolation="official",
         kernel_initializer="lecun_normal",
         bias_initializer="zeros",
         position_initializer=None,
@@ -136,6 +149,8 @@ class PatchEncoder(keras.layers.Layer):
             )
         self.num_register_tokens = check_int(num_register_tokens, "num_register_tokens", minimum=0)
         self.use_bias = check_bool(use_bias, "use_bias")
+        self.position_embedding = check_choice(position_embedding, POSITION_EMBEDDINGS, "position_embedding")
+        self.position_interpolation = check_family(position_interpolation, "position_interpolation")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.position_initializer = keras.initializers.get(
@@ -150,7 +165,11 @@ class PatchEncoder(keras.layers.Layer):
     @classmethod
     def for_encoder(cls, config, hidden_size, patch_size, grid_size, **kwargs):
         """The embedding of an encoder with `config` (an `EncoderConfig`)."""
-        return cls(hidden_size, patch_size, grid_size, use_bias=config.patch_bias, **kwargs)
+        return cls(
+            hidden_size, patch_size, grid_size, use_bias=config.patch_bias,
+            position_embedding=config.position_embedding,
+            position_interpolation=config.position_interpolation, **kwargs,
+        )
 
     @property
     def num_prefix_rows(self):
@@ -197,11 +216,13 @@ class PatchEncoder(keras.layers.Layer):
                 name="reg", shape=(1, self.num_register_tokens, self.hidden_size), **tokens
             )
         gh, gw = self.grid_size
-        self.pos_embedding = self.add_weight(
-            name="pos_embedding",
-            shape=(1, self.num_prefix_rows + gh * gw, self.hidden_size),
-            initializer=self.position_initializer,
-        )
+        self.pos_embedding = None
+        if self.position_embedding == "learned":
+            self.pos_embedding = self.add_weight(
+                name="pos_embedding",
+                shape=(1, self.num_prefix_rows + gh * gw, self.hidden_size),
+                initializer=self.position_initializer,
+            )
         self.built = True
 
     def _broadcast(self, token, batch):
@@ -210,6 +231,10 @@ class PatchEncoder(keras.layers.Layer):
 
     def position_embedding_for(self, grid):
         """The position embedding for a `(h, w)` grid, resized when needed."""
+        if self.pos_embedding is None:
+            style = self.position_embedding.replace("sincos", "").lstrip("_") or "mae"
+            table = sincos_position_embedding(grid, self.hidden_size, style, self.num_prefix_rows)
+            return ops.cast(table, self.compute_dtype)
         pos = ops.cast(self.pos_embedding, self.compute_dtype)
         same = all(isinstance(g, int) for g in grid) and tuple(grid) == self.grid_size
         if same:
@@ -218,7 +243,7 @@ class PatchEncoder(keras.layers.Layer):
         patch_rows = pos[:, self.num_prefix_rows :]
         gh, gw = self.grid_size
         patch_rows = ops.reshape(patch_rows, (1, gh, gw, self.hidden_size))
-        patch_rows = resize_position_grid(patch_rows, grid)
+        patch_rows = resize_grid(patch_rows, grid, self.position_interpolation)
         patch_rows = ops.reshape(patch_rows, (1, -1, self.hidden_size))
         return ops.concatenate([prefix, patch_rows], axis=1)
 
@@ -292,6 +317,8 @@ class PatchEncoder(keras.layers.Layer):
                 "distillation_token": self.distillation_token,
                 "num_register_tokens": self.num_register_tokens,
                 "use_bias": self.use_bias,
+                "position_embedding": self.position_embedding,
+                "position_interpolation": self.position_interpolation,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

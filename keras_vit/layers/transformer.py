@@ -7,6 +7,7 @@ from keras_vit.layers import kernels
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.config import MLP_ACTIVATIONS, BlockConfig, expose_records
 from keras_vit.layers.seeds import check_seed, derive_seed
+from keras_vit.layers.swiglu import SwiGluMlp
 from keras_vit.validation import check_choice, check_positive_int, check_rate
 
 
@@ -194,7 +195,7 @@ class TransformerBlock(keras.layers.Layer):
             name="MultiHeadDotProductAttention_1",
         )
         self.norm_2 = keras.layers.LayerNormalization(name="LayerNorm_2", **norm)
-        self.mlp = MlpBlock.for_block(
+        self.mlp = (SwiGluMlp if config.mlp_kind == "swiglu" else MlpBlock).for_block(
             config,
             self.mlp_dim,
             seed=derive_seed(self.seed, "mlp"),

@@ -26,6 +26,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers import PatchEncoder, Patches, TokenPooling, TransformerBlock
+from keras_vit.layers.map_head import MapHead
 from keras_vit.layers.pooling import TokenGrid
 from keras_vit.layers.seeds import derive_seed
 from keras_vit.validation import check_choice
@@ -89,7 +90,7 @@ def build_stages(model, dtype):
         model.hidden_size,
         model.patch_size,
         model.grid_size,
-        class_token=model.classifier == "token",
+        class_token=model.has_class_token,
         distillation_token=model.distillation_token,
         num_register_tokens=model.num_register_tokens,
         name="embedding",
@@ -124,14 +125,22 @@ def build_stages(model, dtype):
     return s
 
 
+def _pool(model, mode, dtype):
+    if mode == "map":  # SigLIP's attention pooling, with the blocks' MLP width and activation
+        return MapHead(
+            model.num_heads, model.mlp_dim, model.layer_norm_epsilon,
+            model.block_config.mlp_activation, name="pool", dtype=dtype,
+        )
+    return TokenPooling(mode, model.num_prefix_tokens, name="pool", dtype=dtype)
+
+
 def _head_layers(model, dtype):
     layers = {}
     if not model.include_top:
         if model.pooling is not None:
-            layers["pool"] = TokenPooling(model.pooling, model.num_prefix_tokens, name="pool", dtype=dtype)
+            layers["pool"] = _pool(model, model.pooling, dtype)
         return layers
-    mode = "token" if model.classifier == "token" else "avg"
-    layers["pool"] = TokenPooling(mode, model.num_prefix_tokens, name="pool", dtype=dtype)
+    layers["pool"] = _pool(model, {"token": "token", "map": "map"}.get(model.classifier, "avg"), dtype)
     if model.representation_size is not None:
         layers["pre_logits"] = keras.layers.Dense(
             model.representation_size, activation="tanh", name="pre_logits", dtype=dtype

@@ -10,6 +10,7 @@ backend lives in `keras_vit.models.runtime`.
 import keras
 import numpy as np
 
+from keras_vit.layers.interpolation import interpolate_position_embedding
 from keras_vit.layers.config import RECORDS, BlockConfig, expose_records, record_keywords
 from keras_vit.layers.seeds import check_seed
 from keras_vit.models import forward
@@ -74,8 +75,11 @@ class ViT(ModelRuntime, forward.ForwardPass, keras.Model):
         num_layers: int, Transformer blocks, default 12.
         num_heads: int, attention heads, default 12; must divide `hidden_size`.
         mlp_dim: int, MLP hidden width, default 3072.
-        classifier: "token" (class token, default) or "gap" (no class token,
-            mean of the patch tokens).
+        classifier: "token" (class token, default), "gap" (no class token,
+            mean of the patch tokens) or "map" (no class token, attention
+            pooling by a learned probe: SigLIP's MAP head, layer `pool`, a
+            `keras_vit.layers.map_head.MapHead`). `class_token=True/False`
+            overrides whether a class token is prepended.
         representation_size: None (default) or int: width of the Dense+tanh
             pre-logits layer of the original ImageNet-21k checkpoints.
         include_top: bool, default True: whether to add the classifier head.
@@ -125,7 +129,9 @@ class ViT(ModelRuntime, forward.ForwardPass, keras.Model):
             the exact erf GELU of timm/DeiT; "quick_gelu", OpenAI CLIP's),
             `qkv_bias` (default True), `layer_scale_init` (None or the
             initial LayerScale value), `dropout_rate` (also after the
-            position embedding) and `attention_dropout_rate` (default 0).
+            position embedding), `attention_dropout_rate` (default 0),
+            `mlp_kind` ("plain" or DINOv2-giant's "swiglu") and `qk_norm`
+            (default False; ViT-22B's LayerNorm of queries and keys).
             `gelu_approximate=True/False` is the earlier spelling of
             "gelu_tanh"/"gelu". Unless given, the activation is the one the
             `weights` were trained with (tanh when building from scratch).
@@ -283,7 +289,14 @@ class ViT(ModelRuntime, forward.ForwardPass, keras.Model):
     @property
     def num_prefix_rows(self):
         """Position-embedding rows before the patch rows (class, distillation token)."""
-        return int(self.classifier == "token") + int(self.distillation_token)
+        return int(self.has_class_token) + int(self.distillation_token)
+
+    @property
+    def has_class_token(self):
+        """Whether a class token is prepended (`class_token`, else the classifier's)."""
+        if self.encoder_config.class_token is not None:
+            return self.encoder_config.class_token
+        return self.classifier == "token"
 
     @property
     def class_names(self):
@@ -388,11 +401,17 @@ class ViT(ModelRuntime, forward.ForwardPass, keras.Model):
         values = self._inference_values(
             {v.path: keras.ops.convert_to_numpy(v) for v in self.weights}
         )
-        if copy.grid_size != self.grid_size:
+        if copy.grid_size != self.grid_size and self.position_embedding == "learned":
             path = copy.get_layer("embedding").pos_embedding.path
-            values[path] = resample_posemb(
-                values[path], copy.grid_size, self.num_prefix_rows, old_grid=self.grid_size
-            )
+            family = self.position_interpolation
+            if family == "official":
+                values[path] = resample_posemb(
+                    values[path], copy.grid_size, self.num_prefix_rows, old_grid=self.grid_size
+                )
+            else:  # the family's own resize, as the model does on the fly
+                values[path] = keras.ops.convert_to_numpy(interpolate_position_embedding(
+                    values[path], copy.grid_size, self.grid_size, self.num_prefix_rows, family
+                ))
         for variable in copy.weights:
             variable.assign(np.asarray(values[variable.path], variable.dtype))
         copy.trainable = False

@@ -1,0 +1,123 @@
+"""`SwiGluMlp`: the gated MLP of DINOv2-giant (SwiGLU)."""
+
+import keras
+from keras import ops
+
+from keras_vit.layers import kernels
+from keras_vit.layers.seeds import check_seed
+from keras_vit.validation import check_positive_float, check_positive_int, check_rate
+
+
+def swiglu_hidden_width(hidden_size, mlp_ratio):
+    """The hidden width of DINOv2's SwiGLU MLP for a width and an MLP ratio.
+
+    transformers' `Dinov2SwiGLUFFN` (and the original DINOv2 code) keep two
+    thirds of the plain MLP's width `int(hidden_size * mlp_ratio)`, rounded
+    up to a multiple of 8, so that the gated MLP has about the plain one's
+    parameters.
+
+    Args:
+        hidden_size: int, the token width.
+        mlp_ratio: float, the plain MLP's hidden width over the token width.
+
+    Returns:
+        int, the width of the gate and of the up projection.
+
+    Example:
+
+    >>> swiglu_hidden_width(1536, 4.0)  # DINOv2-giant
+    4096
+    >>> swiglu_hidden_width(20, 4.0)
+    56
+    """
+    hidden_size = check_positive_int(hidden_size, "hidden_size")
+    mlp_ratio = check_positive_float(mlp_ratio, "mlp_ratio")
+    plain = int(hidden_size * mlp_ratio)
+    return (int(plain * 2 / 3) + 7) // 8 * 8
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class SwiGluMlp(keras.layers.Layer):
+    """`down(silu(gate(x)) * up(x))`, then dropout (Shazeer 2020).
+
+    The MLP of DINOv2-giant: two projections to the hidden width, one of them
+    through SiLU gating the other, and one back to the token width. Weights
+    `gate`, `up` (kernels `(D, mlp_dim)`) and `down` (kernel `(mlp_dim, D)`),
+    each with a bias: transformers' `gate_proj`, `up_proj` and `down_proj`;
+    timm's `fc1` holds `gate` and `up` stacked (in that order) and `fc2` is
+    `down`; the original DINOv2 code's `w12` and `w3` likewise.
+
+    Args:
+        mlp_dim: int, the hidden width (`swiglu_hidden_width` gives DINOv2's
+            from an MLP ratio).
+        dropout_rate: float in [0, 1), dropout after the gating and after
+            the output projection (as `MlpBlock`).
+        seed: None (default: drawn from Keras' global generator) or an int,
+            the seed of the dropout.
+
+    Input shape:
+        `(..., D)`.
+
+    Returns:
+        `(..., D)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> mlp = SwiGluMlp(mlp_dim=swiglu_hidden_width(8, 4.0))
+    >>> tuple(mlp(np.zeros((1, 3, 8), "float32")).shape), tuple(mlp.gate.kernel.shape)
+    ((1, 3, 8), (8, 24))
+
+    Reference:
+        Shazeer, "GLU Variants Improve Transformer", arXiv:2002.05202;
+        Oquab et al., "DINOv2", arXiv:2304.07193.
+    """
+
+    def __init__(self, mlp_dim, dropout_rate=0.0, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
+        self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
+        self.seed = check_seed(seed)
+
+    @classmethod
+    def for_block(cls, config, mlp_dim, **kwargs):
+        """The MLP a block with `config` (a `BlockConfig`, `mlp_kind="swiglu"`) holds."""
+        return cls(mlp_dim, dropout_rate=config.dropout_rate, **kwargs)
+
+    def build(self, input_shape):
+        dense = dict(dtype=self.dtype_policy, kernel_initializer="glorot_uniform")
+        hidden = tuple(input_shape[:-1]) + (self.mlp_dim,)
+        self.gate = keras.layers.Dense(self.mlp_dim, name="gate", **dense)
+        self.up = keras.layers.Dense(self.mlp_dim, name="up", **dense)
+        self.down = keras.layers.Dense(input_shape[-1], name="down", **dense)
+        self.gate.build(input_shape)
+        self.up.build(input_shape)
+        self.down.build(hidden)
+        self.dropout = keras.layers.Dropout(
+            self.dropout_rate, seed=self.seed, dtype=self.dtype_policy
+        )
+        self.built = True
+
+    def _dense(self, layer, x):
+        if not kernels.runs_plain(layer):
+            return layer(x)
+        return kernels.dense(
+            x,
+            ops.cast(layer.kernel, self.compute_dtype),
+            ops.cast(layer.bias, self.compute_dtype),
+        )
+
+    def call(self, x, training=None):
+        y = ops.silu(self._dense(self.gate, x)) * self._dense(self.up, x)
+        y = self.dropout(y, training=training)
+        return self.dropout(self._dense(self.down, y), training=training)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {"mlp_dim": self.mlp_dim, "dropout_rate": self.dropout_rate, "seed": self.seed}
+        )
+        return config
