@@ -146,3 +146,34 @@ def test_clip_configs_keras_vit_cannot_build_are_refused(clip_dirs, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(dict(config, hidden_act="relu")))
     with pytest.raises(ValueError, match="hidden_act"):
         keras_vit.presets.describe_preset(str(tmp_path))
+
+
+TINY_SIGLIP = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                   image_size=28, patch_size=7)
+
+
+@pytest.fixture(scope="module")
+def siglip_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("SiglipVisionModel")
+    model = transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**TINY_SIGLIP))
+    model = _save_random(model, folder, 20)
+    return str(folder), _reference(model, _images(28))
+
+
+def test_siglip_vision_tower_reproduces_transformers(siglip_dir):
+    """No class token; the output is the MAP head's (`pooler_output`), the
+    tokens after the final norm are `last_hidden_state`."""
+    folder, (pooled, hidden) = siglip_dir
+    model = keras_vit.from_preset(folder)
+    assert model.num_prefix_tokens == 0
+    x = _images(28)
+    np.testing.assert_allclose(to_numpy(model(x)), pooled, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(to_numpy(model.forward_features(x)), hidden, rtol=0, atol=1e-4)
+
+
+def test_siglip_without_its_head_is_refused(siglip_dir, tmp_path):
+    with open(f"{siglip_dir[0]}/config.json") as f:
+        config = json.load(f)
+    (tmp_path / "config.json").write_text(json.dumps(dict(config, vision_use_head=False)))
+    with pytest.raises(ValueError, match="vision_use_head"):
+        keras_vit.presets.describe_preset(str(tmp_path))

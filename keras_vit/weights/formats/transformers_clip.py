@@ -30,12 +30,8 @@ MODEL_TYPES = ("clip_vision_model",)
 ARCHITECTURES = ("CLIPVisionModel", "CLIPVisionModelWithProjection")
 PREFIX = "vision_model."
 _L = "encoder.layers.{i}."
-BODY = (
-    ("embeddings.class_embedding", C.CLS, "token"),
-    ("embeddings.position_embedding.weight", C.POSEMB, "batch"),
-    ("embeddings.patch_embedding.weight", C.EMBEDDING + "kernel", "conv"),
-    ("pre_layrnorm.weight", C.PRE_NORM + "scale"),
-    ("pre_layrnorm.bias", C.PRE_NORM + "bias"),
+# The blocks of CLIP and SigLIP (same names).
+BLOCKS = (
     (_L + "layer_norm1.weight", C.NORM_1 + "scale"),
     (_L + "layer_norm1.bias", C.NORM_1 + "bias"),
     *(
@@ -51,6 +47,14 @@ BODY = (
     (_L + "mlp.fc1.bias", C.MLP_IN + "bias"),
     (_L + "mlp.fc2.weight", C.MLP_OUT + "kernel", "linear"),
     (_L + "mlp.fc2.bias", C.MLP_OUT + "bias"),
+)
+BODY = (
+    ("embeddings.class_embedding", C.CLS, "token"),
+    ("embeddings.position_embedding.weight", C.POSEMB, "batch"),
+    ("embeddings.patch_embedding.weight", C.EMBEDDING + "kernel", "conv"),
+    ("pre_layrnorm.weight", C.PRE_NORM + "scale"),
+    ("pre_layrnorm.bias", C.PRE_NORM + "bias"),
+    *BLOCKS,
     ("post_layernorm.weight", C.POOLED_NORM + "scale"),
     ("post_layernorm.bias", C.POOLED_NORM + "bias"),
 )
@@ -105,6 +109,7 @@ def model_arguments(config):
         patch_bias=False,
         pre_norm=True,
         pooled_norm=True,
+        position_interpolation="clip",
         attention_dropout_rate=float(config.get("attention_dropout", 0.0)),
         classifier="token",
         classifier_activation=None,
