@@ -177,3 +177,29 @@ def test_siglip_without_its_head_is_refused(siglip_dir, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(dict(config, vision_use_head=False)))
     with pytest.raises(ValueError, match="vision_use_head"):
         keras_vit.presets.describe_preset(str(tmp_path))
+
+
+def _other_size_reference(name, folder, x):
+    model = getattr(transformers, name).from_pretrained(folder).eval()
+    kwargs = {} if name.startswith("Dinov2") else dict(interpolate_pos_encoding=True)
+    with torch.no_grad():
+        out = model(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)), **kwargs)
+    pooled = out.image_embeds if name.endswith("Projection") else out.pooler_output
+    return pooled.numpy(), out.last_hidden_state.numpy()
+
+
+@pytest.mark.parametrize("name", [*sorted(DINOV2), *CLIP, "SiglipVisionModel"])
+def test_families_at_another_image_size_resize_as_transformers(dinov2_dirs, clip_dirs, siglip_dir, name):
+    """At 42x35 pixels (6x5 patches from 4x4) the model made by `for_inference`
+    resizes its position embedding with the family's interpolation, as
+    transformers does with `interpolate_pos_encoding` (DINOv2 always does)."""
+    folder = {**{k: v[0] for k, v in dinov2_dirs.items()}, **{k: v[0] for k, v in clip_dirs.items()},
+              "SiglipVisionModel": siglip_dir[0]}[name]
+    x = np.random.default_rng(3).uniform(-1, 1, (2, 42, 35, 3)).astype("float32")
+    pooled, hidden = _other_size_reference(name, folder, x)
+    model = keras_vit.from_preset(folder).for_inference(image_size=(42, 35))
+    np.testing.assert_allclose(to_numpy(model(x)), pooled, rtol=0, atol=1e-4)
+    tokens = to_numpy(model.forward_features(x))
+    if name.startswith("Dinov2"):  # last_hidden_state is after the final norm
+        tokens = to_numpy(keras.Model(model.input, model.get_layer("encoder_norm").output)(x))
+    np.testing.assert_allclose(tokens, hidden, rtol=0, atol=1e-4)
