@@ -203,3 +203,54 @@ def test_families_at_another_image_size_resize_as_transformers(dinov2_dirs, clip
     if name.startswith("Dinov2"):  # last_hidden_state is after the final norm
         tokens = to_numpy(keras.Model(model.input, model.get_layer("encoder_norm").output)(x))
     np.testing.assert_allclose(tokens, hidden, rtol=0, atol=1e-4)
+
+
+TINY_MAE = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                image_size=28, patch_size=7, mask_ratio=0.0)
+
+
+@pytest.fixture(scope="module")
+def mae_dir(tmp_path_factory):
+    """A ViTMAEModel with every learned tensor perturbed; its position table
+    stays MAE's fixed sin-cos (not a learned weight)."""
+    folder = tmp_path_factory.mktemp("ViTMAEModel")
+    model = transformers.ViTMAEModel(transformers.ViTMAEConfig(**TINY_MAE))
+    # transformers fills the sin-cos table in its own weight initialisation,
+    # which a model built on the CPU may skip (the table is then zeros).
+    model.embeddings.patch_embeddings.projection._is_hf_initialized = False
+    model.embeddings.initialize_weights()
+    table = model.embeddings.position_embeddings.detach().clone()
+    assert float(table[0, 1:].abs().max()) > 0.5  # the sin-cos table, not zeros
+    generator = torch.Generator().manual_seed(30)
+    with torch.no_grad():
+        for tensor in model.state_dict().values():
+            if tensor.dtype.is_floating_point:
+                tensor.add_(0.2 * torch.randn(tensor.shape, generator=generator))
+        model.embeddings.position_embeddings.copy_(table)
+    model.save_pretrained(folder)
+    model.eval()
+    x = _images(28)
+    # mask_ratio=0 keeps every patch; ascending noise keeps them in order.
+    noise = torch.arange(16, dtype=torch.float32).expand(2, 16)
+    with torch.no_grad():
+        out = model(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)), noise=noise)
+    assert (out.ids_restore.numpy() == np.arange(16)).all()
+    return str(folder), out.last_hidden_state.numpy()
+
+
+def test_vit_mae_encoder_reproduces_transformers(mae_dir):
+    """The fixed sin-cos table is computed, not read; the output is
+    `last_hidden_state` (MAE has no pooled output)."""
+    folder, hidden = mae_dir
+    model = keras_vit.from_preset(folder)
+    assert model.position_embedding == "sincos"
+    x = _images(28)
+    np.testing.assert_allclose(to_numpy(model(x)), hidden, rtol=0, atol=1e-4)
+
+
+def test_vit_mae_pretraining_model_is_refused(mae_dir, tmp_path):
+    with open(f"{mae_dir[0]}/config.json") as f:
+        config = json.load(f)
+    (tmp_path / "config.json").write_text(json.dumps(dict(config, architectures=["ViTMAEForPreTraining"])))
+    with pytest.raises(ValueError, match="ViTMAEModel"):
+        keras_vit.presets.describe_preset(str(tmp_path))
