@@ -30,9 +30,14 @@ MLP_OUT = BLOCK + "MlpBlock_3/Dense_1/"
 ATTENTION_SCALE = BLOCK + "attention_scale"
 MLP_SCALE = BLOCK + "mlp_scale"
 ENCODER_NORM = "Transformer/encoder_norm/"
+# LayerNorm before the first block (CLIP's `pre_layrnorm`).
+PRE_NORM = "pre_norm/"
 # Norm after pooling (timm's `fc_norm`).
 POOLED_NORM = "fc_norm/"
 PRE_LOGITS = "pre_logits/"
+# The attention-pool (MAP) head (`MapHead`: `probe`, `MultiHeadDotProductAttention_0/`,
+# `LayerNorm_0/`, `MlpBlock_0/`).
+MAP_HEAD = "pool/"
 HEAD = "head/"
 # DeiT's second head, on the distillation token.
 HEAD_DIST = "head_dist/"

@@ -98,6 +98,8 @@ TRANSFORMS = {
     "heads_out": Transform(_heads_out, lambda a: a.reshape(-1, a.shape[-1]).T),
     # (tokens, D) embedding table <-> (1, tokens, D).
     "batch": Transform(lambda a, h: a[None], lambda a: a[0]),
+    # One (D,) token <-> (1, 1, D).
+    "token": Transform(lambda a, h: a.reshape(1, 1, -1), lambda a: a.reshape(-1)),
     # GroupNorm parameters stored (1, 1, 1, C) by some files <-> (C,);
     # written back as (C,), as Keras holds them.
     "flatten": Transform(lambda a, h: a.reshape(-1), lambda a: a),

@@ -31,7 +31,12 @@ from keras_vit.layers.config import RECORDS
 from keras_vit.weights import canonical as C
 from keras_vit.weights import shards
 from keras_vit.weights.files import read_json, write_json
-from keras_vit.weights.formats import transformers_dinov2
+from keras_vit.weights.formats import (
+    transformers_clip,
+    transformers_dinov2,
+    transformers_siglip,
+    transformers_vit_mae,
+)
 from keras_vit.weights.record import MODE_STATISTICS, Preprocessing
 from keras_vit.weights.rules import RuleTable
 
@@ -119,8 +124,10 @@ ARCHITECTURES = {
     "DeiTForMaskedImageModeling": ("deit", "deit.", None),
 }
 # The other ViT families transformers holds, by `model_type`: each a module
-# with `MODEL_TYPES`, `model_arguments(config)`, `table(state)` and `IGNORED`.
-FAMILIES = {t: family for family in (transformers_dinov2,) for t in family.MODEL_TYPES}
+# with `MODEL_TYPES`, `model_arguments(config)`, `table(state)` and `IGNORED`
+# (and optionally `complete(params)`, for weights the format leaves implicit).
+FAMILIES = {t: family for family in (transformers_dinov2, transformers_clip, transformers_siglip, transformers_vit_mae)
+            for t in family.MODEL_TYPES}
 # Entries that are not inference weights of the encoder/classifier.
 IGNORED = {
     "embeddings.mask_token": "the mask token of masked-image-modelling pre-training",
@@ -482,6 +489,8 @@ def _read_family(family, state, config, path):
             kept[key] = value
     params, unknown = family.table(kept).to_canonical(kept, config["num_attention_heads"])
     params.update({k: kept[k] for k in unknown})  # reported as unexpected
+    if hasattr(family, "complete"):
+        params = family.complete(params)
     return C.Checkpoint(path, "transformers", params, ignored)
 
 

@@ -55,6 +55,7 @@ BODY = (
     ("layernorm.weight", C.ENCODER_NORM + "scale"),
     ("layernorm.bias", C.ENCODER_NORM + "bias"),
 )
+POSITION_INTERPOLATION = {"dinov2": "dinov2", "dinov2_with_registers": "dinov2_registers"}
 IGNORED = {"embeddings.mask_token": "the mask token of masked pre-training"}
 # transformers `hidden_act` -> keras_vit `mlp_activation`.
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
@@ -116,6 +117,8 @@ def model_arguments(config):
         qkv_bias=bool(config.get("qkv_bias", True)),
         layer_scale_init=float(config.get("layerscale_value", 1.0)),
         num_register_tokens=int(config.get("num_register_tokens", 0)),
+        # transformers' bicubic resize (antialiased in the registers model).
+        position_interpolation=POSITION_INTERPOLATION.get(config.get("model_type"), "dinov2"),
         dropout_rate=float(config.get("hidden_dropout_prob", 0.0)),
         attention_dropout_rate=float(config.get("attention_probs_dropout_prob", 0.0)),
         classifier="token",
@@ -145,6 +148,9 @@ EXPORTED_OPTIONS = {
     "layer_scale_init": None,
     "dropout_rate": None,
     "attention_dropout_rate": None,
+    # The position resize at other image sizes: transformers always applies
+    # its own (bicubic; antialiased with registers) whatever keras_vit held.
+    "position_interpolation": ("official", "dinov2", "dinov2_registers"),
 }
 
 

@@ -1,0 +1,104 @@
+"""transformers MAE encoders (`ViTMAEModel`) -> the canonical layout.
+
+Facts about the files (`save_pretrained`; `model_type` "vit_mae"):
+
+- `config.json`: ViT's fields (`hidden_size`, `num_hidden_layers`,
+  `num_attention_heads`, `intermediate_size`, `hidden_act`,
+  `layer_norm_eps`, `image_size`, `patch_size`, `num_channels`,
+  `qkv_bias`) and `mask_ratio` (random masking at every forward pass:
+  keras_vit encodes every patch, as transformers does with `mask_ratio=0`
+  and patches kept in order);
+- tensors: ViT's names at the root; `embeddings.position_embeddings`
+  `(1, 1 + N, D)` is MAE's fixed 2D sin-cos table (a zero class row first),
+  not learned: keras_vit computes the same table (`position_embedding=
+  "sincos"`), so the stored one is ignored. `last_hidden_state` is the
+  tokens after the final `layernorm`; the model has no pooled output, so
+  the keras_vit model returns those tokens.
+"""
+
+from keras_vit.weights import canonical as C
+from keras_vit.weights.rules import RuleTable
+
+MODEL_TYPES = ("vit_mae",)
+ARCHITECTURES = ("ViTMAEModel",)
+_L = "encoder.layer.{i}."
+BODY = (
+    ("embeddings.cls_token", C.CLS),
+    ("embeddings.patch_embeddings.projection.weight", C.EMBEDDING + "kernel", "conv"),
+    ("embeddings.patch_embeddings.projection.bias", C.EMBEDDING + "bias"),
+    (_L + "layernorm_before.weight", C.NORM_1 + "scale"),
+    (_L + "layernorm_before.bias", C.NORM_1 + "bias"),
+    *(
+        (_L + f"attention.attention.{name}.{leaf}", C.ATTENTION + f"{name}/{kind}", transform)
+        for name in ("query", "key", "value")
+        for leaf, kind, transform in (("weight", "kernel", "heads_in"), ("bias", "bias", "heads_bias"))
+    ),
+    (_L + "attention.output.dense.weight", C.ATTENTION + "out/kernel", "heads_out"),
+    (_L + "attention.output.dense.bias", C.ATTENTION + "out/bias"),
+    (_L + "layernorm_after.weight", C.NORM_2 + "scale"),
+    (_L + "layernorm_after.bias", C.NORM_2 + "bias"),
+    (_L + "intermediate.dense.weight", C.MLP_IN + "kernel", "linear"),
+    (_L + "intermediate.dense.bias", C.MLP_IN + "bias"),
+    (_L + "output.dense.weight", C.MLP_OUT + "kernel", "linear"),
+    (_L + "output.dense.bias", C.MLP_OUT + "bias"),
+    ("layernorm.weight", C.ENCODER_NORM + "scale"),
+    ("layernorm.bias", C.ENCODER_NORM + "bias"),
+)
+IGNORED = {"embeddings.position_embeddings": "MAE's fixed sin-cos table, which keras_vit computes"}
+# transformers `hidden_act` -> keras_vit `mlp_activation`.
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+               "quick_gelu": "quick_gelu"}
+
+
+def _unsupported(message):
+    return ValueError(f"Cannot build this transformers ViTMAE model: {message}")
+
+
+def _pair(value):
+    return tuple(value) if isinstance(value, (list, tuple)) else (value, value)
+
+
+def model_arguments(config):
+    """keras_vit `ViT` arguments for a ViTMAE `config.json` dict.
+
+    Example:
+
+    >>> args = model_arguments({"model_type": "vit_mae", "hidden_size": 768,
+    ...     "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072})
+    >>> args["position_embedding"], args["pooling"], args["mlp_activation"]
+    ('sincos', None, 'gelu')
+    """
+    architecture = (config.get("architectures") or ["ViTMAEModel"])[0]
+    if architecture not in ARCHITECTURES:
+        raise _unsupported(f"architecture must be one of {ARCHITECTURES}. Received: {architecture!r}")
+    act = config.get("hidden_act", "gelu")
+    if act not in ACTIVATIONS:
+        raise _unsupported(f"`hidden_act` must be one of {sorted(ACTIVATIONS)}. Received: hidden_act={act!r}")
+    size = _pair(config.get("image_size", 224))
+    args = dict(
+        image_size=size,
+        patch_size=_pair(config.get("patch_size", 16)),
+        hidden_size=config["hidden_size"],
+        num_layers=config["num_hidden_layers"],
+        num_heads=config["num_attention_heads"],
+        mlp_dim=config["intermediate_size"],
+        layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-12)),
+        mlp_activation=ACTIVATIONS[act],
+        qkv_bias=bool(config.get("qkv_bias", True)),
+        dropout_rate=float(config.get("hidden_dropout_prob", 0.0)),
+        attention_dropout_rate=float(config.get("attention_probs_dropout_prob", 0.0)),
+        position_embedding="sincos",
+        classifier="token",
+        # No pooled output: the model returns last_hidden_state.
+        include_top=False,
+        pooling=None,
+        classifier_activation=None,
+    )
+    if config.get("num_channels", 3) != 3:
+        args["input_shape"] = size + (config["num_channels"],)
+    return args
+
+
+def table(state):
+    """The `RuleTable` of a `ViTMAEModel` state dict."""
+    return RuleTable(BODY)
