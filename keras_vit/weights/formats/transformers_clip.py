@@ -24,6 +24,7 @@ Facts about the files (`save_pretrained`; `model_type` "clip_vision_model"):
 import numpy as np
 
 from keras_vit.weights import canonical as C
+from keras_vit.weights.formats.transformers_common import ACTIVATIONS, pair
 from keras_vit.weights.rules import RuleTable
 
 MODEL_TYPES = ("clip_vision_model",)
@@ -60,17 +61,10 @@ BODY = (
 )
 PROJECTION = (("visual_projection.weight", C.HEAD + "kernel", "linear"),)
 IGNORED = {"embeddings.position_ids": "the position indices buffer, not a weight"}
-# transformers `hidden_act` -> keras_vit `mlp_activation`.
-ACTIVATIONS = {"quick_gelu": "quick_gelu", "gelu": "gelu", "gelu_new": "gelu_tanh",
-               "gelu_pytorch_tanh": "gelu_tanh"}
 
 
 def _unsupported(message):
     return ValueError(f"Cannot build this transformers CLIP vision model: {message}")
-
-
-def _pair(value):
-    return tuple(value) if isinstance(value, (list, tuple)) else (value, value)
 
 
 def _architecture(config):
@@ -96,10 +90,10 @@ def model_arguments(config):
     act = config.get("hidden_act", "quick_gelu")
     if act not in ACTIVATIONS:
         raise _unsupported(f"`hidden_act` must be one of {sorted(ACTIVATIONS)}. Received: hidden_act={act!r}")
-    size = _pair(config.get("image_size", 224))
+    size = pair(config.get("image_size", 224))
     args = dict(
         image_size=size,
-        patch_size=_pair(config.get("patch_size", 32)),
+        patch_size=pair(config.get("patch_size", 32)),
         hidden_size=config["hidden_size"],
         num_layers=config["num_hidden_layers"],
         num_heads=config["num_attention_heads"],

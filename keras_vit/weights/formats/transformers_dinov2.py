@@ -23,6 +23,7 @@ pooling yet, so that class is refused.
 import numpy as np
 
 from keras_vit.weights import canonical as C
+from keras_vit.weights.formats.transformers_common import ACTIVATIONS, pair
 from keras_vit.weights.rules import RuleTable
 
 MODEL_TYPES = ("dinov2", "dinov2_with_registers")
@@ -57,17 +58,10 @@ BODY = (
 )
 POSITION_INTERPOLATION = {"dinov2": "dinov2", "dinov2_with_registers": "dinov2_registers"}
 IGNORED = {"embeddings.mask_token": "the mask token of masked pre-training"}
-# transformers `hidden_act` -> keras_vit `mlp_activation`.
-ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-               "quick_gelu": "quick_gelu"}
 
 
 def _unsupported(message):
     return ValueError(f"Cannot build this transformers DINOv2 model: {message}")
-
-
-def _pair(value):
-    return tuple(value) if isinstance(value, (list, tuple)) else (value, value)
 
 
 def _check(config):
@@ -103,11 +97,11 @@ def model_arguments(config):
     (1536, 4, 1.0)
     """
     activation = _check(config)
-    size = _pair(config.get("image_size", 518))
+    size = pair(config.get("image_size", 518))
     hidden = config["hidden_size"]
     args = dict(
         image_size=size,
-        patch_size=_pair(config.get("patch_size", 14)),
+        patch_size=pair(config.get("patch_size", 14)),
         hidden_size=hidden,
         num_layers=config["num_hidden_layers"],
         num_heads=config["num_attention_heads"],

@@ -18,6 +18,7 @@ Facts about the files (`save_pretrained`; `model_type` "siglip_vision_model"):
 
 from keras_vit.weights import canonical as C
 from keras_vit.weights.formats.transformers_clip import BLOCKS
+from keras_vit.weights.formats.transformers_common import ACTIVATIONS, pair
 from keras_vit.weights.rules import RuleTable
 
 MODEL_TYPES = ("siglip_vision_model",)
@@ -45,17 +46,10 @@ BODY = (
     (_H + "mlp.fc2.bias", _MAP + "MlpBlock_0/Dense_1/bias"),
 )
 IGNORED = {"embeddings.position_ids": "the position indices buffer, not a weight"}
-# transformers `hidden_act` -> keras_vit `mlp_activation`.
-ACTIVATIONS = {"gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "gelu": "gelu",
-               "quick_gelu": "quick_gelu"}
 
 
 def _unsupported(message):
     return ValueError(f"Cannot build this transformers SigLIP vision model: {message}")
-
-
-def _pair(value):
-    return tuple(value) if isinstance(value, (list, tuple)) else (value, value)
 
 
 def model_arguments(config):
@@ -78,10 +72,10 @@ def model_arguments(config):
     act = config.get("hidden_act", "gelu_pytorch_tanh")
     if act not in ACTIVATIONS:
         raise _unsupported(f"`hidden_act` must be one of {sorted(ACTIVATIONS)}. Received: hidden_act={act!r}")
-    size = _pair(config.get("image_size", 224))
+    size = pair(config.get("image_size", 224))
     args = dict(
         image_size=size,
-        patch_size=_pair(config.get("patch_size", 16)),
+        patch_size=pair(config.get("patch_size", 16)),
         hidden_size=config["hidden_size"],
         num_layers=config["num_hidden_layers"],
         num_heads=config["num_attention_heads"],
