@@ -127,3 +127,28 @@ def test_onnx_export_parity(tmp_path, family):
         diffs = [np.abs(out - ref).max() for out in outputs if out.shape == ref.shape]
         assert min(diffs) <= 1e-4, diffs
     assert np.abs(expected[0] - expected[1]).max() > 1e-2  # the two maps differ
+
+
+def test_named_constructor_feature_blocks(tmp_path):
+    model = keras_vit.ViTTi16(include_top=False, image_size=32)
+    path = str(tmp_path / "ti16.weights.h5")
+    model.save_weights(path)
+    features = keras_vit.ViTTi16(include_top=False, image_size=32, weights=path, feature_blocks=(3, -1))
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    got = features(x)
+    assert [tuple(m.shape) for m in got] == [(2, 2, 2, 192)] * 2
+    for block, value in zip((3, 11), got):
+        expected = _reference(model, x, block)[0]
+        np.testing.assert_allclose(to_numpy(value), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(include_top=True, feature_blocks=(3,)), "include_top=False"),
+        (dict(include_top=False, feature_blocks=12), r"\[-12, 11\].*feature_blocks=12"),
+    ],
+)
+def test_named_constructor_feature_blocks_refusals(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        keras_vit.ViTTi16(image_size=32, **kwargs)

@@ -13,6 +13,7 @@ from keras_vit.architectures import (  # noqa: F401 (public here too)
     stem_stride,
 )
 from keras_vit.models.arguments import OTHER_NAMES
+from keras_vit.models.features import check_feature_blocks, feature_model
 from keras_vit.models.hybrid import ViTHybrid
 from keras_vit.models.vit import ViT
 from keras_vit.validation import argument_names, check_keywords
@@ -42,12 +43,17 @@ _DOC = """Builds {title}, the {arch} Vision Transformer{extra}.
         layer_norm_epsilon: float, default 1e-6.
         gelu_approximate: None (default: the flavour the weights were trained
             with; tanh from scratch), True (tanh) or False (exact erf).
+        feature_blocks: None (default) or an int / sequence of block indices
+            (negative from the last), with `include_top=False`: returns
+            `keras_vit.feature_model(model, feature_blocks)` instead, the
+            NHWC feature maps of those blocks (dense tasks).
         **kwargs: any other argument of `keras_vit.{base}` (dropout rates,
             `name`, `dtype`, ...); another name raises
             `keras_vit.validation.UnknownArgumentError`, naming the closest.
 
     Returns:
-        A `keras_vit.{base}` model.
+        A `keras_vit.{base}` model; with `feature_blocks`, a functional
+        `keras.Model` from images to those blocks' feature maps.
 
     Example:
 
@@ -99,12 +105,22 @@ def make_constructor(variant):
         representation_size=None,
         layer_norm_epsilon=1e-6,
         gelu_approximate=None,
+        feature_blocks=None,
         **kwargs,
     ):
         check_keywords(kwargs, allowed, variant.constructor, OTHER_NAMES)
+        if feature_blocks is not None and include_top:
+            raise ValueError(
+                "`feature_blocks` gives a model of block feature maps, which has no classifier: "
+                f"pass include_top=False with it. Received: include_top={include_top!r}, "
+                f"feature_blocks={feature_blocks!r}"
+            )
         config = dict(row, name=variant.constructor.lower())
         config.update(kwargs)
-        return model_class(
+        if feature_blocks is not None:
+            # Checked before the (possibly large) model and its weights are built.
+            check_feature_blocks(feature_blocks, config["num_layers"])
+        model = model_class(
             include_top=include_top,
             weights=weights,
             input_shape=input_shape,
@@ -117,6 +133,9 @@ def make_constructor(variant):
             gelu_approximate=gelu_approximate,
             **config,
         )
+        if feature_blocks is None:
+            return model
+        return feature_model(model, feature_blocks=feature_blocks)
 
     # Misspelt names fail here, under the constructor's own name.
     allowed = argument_names(constructor) + model_class.argument_names()
