@@ -16,6 +16,7 @@ Reference:
 import numpy as np
 from keras import ops
 
+from keras_vit.layers.map_head import MapHead
 from keras_vit.models import forward
 from keras_vit.validation import check_choice, check_int, check_positive_int
 
@@ -104,8 +105,41 @@ def _num_prefix(model):
     return model.get_layer("embedding").num_prefix_tokens
 
 
-def _readout(model, joint, prefix):
+def _map_pool(model):
+    """The model's MAP head, when its output is read through one."""
+    pool = forward.stages(model).head_layers.get("pool")
+    return pool if isinstance(pool, MapHead) else None
+
+
+def _probe_weights(model, images, batch_size, fuse):
+    """`(batch, tokens)`: the MAP head's probe attention on the final tokens, heads fused."""
+    stages = forward.stages(model)
+    attention = stages.head_layers["pool"].attention
+    rows = []
+    for start in range(0, len(images), batch_size):
+        chunk = images[start : start + batch_size]
+        x, _ = forward.embed(stages, forward.stem(stages, chunk, training=False), training=False)
+        x, _ = forward.run_blocks(stages, x, training=False)
+        tokens = ops.convert_to_numpy(forward.final_norm(stages, x)).astype("float64")
+        probe = ops.convert_to_numpy(stages.head_layers["pool"].probe).astype("float64")
+        q = _einsum_dense(attention.query, probe)[:, 0]  # (1, heads, head_dim)
+        k = _einsum_dense(attention.key, tokens)  # (batch, tokens, heads, head_dim)
+        logits = np.einsum("qhk,bthk->bht", q, k) / np.sqrt(q.shape[-1])
+        probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        rows.append(fuse(probs / probs.sum(axis=-1, keepdims=True), axis=1))
+    return np.concatenate(rows)
+
+
+def _einsum_dense(layer, x):
+    kernel = ops.convert_to_numpy(layer.kernel).astype("float64")
+    y = np.einsum("btd,dhk->bthk", x, kernel)
+    return y if layer.bias is None else y + ops.convert_to_numpy(layer.bias).astype("float64")
+
+
+def _readout(model, joint, prefix, probe=None):
     """The rolled-out rows of the tokens the output is read from."""
+    if probe is not None:
+        return np.einsum("bt,btu->bu", probe, joint)  # the MAP probe's mixture of the tokens
     if getattr(model, "distillation_head", False):
         return joint[:, :2].mean(axis=1)  # the class and distillation heads, averaged
     if model.classifier == "token":
@@ -173,7 +207,10 @@ def attention_rollout(
     class token's row, restricted to the patch tokens, is the map. A model
     without class token (`classifier="gap"`) is read out through the mean
     of the patch tokens' rows, as its output is their mean; a DeiT model with
-    a distillation head through the mean of the class and distillation rows.
+    a distillation head through the mean of the class and distillation rows;
+    a model pooled by a MAP head (`classifier="map"`, SigLIP) through its
+    probe's attention on the final tokens (heads fused the same way), which
+    weights their rows.
     Register tokens are left out of the map.
 
     Args:
@@ -209,9 +246,12 @@ def attention_rollout(
     gh, gw = _grid(model, images)
     tokens = prefix + gh * gw
     fuse = getattr(np, head_fusion)
+    probe = None
+    if _map_pool(model) is not None:
+        probe = _probe_weights(model, images, batch_size, fuse)
     rows = []
     joint = None
-    for _, i, probs in _walk(model, images, layers, batch_size) if layers else ():
+    for start, i, probs in _walk(model, images, layers, batch_size) if layers else ():
         if i == 0:
             joint = np.broadcast_to(np.eye(tokens), (len(probs), tokens, tokens))
         step = fuse(probs.astype("float64"), axis=1) + np.eye(tokens)
@@ -219,7 +259,8 @@ def attention_rollout(
         # Later blocks act on the mixture produced by earlier ones.
         joint = step @ joint
         if i == layers[-1]:
-            rows.append(_readout(model, joint, prefix)[:, prefix:])
+            weights = None if probe is None else probe[start : start + len(probs)]
+            rows.append(_readout(model, joint, prefix, weights)[:, prefix:])
     if not layers:
         rows = [np.full((len(images), gh * gw), 1.0 / (gh * gw))]
     grid = np.concatenate(rows).reshape(-1, gh, gw).astype("float32")
@@ -312,8 +353,9 @@ def position_embedding_similarity(model):
     Returns:
         A `(gh, gw, gh, gw)` array: entry `[i, j, k, l]` is the cosine
         similarity between the embeddings of the patches at row `i`, column
-        `j` and at row `k`, column `l` of the learned grid. The class token's
-        row is left out.
+        `j` and at row `k`, column `l` of the grid: the learned table, or the
+        fixed sin-cos one (`position_embedding="sincos*"`). The prefix
+        tokens' rows are left out.
 
     Example:
 
@@ -325,7 +367,8 @@ def position_embedding_similarity(model):
     (4, 4, 4, 4)
     """
     embedding = model.get_layer("embedding")
-    pos = ops.convert_to_numpy(embedding.pos_embedding)[0].astype("float64")
+    pos = embedding.position_embedding_for(embedding.grid_size)
+    pos = ops.convert_to_numpy(pos)[0].astype("float64")
     pos = pos[embedding.num_prefix_rows :]
     pos /= np.maximum(np.linalg.norm(pos, axis=-1, keepdims=True), 1e-12)
     gh, gw = embedding.grid_size

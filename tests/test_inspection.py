@@ -44,8 +44,9 @@ def _params(model, prefix):
     return out
 
 
-def _numpy_attention(model, images):
-    """Per-block probabilities from the official equations, in NumPy."""
+def _numpy_attention(model, images, final_tokens=False):
+    """Per-block probabilities from the official equations, in NumPy (and,
+    with `final_tokens`, the tokens after the encoder's norm)."""
     emb = _params(model, "embedding/")
     x = reference.embed_patches(images.astype("float64"), emb["kernel"], emb["bias"])
     if "cls" in emb:
@@ -62,6 +63,9 @@ def _numpy_attention(model, images):
         e = np.exp(logits - logits.max(-1, keepdims=True))
         maps.append(e / e.sum(-1, keepdims=True))
         x = reference.encoder_block(x, p, gelu_approximate=False)
+    if final_tokens:
+        norm = _params(model, "encoder_norm/")
+        return maps, reference.layer_norm(x, norm["scale"], norm["bias"])
     return maps
 
 
@@ -105,6 +109,50 @@ def test_attention_rollout_matches_numpy_reference(classifier):
     assert maps.shape == (2, 32, 32)
     # Bilinear upsampling keeps each patch's value near its centre.
     np.testing.assert_allclose(maps[:, 4::8, 4::8], expected, rtol=0.3)
+
+
+def test_attention_rollout_reads_a_map_head_through_its_probe():
+    model = _random_tiny(classifier="map")
+    assert model.num_prefix_tokens == 0
+    images = np.random.default_rng(5).normal(size=(3, 32, 32, 3)).astype("float32")
+    maps, tokens = _numpy_attention(model, images, final_tokens=True)
+    joint = None
+    for probs in maps:
+        a = probs.mean(axis=1) + np.eye(probs.shape[-1])
+        a = a / a.sum(-1, keepdims=True)
+        joint = a if joint is None else np.einsum("bij,bjk->bik", a, joint)
+    # The probe's attention on the final tokens, from the MAP head's weights.
+    head = _params(model, "pool/")
+    att = "MultiHeadDotProductAttention_0/"
+    q = np.einsum("d,dhk->hk", head["probe"][0, 0], head[att + "query/kernel"]) + head[att + "query/bias"]
+    k = np.einsum("btd,dhk->bthk", tokens, head[att + "key/kernel"]) + head[att + "key/bias"]
+    logits = np.einsum("hk,bthk->bht", q, k) / math.sqrt(q.shape[-1])
+    probe = np.exp(logits - logits.max(-1, keepdims=True))
+    probe = (probe / probe.sum(-1, keepdims=True)).mean(axis=1)
+    expected = np.einsum("bt,btu->bu", probe, joint).reshape(3, 4, 4)
+    grid = inspection.attention_rollout(model, images, return_grid=True, batch_size=2)[1]
+    np.testing.assert_allclose(grid, expected, atol=1e-5)
+    # Not the patch mean that a "gap" model is read through.
+    assert np.abs(grid - joint.mean(axis=1).reshape(3, 4, 4)).max() > 1e-3
+
+
+def test_position_embedding_similarity_of_a_fixed_sincos_table():
+    model = keras_vit.ViT(**dict(TINY, num_layers=1), position_embedding="sincos")
+    # MAE's table for a 4x4 grid, written from its formula: per axis, half the
+    # width; sin then cos of position * 10000^(-i / (D/4)), i < D/4.
+    dim, quarter = TINY["hidden_size"], TINY["hidden_size"] // 4
+    omega = 1.0 / 10000 ** (np.arange(quarter) / quarter)
+    rows, cols = np.meshgrid(np.arange(4.0), np.arange(4.0), indexing="ij")
+
+    def axis(pos):
+        angles = pos.reshape(-1)[:, None] * omega
+        return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+
+    table = np.concatenate([axis(cols), axis(rows)], axis=1)
+    assert table.shape == (16, dim)
+    unit = table / np.linalg.norm(table, axis=-1, keepdims=True)
+    similarity = inspection.position_embedding_similarity(model)
+    np.testing.assert_allclose(similarity.reshape(16, 16), unit @ unit.T, atol=1e-5)
 
 
 def _numpy_distances(maps, cell, grid=4):
