@@ -19,12 +19,16 @@ import types
 from keras_vit.validation import pair
 
 # How the classifier reads the encoder: the class token, the mean of all
-# tokens (no class token), or attention pooling by a learned probe (SigLIP's
-# MAP head; no class token unless the encoder options ask for one).
-CLASSIFIERS = ("token", "gap", "map")
+# tokens (no class token), attention pooling by a learned probe (SigLIP's
+# MAP head; no class token unless the encoder options ask for one), or the
+# class token beside the mean of the patch tokens (DINOv2's linear heads).
+CLASSIFIERS = ("token", "gap", "map", "token_avg")
 # What `include_top=False` models return: the token sequence (None), the
-# class token, the average / maximum of the patch tokens, or the MAP head.
-POOLINGS = (None, "token", "avg", "max", "map")
+# class token, the average / maximum of the patch tokens, the MAP head, or
+# the class token concatenated with the patch tokens' average (2 * D wide).
+POOLINGS = (None, "token", "avg", "max", "map", "token_avg")
+# The classifiers and poolings that read a class token.
+CLASS_TOKEN_READERS = ("token", "token_avg")
 
 # The GELU flavours by their command-line names, as `gelu_approximate`
 # values: tanh (the official code and checkpoints) or the exact erf form

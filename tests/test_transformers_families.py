@@ -73,8 +73,8 @@ def test_dinov2_backbones_reproduce_transformers(dinov2_dirs, name):
 @pytest.mark.parametrize(
     "change, match",
     [
-        (dict(architectures=["Dinov2ForImageClassification"]), "mean patch token"),
-        (dict(use_swiglu_ffn=True), "SwiGLU"),
+        (dict(architectures=["Dinov2ForDepthEstimation"]), "architecture must be one of"),
+        (dict(apply_layernorm=False), "apply_layernorm=False"),
         (dict(hidden_act="relu"), "hidden_act"),
     ],
 )

@@ -6,7 +6,7 @@ from keras import ops
 
 from keras_vit.validation import check_bool, check_choice, check_int
 
-POOLING_MODES = ("token", "distillation", "avg", "max")
+POOLING_MODES = ("token", "distillation", "avg", "max", "token_avg")
 # The official code's name for averaging the tokens of a model without a
 # class token; with no prefix tokens that is "avg". Kept so that configs
 # saved with it load.
@@ -23,6 +23,9 @@ class TokenPooling(keras.layers.Layer):
             "max" reduce over the patch tokens (those after the
             `num_prefix_tokens` prefix: class, distillation and register
             tokens). "gap", the official classifier's name, is "avg".
+            "token_avg" concatenates the class token and the patch tokens'
+            average, `(batch, 2 * D)` (the input of DINOv2's linear
+            classifiers, transformers' `Dinov2ForImageClassification`).
         num_prefix_tokens: int, number of leading non-patch tokens (1 with a
             class token alone, else 0).
 
@@ -39,7 +42,7 @@ class TokenPooling(keras.layers.Layer):
         super().__init__(**kwargs)
         mode = _ALIASES.get(mode, mode)
         check_choice(mode, POOLING_MODES, "mode")
-        needed = {"token": 1, "distillation": 2}.get(mode, 0)
+        needed = {"token": 1, "token_avg": 1, "distillation": 2}.get(mode, 0)
         if num_prefix_tokens < needed:
             raise ValueError(
                 f"mode={mode!r} needs {needed} prefix token(s) (class token"
@@ -55,12 +58,17 @@ class TokenPooling(keras.layers.Layer):
         if self.mode == "distillation":
             return x[:, 1]
         patches = x[:, self.num_prefix_tokens :]
+        if self.mode == "token_avg":
+            return ops.concatenate([x[:, 0], ops.mean(patches, axis=1)], axis=-1)
         if self.mode == "avg":
             return ops.mean(patches, axis=1)
         return ops.max(patches, axis=1)
 
     def compute_output_shape(self, input_shape):
-        return (input_shape[0], input_shape[-1])
+        width = input_shape[-1]
+        if self.mode == "token_avg" and width is not None:
+            width *= 2
+        return (input_shape[0], width)
 
     def get_config(self):
         config = super().get_config()

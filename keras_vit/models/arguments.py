@@ -14,7 +14,7 @@ import warnings
 import keras
 
 from keras_vit import labels
-from keras_vit.architectures import CLASSIFIERS, POOLINGS
+from keras_vit.architectures import CLASS_TOKEN_READERS, CLASSIFIERS, POOLINGS
 from keras_vit.validation import (
     check_bool,
     check_choice,
@@ -106,10 +106,11 @@ def check_transformer(hidden_size, num_layers, num_heads, mlp_dim):
 def check_head(classifier, pooling, representation_size, classifier_activation):
     check_choice(classifier, CLASSIFIERS, "classifier")
     check_choice(pooling, POOLINGS, "pooling")
-    if pooling == "token" and classifier != "token":
+    if pooling in CLASS_TOKEN_READERS and classifier not in CLASS_TOKEN_READERS:
         raise ValueError(
-            "pooling='token' needs a class token, but classifier='gap' "
-            "builds none. Received: pooling='token', classifier='gap'"
+            f"pooling={pooling!r} reads the class token, but classifier={classifier!r} "
+            f"builds none (a class token comes with classifier in {CLASS_TOKEN_READERS}). "
+            f"Received: pooling={pooling!r}, classifier={classifier!r}"
         )
     check_positive_int(representation_size, "representation_size", allow_none=True)
     return check_activation(classifier_activation)
@@ -120,7 +121,7 @@ def check_tokens(classifier, pooling, distillation_token, distillation_head, num
     """Checks the prefix-token options; returns the resolved `distillation_head`."""
     check_bool(distillation_token, "distillation_token")
     check_int(num_register_tokens, "num_register_tokens", minimum=0)
-    if distillation_token and classifier != "token":
+    if distillation_token and classifier not in CLASS_TOKEN_READERS:
         raise ValueError(
             "`distillation_token` needs the class token before it, but "
             f"classifier={classifier!r} builds none. Received: distillation_token=True"
@@ -140,6 +141,17 @@ def check_tokens(classifier, pooling, distillation_token, distillation_head, num
             "distillation_head=True"
         )
     return distillation_head
+
+
+def check_class_token_reader(classifier, pooling, include_top, has_class_token):
+    """Refuses a head or pooling that reads a class token the model lacks
+    (`class_token=False` in the encoder options)."""
+    name, value = ("classifier", classifier) if include_top else ("pooling", pooling)
+    if value in CLASS_TOKEN_READERS and not has_class_token:
+        raise ValueError(
+            f"{name}={value!r} reads the class token, but the model has none "
+            f"(class_token=False). Received: {name}={value!r}, class_token=False"
+        )
 
 
 def check_class_names(value, classes, include_top):

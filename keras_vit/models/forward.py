@@ -146,7 +146,8 @@ def _head_layers(model, dtype):
         if model.pooling is not None:
             layers["pool"] = _pool(model, model.pooling, dtype)
         return layers
-    layers["pool"] = _pool(model, {"token": "token", "map": "map"}.get(model.classifier, "avg"), dtype)
+    # "gap" is the "avg" pooling; the other classifiers pool as they are named.
+    layers["pool"] = _pool(model, {"gap": "avg"}.get(model.classifier, model.classifier), dtype)
     if model.representation_size is not None:
         layers["pre_logits"] = keras.layers.Dense(
             model.representation_size, activation="tanh", name="pre_logits", dtype=dtype

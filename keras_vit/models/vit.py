@@ -10,6 +10,7 @@ backend lives in `keras_vit.models.base`.
 import keras
 import numpy as np
 
+from keras_vit.architectures import CLASS_TOKEN_READERS
 from keras_vit.layers.interpolation import interpolate_position_embedding
 from keras_vit.layers.config import RECORDS, BlockConfig, expose_records, record_keywords
 from keras_vit.layers.seeds import check_seed
@@ -22,6 +23,7 @@ from keras_vit.models.arguments import (
     check_head,
     check_tokens,
     check_class_names,
+    check_class_token_reader,
     check_images,
 )
 from keras_vit.models.base import ModelBase
@@ -76,9 +78,11 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         num_heads: int, attention heads, default 12; must divide `hidden_size`.
         mlp_dim: int, MLP hidden width, default 3072.
         classifier: "token" (class token, default), "gap" (no class token,
-            mean of the patch tokens) or "map" (no class token, attention
+            mean of the patch tokens), "map" (no class token, attention
             pooling by a learned probe: SigLIP's MAP head, layer `pool`, a
-            `keras_vit.layers.map_head.MapHead`). `class_token=True/False`
+            `keras_vit.layers.map_head.MapHead`) or "token_avg" (the class
+            token concatenated with the mean of the patch tokens, a `2 * D`
+            feature: DINOv2's linear classifiers). `class_token=True/False`
             overrides whether a class token is prepended.
         representation_size: None (default) or int: width of the Dense+tanh
             pre-logits layer of the original ImageNet-21k checkpoints.
@@ -89,7 +93,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
             None returns logits.
         pooling: for `include_top=False`: None returns the token sequence
             `(batch, tokens, D)`; "token" the class token; "avg"/"max" pool the
-            patch tokens.
+            patch tokens; "map" the MAP head; "token_avg" the class token
+            and the patch tokens' mean, concatenated `(batch, 2 * D)`.
         stochastic_depth_rate: float, largest stochastic-depth rate, growing
             linearly with depth from 0 (first block), default 0.
         input_shape: optional `(height, width, channels)`, an alternative to
@@ -296,7 +301,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         """Whether a class token is prepended (`class_token`, else the classifier's)."""
         if self.encoder_config.class_token is not None:
             return self.encoder_config.class_token
-        return self.classifier == "token"
+        return self.classifier in CLASS_TOKEN_READERS
 
     @property
     def class_names(self):
@@ -310,6 +315,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
             num_register_tokens, self.representation_size,
         )
         self.distillation_token, self.num_register_tokens = distillation_token, num_register_tokens
+        check_class_token_reader(self.classifier, self.pooling, self.include_top, self.has_class_token)
         self.pooled_norm = check_bool(pooled_norm, "pooled_norm")
 
     def _set_metadata(self, class_names, preprocessing, info):

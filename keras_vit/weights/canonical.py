@@ -26,6 +26,11 @@ ATTENTION = BLOCK + "MultiHeadDotProductAttention_1/"
 NORM_2 = BLOCK + "LayerNorm_2/"
 MLP_IN = BLOCK + "MlpBlock_3/Dense_0/"
 MLP_OUT = BLOCK + "MlpBlock_3/Dense_1/"
+# The gated MLP (`SwiGluMlp`, `mlp_kind="swiglu"`): `gate` and `up` to the
+# hidden width, `down` back; `{part}` names gate or up where one source
+# tensor holds both (transforms "gate_up_kernel"/"gate_up_bias").
+MLP_GATE_UP = BLOCK + "MlpBlock_3/{part}/"
+MLP_DOWN = BLOCK + "MlpBlock_3/down/"
 # LayerScale vectors of the attention and MLP branches.
 ATTENTION_SCALE = BLOCK + "attention_scale"
 MLP_SCALE = BLOCK + "mlp_scale"

@@ -87,6 +87,22 @@ def _qkv_bias(array, num_heads):
 
 _QKV = ("query", "key", "value")
 
+
+def _gate_up_kernel(array, num_heads):
+    # (2 * hidden, D) PyTorch Linear, gate rows first -> 2 x (D, hidden).
+    if array.ndim != 2 or array.shape[0] % 2:
+        raise ValueError(f"a tensor of shape {array.shape} does not split into a gate and an up projection")
+    return tuple(np.split(array.T, 2, axis=1))
+
+
+def _gate_up_bias(array, num_heads):
+    if array.ndim != 1 or array.shape[0] % 2:
+        raise ValueError(f"a tensor of shape {array.shape} does not split into a gate and an up bias")
+    return tuple(np.split(array, 2))
+
+
+_GATE_UP = ("gate", "up")
+
 TRANSFORMS = {
     None: Transform(lambda a, h: a, lambda a: a),
     # PyTorch OIHW convolution <-> (ph, pw, C, D).
@@ -110,6 +126,10 @@ TRANSFORMS = {
         _QKV,
     ),
     "qkv_bias": Transform(_qkv_bias, lambda parts: np.concatenate([p.reshape(-1) for p in parts]), _QKV),
+    # One Linear holding a gated MLP's gate and up projections (in that
+    # order: transformers' DINOv2 `weights_in`) <-> two (D, hidden) kernels.
+    "gate_up_kernel": Transform(_gate_up_kernel, lambda parts: np.concatenate([p.T for p in parts]), _GATE_UP),
+    "gate_up_bias": Transform(_gate_up_bias, lambda parts: np.concatenate(parts), _GATE_UP),
 }
 
 

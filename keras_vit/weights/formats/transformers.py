@@ -37,6 +37,7 @@ from keras_vit.weights.formats import (
     transformers_siglip,
     transformers_vit_mae,
 )
+from keras_vit.weights.formats.transformers_common import class_names
 from keras_vit.weights.record import MODE_STATISTICS, Preprocessing
 from keras_vit.weights.rules import RuleTable
 
@@ -206,18 +207,6 @@ def _architecture(config):
             f"architecture {architecture!r} is not one of {known} (model_type={model_type!r})."
         )
     return architecture
-
-
-def class_names(config):
-    """Class names in head order from `id2label`, or None when generic."""
-    id2label = config.get("id2label") or {}
-    try:
-        names = [id2label[k] for k in sorted(id2label, key=int)]
-    except (TypeError, ValueError):
-        return None
-    if not names or all(n == f"LABEL_{i}" for i, n in enumerate(names)):
-        return None
-    return names
 
 
 def model_arguments(config):
@@ -530,8 +519,8 @@ def write(directory, config, params, class_names, preprocessing_record):
 
     architecture = export_architecture(config)
     if architecture in transformers_dinov2.ARCHITECTURES:
-        hf_config = transformers_dinov2.export_config(config, architecture)
-        state = transformers_dinov2.export_state(params)
+        hf_config = transformers_dinov2.export_config(config, architecture, class_names)
+        state = transformers_dinov2.export_state(params, architecture)
     else:
         hf_config = export_config(config, class_names)
         _, prefix, head = ARCHITECTURES[architecture]
