@@ -20,6 +20,7 @@ Templates are key names with fields in braces:
 A field must appear on both sides of a rule (except `{part}`).
 """
 
+import math
 import re
 from typing import Callable, NamedTuple, Optional
 
@@ -85,6 +86,22 @@ def _qkv_bias(array, num_heads):
     return tuple(array.reshape(3, num_heads, -1))
 
 
+def _patch_linear(array, num_heads):
+    # A Linear over flattened RGB patches (D, ph * pw * 3), each patch
+    # flattened row by row, then column, then channel (SigLIP2's processor),
+    # -> the (ph, pw, 3, D) convolution kernel: the C-order flattening of
+    # its first three axes is that same order. Square patches; the channel
+    # count is not in the tensor, so it is taken as 3.
+    size = array.shape[-1] if array.ndim == 2 else 0
+    side = math.isqrt(size // 3)
+    if side * side * 3 != size:
+        raise ValueError(
+            f"a patch embedding of shape {array.shape} is not a Linear over flattened "
+            "square RGB patches (D, patch * patch * 3)"
+        )
+    return array.T.reshape(side, side, 3, array.shape[0])
+
+
 _QKV = ("query", "key", "value")
 
 
@@ -107,6 +124,8 @@ TRANSFORMS = {
     None: Transform(lambda a, h: a, lambda a: a),
     # PyTorch OIHW convolution <-> (ph, pw, C, D).
     "conv": Transform(lambda a, h: a.transpose(2, 3, 1, 0), lambda a: a.transpose(3, 2, 0, 1)),
+    # A Linear over flattened (ph, pw, 3) patches <-> (ph, pw, 3, D).
+    "patch_linear": Transform(_patch_linear, lambda a: a.reshape(-1, a.shape[-1]).T),
     # PyTorch Linear (out, in) <-> Keras Dense (in, out).
     "linear": Transform(lambda a, h: a.T, lambda a: a.T),
     "heads_in": Transform(_heads_in, lambda a: a.reshape(a.shape[0], -1).T),

@@ -35,6 +35,7 @@ from keras_vit.weights.formats import (
     transformers_clip,
     transformers_dinov2,
     transformers_siglip,
+    transformers_siglip2,
     transformers_vit_mae,
 )
 from keras_vit.weights.formats.transformers_common import class_names
@@ -127,7 +128,8 @@ ARCHITECTURES = {
 # The other ViT families transformers holds, by `model_type`: each a module
 # with `MODEL_TYPES`, `model_arguments(config)`, `table(state)` and `IGNORED`
 # (and optionally `complete(params)`, for weights the format leaves implicit).
-FAMILIES = {t: family for family in (transformers_dinov2, transformers_clip, transformers_siglip, transformers_vit_mae)
+FAMILIES = {t: family for family in (transformers_dinov2, transformers_clip, transformers_siglip,
+                                      transformers_siglip2, transformers_vit_mae)
             for t in family.MODEL_TYPES}
 # Entries that are not inference weights of the encoder/classifier.
 IGNORED = {

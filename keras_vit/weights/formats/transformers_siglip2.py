@@ -1,0 +1,116 @@
+"""transformers SigLIP2 vision towers (`Siglip2VisionModel`) at a fixed
+resolution -> the canonical layout.
+
+Facts about the files (`save_pretrained`; `model_type`
+"siglip2_vision_model"):
+
+- `config.json`: SigLIP's keys (`hidden_size`, `intermediate_size`,
+  `num_hidden_layers`, `num_attention_heads`, `hidden_act`,
+  `layer_norm_eps`, `patch_size` (an int), `num_channels`,
+  `vision_use_head`), no `image_size`, and `num_patches` (default 256): the
+  rows of the position table, a square `sqrt(num_patches)` grid;
+- tensors: SigLIP's (`transformers_siglip`: CLIP's block names,
+  `post_layernorm`, the MAP head `head.`), except the patch embedding: a
+  `Linear` `(D, patch * patch * C)` over patches the processor flattens row,
+  then column, then channel (`(p, p, C)` order), which is keras_vit's
+  `(p, p, C, D)` convolution kernel reshaped; the position embedding
+  `(num_patches, D)` has no prefix row;
+- the model takes `pixel_values` `(B, N, C * p * p)`, `pixel_attention_mask`
+  `(B, N)` and `spatial_shapes` `(B, 2)` (each image's patch grid), and
+  resizes the square position table to each image's grid with
+  `interpolate(mode="bilinear", antialias=True, align_corners=False)` in
+  float32; the identity at the table's own grid.
+
+keras_vit builds the fixed-resolution model: an NHWC image of
+`sqrt(num_patches) * patch_size` pixels a side (every patch kept, no
+padding, no mask), `pooling="map"` (the output is `pooler_output`) and
+`position_interpolation="siglip2"`, so that `for_inference(image_size=...)`
+runs any other grid, non-square included, as transformers does for that
+`spatial_shapes`. Padded batches (a mask with zeros) have no keras_vit
+equivalent.
+
+Preprocessing: `Siglip2ImageProcessor` resizes each image, aspect ratio
+kept, to the largest multiple of the patch size within `max_num_patches`
+patches (bilinear), then scales to `(x / 255 - 0.5) / 0.5`. A fixed-size
+model cannot follow a per-image size, so keras_vit records the statistics
+and the filter only: from `preprocessor_config.json` when there is one (its
+`image_mean`/`image_std`/`resample`; no image size, as the file names
+none), otherwise mean and std 0.5, bilinear, at the model's image size.
+The patch channels are not in the tensor's shape, so only 3-channel towers
+load.
+"""
+
+from keras_vit.weights import canonical as C
+from keras_vit.weights.formats import transformers_siglip
+from keras_vit.weights.formats.transformers_common import pair
+from keras_vit.weights.posemb import square_grid
+from keras_vit.weights.record import Preprocessing
+from keras_vit.weights.rules import RuleTable
+
+MODEL_TYPES = ("siglip2_vision_model",)
+ARCHITECTURES = ("Siglip2VisionModel",)
+PREFIX = transformers_siglip.PREFIX
+BODY = (
+    ("embeddings.position_embedding.weight", C.POSEMB, "batch"),
+    ("embeddings.patch_embedding.weight", C.EMBEDDING + "kernel", "patch_linear"),
+    ("embeddings.patch_embedding.bias", C.EMBEDDING + "bias"),
+    # Blocks, final norm and MAP head are SigLIP's.
+    *(rule for rule in transformers_siglip.BODY if not rule[0].startswith("embeddings.")),
+)
+IGNORED = {}
+
+
+def _unsupported(message):
+    return ValueError(f"Cannot build this transformers SigLIP2 vision model: {message}")
+
+
+def model_arguments(config):
+    """keras_vit `ViT` arguments for a SigLIP2 vision `config.json` dict.
+
+    The image is the square grid of the position table: `sqrt(num_patches)`
+    patches a side.
+
+    Raises:
+        ValueError: for another architecture, a `num_patches` that is not a
+            square, non-square patches, other than 3 channels, or what
+            SigLIP refuses (no attention-pool head, another activation).
+
+    Example:
+
+    >>> args = model_arguments({"model_type": "siglip2_vision_model", "hidden_size": 768,
+    ...     "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12,
+    ...     "num_patches": 256, "patch_size": 16})
+    >>> args["image_size"], args["pooling"], args["position_interpolation"]
+    ((256, 256), 'map', 'siglip2')
+    """
+    architecture = (config.get("architectures") or [ARCHITECTURES[0]])[0]
+    if architecture not in ARCHITECTURES:
+        raise _unsupported(f"architecture must be one of {ARCHITECTURES}. Received: {architecture!r}")
+    channels = config.get("num_channels", 3)
+    if channels != 3:
+        raise _unsupported(
+            "the flattened patch embedding is read for 3 channels only. "
+            f"Received: num_channels={channels!r}"
+        )
+    num_patches = config.get("num_patches", 256)
+    side = square_grid(num_patches) if isinstance(num_patches, int) else None
+    if side is None:
+        raise _unsupported(
+            f"`num_patches` must be a square (the position table's grid). Received: num_patches={num_patches!r}"
+        )
+    patch, other = pair(config.get("patch_size", 16))
+    if patch != other:
+        raise _unsupported(f"`patch_size` must be square. Received: patch_size={config['patch_size']!r}")
+    size = side * patch
+    siglip = dict(config, model_type=transformers_siglip.MODEL_TYPES[0],
+                  architectures=list(transformers_siglip.ARCHITECTURES), image_size=size, patch_size=patch)
+    args = transformers_siglip.model_arguments(siglip)
+    args["position_interpolation"] = "siglip2"
+    args["preprocessing"] = Preprocessing(image_size=size, interpolation="bilinear").get_config()
+    return args
+
+
+def table(state):
+    """The `RuleTable` of a state dict (at its root or under `vision_model.`)."""
+    prefix = PREFIX if any(k.startswith(PREFIX) for k in state) else ""
+    return RuleTable(BODY).prefixed(prefix)
