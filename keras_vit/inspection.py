@@ -144,6 +144,10 @@ def _readout(model, joint, prefix, probe=None):
         return joint[:, :2].mean(axis=1)  # the class and distillation heads, averaged
     if model.classifier == "token":
         return joint[:, 0]
+    if model.classifier == "token_avg":
+        # The output reads the class token and the patch mean side by side:
+        # both rows, weighted equally.
+        return 0.5 * (joint[:, 0] + joint[:, prefix:].mean(axis=1))
     return joint[:, prefix:].mean(axis=1)  # the mean of the patch tokens
 
 
@@ -208,6 +212,8 @@ def attention_rollout(
     without class token (`classifier="gap"`) is read out through the mean
     of the patch tokens' rows, as its output is their mean; a DeiT model with
     a distillation head through the mean of the class and distillation rows;
+    a `"token_avg"` model through the mean of the class row and the patch
+    rows' mean;
     a model pooled by a MAP head (`classifier="map"`, SigLIP) through its
     probe's attention on the final tokens (heads fused the same way), which
     weights their rows.

@@ -92,17 +92,21 @@ def test_inspection_leaves_inference_unchanged():
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(model(images)), before)
 
 
-@pytest.mark.parametrize("classifier", ["token", "gap"])
+@pytest.mark.parametrize("classifier", ["token", "gap", "token_avg"])
 def test_attention_rollout_matches_numpy_reference(classifier):
     model = _random_tiny(classifier=classifier)
     images = np.random.default_rng(4).normal(size=(2, 32, 32, 3)).astype("float32")
-    prefix = int(classifier == "token")
+    prefix = int(classifier != "gap")
     joint = None
     for probs in _numpy_attention(model, images):
         a = probs.mean(axis=1) + np.eye(probs.shape[-1])
         a = a / a.sum(-1, keepdims=True)
         joint = a if joint is None else np.einsum("bij,bjk->bik", a, joint)
-    readout = joint[:, 0] if prefix else joint.mean(axis=1)
+    readout = {
+        "token": joint[:, 0],
+        "gap": joint.mean(axis=1),
+        "token_avg": (joint[:, 0] + joint[:, 1:].mean(axis=1)) / 2,
+    }[classifier]
     expected = readout[:, prefix:].reshape(2, 4, 4)
     maps, grid = inspection.attention_rollout(model, images, return_grid=True)
     np.testing.assert_allclose(grid, expected, atol=1e-5)
