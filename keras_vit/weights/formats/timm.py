@@ -362,6 +362,10 @@ def _unsupported(name, args):
         bad["global_pool"] = args["global_pool"]
     if args.get("global_pool") == "avg" and args.get("class_token"):
         bad["global_pool"] = "avg with a class token"
+    if any(s % p for s, p in zip(_pair(args["img_size"]), _pair(args["patch_size"]))):
+        # timm's patch convolution drops the last pixels (e.g.
+        # vit_so400m_patch14_siglip_384; its `_378` twin is the exact one).
+        bad["img_size"] = f"{args['img_size']} (not a multiple of patch_size={args['patch_size']})"
     prefix = args.get("class_token") or args.get("reg_tokens") or args.get("distilled")
     if args.get("global_pool") == "map" and prefix:
         # timm's attention pool leaves the prefix tokens out; keras_vit's
