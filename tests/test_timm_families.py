@@ -216,3 +216,19 @@ def test_timm_attention_pool_tensor_keras_vit_lacks_is_reported(timm_dirs, tmp_p
         (tmp_path / "config.json").write_text(json.dumps(json.load(f)))
     with pytest.raises(ValueError, match=r"attn_pool\.q_norm\.weight"):
         keras_vit.from_preset(str(tmp_path))
+
+
+@pytest.mark.parametrize("case", ["clip-projection-quickgelu", "siglip-tanh"])
+def test_timm_table_reads_every_tower_tensor_and_writes_it_back(timm_dirs, case):
+    """Every tensor has a rule (none left under its timm name), and the same
+    table writes the canonical tensors back to the file's (the fused `qkv`
+    and the attention pool's `kv` re-fused)."""
+    from safetensors.numpy import load_file
+
+    state = load_file(f"{timm_dirs[case][0]}/model.safetensors")
+    params, unknown = timm_format.TABLE.to_canonical(state, num_heads=2)
+    assert unknown == []
+    back = timm_format.TABLE.from_canonical(params)
+    assert sorted(back) == sorted(state)
+    for key, value in state.items():
+        np.testing.assert_array_equal(back[key], value, err_msg=key)
