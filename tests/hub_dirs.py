@@ -206,3 +206,77 @@ def timm_to_transformers(state, distilled=False):
             out[b + hf + ".weight"] = state[t + tm + ".weight"]
             out[b + hf + ".bias"] = state[t + tm + ".bias"]
     return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def _vision_body(state):
+    """The CLIP/SigLIP tower's tensors without the `vision_model.` prefix
+    (transformers writes it for some classes and versions, not others)."""
+    prefix = "vision_model."
+    return {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state.items()}
+
+
+def _transformers_blocks_to_timm(state, body):
+    """CLIP/SigLIP encoder layers (transformers names) -> timm `blocks.{i}.`."""
+    out = {}
+    start = body + "encoder.layers."
+    layers = sorted({int(k[len(start):].split(".")[0]) for k in state if k.startswith(start)})
+    for i in layers:
+        t, b = f"blocks.{i}.", f"{body}encoder.layers.{i}."
+        for leaf in ("weight", "bias"):
+            # timm fuses the three projections into one Linear, rows q, k, v.
+            out[t + f"attn.qkv.{leaf}"] = np.concatenate(
+                [state[b + f"self_attn.{p}_proj.{leaf}"] for p in ("q", "k", "v")], axis=0
+            )
+            pairs = {"self_attn.out_proj": "attn.proj", "layer_norm1": "norm1",
+                     "layer_norm2": "norm2", "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
+            for hf, tm in pairs.items():
+                out[t + f"{tm}.{leaf}"] = state[b + f"{hf}.{leaf}"]
+    return out
+
+
+def transformers_to_timm_clip(state):
+    """A transformers `CLIPVisionModel[WithProjection]` state dict -> timm's
+    `vit_*_clip_*` keys: `norm_pre` (pre_layrnorm), `norm` (post_layernorm),
+    the projection as `head` with a zero bias."""
+    state, body = _vision_body(state), ""
+    dim = state[body + "embeddings.class_embedding"].shape[0]
+    out = {
+        "cls_token": state[body + "embeddings.class_embedding"].reshape(1, 1, dim),
+        "pos_embed": state[body + "embeddings.position_embedding.weight"][None],
+        "patch_embed.proj.weight": state[body + "embeddings.patch_embedding.weight"],
+        "norm_pre.weight": state[body + "pre_layrnorm.weight"],
+        "norm_pre.bias": state[body + "pre_layrnorm.bias"],
+        "norm.weight": state[body + "post_layernorm.weight"],
+        "norm.bias": state[body + "post_layernorm.bias"],
+        **_transformers_blocks_to_timm(state, body),
+    }
+    if "visual_projection.weight" in state:
+        out["head.weight"] = state["visual_projection.weight"]
+        out["head.bias"] = np.zeros(out["head.weight"].shape[:1], out["head.weight"].dtype)
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def transformers_to_timm_siglip(state):
+    """A transformers `SiglipVisionModel` state dict -> timm's
+    `vit_*_siglip_*` keys: `norm` (post_layernorm) and `attn_pool`, whose
+    `kv` Linear is the key and value rows of `in_proj_weight`."""
+    state, body, head = _vision_body(state), "", "head."
+    dim = state[body + "post_layernorm.weight"].shape[0]
+    out = {
+        "pos_embed": state[body + "embeddings.position_embedding.weight"][None],
+        "patch_embed.proj.weight": state[body + "embeddings.patch_embedding.weight"],
+        "patch_embed.proj.bias": state[body + "embeddings.patch_embedding.bias"],
+        "norm.weight": state[body + "post_layernorm.weight"],
+        "norm.bias": state[body + "post_layernorm.bias"],
+        "attn_pool.latent": state[head + "probe"],
+        "attn_pool.q.weight": state[head + "attention.in_proj_weight"][:dim],
+        "attn_pool.q.bias": state[head + "attention.in_proj_bias"][:dim],
+        "attn_pool.kv.weight": state[head + "attention.in_proj_weight"][dim:],
+        "attn_pool.kv.bias": state[head + "attention.in_proj_bias"][dim:],
+        **_transformers_blocks_to_timm(state, body),
+    }
+    for hf, tm in {"attention.out_proj": "proj", "layernorm": "norm", "mlp.fc1": "mlp.fc1",
+                   "mlp.fc2": "mlp.fc2"}.items():
+        for leaf in ("weight", "bias"):
+            out[f"attn_pool.{tm}.{leaf}"] = state[head + f"{hf}.{leaf}"]
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}

@@ -176,8 +176,8 @@ def test_timm_architecture_table(name, expected):
         ("vit_medium_patch16_rope_reg1_gap_256", {}, "vit_medium_patch16_rope_reg1_gap_256"),
         ("vit_base_patch16_224", {"qk_norm": True}, "qk_norm"),
         ("vit_base_patch16_224", {"global_pool": "map"}, "global_pool"),
-        ("vit_base_patch16_224", {"pre_norm": True}, "pre_norm"),
-        ("vit_base_patch16_224", {"act_layer": "quick_gelu"}, "act_layer"),
+        ("vit_base_patch16_224", {"norm_layer": "rmsnorm"}, "norm_layer"),
+        ("vit_base_patch16_224", {"act_layer": "silu"}, "act_layer"),
     ],
 )
 def test_timm_models_keras_vit_cannot_build_are_refused(name, model_args, match):

@@ -10,8 +10,9 @@ with its own resize:
 - transformers' ViT, CLIP, SigLIP, ViT-MAE and DINOv2: `torch.nn.functional
   .interpolate(mode="bicubic", align_corners=False)`, mode `"bicubic"`;
   DINOv2 in float32 whatever the model's dtype;
-- transformers' DINOv2 with registers (and timm's `resample_abs_pos_embed`):
-  the same with `antialias=True`, mode `"bicubic_antialias"`;
+- transformers' DINOv2 with registers and timm's `resample_abs_pos_embed`
+  (every timm ViT, family `"timm"`): the same with `antialias=True` in
+  float32, mode `"bicubic_antialias"`;
 - transformers' SigLIP2: `interpolate(mode="bilinear", antialias=True)`,
   mode `"bilinear_antialias"`.
 
@@ -48,6 +49,7 @@ FAMILIES = {
     "dinov2": ("bicubic", True, 0.0),
     "dinov2_original": ("bicubic", True, 0.1),
     "dinov2_registers": ("bicubic_antialias", True, 0.0),
+    "timm": ("bicubic_antialias", True, 0.0),
     "siglip2": ("bilinear_antialias", True, 0.0),
 }
 
@@ -160,7 +162,7 @@ def resize_grid(grid, new_size, family="vit"):
         new_size: `(nh, nw)`, ints or scalar int tensors.
         family: one of `FAMILIES`: `"official"`, `"vit"`, `"clip"`,
             `"siglip"`, `"mae"`, `"dinov2"`, `"dinov2_original"`,
-            `"dinov2_registers"`, `"siglip2"`.
+            `"dinov2_registers"`, `"timm"`, `"siglip2"`.
 
     Returns:
         A tensor `(1, nh, nw, D)` in the dtype of `grid`.

@@ -14,7 +14,7 @@ Templates are key names with fields in braces:
 - `{path}`: any non-empty rest of a key; `{dir}`: zero or more leading
   `segment/` parts; any other `{name}`: one segment without `/` or `.`;
 - `{part}`: reserved for a transform with `parts`, where one source tensor
-  holds several canonical ones (timm's fused `qkv`): the canonical
+  holds several canonical ones (timm's fused `qkv` and `kv`): the canonical
   template names each part, and matches only those names.
 
 A field must appear on both sides of a rule (except `{part}`).
@@ -74,16 +74,30 @@ def _heads_bias(array, num_heads):
     return array.reshape(num_heads, -1)
 
 
-def _qkv_kernel(array, num_heads):
-    # (3 * heads * head_dim, D) PyTorch Linear -> 3 x (D, heads, head_dim).
-    check_heads(array, num_heads, 0, fused=3)
-    parts = array.T.reshape(array.shape[1], 3, num_heads, -1)
-    return tuple(parts[:, n] for n in range(3))
+def _fused_kernel(count):
+    # (count * heads * head_dim, D) PyTorch Linear -> count x (D, heads, head_dim).
+    def read(array, num_heads):
+        check_heads(array, num_heads, 0, fused=count)
+        parts = array.T.reshape(array.shape[1], count, num_heads, -1)
+        return tuple(parts[:, n] for n in range(count))
+
+    return read
 
 
-def _qkv_bias(array, num_heads):
-    check_heads(array, num_heads, None, fused=3)
-    return tuple(array.reshape(3, num_heads, -1))
+def _fused_bias(count):
+    def read(array, num_heads):
+        check_heads(array, num_heads, None, fused=count)
+        return tuple(array.reshape(count, num_heads, -1))
+
+    return read
+
+
+def _write_kernels(parts):
+    return np.concatenate([p.reshape(p.shape[0], -1).T for p in parts])
+
+
+def _write_biases(parts):
+    return np.concatenate([p.reshape(-1) for p in parts])
 
 
 def _patch_linear(array, num_heads):
@@ -103,6 +117,7 @@ def _patch_linear(array, num_heads):
 
 
 _QKV = ("query", "key", "value")
+_KV = ("key", "value")
 
 
 def _gate_up_kernel(array, num_heads):
@@ -139,12 +154,11 @@ TRANSFORMS = {
     # written back as (C,), as Keras holds them.
     "flatten": Transform(lambda a, h: a.reshape(-1), lambda a: a),
     # One fused query/key/value Linear <-> three (D, heads, head_dim) kernels.
-    "qkv_kernel": Transform(
-        _qkv_kernel,
-        lambda parts: np.concatenate([p.reshape(p.shape[0], -1).T for p in parts]),
-        _QKV,
-    ),
-    "qkv_bias": Transform(_qkv_bias, lambda parts: np.concatenate([p.reshape(-1) for p in parts]), _QKV),
+    "qkv_kernel": Transform(_fused_kernel(3), _write_kernels, _QKV),
+    "qkv_bias": Transform(_fused_bias(3), _write_biases, _QKV),
+    # One fused key/value Linear (timm's attention pool `kv`) <-> two kernels.
+    "kv_kernel": Transform(_fused_kernel(2), _write_kernels, _KV),
+    "kv_bias": Transform(_fused_bias(2), _write_biases, _KV),
     # One Linear holding a gated MLP's gate and up projections (in that
     # order: transformers' DINOv2 `weights_in`) <-> two (D, hidden) kernels.
     "gate_up_kernel": Transform(_gate_up_kernel, lambda parts: np.concatenate([p.T for p in parts]), _GATE_UP),

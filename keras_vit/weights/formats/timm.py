@@ -28,9 +28,27 @@ a `config.json`:
   `interpolation`, `mean`, `std`. Older files put all of it at the top level.
 
 The timm ViTs use the exact erf GELU and LayerNorm epsilon 1e-6 unless an
-argument says otherwise.
+argument says otherwise. timm resizes the position embedding for another
+image size with `resample_abs_pos_embed` (antialiased bicubic in float32):
+keras_vit's `position_interpolation="timm"`, set for the CLIP and SigLIP
+towers (the other timm layouts keep the default, "official").
+
+CLIP and SigLIP image towers are timm `VisionTransformer`s with more
+arguments (`_NAMED` lists them by model name):
+
+- CLIP (`pre_norm=True`): `norm_pre` is a LayerNorm before the blocks and
+  the patch embedding has no bias; `norm` is CLIP's post-LayerNorm, applied
+  to every token (the class token's is the same as CLIP's); `head` is the
+  image-embedding projection (its bias zero) for the CLIP-pretrained tags.
+- SigLIP (`class_token=False, global_pool="map"`): `attn_pool` is
+  `AttentionPoolLatent`: `latent` `(1, 1, D)` is the probe, `q` its query
+  Linear, `kv` one Linear whose output splits as `(2, heads, head_dim)`
+  into key and value, `proj` the output, then `x + mlp(norm(x))` with
+  `mlp.fc1`/`mlp.fc2` of the blocks' width and activation: keras_vit's
+  `MapHead`, over the tokens after `norm`.
 """
 
+import difflib
 import os
 import re
 
@@ -43,6 +61,7 @@ from keras_vit.weights.record import Preprocessing
 from keras_vit.weights.rules import RuleTable
 
 BLOCK = "blocks.{i}."
+_POOL_ATTENTION = C.MAP_HEAD + "MultiHeadDotProductAttention_0/"
 TABLE = RuleTable(
     (
         ("cls_token", C.CLS),
@@ -65,8 +84,23 @@ TABLE = RuleTable(
         (BLOCK + "mlp.fc2.bias", C.MLP_OUT + "bias"),
         (BLOCK + "ls1.gamma", C.ATTENTION_SCALE),
         (BLOCK + "ls2.gamma", C.MLP_SCALE),
+        ("norm_pre.weight", C.PRE_NORM + "scale"),
+        ("norm_pre.bias", C.PRE_NORM + "bias"),
         ("norm.weight", C.ENCODER_NORM + "scale"),
         ("norm.bias", C.ENCODER_NORM + "bias"),
+        ("attn_pool.latent", C.MAP_HEAD + "probe"),
+        ("attn_pool.q.weight", _POOL_ATTENTION + "query/kernel", "heads_in"),
+        ("attn_pool.q.bias", _POOL_ATTENTION + "query/bias", "heads_bias"),
+        ("attn_pool.kv.weight", _POOL_ATTENTION + "{part}/kernel", "kv_kernel"),
+        ("attn_pool.kv.bias", _POOL_ATTENTION + "{part}/bias", "kv_bias"),
+        ("attn_pool.proj.weight", _POOL_ATTENTION + "out/kernel", "heads_out"),
+        ("attn_pool.proj.bias", _POOL_ATTENTION + "out/bias"),
+        ("attn_pool.norm.weight", C.MAP_HEAD + "LayerNorm_0/scale"),
+        ("attn_pool.norm.bias", C.MAP_HEAD + "LayerNorm_0/bias"),
+        ("attn_pool.mlp.fc1.weight", C.MAP_HEAD + "MlpBlock_0/Dense_0/kernel", "linear"),
+        ("attn_pool.mlp.fc1.bias", C.MAP_HEAD + "MlpBlock_0/Dense_0/bias"),
+        ("attn_pool.mlp.fc2.weight", C.MAP_HEAD + "MlpBlock_0/Dense_1/kernel", "linear"),
+        ("attn_pool.mlp.fc2.bias", C.MAP_HEAD + "MlpBlock_0/Dense_1/bias"),
         ("pre_logits.fc.weight", C.PRE_LOGITS + "kernel", "linear"),
         ("pre_logits.fc.bias", C.PRE_LOGITS + "bias"),
         ("fc_norm.weight", C.POOLED_NORM + "scale"),
@@ -154,8 +188,8 @@ _SIZES = {
 _PLAIN = re.compile(r"^(vit|deit)_(?P<size>[a-z]+)_(?P<distilled>distilled_)?patch(?P<patch>\d+)_(?P<res>\d+)$")
 
 
-def _size_args(size, **extra):
-    dim, depth, heads, ratio = _SIZES[size]
+def _size_args(size, sizes=None, **extra):
+    dim, depth, heads, ratio = {**_SIZES, **(sizes or {})}[size]
     return dict(embed_dim=dim, depth=depth, num_heads=heads, mlp_ratio=ratio, **extra)
 
 
@@ -205,6 +239,60 @@ for _size in ("small", "base", "large"):
         no_embed_class=True,
     )
 
+# CLIP image towers (timm's `vit_*_clip_*`): a LayerNorm before the blocks
+# (`norm_pre`; the patch embedding then has no bias), LayerNorms of epsilon
+# 1e-5, the class token through `norm` and `head` (the image-embedding
+# projection for the CLIP-pretrained tags: num_classes 512, 768, ...). The
+# `_quickgelu` names use OpenAI's QuickGELU, the others the erf GELU, also
+# for weights trained with QuickGELU (timm's `.openai` Hub directories name
+# `vit_*_clip_224` and note that the `_quickgelu` name gives the original
+# results). `norm_eps` is keras_vit's spelling of timm's
+# `norm_layer=partial(LayerNorm, eps=...)`, and `family` names the
+# families keras_vit resizes as timm does (`position_interpolation="timm"`).
+_CLIP_SIZES = dict(
+    xsmall=(256, 10, 4, 4.0), medium=(512, 12, 8, 4.0), betwixt=(640, 12, 10, 4.0),
+    base_plus=(896, 12, 14, 4.0),
+)
+# (size, patch, resolutions, resolutions with a `_quickgelu` name)
+_CLIP = (
+    ("xsmall", 16, (224,), ()), ("medium", 32, (224,), ()), ("medium", 16, (224,), ()),
+    ("betwixt", 32, (224,), ()), ("base", 32, (224, 256, 384, 448), (224,)),
+    ("base", 16, (224, 384), (224,)), ("base_plus", 16, (240,), ()),
+    ("large", 14, (224, 336), (224, 336)), ("huge", 14, (224, 336, 378), (224, 378)),
+    ("giant", 14, (224,), ()), ("gigantic", 14, (224, 378), (224,)),
+)
+for _size, _patch, _plain, _quick in _CLIP:
+    _width, _, _plus = _size.partition("_")
+    _stem = f"vit_{_width}_patch{_patch}{'_' + _plus if _plus else ''}_clip_"
+    for _res, _act in [(r, None) for r in _plain] + [(r, "quick_gelu") for r in _quick]:
+        _NAMED[_stem + ("quickgelu_" if _act else "") + str(_res)] = dict(
+            _size_args(_size, _CLIP_SIZES), patch_size=_patch, img_size=_res,
+            pre_norm=True, norm_eps=1e-5, act_layer=_act, family="clip",
+        )
+# SigLIP image towers (timm's `vit_*_siglip_*`): no class token, the
+# attention-pool head (`attn_pool`, timm's `AttentionPoolLatent`) or, for the
+# `_gap` names, the mean of the tokens after `norm`. timm gives some the tanh
+# GELU and the others the erf GELU, model by model:
+# (size, patch, MAP resolutions, `_gap`-only resolutions, act_layer).
+_SIGLIP_SIZES = dict(so400m=(1152, 27, 16, 3.7362), giantopt=(1536, 40, 16, 4.0))
+_SIGLIP = (
+    ("base", 32, (256,), (), "gelu_tanh"), ("base", 16, (224, 256, 384, 512), (), None),
+    ("large", 16, (256, 384), (), None), ("large", 16, (512,), (), "gelu_tanh"),
+    ("so400m", 14, (224, 378, 384), (448, 896), None), ("so400m", 16, (256, 384, 512), (), "gelu_tanh"),
+    ("giantopt", 16, (256, 384), (), "gelu_tanh"),
+)
+for _size, _patch, _map, _gap_only, _act in _SIGLIP:
+    _common = dict(
+        _size_args(_size, _SIGLIP_SIZES), patch_size=_patch, class_token=False, act_layer=_act,
+        family="siglip",
+    )
+    for _res in _map:
+        _NAMED[f"vit_{_size}_patch{_patch}_siglip_{_res}"] = dict(_common, img_size=_res, global_pool="map")
+    for _res in _map + _gap_only:
+        _NAMED[f"vit_{_size}_patch{_patch}_siglip_gap_{_res}"] = dict(
+            _common, img_size=_res, global_pool="avg", fc_norm=False
+        )
+
 # timm's VisionTransformer arguments, with timm's defaults: the one list of
 # what a config's `model_args` may say.
 TIMM_DEFAULTS = dict(
@@ -224,9 +312,10 @@ READ = frozenset((
     "img_size", "patch_size", "in_chans", "num_classes", "global_pool", "embed_dim", "depth",
     "num_heads", "mlp_ratio", "qkv_bias", "class_token", "reg_tokens", "no_embed_class",
     "fc_norm", "act_layer", "distilled", "init_values", "drop_rate", "pos_drop_rate",
-    "proj_drop_rate", "attn_drop_rate", "drop_path_rate",
+    "proj_drop_rate", "attn_drop_rate", "drop_path_rate", "pre_norm",
 ))
-_ACTIVATIONS = {None: False, "gelu": False, "gelu_tanh": True}
+# timm's `act_layer` -> keras_vit's `mlp_activation` (None: nn.GELU).
+_ACTIVATIONS = {None: "gelu", "gelu": "gelu", "gelu_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
 
 
 def architecture_arguments(name):
@@ -254,8 +343,11 @@ def architecture_arguments(name):
     raise ValueError(
         f"Cannot build timm architecture {name!r}: keras_vit knows the plain "
         f"vit_{{{','.join(_SIZES)}}}_patchP_R and deit_*[_distilled]_patchP_R "
-        f"models and {sorted(_NAMED)}. A config.json `model_args` entry with "
-        "embed_dim, depth, num_heads and mlp_ratio describes any other plain ViT."
+        f"models and {len(_NAMED)} named ones (register-token, DINOv2, CLIP "
+        f"`vit_*_clip_*`, SigLIP `vit_*_siglip_*`, ...); the closest: "
+        f"{difflib.get_close_matches(name, _NAMED, n=5, cutoff=0.5)}. A config.json "
+        "`model_args` entry with embed_dim, depth, num_heads and mlp_ratio "
+        "describes any other plain ViT."
     )
 
 
@@ -266,16 +358,25 @@ def _unsupported(name, args):
     }
     if args.get("act_layer") not in _ACTIVATIONS:
         bad["act_layer"] = args["act_layer"]
-    if args.get("global_pool") not in ("token", "avg", ""):
+    if args.get("global_pool") not in ("token", "avg", "", "map"):
         bad["global_pool"] = args["global_pool"]
     if args.get("global_pool") == "avg" and args.get("class_token"):
         bad["global_pool"] = "avg with a class token"
+    if any(s % p for s, p in zip(_pair(args["img_size"]), _pair(args["patch_size"]))):
+        # timm's patch convolution drops the last pixels (e.g.
+        # vit_so400m_patch14_siglip_384; its `_378` twin is the exact one).
+        bad["img_size"] = f"{args['img_size']} (not a multiple of patch_size={args['patch_size']})"
+    prefix = args.get("class_token") or args.get("reg_tokens") or args.get("distilled")
+    if args.get("global_pool") == "map" and prefix:
+        # timm's attention pool leaves the prefix tokens out; keras_vit's
+        # pools every token, so only a model without prefix tokens matches.
+        bad["global_pool"] = "map with class, distillation or register tokens"
     if bad:
         raise ValueError(
             f"Cannot build timm model {name!r}: keras_vit has no equivalent of "
             + ", ".join(f"{k}={v!r}" for k, v in sorted(bad.items()))
-            + " (CLIP pre-norm, attention pooling, query/key norms, other "
-            "activations or norms are not ViT options keras_vit offers)."
+            + " (query/key norms, other blocks, activations or norms are not "
+            "ViT options keras_vit reads from timm)."
         )
 
 
@@ -312,8 +413,11 @@ def model_arguments(config):
         args["num_classes"] = top["num_classes"]
     if top.get("global_pool") is not None:
         args["global_pool"] = top["global_pool"]
+    epsilon = float(args.pop("norm_eps", 1e-6))
+    family = args.pop("family", None)
     _unsupported(name, args)
     pool = args["global_pool"]
+    # timm: `fc_norm=None` normalises after pooling for the average pools only.
     fc_norm = (pool == "avg") if args["fc_norm"] is None else bool(args["fc_norm"])
     size = _pair(args["img_size"])
     classes = args["num_classes"]
@@ -324,24 +428,47 @@ def model_arguments(config):
         num_layers=args["depth"],
         num_heads=args["num_heads"],
         mlp_dim=int(args["embed_dim"] * args["mlp_ratio"]),
-        classifier="gap" if pool == "avg" or not args["class_token"] else "token",
+        classifier="map" if pool == "map" else "gap" if pool == "avg" or not args["class_token"] else "token",
         pooled_norm=fc_norm,
         qkv_bias=bool(args["qkv_bias"]),
         num_register_tokens=args["reg_tokens"],
         distillation_token=bool(args["distilled"]),
         distillation_head=bool(args["distilled"]),
         layer_scale_init=None if args["init_values"] is None else float(args["init_values"]),
-        layer_norm_epsilon=1e-6,
-        gelu_approximate=_ACTIVATIONS[args["act_layer"]],
+        layer_norm_epsilon=epsilon,
         include_top=bool(classes) and pool != "",
         classifier_activation=None,
     )
+    if family:
+        # timm's resize; the other timm layouts keep the official one, which
+        # transformers' ViT writer accepts.
+        out["position_interpolation"] = "timm"
+    out.update(_block_options(args, out["include_top"], family))
     if args["in_chans"] != 3:
         out["input_shape"] = size + (args["in_chans"],)
     if out["include_top"]:
         out["classes"] = classes
         out["class_names"] = class_names(top, pretrained, classes)
     return out, bool(args["no_embed_class"])
+
+
+def _block_options(args, include_top, family):
+    """The activation, `norm_pre` and pooling arguments of timm `args`."""
+    activation = _ACTIVATIONS[args["act_layer"]]
+    out = {"mlp_activation": activation} if activation == "quick_gelu" else {
+        "gelu_approximate": activation == "gelu_tanh"
+    }
+    if args["pre_norm"]:
+        # timm drops the patch embedding's bias when it adds `norm_pre`.
+        out.update(pre_norm=True, patch_bias=False)
+    pool = args["global_pool"]
+    if not include_top and (pool == "map" or (family and pool)):
+        # Without a head (num_classes=0) timm's output is the pooled
+        # features: the CLIP and SigLIP towers give them (the other timm
+        # layouts give the tokens), and MAP always (its weights are in the
+        # checkpoint).
+        out["pooling"] = pool
+    return out
 
 
 def class_names(top, pretrained, classes):
