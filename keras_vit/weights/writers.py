@@ -65,6 +65,12 @@ def _preprocessing(value, model):
     return Preprocessing.from_config(value)
 
 
+def _names_classes(model, format):
+    if format == "transformers":
+        return transformers.names_classes(flatten_config(model.get_config()))
+    return model.include_top
+
+
 def _metadata(model, format, preprocessing, class_names):
     """`class_names` and `preprocessing` as written: the arguments, else the model's.
 
@@ -87,8 +93,9 @@ def _metadata(model, format, preprocessing, class_names):
              "'imagenet' for ImageNet mean/std, 'inception' for [-1, 1], or a Preprocessing record"),
             ("class_names", class_names, "'imagenet1k', 'imagenet21k' or one string per class"),
         )
-        # A model without a head (a backbone) has no classes to name.
-        if value is None and (arg != "class_names" or model.include_top)
+        # A model without a head (a backbone) has no classes to name,
+        # nor one whose head is an embedding projection (CLIP's).
+        if value is None and (arg != "class_names" or _names_classes(model, format))
     ]
     if format == "transformers" and missing:
         raise ValueError(
