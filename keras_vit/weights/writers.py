@@ -134,14 +134,19 @@ def save_to_preset(model, directory, format="keras_vit", preprocessing=None, cla
       `AutoImageProcessor.from_pretrained` and
       `pipeline("image-classification")` load, with no missing or
       unexpected keys (`ViTForImageClassification`, or
-      the DeiT classes for models with a distillation token; `Dinov2Model`
-      or `Dinov2WithRegistersModel` for a backbone with LayerScale, a
-      class token and no head, which needs no class names). The tanh GELU
+      the DeiT classes for models with a distillation token; for the
+      backbones, which need no class names: `Dinov2Model` or
+      `Dinov2WithRegistersModel` (LayerScale, a class token, no head),
+      `SiglipVisionModel` (a MAP head, no class token), `ViTMAEModel`
+      (fixed sin-cos position embedding, no pooling), `CLIPVisionModel`
+      (`pre_norm`, the class token normed alone) or
+      `CLIPVisionModelWithProjection` (the same with a zero-bias head as
+      its projection); `keras_vit.weights.formats.transformers`). The tanh GELU
       is written as `hidden_act="gelu_pytorch_tanh"`. Models transformers
       cannot represent (hybrids, register tokens, GAP or pooled-norm
       classifiers, pre-logits layers, no head, block or encoder options a
-      transformers ViT config has no field for) are refused before
-      anything is written.
+      transformers ViT or family config has no field for) are refused
+      before anything is written.
 
     Args:
         model: a keras_vit `ViT` or `ViTHybrid`.

@@ -1,5 +1,10 @@
 """transformers ViT and DeiT directories <-> the canonical layout, read and written.
 
+The other ViT families (DINOv2, CLIP, SigLIP, ViTMAE) are one module each
+beside this one (`transformers_*.py`), read by `model_type` (`FAMILIES`) and
+written by the first that recognises a model's shape (`EXPORT_FAMILIES`);
+this module dispatches to them and writes the files.
+
 Facts about the files (`save_pretrained` of transformers 4 and 5 writes the
 first naming; transformers 5 names the modules the second way in memory and
 renames on load, so both are read):
