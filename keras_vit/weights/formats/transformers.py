@@ -414,9 +414,13 @@ def export_architecture(config):
 
 def names_classes(config):
     """Whether the transformers model written for a model config has classes
-    to name (`id2label`): the ViT/DeiT classifiers; a family's backbone or
-    embedding projection has none."""
-    return _export_family(config)[0] is None and bool(config.get("include_top", True))
+    to name (`id2label`): the ViT/DeiT classifiers and a family's
+    architectures listed in its optional `CLASSIFIERS`; a family's backbone
+    or embedding projection has none."""
+    family, architecture = _export_family(config)
+    if family is None:
+        return bool(config.get("include_top", True))
+    return architecture in getattr(family, "CLASSIFIERS", ())
 
 
 def export_config(config, class_names=None):
