@@ -132,6 +132,7 @@ EXPORTED_OPTIONS = {
     "mlp_activation": tuple(HIDDEN_ACTS),
     "qkv_bias": None,
     "position_embedding": ("sincos",),
+    "class_token": (None, True),
     # A fixed table is computed for each grid: no interpolation applies.
     "position_interpolation": None,
 }
