@@ -10,7 +10,7 @@ the weights strictly (`keras_vit.weights.loader`):
 | layout | recognised by | reader |
 | --- | --- | --- |
 | keras_vit | `config.json` registered as `keras_vit>...` | Keras (`model.weights.h5`) |
-| transformers ViT / DeiT / DINOv2 | `config.json` with `model_type` | `weights.formats.transformers` (+ `transformers_dinov2`) |
+| transformers ViT / DeiT / DINOv2 / CLIP / SigLIP / ViTMAE | `config.json` with `model_type` | `weights.formats.transformers` (+ one `transformers_<family>` module each) |
 | timm Hub | `config.json` with `architecture` | `weights.formats.timm` |
 | keras-hub ViT | `config.json` registered as `keras_hub>...` | keras-hub, `weights.formats.keras_hub` |
 

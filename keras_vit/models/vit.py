@@ -484,8 +484,9 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
             format: "keras_vit" (default: reloads exactly with
                 `keras_vit.from_preset` on every backend) or "transformers"
                 (loads in `transformers.AutoModelForImageClassification`,
-                `AutoImageProcessor` and `pipeline`; models it cannot
-                represent are refused before writing).
+                `AutoImageProcessor` and `pipeline`, or a backbone in its
+                family's class: DINOv2, CLIP, SigLIP, ViTMAE; models it
+                cannot represent are refused before writing).
             preprocessing: None (default: `self.preprocessing`), a mode
                 ("imagenet" or "inception") or a `Preprocessing` record;
                 a transformers directory needs one.

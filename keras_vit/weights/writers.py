@@ -65,6 +65,12 @@ def _preprocessing(value, model):
     return Preprocessing.from_config(value)
 
 
+def _names_classes(model, format):
+    if format == "transformers":
+        return transformers.names_classes(flatten_config(model.get_config()))
+    return model.include_top
+
+
 def _metadata(model, format, preprocessing, class_names):
     """`class_names` and `preprocessing` as written: the arguments, else the model's.
 
@@ -87,8 +93,9 @@ def _metadata(model, format, preprocessing, class_names):
              "'imagenet' for ImageNet mean/std, 'inception' for [-1, 1], or a Preprocessing record"),
             ("class_names", class_names, "'imagenet1k', 'imagenet21k' or one string per class"),
         )
-        # A model without a head (a backbone) has no classes to name.
-        if value is None and (arg != "class_names" or model.include_top)
+        # A model without a head (a backbone) has no classes to name,
+        # nor one whose head is an embedding projection (CLIP's).
+        if value is None and (arg != "class_names" or _names_classes(model, format))
     ]
     if format == "transformers" and missing:
         raise ValueError(
@@ -127,14 +134,19 @@ def save_to_preset(model, directory, format="keras_vit", preprocessing=None, cla
       `AutoImageProcessor.from_pretrained` and
       `pipeline("image-classification")` load, with no missing or
       unexpected keys (`ViTForImageClassification`, or
-      the DeiT classes for models with a distillation token; `Dinov2Model`
-      or `Dinov2WithRegistersModel` for a backbone with LayerScale, a
-      class token and no head, which needs no class names). The tanh GELU
+      the DeiT classes for models with a distillation token; for the
+      backbones, which need no class names: `Dinov2Model` or
+      `Dinov2WithRegistersModel` (LayerScale, a class token, no head),
+      `SiglipVisionModel` (a MAP head, no class token), `ViTMAEModel`
+      (fixed sin-cos position embedding, no pooling), `CLIPVisionModel`
+      (`pre_norm`, the class token normed alone) or
+      `CLIPVisionModelWithProjection` (the same with a zero-bias head as
+      its projection); `keras_vit.weights.formats.transformers`). The tanh GELU
       is written as `hidden_act="gelu_pytorch_tanh"`. Models transformers
       cannot represent (hybrids, register tokens, GAP or pooled-norm
       classifiers, pre-logits layers, no head, block or encoder options a
-      transformers ViT config has no field for) are refused before
-      anything is written.
+      transformers ViT or family config has no field for) are refused
+      before anything is written.
 
     Args:
         model: a keras_vit `ViT` or `ViTHybrid`.

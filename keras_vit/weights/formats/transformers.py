@@ -1,5 +1,10 @@
 """transformers ViT and DeiT directories <-> the canonical layout, read and written.
 
+The other ViT families (DINOv2, CLIP, SigLIP, ViTMAE) are one module each
+beside this one (`transformers_*.py`), read by `model_type` (`FAMILIES`) and
+written by the first that recognises a model's shape (`EXPORT_FAMILIES`);
+this module dispatches to them and writes the files.
+
 Facts about the files (`save_pretrained` of transformers 4 and 5 writes the
 first naming; transformers 5 names the modules the second way in memory and
 renames on load, so both are read):
@@ -128,9 +133,18 @@ ARCHITECTURES = {
 # The other ViT families transformers holds, by `model_type`: each a module
 # with `MODEL_TYPES`, `model_arguments(config)`, `table(state)` and `IGNORED`
 # (and optionally `complete(params)`, for weights the format leaves implicit).
-FAMILIES = {t: family for family in (transformers_dinov2, transformers_clip, transformers_siglip,
-                                      transformers_siglip2, transformers_vit_mae)
-            for t in family.MODEL_TYPES}
+# Each is also written back: `export_architecture(config)` (the class of a
+# model shaped like the family, else None), `EXPORTED_OPTIONS`,
+# `export_config(config, architecture, class_names)`,
+# `export_state(params, architecture)` (and
+# optionally `export_fixed(config)`, for tensors transformers stores that
+# keras_vit computes, and `adjust_preprocessor(out, record)`, for the
+# family's own processor class). A model is written by the first that
+# recognises it, the most particular first: a MAP head (SigLIP) or a fixed
+# sin-cos table (MAE) before a norm ahead of the blocks (CLIP).
+EXPORT_FAMILIES = (transformers_dinov2, transformers_siglip, transformers_vit_mae, transformers_clip)
+# SigLIP2 is read only.
+FAMILIES = {t: family for family in (*EXPORT_FAMILIES, transformers_siglip2) for t in family.MODEL_TYPES}
 # Entries that are not inference weights of the encoder/classifier.
 IGNORED = {
     "embeddings.mask_token": "the mask token of masked-image-modelling pre-training",
@@ -333,7 +347,7 @@ def _refuse(reason):
     return ValueError(f"transformers has no ViT that represents this model: {reason}.")
 
 
-def _refuse_options(config, exported=EXPORTED_OPTIONS):
+def _refuse_options(config, exported=EXPORTED_OPTIONS, holder="it"):
     """Refuses block and encoder options a transformers config cannot hold."""
     for record in RECORDS.values():
         # Training-only fields (dropout, remat, patch dropout) leave the weights as they are.
@@ -344,7 +358,18 @@ def _refuse_options(config, exported=EXPORTED_OPTIONS):
             value = config.get(name, default)
             allowed = exported[name] if name in exported else (default,)
             if allowed is not None and value not in allowed:
-                raise _refuse(f"{name}={value!r} (it holds {name} in {list(allowed)})")
+                raise _refuse(f"{name}={value!r} ({holder} holds {name} in {list(allowed)})")
+
+
+def _export_family(config):
+    """`(family module, architecture)` of the first family that recognises the
+    model config (its options checked), or `(None, None)`."""
+    for family in EXPORT_FAMILIES:
+        architecture = family.export_architecture(config)
+        if architecture is not None:
+            _refuse_options(config, family.EXPORTED_OPTIONS, architecture)
+            return family, architecture
+    return None, None
 
 
 def export_architecture(config):
@@ -356,10 +381,9 @@ def export_architecture(config):
     Raises:
         ValueError: for a model transformers' ViT/DeiT cannot represent.
     """
-    family = transformers_dinov2.export_architecture(config)
+    family, architecture = _export_family(config)
     if family is not None:
-        _refuse_options(config, transformers_dinov2.EXPORTED_OPTIONS)
-        return family
+        return architecture
     if "resnet_layers" in config:
         raise _refuse("a ResNet (hybrid) stem; transformers has no ViT-hybrid layout")
     checks = (
@@ -378,6 +402,17 @@ def export_architecture(config):
     if config.get("distillation_head", True):
         return "DeiTForImageClassificationWithTeacher"
     return "DeiTForImageClassification"
+
+
+def names_classes(config):
+    """Whether the transformers model written for a model config has classes
+    to name (`id2label`): the ViT/DeiT classifiers and a family's
+    architectures listed in its optional `CLASSIFIERS`; a family's backbone
+    or embedding projection has none."""
+    family, architecture = _export_family(config)
+    if family is None:
+        return bool(config.get("include_top", True))
+    return architecture in getattr(family, "CLASSIFIERS", ())
 
 
 def export_config(config, class_names=None):
@@ -473,12 +508,16 @@ def read(state, config, path):
 def _read_family(family, state, config, path):
     kept, ignored = {}, {}
     for key, value in state.items():
-        reason = next((r for p, r in family.IGNORED.items() if key.endswith(p)), None)
+        # By its end (a buffer under any prefix) or its start (a two-tower
+        # model's text tower).
+        reason = next((r for p, r in family.IGNORED.items() if key.endswith(p) or key.startswith(p)), None)
         if reason:
             ignored[key] = reason
         else:
             kept[key] = value
-    params, unknown = family.table(kept).to_canonical(kept, config["num_attention_heads"])
+    # The family's own reading of the config (a two-tower one nests it).
+    heads = family.model_arguments(config)["num_heads"]
+    params, unknown = family.table(kept).to_canonical(kept, heads)
     params.update({k: kept[k] for k in unknown})  # reported as unexpected
     if hasattr(family, "complete"):
         params = family.complete(params)
@@ -519,18 +558,21 @@ def write(directory, config, params, class_names, preprocessing_record):
     """
     from safetensors.numpy import save_file
 
-    architecture = export_architecture(config)
-    if architecture in transformers_dinov2.ARCHITECTURES:
-        hf_config = transformers_dinov2.export_config(config, architecture, class_names)
-        state = transformers_dinov2.export_state(params, architecture)
+    family, architecture = _export_family(config)
+    if family is not None:
+        hf_config = family.export_config(config, architecture, class_names)
+        state = family.export_state(params, architecture)
+        if hasattr(family, "export_fixed"):
+            state.update(family.export_fixed(config))
     else:
+        architecture = export_architecture(config)
         hf_config = export_config(config, class_names)
         _, prefix, head = ARCHITECTURES[architecture]
         state = table(prefix, head).from_canonical(params)
     state = {k: np.asarray(v, "float32") for k, v in state.items()}
     save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
     write_json(os.path.join(directory, "config.json"), hf_config)
-    write_json(
-        os.path.join(directory, "preprocessor_config.json"),
-        export_preprocessor(preprocessing_record),
-    )
+    preprocessor = export_preprocessor(preprocessing_record)
+    if hasattr(family, "adjust_preprocessor"):  # the family's own processor class
+        preprocessor = family.adjust_preprocessor(preprocessor, preprocessing_record)
+    write_json(os.path.join(directory, "preprocessor_config.json"), preprocessor)

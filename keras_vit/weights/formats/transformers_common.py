@@ -7,6 +7,8 @@ ACTIVATIONS = {
     "gelu_pytorch_tanh": "gelu_tanh",
     "quick_gelu": "quick_gelu",
 }
+# keras_vit `mlp_activation` -> the `hidden_act` written.
+HIDDEN_ACTS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "quick_gelu": "quick_gelu"}
 
 
 def pair(value):
@@ -46,3 +48,56 @@ def label_config(names, classes):
         "id2label": {str(i): n for i, n in enumerate(names)},
         "label2id": {n: i for i, n in enumerate(names)},
     }
+
+
+def refuse(reason):
+    """The error of a model a transformers directory cannot hold (nothing is written)."""
+    return ValueError(f"transformers has no ViT that represents this model: {reason}.")
+
+
+def has_class_token(config):
+    """Whether a flat keras_vit model config prepends a class token."""
+    class_token = config.get("class_token")
+    return config.get("classifier", "token") == "token" if class_token is None else class_token
+
+
+def square(config, architecture):
+    """`(image side, patch side)` of a model config, for the transformers
+    classes whose config holds one int each (their position table is a square grid).
+
+    Raises:
+        ValueError: naming the sizes when either is not square.
+    """
+    (height, width), (ph, pw) = pair(config["image_size"]), pair(config["patch_size"])
+    if height != width or ph != pw:
+        raise refuse(
+            f"{architecture} takes square images and patches (one int each); "
+            f"image_size={(height, width)}, patch_size={(ph, pw)}"
+        )
+    return height, ph
+
+
+def refuse_layout(architecture, checks):
+    """Raises `refuse` for the first `(failed, reason)` of `checks` that failed."""
+    for failed, reason in checks:
+        if failed:
+            raise refuse(f"{architecture} {reason}")
+
+
+def shape_checks(config):
+    """`(failed, reason)` for what none of the CLIP, SigLIP and ViTMAE towers has."""
+    return (
+        ("resnet_layers" in config, "has no ResNet stem (a hybrid's resnet_layers)"),
+        (config.get("num_register_tokens", 0),
+         f"has no register tokens. Received: num_register_tokens={config.get('num_register_tokens')!r}"),
+        (config.get("distillation_token", False), "has no distillation token. Received: distillation_token=True"),
+        (config.get("representation_size") is not None,
+         f"has no pre-logits layer. Received: representation_size={config.get('representation_size')!r}"),
+    )
+
+
+def vision_config(config, defaults):
+    """The vision tower's config: `vision_config` of a two-tower `CLIPModel`/
+    `SiglipModel` directory, else the config itself; fields it leaves out
+    take the transformers class's `defaults`."""
+    return {**defaults, **config.get("vision_config", config)}

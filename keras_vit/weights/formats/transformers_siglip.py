@@ -14,15 +14,34 @@ Facts about the files (`save_pretrained`; `model_type` "siglip_vision_model"):
   its bias, `attention.out_proj`, `layernorm`, `mlp.fc1`/`mlp.fc2` (the
   blocks' width and activation). `pooler_output` is the head's output:
   keras_vit's `pooling="map"` (`MapHead`).
+- A two-tower `SiglipModel` directory (`model_type` "siglip") holds the
+  vision config under `vision_config` and the same vision tensors under
+  `vision_model.`, beside the text tower (`text_model.`, `logit_scale`,
+  `logit_bias`), which is ignored by name; `get_image_features` is the
+  vision tower's `pooler_output` (SigLIP has no image projection).
+
+Written back (`save_to_preset(format="transformers")`): a model that ends
+in a MAP head without a class token, as `SiglipVisionModel`.
 """
 
 from keras_vit.weights import canonical as C
 from keras_vit.weights.formats.transformers_clip import BLOCKS
-from keras_vit.weights.formats.transformers_common import ACTIVATIONS, pair
+from keras_vit.weights.formats.transformers_common import (
+    ACTIVATIONS,
+    HIDDEN_ACTS,
+    has_class_token,
+    pair,
+    refuse_layout,
+    shape_checks,
+    square,
+    vision_config,
+)
 from keras_vit.weights.rules import RuleTable
 
-MODEL_TYPES = ("siglip_vision_model",)
+MODEL_TYPES = ("siglip_vision_model", "siglip")
 ARCHITECTURES = ("SiglipVisionModel",)
+# The two-tower model, read for its vision tower.
+TWO_TOWERS = "SiglipModel"
 PREFIX = "vision_model."
 _H = "head."
 _MAP = C.MAP_HEAD
@@ -45,7 +64,16 @@ BODY = (
     (_H + "mlp.fc2.weight", _MAP + "MlpBlock_0/Dense_1/kernel", "linear"),
     (_H + "mlp.fc2.bias", _MAP + "MlpBlock_0/Dense_1/bias"),
 )
-IGNORED = {"embeddings.position_ids": "the position indices buffer, not a weight"}
+# Keys ignored by their end or their start.
+IGNORED = {
+    "embeddings.position_ids": "the position indices buffer, not a weight",
+    "text_model.": "the text tower of a SiglipModel",
+    "logit_scale": "the image-text logit scale of a SiglipModel",
+    "logit_bias": "the image-text logit bias of a SiglipModel",
+}
+# SiglipVisionConfig's defaults, for a `vision_config` that leaves fields out.
+DEFAULTS = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                image_size=224, patch_size=16, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6)
 
 
 def _unsupported(message):
@@ -63,24 +91,26 @@ def model_arguments(config):
     >>> args["classifier"], args["pooling"], args["mlp_activation"]
     ('map', 'map', 'gelu_tanh')
     """
-    architecture = (config.get("architectures") or ["SiglipVisionModel"])[0]
-    if architecture not in ARCHITECTURES:
-        raise _unsupported(f"architecture must be one of {ARCHITECTURES}. Received: {architecture!r}")
+    known = ARCHITECTURES + (TWO_TOWERS,)
+    architecture = (config.get("architectures") or [known[1 if "vision_config" in config else 0]])[0]
+    if architecture not in known:
+        raise _unsupported(f"architecture must be one of {known}. Received: {architecture!r}")
+    config = vision_config(config, DEFAULTS)
     if not config.get("vision_use_head", True):
         raise _unsupported("a tower without its attention-pool head (vision_use_head=False) "
                            "has no pooled output. Received: vision_use_head=False")
-    act = config.get("hidden_act", "gelu_pytorch_tanh")
+    act = config["hidden_act"]
     if act not in ACTIVATIONS:
         raise _unsupported(f"`hidden_act` must be one of {sorted(ACTIVATIONS)}. Received: hidden_act={act!r}")
-    size = pair(config.get("image_size", 224))
+    size = pair(config["image_size"])
     args = dict(
         image_size=size,
-        patch_size=pair(config.get("patch_size", 16)),
+        patch_size=pair(config["patch_size"]),
         hidden_size=config["hidden_size"],
         num_layers=config["num_hidden_layers"],
         num_heads=config["num_attention_heads"],
         mlp_dim=config["intermediate_size"],
-        layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-6)),
+        layer_norm_epsilon=float(config["layer_norm_eps"]),
         mlp_activation=ACTIVATIONS[act],
         attention_dropout_rate=float(config.get("attention_dropout", 0.0)),
         position_interpolation="siglip",
@@ -99,3 +129,72 @@ def table(state):
     """The `RuleTable` of a state dict (at its root or under `vision_model.`)."""
     prefix = PREFIX if any(k.startswith(PREFIX) for k in state) else ""
     return RuleTable(BODY).prefixed(prefix)
+
+
+# The block and encoder options a SigLIP vision config holds (None: any value);
+# the others must keep their defaults.
+EXPORTED_OPTIONS = {
+    "layer_norm_epsilon": None,
+    "mlp_activation": tuple(HIDDEN_ACTS),
+    "class_token": (None, False),
+    # transformers resizes the position table its own way (bicubic) at
+    # other sizes, whatever keras_vit held.
+    "position_interpolation": ("official", "siglip"),
+}
+
+
+def export_architecture(config):
+    """"SiglipVisionModel" for a model config that ends in a MAP head
+    (`pooling="map"`, or `classifier="map"` with a head), else None.
+
+    Raises:
+        ValueError: for a MAP-pooled model SigLIP cannot hold (a class token,
+            a classifier after the MAP head, a norm after pooling).
+
+    Example:
+
+    >>> export_architecture({"classifier": "map", "include_top": False, "pooling": "map"})
+    'SiglipVisionModel'
+    """
+    include_top = bool(config.get("include_top", True))
+    classifier = config.get("classifier", "token")
+    if (classifier if include_top else config.get("pooling")) != "map":
+        return None
+    architecture = ARCHITECTURES[0]
+    refuse_layout(architecture, shape_checks(config) + (
+        (include_top,
+         f"has no classifier after its MAP head: build it with include_top=False, pooling='map'. "
+         f"Received: include_top=True, classes={config.get('classes')!r}"),
+        (has_class_token(config),
+         f"has no class token. Received: classifier={classifier!r}, class_token={config.get('class_token')!r}"),
+        (config.get("pooled_norm", False),
+         "normalises every token before its MAP head (post_layernorm), not the pooled "
+         "features. Received: pooled_norm=True"),
+    ))
+    return architecture
+
+
+def export_config(config, architecture, class_names=None):
+    """A transformers `config.json` dict for a SigLIP-shaped keras_vit model config."""
+    size, patch = square(config, architecture)
+    return {
+        "architectures": [architecture],
+        "model_type": "siglip_vision_model",
+        "image_size": size,
+        "patch_size": patch,
+        "num_channels": config["input_shape"][-1],
+        "hidden_size": config["hidden_size"],
+        "intermediate_size": config["mlp_dim"],
+        "num_hidden_layers": config["num_layers"],
+        "num_attention_heads": config["num_heads"],
+        "hidden_act": HIDDEN_ACTS[config["mlp_activation"]],
+        "layer_norm_eps": config["layer_norm_epsilon"],
+        "attention_dropout": config.get("attention_dropout_rate", 0.0),
+        "vision_use_head": True,
+        "dtype": "float32",
+    }
+
+
+def export_state(params, architecture=None):
+    """The state dict of canonical `params`, under `vision_model.`."""
+    return RuleTable(BODY).prefixed(PREFIX).from_canonical(params)

@@ -14,10 +14,36 @@ Facts about the files (`save_pretrained`; `model_type` "vit_mae"):
   "sincos"`), so the stored one is ignored. `last_hidden_state` is the
   tokens after the final `layernorm`; the model has no pooled output, so
   the keras_vit model returns those tokens.
+
+Written back (`save_to_preset(format="transformers")`): a model with MAE's
+fixed sin-cos position embedding (`position_embedding="sincos"`), a class
+token and no pooling, as `ViTMAEModel`, the encoder alone:
+
+- the table is written as transformers holds it (computed here, zero class
+  row first), since transformers stores it among the weights;
+- `mask_ratio` is written as 0: the written model encodes every patch, as
+  keras_vit does (transformers still shuffles the patch order unless
+  `noise` is given; ascending noise keeps it);
+- no decoder: keras_vit holds none. `ViTMAEModel` has no decoder either, so
+  it loads with no missing key; the decoder fields of the config keep
+  transformers' defaults, and `ViTMAEForPreTraining` would start its decoder
+  (and mask token) from a random initialisation.
 """
 
+import numpy as np
+from keras import ops
+
+from keras_vit.layers.sincos import sincos_position_embedding
 from keras_vit.weights import canonical as C
-from keras_vit.weights.formats.transformers_common import ACTIVATIONS, pair
+from keras_vit.weights.formats.transformers_common import (
+    ACTIVATIONS,
+    HIDDEN_ACTS,
+    has_class_token,
+    pair,
+    refuse_layout,
+    shape_checks,
+    square,
+)
 from keras_vit.weights.rules import RuleTable
 
 MODEL_TYPES = ("vit_mae",)
@@ -96,3 +122,87 @@ def model_arguments(config):
 def table(state):
     """The `RuleTable` of a `ViTMAEModel` state dict."""
     return RuleTable(BODY)
+
+
+POSITION_KEY = "embeddings.position_embeddings"
+# The block and encoder options a ViTMAE config holds (None: any value); the
+# others must keep their defaults.
+EXPORTED_OPTIONS = {
+    "layer_norm_epsilon": None,
+    "mlp_activation": tuple(HIDDEN_ACTS),
+    "qkv_bias": None,
+    "position_embedding": ("sincos",),
+    "class_token": (None, True),
+    # A fixed table is computed for each grid: no interpolation applies.
+    "position_interpolation": None,
+}
+
+
+def export_architecture(config):
+    """"ViTMAEModel" for a model config with a fixed sin-cos position
+    embedding, else None.
+
+    Raises:
+        ValueError: for a sin-cos model ViTMAEModel cannot hold (a head, a
+            pooled output, no class token, a norm after pooling).
+
+    Example:
+
+    >>> export_architecture({"position_embedding": "sincos", "include_top": False})
+    'ViTMAEModel'
+    """
+    embedding = config.get("position_embedding")
+    if not (isinstance(embedding, str) and embedding.startswith("sincos")):
+        return None
+    architecture = ARCHITECTURES[0]
+    pooling = config.get("pooling")
+    refuse_layout(architecture, shape_checks(config) + (
+        (config.get("include_top", True),
+         f"has no classifier head: build it with include_top=False, pooling=None. "
+         f"Received: include_top=True, classes={config.get('classes')!r}"),
+        (pooling is not None,
+         f"returns the tokens (last_hidden_state) and has no pooled output: it needs pooling=None. "
+         f"Received: pooling={pooling!r}"),
+        (not has_class_token(config),
+         f"has a class token. Received: classifier={config.get('classifier')!r}, "
+         f"class_token={config.get('class_token')!r}"),
+        (config.get("pooled_norm", False), "normalises every token (layernorm). Received: pooled_norm=True"),
+    ))
+    return architecture
+
+
+def export_config(config, architecture, class_names=None):
+    """A transformers `config.json` dict for an MAE-shaped keras_vit model config."""
+    size, patch = square(config, architecture)
+    return {
+        "architectures": [architecture],
+        "model_type": "vit_mae",
+        "image_size": size,
+        "patch_size": patch,
+        "num_channels": config["input_shape"][-1],
+        "hidden_size": config["hidden_size"],
+        "intermediate_size": config["mlp_dim"],
+        "num_hidden_layers": config["num_layers"],
+        "num_attention_heads": config["num_heads"],
+        "hidden_act": HIDDEN_ACTS[config["mlp_activation"]],
+        "layer_norm_eps": config["layer_norm_epsilon"],
+        "qkv_bias": config.get("qkv_bias", True),
+        "hidden_dropout_prob": config.get("dropout_rate", 0.0),
+        "attention_probs_dropout_prob": config.get("attention_dropout_rate", 0.0),
+        # Every patch encoded, as keras_vit does.
+        "mask_ratio": 0.0,
+        "dtype": "float32",
+    }
+
+
+def export_state(params, architecture=None):
+    """The state dict of canonical `params` (the fixed table is `export_fixed`'s)."""
+    return RuleTable(BODY).from_canonical(params)
+
+
+def export_fixed(config):
+    """`{key: array}` of what transformers stores and keras_vit computes: MAE's
+    sin-cos table `(1, 1 + N, D)` for the model's patch grid, zero class row first."""
+    size, patch = square(config, ARCHITECTURES[0])
+    table = sincos_position_embedding((size // patch, size // patch), config["hidden_size"], style="mae")
+    return {POSITION_KEY: np.asarray(ops.convert_to_numpy(table), "float32")}
