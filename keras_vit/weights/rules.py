@@ -110,6 +110,11 @@ TRANSFORMS = {
         _QKV,
     ),
     "qkv_bias": Transform(_qkv_bias, lambda parts: np.concatenate([p.reshape(-1) for p in parts]), _QKV),
+    # A Keras Dense kernel (D, 2H) or bias (2H,) holding a SwiGLU MLP's gate
+    # and up projections side by side (keras-hub's `weights_in`) <-> both.
+    "gate_up": Transform(
+        lambda a, h: tuple(np.split(a, 2, axis=-1)), lambda parts: np.concatenate(parts, axis=-1), ("gate", "up")
+    ),
 }
 
 

@@ -20,8 +20,10 @@ Facts about the files (`save_to_preset` of `keras_hub.models.DINOV2Backbone`):
   adds; `patch_embeddings/projection` (HWIO); blocks
   `encoder/layers_{i}/` with `norm1`, `attention/attention/` (a Keras
   `MultiHeadAttention`: the canonical `(D, heads, head_dim)` kernels),
-  `layer_scale1/lambda1`, `norm2`, `mlp/fc1`, `mlp/fc2`,
-  `layer_scale2/lambda1`; the final `layernorm`.
+  `layer_scale1/lambda1`, `norm2`, `mlp/fc1`, `mlp/fc2` (with
+  `use_swiglu_ffn`: `mlp/weights_in`, the SiLU gate and the up projection
+  side by side, and `mlp/weights_out`), `layer_scale2/lambda1`; the final
+  `layernorm`.
 
 The backbone's output is every token after the final norm; the family's
 pooled embedding is the class token of it (transformers' `pooler_output`),
@@ -42,6 +44,7 @@ REGISTERED = ("keras_hub>DINOV2Backbone",)
 _E = "embeddings/"
 _L = "encoder/layers_{i}/"
 _A = _L + "attention/attention/"
+_SWIGLU = C.BLOCK + "MlpBlock_3/"
 RULES = (
     (_E + "cls_token", C.CLS),
     (_E + "register_tokens", C.REG),
@@ -64,6 +67,12 @@ RULES = (
     (_L + "mlp/fc2/kernel", C.MLP_OUT + "kernel"),
     (_L + "mlp/fc2/bias", C.MLP_OUT + "bias"),
     (_L + "layer_scale2/lambda1", C.MLP_SCALE),
+    # The SwiGLU MLP (`use_swiglu_ffn`, DINOv2-giant): `weights_in` holds the
+    # gate and up projections side by side, `weights_out` is the down one.
+    (_L + "mlp/weights_in/kernel", _SWIGLU + "{part}/kernel", "gate_up"),
+    (_L + "mlp/weights_in/bias", _SWIGLU + "{part}/bias", "gate_up"),
+    (_L + "mlp/weights_out/kernel", _SWIGLU + "down/kernel"),
+    (_L + "mlp/weights_out/bias", _SWIGLU + "down/bias"),
     ("layernorm/gamma", C.ENCODER_NORM + "scale"),
     ("layernorm/beta", C.ENCODER_NORM + "bias"),
 )
@@ -108,19 +117,21 @@ def model_arguments(config, input_shape):
     >>> args["num_register_tokens"], args["position_interpolation"], args["pooling"]
     (4, 'dinov2_registers', 'token')
     """
-    if config.get("use_swiglu_ffn", False):
-        raise _unsupported(
-            "the SwiGLU MLP of DINOv2-giant is not read from keras-hub presets yet. "
-            "Received: use_swiglu_ffn=True"
-        )
     antialias = bool(config.get("antialias_in_interpolation", False))
+    mlp_dim = int(config["intermediate_dim"])
+    swiglu = bool(config.get("use_swiglu_ffn", False))
+    if swiglu:
+        # keras-hub's `DINOV2SwiGLUFFN` keeps two thirds of `intermediate_dim`,
+        # rounded up to a multiple of 8 (`keras_vit.layers.swiglu_hidden_width`).
+        mlp_dim = (int(mlp_dim * 2 / 3) + 7) // 8 * 8
     return dict(
         input_shape=tuple(input_shape),
         patch_size=int(config["patch_size"]),
         hidden_size=config["hidden_dim"],
         num_layers=config["num_layers"],
         num_heads=config["num_heads"],
-        mlp_dim=config["intermediate_dim"],
+        mlp_dim=mlp_dim,
+        mlp_kind="swiglu" if swiglu else "plain",
         layer_norm_epsilon=LAYER_NORM_EPSILON,
         mlp_activation="gelu",
         layer_scale_init=float(config.get("layer_scale_init_value", 1.0)),
