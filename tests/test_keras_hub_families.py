@@ -135,6 +135,25 @@ def test_dinov2_presets_at_another_image_size(dinov2_presets, dinov2_models, kin
     np.testing.assert_allclose(tokens, hidden, rtol=0, atol=1e-4)
 
 
+def test_dinov2_preset_trained_at_another_size_adds_keras_hubs_table(tmp_path):
+    """A preset whose `position_embedding_shape` (35 pixels, 5x5 patches)
+    differs from its `image_shape`: keras-hub resizes the stored table when
+    it builds the model, and keras_vit takes the resized one, so both add
+    the same table at the preset's size."""
+    config = dict(TINY_DINOV2, position_embedding_shape=(35, 35, 3), num_layers=1)
+    backbone = keras_hub.models.DINOV2Backbone(**config, num_register_tokens=1, antialias_in_interpolation=True)
+    _randomise(backbone, 5)
+    backbone.save_to_preset(str(tmp_path))
+    # The preset as keras-hub loads it (its save keeps the stored table).
+    reference = keras_hub.models.Backbone.from_preset(str(tmp_path))
+    assert reference.embeddings.position_embeddings.shape[1] == 1 + 5 * 5
+    x = _images(SIZE, seed=2)
+    hidden = to_numpy(reference({"images": x}))
+    pooled, tokens = _pooled_and_tokens(keras_vit.from_preset(str(tmp_path)), x)
+    np.testing.assert_allclose(pooled, hidden[:, 0], rtol=0, atol=1e-4)
+    np.testing.assert_allclose(tokens, hidden, rtol=0, atol=1e-4)
+
+
 @pytest.fixture(scope="module")
 def siglip_presets(tmp_path_factory):
     """`{kind: folder}` and keras-hub's vision outputs (pooled, tokens after the final norm)."""
