@@ -223,7 +223,7 @@ def _set(path, value):
     "family, edit, match",
     [
         ("dinov2", _set(("registered_name",), "keras_hub>DINOV3Backbone"),
-         "keras_hub>DINOV2Backbone.*Received: registered_name='keras_hub>DINOV3Backbone'"),
+         r"keras_hub>DINOV2Backbone.*\(DINOv3 adds rotary.*Received: registered_name='keras_hub>DINOV3Backbone'"),
         ("siglip", _set(("config", "vision_encoder", "config", "intermediate_activation"), "relu"),
          "intermediate_activation='relu'"),
         ("siglip", _set(("config", "vision_encoder", "config", "layer_norm_epsilon"), 1e-5),
@@ -243,15 +243,13 @@ def test_swiglu_table_reads_and_writes_keras_hub_names(rng):
     side (`silu(first half) * second half`): the table splits it so and
     writes it back unchanged."""
     table = keras_hub_format.keras_hub_dinov2.TABLE
-    state = {
-        "encoder/layers_1/mlp/weights_in/kernel": rng.normal(size=(4, 6)).astype("float32"),
-        "encoder/layers_1/mlp/weights_in/bias": rng.normal(size=(6,)).astype("float32"),
-    }
+    kernel, bias = rng.normal(size=(4, 6)).astype("float32"), rng.normal(size=(6,)).astype("float32")
+    state = {"encoder/layers_1/mlp/weights_in/kernel": kernel, "encoder/layers_1/mlp/weights_in/bias": bias}
     params, unknown = table.to_canonical(state)
     assert not unknown
     prefix = "Transformer/encoderblock_1/MlpBlock_3/"
-    np.testing.assert_array_equal(params[prefix + "gate/kernel"], state["encoder/layers_1/mlp/weights_in/kernel"][:, :3])
-    np.testing.assert_array_equal(params[prefix + "up/bias"], state["encoder/layers_1/mlp/weights_in/bias"][3:])
+    np.testing.assert_array_equal(params[prefix + "gate/kernel"], kernel[:, :3])
+    np.testing.assert_array_equal(params[prefix + "up/bias"], bias[3:])
     again = table.from_canonical(params)
     assert sorted(again) == sorted(state)
     for key, value in state.items():

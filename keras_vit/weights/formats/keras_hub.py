@@ -99,6 +99,8 @@ def _unsupported(message):
 # `source_name`.
 FAMILIES = {name: family for family in (keras_hub_dinov2, keras_hub_siglip) for name in family.REGISTERED}
 VIT = "keras_hub>ViTBackbone"
+# Backbones keras-hub ships that keras_vit cannot build, and why.
+REFUSED = {"keras_hub>DINOV3Backbone": "DINOv3 adds rotary position embeddings (RoPE), which keras_vit has not"}
 
 
 def _input_shape(config):
@@ -114,8 +116,9 @@ def model_arguments(directory):
     registered = backbone.get("registered_name")
     family = FAMILIES.get(registered)
     if family is None and registered != VIT:
+        why = f" ({REFUSED[registered]})" if registered in REFUSED else ""
         raise _unsupported(
-            f"config.json must describe one of {[VIT, *FAMILIES]}. Received: "
+            f"config.json must describe one of {[VIT, *FAMILIES]}{why}. Received: "
             f"registered_name={registered!r}"
         )
     task = read_json(directory, "task.json")
