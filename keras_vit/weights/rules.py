@@ -163,6 +163,11 @@ TRANSFORMS = {
     # order: transformers' DINOv2 `weights_in`) <-> two (D, hidden) kernels.
     "gate_up_kernel": Transform(_gate_up_kernel, lambda parts: np.concatenate([p.T for p in parts]), _GATE_UP),
     "gate_up_bias": Transform(_gate_up_bias, lambda parts: np.concatenate(parts), _GATE_UP),
+    # A Keras Dense kernel (D, 2H) or bias (2H,) holding a SwiGLU MLP's gate
+    # and up projections side by side (keras-hub's `weights_in`) <-> both.
+    "gate_up": Transform(
+        lambda a, h: tuple(np.split(a, 2, axis=-1)), lambda parts: np.concatenate(parts, axis=-1), ("gate", "up")
+    ),
 }
 
 

@@ -5,7 +5,8 @@
   embedding);
 - `timm`: timm state dicts and timm Hub directories;
 - `transformers`: transformers ViT/DeiT directories, read and written;
-- `keras_hub`: keras-hub ViT presets;
+- `keras_hub`: keras-hub ViT presets, and through it `keras_hub_dinov2`
+  (DINOv2 backbones) and `keras_hub_siglip` (SigLIP vision towers);
 - `keras_vit`: keras_vit's own `.weights.h5` / `.keras` files.
 
 Each reads into a `keras_vit.weights.canonical.Checkpoint`;

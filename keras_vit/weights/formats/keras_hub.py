@@ -19,12 +19,17 @@ keras-hub reads its own files (`keras_hub.models.Backbone.from_preset`); this
 module renames the variables. keras-hub's kernels already have keras_vit's
 layouts (`(D, heads, head_dim)` attention, HWIO patch convolution); its MLP
 uses Keras' "gelu" activation, the exact erf GELU.
+
+The DINOv2 and SigLIP families have their own tables
+(`keras_hub_dinov2`, `keras_hub_siglip`), chosen here by the backbone's
+`registered_name`; the image converter and the reading are shared.
 """
 
 import os
 
 from keras_vit.weights import canonical as C
 from keras_vit.weights.files import read_json as _read_json
+from keras_vit.weights.formats import keras_hub_dinov2, keras_hub_siglip
 from keras_vit.weights.record import Preprocessing
 from keras_vit.weights.rules import RuleTable
 
@@ -89,23 +94,48 @@ def _unsupported(message):
     return ValueError(f"Cannot build this keras-hub preset: {message}")
 
 
+# The families beside ViT, each a module with `REGISTERED`, `TABLE`,
+# `IGNORED`, `encoder_config`, `model_arguments`, `variable_prefixes` and
+# `source_name`.
+FAMILIES = {name: family for family in (keras_hub_dinov2, keras_hub_siglip) for name in family.REGISTERED}
+VIT = "keras_hub>ViTBackbone"
+# Backbones keras-hub ships that keras_vit cannot build, and why.
+REFUSED = {"keras_hub>DINOV3Backbone": "DINOv3 adds rotary position embeddings (RoPE), which keras_vit has not"}
+
+
+def _input_shape(config):
+    shape = tuple(config["image_shape"])
+    if config.get("data_format") == "channels_first":
+        shape = shape[1:] + shape[:1]
+    return shape
+
+
 def model_arguments(directory):
-    """keras_vit `ViT` arguments for a keras-hub ViT preset directory."""
+    """keras_vit `ViT` arguments for a keras-hub preset directory."""
     backbone = read_json(directory, "config.json")
-    if backbone.get("registered_name") != "keras_hub>ViTBackbone":
+    registered = backbone.get("registered_name")
+    family = FAMILIES.get(registered)
+    if family is None and registered != VIT:
+        why = f" ({REFUSED[registered]})" if registered in REFUSED else ""
         raise _unsupported(
-            "config.json must describe a keras_hub>ViTBackbone. Received: "
-            f"registered_name={backbone.get('registered_name')!r}"
+            f"config.json must describe one of {[VIT, *FAMILIES]}{why}. Received: "
+            f"registered_name={registered!r}"
         )
+    task = read_json(directory, "task.json")
+    if family is not None:
+        if task is not None:
+            raise _unsupported(
+                f"keras_vit reads the {registered} backbone alone, not a task on it. "
+                f"Received: task.json with registered_name={task.get('registered_name')!r}"
+            )
+        config = family.encoder_config(backbone)
+        return family.model_arguments(config, _input_shape(config))
     config = backbone["config"]
     for flag in ("use_mha_bias", "use_mlp_bias"):
         if not config.get(flag, True):
             raise _unsupported(f"keras_vit layers always have these biases. Received: {flag}=False")
-    shape = tuple(config["image_shape"])
-    if config.get("data_format") == "channels_first":
-        shape = shape[1:] + shape[:1]
     args = dict(
-        input_shape=shape,
+        input_shape=_input_shape(config),
         patch_size=tuple(config["patch_size"]) if isinstance(config["patch_size"], list) else config["patch_size"],
         hidden_size=config["hidden_dim"],
         num_layers=config["num_layers"],
@@ -119,7 +149,6 @@ def model_arguments(directory):
         include_top=False,
         patch_bias=bool(config.get("use_patch_bias", True)),
     )
-    task = read_json(directory, "task.json")
     if task is not None:
         args.update(_task_arguments(task, args["classifier"]))
     return args
@@ -194,28 +223,57 @@ def read_variables(directory, with_task):
 
     loader = keras_hub.models.ImageClassifier if with_task else keras_hub.models.Backbone
     model = loader.from_preset(directory)
-    out = {}
-    for variable in model.weights:
-        path = variable.path
+    return {variable.path: keras.ops.convert_to_numpy(variable) for variable in model.weights}
+
+
+def _vit_params(variables, num_heads):
+    state = {}
+    for path, array in variables.items():
         for root in _ROOTS:
             if root in path:
                 path = path[path.index(root):]
-        out[path] = keras.ops.convert_to_numpy(variable)
-    return out
+        state[path] = array
+    params, unknown = TABLE.to_canonical(state, num_heads)
+    params.update({k: state[k] for k in unknown})
+    return params, {}
+
+
+def family_params(variables, family, backbone, num_heads):
+    """`(params, ignored)` of a family's variables: the image encoder's in the
+    canonical layout (with any variable no rule knows under its own name, for
+    the loader to report), the rest `{path: why it is ignored}`."""
+    prefixes = sorted(family.variable_prefixes(backbone).items(), key=lambda item: -len(item[0]))
+    state, ignored = {}, {}
+    for path, array in variables.items():
+        prefix, reason = next(((p, r) for p, r in prefixes if path.startswith(p)), (None, None))
+        name = path if prefix is None else family.source_name(path[len(prefix):])
+        if reason is not None:
+            ignored[path] = reason
+        elif name in family.IGNORED:
+            ignored[path] = family.IGNORED[name]
+        else:
+            state[name] = array
+    params, unknown = family.TABLE.to_canonical(state, num_heads)
+    params.update({k: state[k] for k in unknown})
+    return params, ignored
 
 
 def preset_source(directory):
-    """A `PresetSource` for a keras-hub ViT preset directory."""
+    """A `PresetSource` for a keras-hub ViT, DINOv2 or SigLIP preset directory."""
     args = model_arguments(directory)
     prep = preprocessing(directory)
     if prep is not None:
         args["preprocessing"] = prep.get_config()
     with_task = os.path.isfile(os.path.join(directory, "task.json"))
+    backbone = read_json(directory, "config.json")
+    family = FAMILIES.get(backbone.get("registered_name"))
 
     def read_weights(model):
         variables = read_variables(directory, with_task)
-        params, unknown = TABLE.to_canonical(variables, args["num_heads"])
-        params.update({k: variables[k] for k in unknown})
-        return C.Checkpoint(os.path.join(directory, WEIGHTS_FILE), "keras_hub", params, {})
+        if family is None:
+            params, ignored = _vit_params(variables, args["num_heads"])
+        else:
+            params, ignored = family_params(variables, family, backbone, args["num_heads"])
+        return C.Checkpoint(os.path.join(directory, WEIGHTS_FILE), "keras_hub", params, ignored)
 
     return C.PresetSource("keras_hub", directory, "ViT", args, read_weights)
