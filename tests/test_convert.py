@@ -114,3 +114,27 @@ def test_presets_in_and_out(tmp_path, capsys):
     # A preset fixes its architecture.
     assert main(argv[:4] + ["--variant", "Ti/16"]) == 2
     assert "drop --variant" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("family", ["dinov2", "clip", "mae"])
+def test_backbones_out_to_transformers_are_checked_there(tmp_path, capsys, family):
+    """Backbones written as transformers' DINOv2, CLIP and ViTMAE towers are
+    compared with that class's own output (pooled, embedded or tokens)."""
+    pytest.importorskip("transformers")
+    import keras_vit
+
+    options = {
+        "dinov2": dict(include_top=False, pooling="token", layer_scale_init=0.5),
+        "clip": dict(include_top=False, pooling="token", pre_norm=True, patch_bias=False,
+                     pooled_norm=True, mlp_activation="quick_gelu", layer_norm_epsilon=1e-5),
+        "mae": dict(include_top=False, position_embedding="sincos", gelu_approximate=False),
+    }[family]
+    source = keras_vit.ViT(**TINY, **options)
+    for v in source.weights:
+        v.assign(np.asarray(v) + np.random.default_rng(0).normal(0, 0.2, v.shape).astype("float32"))
+    source.save_to_preset(tmp_path / "in")
+    argv = ["--preset", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--format", "transformers",
+            "--preprocessing", "imagenet"]
+    assert main(argv) == 0, capsys.readouterr()
+    printed = capsys.readouterr().out
+    assert "max |transformers (torch) - source model|" in printed and printed.rstrip().endswith("OK (tolerance 0.0001)")

@@ -159,6 +159,23 @@ def test_timm_siglip_gap_directory_matches_timm_forward(tmp_path, rng):
     assert model.classifier == "gap" and not model.pooled_norm
 
 
+@pytest.mark.parametrize("registers", [0, 4])
+def test_timm_dinov2_directory_without_head_gives_the_pooled_class_token(tmp_path, rng, registers):
+    """timm's DINOv2 Hub directories have no head (`num_classes` 0): timm's
+    output is the class token after `norm`, what an identity head would give."""
+    state = random_timm_state(rng, reg_tokens=registers, no_embed_class=bool(registers), layer_scale=True)
+    name = "vit_small_patch14_reg4_dinov2" if registers else "vit_small_patch14_dinov2"
+    identity = dict(state, **{"head.weight": np.eye(16, dtype="float32"), "head.bias": np.zeros(16, "float32")})
+    backbone = {k: v for k, v in state.items() if not k.startswith("head.")}
+    folder = write_timm_hub(tmp_path, name, backbone, 0,
+                            model_args=dict(TINY_TIMM, img_size=32, patch_size=8, reg_tokens=registers))
+    model = keras_vit.from_preset(folder)
+    x = _images(32, 32)
+    expected = timm_forward(identity, x, heads=2, no_embed_class=bool(registers), pool="token")
+    np.testing.assert_allclose(to_numpy(model(x)), expected, rtol=0, atol=2e-5)
+    assert model.pooling == "token" and model.position_interpolation == "timm"
+
+
 @pytest.mark.parametrize(
     "name, expected",
     [

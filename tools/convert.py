@@ -28,6 +28,7 @@ Examples:
   keras-vit-convert --preset my_keras_vit_preset --output my_vit_hf --format transformers
 """
 
+import json
 import os
 import sys
 
@@ -146,9 +147,9 @@ def _reloaded(model, args, fmt, x, expected):
         again = presets.from_preset(args.output)
         diffs[f"reloaded {fmt} preset"] = np.abs(_outputs(again, x) - expected).max()
     if fmt == "transformers":
-        logits = _transformers_logits(args.output, x)
-        if logits is not None:
-            diffs["transformers (torch)"] = np.abs(logits - expected).max()
+        outputs = _transformers_outputs(args.output, x)
+        if outputs is not None:
+            diffs["transformers (torch)"] = np.abs(outputs - expected).max()
     if args.keras:
         keras_path = args.output[: -len(SUFFIX)] + ".keras"
         model.save(keras_path)
@@ -157,22 +158,50 @@ def _reloaded(model, args, fmt, x, expected):
     return diffs
 
 
-def _transformers_logits(directory, x):
-    """The logits of transformers' own model for the directory, or None."""
+def _transformers_outputs(directory, x):
+    """The output of transformers' own model for the directory (the class its
+    `config.json` names: logits, image embeddings, pooled output or tokens,
+    as the keras_vit model gives them), or None without transformers."""
     try:
         import torch
-        from transformers import AutoModelForImageClassification
+        import transformers
     except ImportError:
         print("transformers check: transformers or torch is not installed; skipped")
         return None
-    reference_model = AutoModelForImageClassification.from_pretrained(directory).eval()
+    with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    model_class = getattr(transformers, (config.get("architectures") or [""])[0], transformers.AutoModel)
+    reference_model = model_class.from_pretrained(directory).eval()
+    kwargs = {}
+    if config.get("model_type") == "vit_mae":
+        # ViTMAE shuffles the patches by `noise`; increasing noise keeps their order.
+        patches = (x.shape[1] // config["patch_size"]) * (x.shape[2] // config["patch_size"])
+        kwargs["noise"] = torch.arange(patches, dtype=torch.float32).expand(len(x), -1)
     with torch.no_grad():
-        return reference_model(torch.from_numpy(x.transpose(0, 3, 1, 2))).logits.numpy()
+        out = reference_model(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)), **kwargs)
+    for name in ("logits", "image_embeds", "pooler_output", "last_hidden_state"):
+        if getattr(out, name, None) is not None:
+            return out[name].numpy()
+    return None
+
+
+def _reference_gap(model):
+    """What of the model the NumPy reference does not compute, or None."""
+    blocks, encoder = model.block_config, model.encoder_config
+    gaps = (
+        (hasattr(model, "resnet_layers"), "ResNet stems"),
+        (not model.include_top and model.pooling is not None, "pooled backbone outputs"),
+        (encoder.position_embedding != "learned", "fixed position tables"),
+        (blocks.mlp_kind != "plain" or blocks.qk_norm, "SwiGLU MLPs and QK-norm"),
+        (model.classifier not in ("token", "gap"), f"classifier={model.classifier!r}"),
+    )
+    return next((what for failed, what in gaps if failed), None)
 
 
 def _numpy_reference(model, read_params, x, expected):
-    if hasattr(model, "resnet_layers"):
-        print("NumPy reference: not available for ResNet stems; skipped")
+    gap = _reference_gap(model)
+    if gap is not None:
+        print(f"NumPy reference: not available for {gap}; skipped")
         return {}
     params = read_params()
     state = model_state(model)

@@ -229,14 +229,16 @@ for _name, _dim, _depth, _heads, _ratio, _reg in _REGISTER:
         no_embed_class=True, reg_tokens=_reg, global_pool="avg",
     )
 # DINOv2 (LayerScale, 518 px; the register models' position embedding has no
-# prefix rows). timm builds the giant with a SwiGLU MLP: not listed.
+# prefix rows; without a head the output is the pooled class token, resized
+# as timm resizes, like the CLIP and SigLIP towers below). timm builds the
+# giant with a SwiGLU MLP: not listed.
 for _size in ("small", "base", "large"):
     _NAMED[f"vit_{_size}_patch14_dinov2"] = dict(
-        _size_args(_size), patch_size=14, img_size=518, init_values=1e-5
+        _size_args(_size), patch_size=14, img_size=518, init_values=1e-5, family="dinov2"
     )
     _NAMED[f"vit_{_size}_patch14_reg4_dinov2"] = dict(
         _size_args(_size), patch_size=14, img_size=518, init_values=1e-5, reg_tokens=4,
-        no_embed_class=True,
+        no_embed_class=True, family="dinov2",
     )
 
 # CLIP image towers (timm's `vit_*_clip_*`): a LayerNorm before the blocks
@@ -464,7 +466,7 @@ def _block_options(args, include_top, family):
     pool = args["global_pool"]
     if not include_top and (pool == "map" or (family and pool)):
         # Without a head (num_classes=0) timm's output is the pooled
-        # features: the CLIP and SigLIP towers give them (the other timm
+        # features: the DINOv2, CLIP and SigLIP towers give them (the other timm
         # layouts give the tokens), and MAP always (its weights are in the
         # checkpoint).
         out["pooling"] = pool

@@ -180,7 +180,7 @@ EXPORTED_OPTIONS = {
     "class_token": (None, True),
     # transformers resizes the position table its own way (bicubic) at
     # other sizes, whatever keras_vit held.
-    "position_interpolation": ("official", "clip"),
+    "position_interpolation": ("official", "timm", "clip"),
 }
 
 

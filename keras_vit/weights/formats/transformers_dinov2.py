@@ -192,7 +192,7 @@ EXPORTED_OPTIONS = {
     "attention_dropout_rate": None,
     # The position resize at other image sizes: transformers always applies
     # its own (bicubic; antialiased with registers) whatever keras_vit held.
-    "position_interpolation": ("official", "dinov2", "dinov2_registers"),
+    "position_interpolation": ("official", "timm", "dinov2", "dinov2_registers"),
 }
 
 

@@ -139,7 +139,7 @@ EXPORTED_OPTIONS = {
     "class_token": (None, False),
     # transformers resizes the position table its own way (bicubic) at
     # other sizes, whatever keras_vit held.
-    "position_interpolation": ("official", "siglip"),
+    "position_interpolation": ("official", "timm", "siglip"),
 }
 
 
