@@ -129,13 +129,15 @@ def classifier_dirs(tmp_path_factory):
         x = _images(28)
         logits = _run(model, x).logits.numpy()
         tokens = _run(model.base_model, x).last_hidden_state.numpy()
-        out[name] = (str(folder), logits, tokens)
+        # transformers resizes its position table itself at another size.
+        other_logits = _run(model, _images(42, 35)).logits.numpy()
+        out[name] = (str(folder), logits, tokens, other_logits)
     return out
 
 
 @pytest.mark.parametrize("name", sorted(CLASSIFIERS))
 def test_classifiers_reproduce_transformers_logits(classifier_dirs, name):
-    folder, logits, tokens = classifier_dirs[name]
+    folder, logits, tokens, _ = classifier_dirs[name]
     model = keras_vit.from_preset(folder)
     assert model.classifier == "token_avg" and model.class_names == tuple(NAMES)
     x = _images(28)
@@ -151,8 +153,16 @@ def test_classifiers_reproduce_transformers_logits(classifier_dirs, name):
 
 
 @pytest.mark.parametrize("name", sorted(CLASSIFIERS))
+def test_classifiers_reproduce_transformers_logits_at_another_image_size(classifier_dirs, name):
+    """42x35 px: 6x5 patches from the checkpoint's 4x4, DINOv2's bicubic position resize."""
+    folder, _, _, other_logits = classifier_dirs[name]
+    model = keras_vit.from_preset(folder).for_inference(image_size=(42, 35))
+    np.testing.assert_allclose(to_numpy(model(_images(42, 35))), other_logits, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(CLASSIFIERS))
 def test_classifiers_write_back_to_transformers(classifier_dirs, tmp_path, name):
-    folder, logits, _ = classifier_dirs[name]
+    folder, logits, _, _ = classifier_dirs[name]
     keras_vit.from_preset(folder).save_to_preset(tmp_path, format="transformers", preprocessing="imagenet")
     with open(tmp_path / "config.json") as f:
         config = json.load(f)
