@@ -280,3 +280,40 @@ def transformers_to_timm_siglip(state):
         for leaf in ("weight", "bias"):
             out[f"attn_pool.{tm}.{leaf}"] = state[head + f"{hf}.{leaf}"]
     return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def transformers_to_timm_dinov2(state):
+    """A transformers `Dinov2Model` / `Dinov2WithRegistersModel` state dict
+    -> timm's `vit_*_patch14_dinov2` / `vit_*_patch14_reg4_dinov2` keys:
+    fused `qkv`, LayerScale `ls1.gamma`/`ls2.gamma`, `norm` (layernorm).
+    With registers timm's model has `no_embed_class`: as timm's checkpoint
+    filter does, the class row of the position table is added to
+    `cls_token` and the table keeps the patch rows only (`mask_token`, a
+    pre-training tensor, has no timm counterpart)."""
+    e = "embeddings."
+    cls, pos = state[e + "cls_token"], state[e + "position_embeddings"]
+    out = {
+        "cls_token": cls,
+        "pos_embed": pos,
+        "patch_embed.proj.weight": state[e + "patch_embeddings.projection.weight"],
+        "patch_embed.proj.bias": state[e + "patch_embeddings.projection.bias"],
+        "norm.weight": state["layernorm.weight"],
+        "norm.bias": state["layernorm.bias"],
+    }
+    if e + "register_tokens" in state:
+        out["reg_token"] = state[e + "register_tokens"]
+        out["cls_token"], out["pos_embed"] = cls + pos[:, :1], pos[:, 1:]
+    layers = sorted({int(k.split(".")[2]) for k in state if k.startswith("encoder.layer.")})
+    for i in layers:
+        t, b = f"blocks.{i}.", f"encoder.layer.{i}."
+        for leaf in ("weight", "bias"):
+            out[t + f"attn.qkv.{leaf}"] = np.concatenate(
+                [state[b + f"attention.{p}_proj.{leaf}"] for p in ("q", "k", "v")], axis=0
+            )
+            pairs = {"attention.o_proj": "attn.proj", "norm1": "norm1", "norm2": "norm2",
+                     "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
+            for hf, tm in pairs.items():
+                out[t + f"{tm}.{leaf}"] = state[b + f"{hf}.{leaf}"]
+        out[t + "ls1.gamma"] = state[b + "layer_scale1.lambda1"]
+        out[t + "ls2.gamma"] = state[b + "layer_scale2.lambda1"]
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}

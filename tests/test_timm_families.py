@@ -1,9 +1,11 @@
 """timm Hub directories of CLIP and SigLIP image towers (`vit_*_clip_*`,
-`vit_*_siglip_*`). timm is not importable here, so a random tiny transformers
-`CLIPVisionModel[WithProjection]` / `SiglipVisionModel` is renamed into timm's
-layout by the test helpers (`hub_dirs.transformers_to_timm_*`, written apart
-from keras_vit's rules) and saved as a timm Hub directory; `from_preset`
-must reproduce transformers' own forward pass."""
+`vit_*_siglip_*`) and of DINOv2 (`vit_*_patch14_dinov2`,
+`vit_*_patch14_reg4_dinov2`). timm is not importable here, so a random tiny
+transformers `CLIPVisionModel[WithProjection]` / `SiglipVisionModel` /
+`Dinov2Model` / `Dinov2WithRegistersModel` is renamed into timm's layout by
+the test helpers (`hub_dirs.transformers_to_timm_*`, written apart from
+keras_vit's rules) and saved as a timm Hub directory; `from_preset` must
+reproduce transformers' own forward pass."""
 
 import json
 
@@ -19,6 +21,7 @@ from hub_dirs import (
     random_timm_state,
     timm_forward,
     transformers_to_timm_clip,
+    transformers_to_timm_dinov2,
     transformers_to_timm_siglip,
     write_timm_hub,
 )
@@ -48,6 +51,29 @@ def _images(height=28, width=28, seed=0):
     return np.random.default_rng(seed).uniform(-1, 1, (2, height, width, 3)).astype("float32")
 
 
+def _randomise(model, seed):
+    """Moves every tensor off its initial value (LayerNorms, tokens, probes)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for tensor in model.state_dict().values():
+            if tensor.dtype.is_floating_point:
+                tensor.add_(0.2 * torch.randn(tensor.shape, generator=generator))
+    return model
+
+
+def _timm_resize_patched(monkeypatch, calls):
+    """Makes torch's `interpolate` antialias, as timm's `resample_abs_pos_embed`
+    does, recording each call's mode; returns the unpatched function."""
+    plain = torch.nn.functional.interpolate
+
+    def timm_resample(*args, **kwargs):
+        calls.append(kwargs.get("mode"))
+        return plain(*args, **dict(kwargs, antialias=True))
+
+    monkeypatch.setattr(torch.nn.functional, "interpolate", timm_resample)
+    return plain
+
+
 def _run(model, x, **kwargs):
     """transformers' outputs: (pooled, last_hidden_state, that state after
     `post_layernorm`)."""
@@ -66,12 +92,7 @@ def timm_dirs(tmp_path_factory):
     for seed, (case, (name, changes, architecture, classes)) in enumerate(CASES.items()):
         family = "CLIP" if name.startswith("CLIP") else "Siglip"
         config = getattr(transformers, f"{family}VisionConfig")(**TINY, **changes)
-        model = getattr(transformers, name)(config)
-        generator = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for tensor in model.state_dict().values():
-                if tensor.dtype.is_floating_point:
-                    tensor.add_(0.2 * torch.randn(tensor.shape, generator=generator))
+        model = _randomise(getattr(transformers, name)(config), seed)
         state = {k: v.numpy() for k, v in model.state_dict().items() if "position_ids" not in k}
         convert = transformers_to_timm_clip if family == "CLIP" else transformers_to_timm_siglip
         stats = CLIP_STATS if family == "CLIP" else {}
@@ -115,15 +136,9 @@ def test_timm_directories_at_another_image_size_resize_as_timm(timm_dirs, case, 
     antialiasing), where transformers' `interpolate_pos_encoding` uses plain
     bicubic: the reference is transformers with its resize made timm's."""
     folder, reference = timm_dirs[case]
-    plain = torch.nn.functional.interpolate
     calls = []
-
-    def timm_resample(*args, **kwargs):
-        calls.append(kwargs.get("mode"))
-        return plain(*args, **dict(kwargs, antialias=True))
-
     x = _images(42, 35, seed=3)
-    monkeypatch.setattr(torch.nn.functional, "interpolate", timm_resample)
+    plain = _timm_resize_patched(monkeypatch, calls)
     pooled, last, normed = _run(reference, x, interpolate_pos_encoding=True)
     monkeypatch.setattr(torch.nn.functional, "interpolate", plain)
     assert calls == ["bicubic"]
@@ -174,6 +189,75 @@ def test_timm_dinov2_directory_without_head_gives_the_pooled_class_token(tmp_pat
     expected = timm_forward(identity, x, heads=2, no_embed_class=bool(registers), pool="token")
     np.testing.assert_allclose(to_numpy(model(x)), expected, rtol=0, atol=2e-5)
     assert model.pooling == "token" and model.position_interpolation == "timm"
+
+
+# registers: (transformers class, timm architecture); TINY_TIMM's mlp_ratio 2.
+DINOV2 = {0: ("Dinov2Model", "vit_small_patch14_dinov2"),
+          4: ("Dinov2WithRegistersModel", "vit_small_patch14_reg4_dinov2")}
+
+
+@pytest.fixture(scope="module")
+def timm_dinov2_dirs(tmp_path_factory):
+    """`{registers: (folder, transformers model)}`: timm DINOv2 Hub
+    directories (no head) renamed from random transformers backbones."""
+    out = {}
+    for registers, (name, architecture) in DINOV2.items():
+        config = getattr(transformers, name.replace("Model", "Config"))(
+            hidden_size=16, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, image_size=28,
+            patch_size=7, layerscale_value=0.5, **({"num_register_tokens": registers} if registers else {}))
+        model = _randomise(getattr(transformers, name)(config), seed=10 + registers)
+        state = {k: v.numpy() for k, v in model.state_dict().items()}
+        folder = write_timm_hub(tmp_path_factory.mktemp(architecture), architecture,
+                                transformers_to_timm_dinov2(state), 0,
+                                pretrained_cfg=dict(input_size=[3, 28, 28], crop_pct=1.0),
+                                model_args=dict(TINY_TIMM, reg_tokens=registers))
+        out[registers] = (folder, model.eval())
+    return out
+
+
+def _dinov2_run(model, x):
+    with torch.no_grad():
+        out = model(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)))
+    return out.pooler_output.numpy(), out.last_hidden_state.numpy()
+
+
+@pytest.mark.parametrize("registers", sorted(DINOV2))
+def test_timm_dinov2_directories_reproduce_transformers(timm_dinov2_dirs, registers):
+    """The output is the class token after `norm` (transformers'
+    `pooler_output`), `forward_features` every token after it, registers
+    included (`last_hidden_state`)."""
+    folder, reference = timm_dinov2_dirs[registers]
+    x = _images()
+    pooled, last = _dinov2_run(reference, x)
+    model = keras_vit.from_preset(folder)
+    assert model.num_register_tokens == registers and model.position_interpolation == "timm"
+    np.testing.assert_allclose(to_numpy(model(x)), pooled, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(to_numpy(model.forward_features(x)), last, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("registers", sorted(DINOV2))
+def test_timm_dinov2_directories_at_another_image_size_resize_as_timm(timm_dinov2_dirs, registers,
+                                                                      monkeypatch):
+    """At 42x35 pixels (6x5 patches from 4x4) timm's DINOv2 resizes the
+    patch rows of its position table with `resample_abs_pos_embed`: torch's
+    bicubic `interpolate` to the target grid (`size=`), `antialias=True`, in
+    float32. transformers 5.23 resizes the same rows to the same `size=` in
+    float32 (no scale factor: the original DINOv2 code's `+ 0.1` offset is
+    not there), without antialiasing for `Dinov2Model` and with it for
+    `Dinov2WithRegistersModel`; adding `antialias=True` to its one call
+    makes it exactly timm's resize (a no-op with registers). The class row
+    is not resized by either (timm's register model holds it in `cls_token`)."""
+    folder, reference = timm_dinov2_dirs[registers]
+    calls = []
+    x = _images(42, 35, seed=3)
+    plain = _timm_resize_patched(monkeypatch, calls)
+    pooled, last = _dinov2_run(reference, x)
+    monkeypatch.setattr(torch.nn.functional, "interpolate", plain)
+    assert calls == ["bicubic"]
+    model = keras_vit.from_preset(folder).for_inference(image_size=(42, 35))
+    assert model.encoder_config.position_interpolation == "timm"
+    np.testing.assert_allclose(to_numpy(model(x)), pooled, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(to_numpy(model.forward_features(x)), last, rtol=0, atol=1e-4)
 
 
 @pytest.mark.parametrize(
