@@ -116,10 +116,11 @@ def test_presets_in_and_out(tmp_path, capsys):
     assert "drop --variant" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("family", ["dinov2", "clip", "mae"])
+@pytest.mark.parametrize("family", ["dinov2", "clip", "mae", "siglip2"])
 def test_backbones_out_to_transformers_are_checked_there(tmp_path, capsys, family):
-    """Backbones written as transformers' DINOv2, CLIP and ViTMAE towers are
-    compared with that class's own output (pooled, embedded or tokens)."""
+    """Backbones written as transformers' DINOv2, CLIP, ViTMAE and SigLIP2
+    towers are compared with that class's own output (pooled, embedded or
+    tokens; SigLIP2's from the image's patches)."""
     pytest.importorskip("transformers")
     import keras_vit
 
@@ -128,6 +129,7 @@ def test_backbones_out_to_transformers_are_checked_there(tmp_path, capsys, famil
         "clip": dict(include_top=False, pooling="token", pre_norm=True, patch_bias=False,
                      pooled_norm=True, mlp_activation="quick_gelu", layer_norm_epsilon=1e-5),
         "mae": dict(include_top=False, position_embedding="sincos", gelu_approximate=False),
+        "siglip2": dict(classifier="map", include_top=False, pooling="map", position_interpolation="siglip2"),
     }[family]
     source = keras_vit.ViT(**TINY, **options)
     for v in source.weights:

@@ -97,23 +97,25 @@ def test_siglip2_reproduces_transformers(siglip2, loaded, size):
     assert np.abs(to_numpy(model(x)) - wrong).max() > 1e-2
 
 
-def test_siglip2_preprocessing(siglip2, loaded, tmp_path):
+@pytest.mark.parametrize("budget, image_size", [(16, (28, 28)), (20, None)], ids=["model-grid", "other-budget"])
+def test_siglip2_preprocessing(siglip2, loaded, tmp_path, budget, image_size):
     """Without a processor file: mean and std 0.5, bilinear, at the model's
-    size; with `Siglip2ImageProcessor`'s file: its statistics and filter, no
-    size (it resizes to a patch budget)."""
+    size; with `Siglip2ImageProcessor`'s file: its statistics and filter, at
+    the model's size when its patch budget is the model's grid (a square
+    image fills it), else no size."""
     folder, _ = siglip2
     record = loaded.preprocessing
     assert record.image_size == (28, 28) and record.interpolation == "bilinear"
     np.testing.assert_allclose(record.mean + record.std, (0.5,) * 6)
     for name in ("config.json", "model.safetensors"):
         (tmp_path / name).write_bytes(open(f"{folder}/{name}", "rb").read())
-    processor = transformers.Siglip2ImageProcessorPil(patch_size=PATCH, max_num_patches=16,
+    processor = transformers.Siglip2ImageProcessorPil(patch_size=PATCH, max_num_patches=budget,
                                                       image_mean=[0.5, 0.4, 0.3])
     processor.save_pretrained(tmp_path)
     prep = keras_vit.from_preset(str(tmp_path)).preprocessing
     np.testing.assert_allclose(prep.mean, (0.5, 0.4, 0.3))
     np.testing.assert_allclose(prep.std, (0.5, 0.5, 0.5))
-    assert prep.interpolation == "bilinear" and prep.image_size is None
+    assert prep.interpolation == "bilinear" and prep.image_size == image_size
 
 
 @pytest.mark.parametrize("change, match", [
@@ -146,3 +148,85 @@ def test_patch_linear_transform_reads_and_writes_back():
     np.testing.assert_array_equal(transform.write(kernel), linear)
     with pytest.raises(ValueError, match=r"\(5, 8\)"):
         transform.read(np.zeros((5, 8)), None)
+
+
+def _load_strictly(folder):
+    """transformers' `Siglip2VisionModel` on `folder`, every key used and set."""
+    with open(f"{folder}/config.json") as f:
+        assert json.load(f)["architectures"] == ["Siglip2VisionModel"]
+    model, info = transformers.Siglip2VisionModel.from_pretrained(folder, output_loading_info=True)
+    for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+        assert not info.get(kind), (kind, info)
+    return model.eval()
+
+
+def test_siglip2_writes_back_to_transformers(siglip2, loaded, tmp_path):
+    """`save_to_preset(format="transformers")` writes a `Siglip2VisionModel`
+    that computes what the original computed, at its grid and at another."""
+    folder = tmp_path / "hf"
+    loaded.save_to_preset(folder, format="transformers")
+    with open(folder / "config.json") as f:
+        config = json.load(f)
+    assert (config["num_patches"], config["patch_size"], config["num_channels"]) == (16, PATCH, 3)
+    again = _load_strictly(folder)
+    for size in ((28, 28), (35, 21)):
+        x = _images(*size, seed=3)
+        expected = _reference(siglip2[1], x)
+        for ours, theirs in zip(_reference(again, x), expected):
+            np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-4)
+
+
+def test_siglip2_preprocessing_travels(siglip2, loaded, tmp_path):
+    """The written `Siglip2ImageProcessor` file reads back as the same record;
+    transformers' processor resizes a square image to the model's 4x4 grid and
+    computes the pixels the record describes."""
+    from PIL import Image
+
+    loaded.save_to_preset(tmp_path, format="transformers")
+    with open(tmp_path / "preprocessor_config.json") as f:
+        file = json.load(f)
+    assert (file["image_processor_type"], file["max_num_patches"], file["patch_size"]) == (
+        "Siglip2ImageProcessor", 16, PATCH)
+    assert keras_vit.from_preset(str(tmp_path)).preprocessing == loaded.preprocessing
+    photo = np.random.default_rng(5).integers(0, 256, (50, 50, 3), dtype="uint8")
+    processor = transformers.AutoImageProcessor.from_pretrained(str(tmp_path))
+    out = processor(Image.fromarray(photo), return_tensors="np")
+    assert out["spatial_shapes"].tolist() == [[4, 4]] and out["pixel_attention_mask"].all()
+    resized = np.asarray(Image.fromarray(photo).resize((28, 28), Image.BILINEAR), "float32")
+    expected, _ = _patchify(((resized / 255 - 0.5) / 0.5)[None])
+    np.testing.assert_allclose(out["pixel_values"], expected, rtol=0, atol=1e-5)
+
+
+def test_siglip2_model_built_in_keras_vit_writes_and_reloads(tmp_path):
+    """A keras_vit MAP-head model with SigLIP2's resize loads in transformers
+    with its own outputs (token features included) and reloads as itself."""
+    model = keras_vit.ViT(image_size=28, patch_size=PATCH, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
+                          classifier="map", include_top=False, pooling="map", position_interpolation="siglip2",
+                          preprocessing=keras_vit.preprocessing.Preprocessing(image_size=28,
+                                                                               interpolation="bilinear"))
+    rng = np.random.default_rng(7)
+    for v in model.weights:
+        v.assign(np.asarray(v) + rng.normal(0, 0.2, v.shape).astype("float32"))
+    x = _images(28, 28, seed=4)
+    expected = to_numpy(model(x)), to_numpy(model.forward_features(x))
+    model.save_to_preset(tmp_path, format="transformers")
+    for ours, theirs in zip(_reference(_load_strictly(tmp_path), x), expected):
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-4)
+    again = keras_vit.from_preset(str(tmp_path))
+    np.testing.assert_allclose(to_numpy(again(x)), expected[0], rtol=0, atol=1e-5)
+    assert again.preprocessing == model.preprocessing
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(image_size=(28, 35)), r"Siglip2VisionModel takes square images .* image_size=\(28, 35\)"),
+    (dict(input_shape=(28, 28, 1)), r"Siglip2VisionModel flattens 3-channel patches only"),
+    (dict(class_token=True), "Siglip2VisionModel has no class token"),
+    (dict(pre_norm=True), r"pre_norm=True \(Siglip2VisionModel holds"),
+])
+def test_siglip2_models_transformers_cannot_hold_are_refused(tmp_path, change, match):
+    arguments = dict(image_size=28, patch_size=PATCH, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+                     classifier="map", include_top=False, pooling="map", position_interpolation="siglip2")
+    model = keras_vit.ViT(**{**arguments, **change})
+    with pytest.raises(ValueError, match=match):
+        model.save_to_preset(tmp_path / "hf", format="transformers", preprocessing="inception")
+    assert not (tmp_path / "hf" / "config.json").exists()

@@ -173,12 +173,21 @@ def _transformers_outputs(directory, x):
     model_class = getattr(transformers, (config.get("architectures") or [""])[0], transformers.AutoModel)
     reference_model = model_class.from_pretrained(directory).eval()
     kwargs = {}
+    pixels = x.transpose(0, 3, 1, 2)
     if config.get("model_type") == "vit_mae":
         # ViTMAE shuffles the patches by `noise`; increasing noise keeps their order.
         patches = (x.shape[1] // config["patch_size"]) * (x.shape[2] // config["patch_size"])
         kwargs["noise"] = torch.arange(patches, dtype=torch.float32).expand(len(x), -1)
+    if config.get("model_type") == "siglip2_vision_model":
+        # SigLIP2 takes each image as its grid of patches, flattened (row, column, channel).
+        p = config["patch_size"]
+        b, h, w, c = x.shape
+        grid = (h // p, w // p)
+        pixels = x.reshape(b, grid[0], p, grid[1], p, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, grid[0] * grid[1], -1)
+        kwargs["pixel_attention_mask"] = torch.ones(pixels.shape[:2], dtype=torch.int32)
+        kwargs["spatial_shapes"] = torch.tensor([grid] * b)
     with torch.no_grad():
-        out = reference_model(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)), **kwargs)
+        out = reference_model(pixel_values=torch.from_numpy(np.ascontiguousarray(pixels)), **kwargs)
     for name in ("logits", "image_embeds", "pooler_output", "last_hidden_state"):
         if getattr(out, name, None) is not None:
             return out[name].numpy()

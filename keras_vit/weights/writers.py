@@ -137,7 +137,8 @@ def save_to_preset(model, directory, format="keras_vit", preprocessing=None, cla
       the DeiT classes for models with a distillation token; for the
       backbones, which need no class names: `Dinov2Model` or
       `Dinov2WithRegistersModel` (LayerScale, a class token, no head),
-      `SiglipVisionModel` (a MAP head, no class token), `ViTMAEModel`
+      `SiglipVisionModel` (a MAP head, no class token), `Siglip2VisionModel`
+      (the same with `position_interpolation="siglip2"`), `ViTMAEModel`
       (fixed sin-cos position embedding, no pooling), `CLIPVisionModel`
       (`pre_norm`, the class token normed alone) or
       `CLIPVisionModelWithProjection` (the same with a zero-bias head as

@@ -1,6 +1,6 @@
 """transformers ViT and DeiT directories <-> the canonical layout, read and written.
 
-The other ViT families (DINOv2, CLIP, SigLIP, ViTMAE) are one module each
+The other ViT families (DINOv2, CLIP, SigLIP, SigLIP2, ViTMAE) are one module each
 beside this one (`transformers_*.py`), read by `model_type` (`FAMILIES`) and
 written by the first that recognises a model's shape (`EXPORT_FAMILIES`);
 this module dispatches to them and writes the files.
@@ -138,13 +138,14 @@ ARCHITECTURES = {
 # `export_config(config, architecture, class_names)`,
 # `export_state(params, architecture)` (and
 # optionally `export_fixed(config)`, for tensors transformers stores that
-# keras_vit computes, and `adjust_preprocessor(out, record)`, for the
-# family's own processor class). A model is written by the first that
-# recognises it, the most particular first: a MAP head (SigLIP) or a fixed
-# sin-cos table (MAE) before a norm ahead of the blocks (CLIP).
-EXPORT_FAMILIES = (transformers_dinov2, transformers_siglip, transformers_vit_mae, transformers_clip)
-# SigLIP2 is read only.
-FAMILIES = {t: family for family in (*EXPORT_FAMILIES, transformers_siglip2) for t in family.MODEL_TYPES}
+# keras_vit computes, `adjust_preprocessor(out, record, config)` and
+# `read_preprocessor(file, record, args)`, for the family's own processor
+# class). A model is written by the first that recognises it, the most
+# particular first: SigLIP2's resize before SigLIP's MAP head, which with a
+# fixed sin-cos table (MAE) goes before a norm ahead of the blocks (CLIP).
+EXPORT_FAMILIES = (transformers_dinov2, transformers_siglip2, transformers_siglip, transformers_vit_mae,
+                   transformers_clip)
+FAMILIES = {t: family for family in EXPORT_FAMILIES for t in family.MODEL_TYPES}
 # Entries that are not inference weights of the encoder/classifier.
 IGNORED = {
     "embeddings.mask_token": "the mask token of masked-image-modelling pre-training",
@@ -531,7 +532,11 @@ def preset_source(directory):
     args = family.model_arguments(config) if family else model_arguments(config)[0]
     prep_path = os.path.join(directory, "preprocessor_config.json")
     if os.path.isfile(prep_path):
-        args["preprocessing"] = preprocessing(read_json(prep_path)).get_config()
+        file = read_json(prep_path)
+        record = preprocessing(file)
+        if hasattr(family, "read_preprocessor"):  # the family's own processor class
+            record = family.read_preprocessor(file, record, args)
+        args["preprocessing"] = record.get_config()
 
     def read_weights(model):
         state, path = shards.read_state(directory)
@@ -574,5 +579,5 @@ def write(directory, config, params, class_names, preprocessing_record):
     write_json(os.path.join(directory, "config.json"), hf_config)
     preprocessor = export_preprocessor(preprocessing_record)
     if hasattr(family, "adjust_preprocessor"):  # the family's own processor class
-        preprocessor = family.adjust_preprocessor(preprocessor, preprocessing_record)
+        preprocessor = family.adjust_preprocessor(preprocessor, preprocessing_record, config)
     write_json(os.path.join(directory, "preprocessor_config.json"), preprocessor)

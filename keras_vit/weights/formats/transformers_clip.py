@@ -255,7 +255,7 @@ def export_state(params, architecture=None):
     return (RuleTable(BODY).prefixed(PREFIX) + RuleTable(PROJECTION)).from_canonical(params)
 
 
-def adjust_preprocessor(out, record):
+def adjust_preprocessor(out, record, config=None):
     """The `preprocessor_config.json` dict `out` (written for `record`) for
     `CLIPImageProcessor`, whose shorter-side resize (`{"shortest_edge": n}`)
     keeps a record's int `resize`, and whose crop is on unless turned off."""

@@ -21,7 +21,8 @@ Facts about the files (`save_pretrained`; `model_type` "siglip_vision_model"):
   vision tower's `pooler_output` (SigLIP has no image projection).
 
 Written back (`save_to_preset(format="transformers")`): a model that ends
-in a MAP head without a class token, as `SiglipVisionModel`.
+in a MAP head without a class token, as `SiglipVisionModel` (with SigLIP2's
+position resize, `transformers_siglip2` writes it).
 """
 
 from keras_vit.weights import canonical as C
@@ -145,7 +146,8 @@ EXPORTED_OPTIONS = {
 
 def export_architecture(config):
     """"SiglipVisionModel" for a model config that ends in a MAP head
-    (`pooling="map"`, or `classifier="map"` with a head), else None.
+    (`pooling="map"`, or `classifier="map"` with a head), else None; a
+    SigLIP2 one (`position_interpolation="siglip2"`) is SigLIP2's to write.
 
     Raises:
         ValueError: for a MAP-pooled model SigLIP cannot hold (a class token,
@@ -156,11 +158,21 @@ def export_architecture(config):
     >>> export_architecture({"classifier": "map", "include_top": False, "pooling": "map"})
     'SiglipVisionModel'
     """
+    if config.get("position_interpolation") == "siglip2":
+        return None
+    return map_tower(config, ARCHITECTURES[0])
+
+
+def map_tower(config, architecture):
+    """`architecture` when a model config ends in a MAP head, else None.
+
+    Raises:
+        ValueError: for a MAP-pooled model a SigLIP tower cannot hold.
+    """
     include_top = bool(config.get("include_top", True))
     classifier = config.get("classifier", "token")
     if (classifier if include_top else config.get("pooling")) != "map":
         return None
-    architecture = ARCHITECTURES[0]
     refuse_layout(architecture, shape_checks(config) + (
         (include_top,
          f"has no classifier after its MAP head: build it with include_top=False, pooling='map'. "
@@ -183,6 +195,13 @@ def export_config(config, architecture, class_names=None):
         "image_size": size,
         "patch_size": patch,
         "num_channels": config["input_shape"][-1],
+        **tower_config(config),
+    }
+
+
+def tower_config(config):
+    """The block fields of a SigLIP (and SigLIP2) vision `config.json`."""
+    return {
         "hidden_size": config["hidden_size"],
         "intermediate_size": config["mlp_dim"],
         "num_hidden_layers": config["num_layers"],

@@ -1,5 +1,5 @@
 """transformers SigLIP2 vision towers (`Siglip2VisionModel`) at a fixed
-resolution -> the canonical layout.
+resolution <-> the canonical layout, read and written.
 
 Facts about the files (`save_pretrained`; `model_type`
 "siglip2_vision_model"):
@@ -33,16 +33,30 @@ Preprocessing: `Siglip2ImageProcessor` resizes each image, aspect ratio
 kept, to the largest multiple of the patch size within `max_num_patches`
 patches (bilinear), then scales to `(x / 255 - 0.5) / 0.5`. A fixed-size
 model cannot follow a per-image size, so keras_vit records the statistics
-and the filter only: from `preprocessor_config.json` when there is one (its
-`image_mean`/`image_std`/`resample`; no image size, as the file names
-none), otherwise mean and std 0.5, bilinear, at the model's image size.
+and the filter: from `preprocessor_config.json` when there is one (its
+`image_mean`/`image_std`/`resample`), otherwise mean and std 0.5, bilinear.
+The record holds the model's image size without a file, or when the file's
+`max_num_patches` and `patch_size` are the model's grid (a square image
+then fills that grid); with another patch budget, no size.
 The patch channels are not in the tensor's shape, so only 3-channel towers
 load.
+
+Written back (`save_to_preset(format="transformers")`): a model that ends in
+a MAP head without a class token, with `position_interpolation="siglip2"`
+(what tells it from a SigLIP one), a square grid and 3 channels, as
+`Siglip2VisionModel` (`num_patches` the grid's patch count); its processor
+file is `Siglip2ImageProcessor`'s with `max_num_patches` that count, so a
+square image is resized to the model's size (another aspect ratio goes to
+another grid within that many patches, as transformers' model takes it).
+The record's statistics and filter travel; a resize before a centre crop
+does not (the processor has neither).
 """
+
+import dataclasses
 
 from keras_vit.weights import canonical as C
 from keras_vit.weights.formats import transformers_siglip
-from keras_vit.weights.formats.transformers_common import pair
+from keras_vit.weights.formats.transformers_common import pair, refuse, square
 from keras_vit.weights.posemb import square_grid
 from keras_vit.weights.record import Preprocessing
 from keras_vit.weights.rules import RuleTable
@@ -114,3 +128,73 @@ def table(state):
     """The `RuleTable` of a state dict (at its root or under `vision_model.`)."""
     prefix = PREFIX if any(k.startswith(PREFIX) for k in state) else ""
     return RuleTable(BODY).prefixed(prefix)
+
+
+# SigLIP's options, with SigLIP2's own position-table resize.
+EXPORTED_OPTIONS = dict(transformers_siglip.EXPORTED_OPTIONS, position_interpolation=("siglip2",))
+
+
+def export_architecture(config):
+    """"Siglip2VisionModel" for a model config that ends in a MAP head and
+    resizes its position table as SigLIP2 does, else None.
+
+    Raises:
+        ValueError: for such a model a SigLIP2 tower cannot hold (what SigLIP
+            refuses, a non-square grid, other than 3 channels).
+
+    Example:
+
+    >>> export_architecture({"classifier": "map", "include_top": False, "pooling": "map",
+    ...     "position_interpolation": "siglip2", "image_size": (28, 28), "patch_size": (7, 7)})
+    'Siglip2VisionModel'
+    """
+    if config.get("position_interpolation") != "siglip2":
+        return None
+    architecture = transformers_siglip.map_tower(config, ARCHITECTURES[0])
+    if architecture is None:
+        return None
+    square(config, architecture)
+    channels = tuple(config.get("input_shape") or (3,))[-1]
+    if channels != 3:
+        raise refuse(f"{architecture} flattens 3-channel patches only. Received: input_shape={config['input_shape']!r}")
+    return architecture
+
+
+def export_config(config, architecture, class_names=None):
+    """A transformers `config.json` dict for a SigLIP2-shaped keras_vit model config."""
+    size, patch = square(config, architecture)
+    return {
+        "architectures": [architecture],
+        "model_type": MODEL_TYPES[0],
+        "num_patches": (size // patch) ** 2,
+        "patch_size": patch,
+        "num_channels": 3,
+        **transformers_siglip.tower_config(config),
+    }
+
+
+def export_state(params, architecture=None):
+    """The state dict of canonical `params`, under `vision_model.`."""
+    return RuleTable(BODY).prefixed(PREFIX).from_canonical(params)
+
+
+def adjust_preprocessor(out, record, config):
+    """The `preprocessor_config.json` dict `out` (written for `record`) for
+    `Siglip2ImageProcessor`, which resizes to a patch budget, not a size:
+    `max_num_patches` is the model's patch count, so that a square image
+    goes to the model's grid."""
+    size, patch = square(config, ARCHITECTURES[0])
+    out = {k: v for k, v in out.items() if k not in ("size", "crop_size", "do_center_crop")}
+    return dict(out, image_processor_type="Siglip2ImageProcessor", patch_size=patch,
+                max_num_patches=(size // patch) ** 2)
+
+
+def read_preprocessor(file, record, args):
+    """The `Preprocessing` record of a `Siglip2ImageProcessor` file for a model
+    of `args`: at the model's image size when the file's patch budget and
+    patch are the model's (a square image then fills the model's grid)."""
+    height, width = args["image_size"]
+    patch = args["patch_size"][0]
+    if file.get("patch_size", 16) == patch and file.get("max_num_patches", 256) == (height // patch) * (width // patch):
+        return dataclasses.replace(record, image_size=(height, width))
+    return record
