@@ -37,6 +37,20 @@ def light_keras_state():
     keras.config.set_dtype_policy("float32")
 
 
+def randomise_torch(model, seed, scale=0.2):
+    """Moves every floating-point tensor of a torch model off its initial
+    value (LayerNorms, tokens, LayerScale, probes too), so that a mapping
+    that drops or swaps one shows; returns the model in eval mode."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for tensor in model.state_dict().values():
+            if tensor.dtype.is_floating_point:
+                tensor.add_(scale * torch.randn(tensor.shape, generator=generator))
+    return model.eval()
+
+
 def populate_hf_cache(cache, repo_id, source_dir, revision="main", commit="0123456789abcdef0123456789abcdef01234567"):
     """Puts the files of `source_dir` into a huggingface_hub cache as `repo_id`."""
     from huggingface_hub.file_download import repo_folder_name

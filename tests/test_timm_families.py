@@ -18,6 +18,7 @@ from conftest import to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from hub_dirs import (
     populate_hf_cache,
+    randomise_torch,
     random_timm_state,
     timm_forward,
     transformers_to_timm_clip,
@@ -51,16 +52,6 @@ def _images(height=28, width=28, seed=0):
     return np.random.default_rng(seed).uniform(-1, 1, (2, height, width, 3)).astype("float32")
 
 
-def _randomise(model, seed):
-    """Moves every tensor off its initial value (LayerNorms, tokens, probes)."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for tensor in model.state_dict().values():
-            if tensor.dtype.is_floating_point:
-                tensor.add_(0.2 * torch.randn(tensor.shape, generator=generator))
-    return model
-
-
 def _timm_resize_patched(monkeypatch, calls):
     """Makes torch's `interpolate` antialias, as timm's `resample_abs_pos_embed`
     does, recording each call's mode; returns the unpatched function."""
@@ -92,7 +83,7 @@ def timm_dirs(tmp_path_factory):
     for seed, (case, (name, changes, architecture, classes)) in enumerate(CASES.items()):
         family = "CLIP" if name.startswith("CLIP") else "Siglip"
         config = getattr(transformers, f"{family}VisionConfig")(**TINY, **changes)
-        model = _randomise(getattr(transformers, name)(config), seed)
+        model = randomise_torch(getattr(transformers, name)(config), seed)
         state = {k: v.numpy() for k, v in model.state_dict().items() if "position_ids" not in k}
         convert = transformers_to_timm_clip if family == "CLIP" else transformers_to_timm_siglip
         stats = CLIP_STATS if family == "CLIP" else {}
@@ -205,7 +196,7 @@ def timm_dinov2_dirs(tmp_path_factory):
         config = getattr(transformers, name.replace("Model", "Config"))(
             hidden_size=16, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, image_size=28,
             patch_size=7, layerscale_value=0.5, **({"num_register_tokens": registers} if registers else {}))
-        model = _randomise(getattr(transformers, name)(config), seed=10 + registers)
+        model = randomise_torch(getattr(transformers, name)(config), seed=10 + registers)
         state = {k: v.numpy() for k, v in model.state_dict().items()}
         folder = write_timm_hub(tmp_path_factory.mktemp(architecture), architecture,
                                 transformers_to_timm_dinov2(state), 0,

@@ -15,6 +15,7 @@ import pytest
 import keras_vit
 from conftest import to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
+from hub_dirs import randomise_torch
 from keras_vit import export
 from keras_vit.layers import TokenPooling
 
@@ -41,13 +42,9 @@ def _images(height, width=None, seed=0):
 
 def _save_random(model, folder, seed):
     """Saves `model` with every tensor moved off its initial value, in eval mode."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for tensor in model.state_dict().values():
-            if tensor.dtype.is_floating_point:
-                tensor.add_(0.2 * torch.randn(tensor.shape, generator=generator))
+    model = randomise_torch(model, seed)
     model.save_pretrained(folder)
-    return model.eval()
+    return model
 
 
 def _run(model, x):

@@ -19,6 +19,7 @@ import pytest
 import keras_vit
 from conftest import to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
+from hub_dirs import randomise_torch
 from keras_vit.preprocessing import Preprocessing
 from keras_vit.weights import shards
 from keras_vit.weights.formats import transformers as hf_format
@@ -76,14 +77,11 @@ def _perturb(model, seed):
         model.embeddings.initialize_weights()
         table = model.embeddings.position_embeddings.detach().clone()
         assert float(table[0, 1:].abs().max()) > 0.5  # the sin-cos table, not zeros
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for tensor in model.state_dict().values():
-            if tensor.dtype.is_floating_point:
-                tensor.add_(0.2 * torch.randn(tensor.shape, generator=generator))
-        if mae:
+    randomise_torch(model, seed)
+    if mae:
+        with torch.no_grad():
             model.embeddings.position_embeddings.copy_(table)
-    return model.eval()
+    return model
 
 
 def _transformers_outputs(model, x):

@@ -12,6 +12,7 @@ import pytest
 import keras_vit
 from conftest import to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
+from hub_dirs import randomise_torch
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -55,12 +56,9 @@ def siglip2(tmp_path_factory):
     folder = tmp_path_factory.mktemp("Siglip2VisionModel")
     torch.manual_seed(0)
     model = transformers.Siglip2VisionModel(transformers.Siglip2VisionConfig(**TINY))
-    generator = torch.Generator().manual_seed(40)
-    with torch.no_grad():
-        for tensor in model.state_dict().values():
-            tensor.add_(0.2 * torch.randn(tensor.shape, generator=generator))
+    randomise_torch(model, 40)
     model.save_pretrained(folder)
-    return str(folder), model.eval()
+    return str(folder), model
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,7 @@ from keras_vit.weights.formats.transformers_common import (
     refuse,
     refuse_layout,
     shape_checks,
-    square,
+    tower_config,
     vision_config,
 )
 from keras_vit.weights.rules import RuleTable
@@ -217,22 +217,8 @@ def export_architecture(config):
 
 def export_config(config, architecture, class_names=None):
     """A transformers `config.json` dict for a CLIP-shaped keras_vit model config."""
-    size, patch = square(config, architecture)
-    out = {
-        "architectures": [architecture],
-        "model_type": "clip_vision_model",
-        "image_size": size,
-        "patch_size": patch,
-        "num_channels": config["input_shape"][-1],
-        "hidden_size": config["hidden_size"],
-        "intermediate_size": config["mlp_dim"],
-        "num_hidden_layers": config["num_layers"],
-        "num_attention_heads": config["num_heads"],
-        "hidden_act": HIDDEN_ACTS[config["mlp_activation"]],
-        "layer_norm_eps": config["layer_norm_epsilon"],
-        "attention_dropout": config.get("attention_dropout_rate", 0.0),
-        "dtype": "float32",
-    }
+    out = tower_config(config, architecture, "clip_vision_model")
+    out["attention_dropout"] = config.get("attention_dropout_rate", 0.0)
     if architecture == "CLIPVisionModelWithProjection":
         out["projection_dim"] = config["classes"]
     return out

@@ -101,3 +101,24 @@ def vision_config(config, defaults):
     `SiglipModel` directory, else the config itself; fields it leaves out
     take the transformers class's `defaults`."""
     return {**defaults, **config.get("vision_config", config)}
+
+
+def tower_config(config, architecture, model_type):
+    """The `config.json` fields a ViT-shaped transformers vision tower shares
+    (CLIP, SigLIP, SigLIP2, ViTMAE), for a keras_vit model config: the class,
+    square sizes, widths, activation and norm epsilon."""
+    size, patch = square(config, architecture)
+    return {
+        "architectures": [architecture],
+        "model_type": model_type,
+        "image_size": size,
+        "patch_size": patch,
+        "num_channels": config["input_shape"][-1],
+        "hidden_size": config["hidden_size"],
+        "intermediate_size": config["mlp_dim"],
+        "num_hidden_layers": config["num_layers"],
+        "num_attention_heads": config["num_heads"],
+        "hidden_act": HIDDEN_ACTS[config["mlp_activation"]],
+        "layer_norm_eps": config["layer_norm_epsilon"],
+        "dtype": "float32",
+    }

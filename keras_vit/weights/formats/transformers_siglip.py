@@ -34,7 +34,7 @@ from keras_vit.weights.formats.transformers_common import (
     pair,
     refuse_layout,
     shape_checks,
-    square,
+    tower_config,
     vision_config,
 )
 from keras_vit.weights.rules import RuleTable
@@ -188,30 +188,12 @@ def map_tower(config, architecture):
 
 def export_config(config, architecture, class_names=None):
     """A transformers `config.json` dict for a SigLIP-shaped keras_vit model config."""
-    size, patch = square(config, architecture)
-    return {
-        "architectures": [architecture],
-        "model_type": "siglip_vision_model",
-        "image_size": size,
-        "patch_size": patch,
-        "num_channels": config["input_shape"][-1],
-        **tower_config(config),
-    }
+    return {**tower_config(config, architecture, "siglip_vision_model"), **head_fields(config)}
 
 
-def tower_config(config):
-    """The block fields of a SigLIP (and SigLIP2) vision `config.json`."""
-    return {
-        "hidden_size": config["hidden_size"],
-        "intermediate_size": config["mlp_dim"],
-        "num_hidden_layers": config["num_layers"],
-        "num_attention_heads": config["num_heads"],
-        "hidden_act": HIDDEN_ACTS[config["mlp_activation"]],
-        "layer_norm_eps": config["layer_norm_epsilon"],
-        "attention_dropout": config.get("attention_dropout_rate", 0.0),
-        "vision_use_head": True,
-        "dtype": "float32",
-    }
+def head_fields(config):
+    """The SigLIP (and SigLIP2) fields beyond `tower_config`'s."""
+    return {"attention_dropout": config.get("attention_dropout_rate", 0.0), "vision_use_head": True}
 
 
 def export_state(params, architecture=None):

@@ -56,7 +56,7 @@ import dataclasses
 
 from keras_vit.weights import canonical as C
 from keras_vit.weights.formats import transformers_siglip
-from keras_vit.weights.formats.transformers_common import pair, refuse, square
+from keras_vit.weights.formats.transformers_common import pair, refuse, square, tower_config
 from keras_vit.weights.posemb import square_grid
 from keras_vit.weights.record import Preprocessing
 from keras_vit.weights.rules import RuleTable
@@ -161,16 +161,12 @@ def export_architecture(config):
 
 
 def export_config(config, architecture, class_names=None):
-    """A transformers `config.json` dict for a SigLIP2-shaped keras_vit model config."""
-    size, patch = square(config, architecture)
-    return {
-        "architectures": [architecture],
-        "model_type": MODEL_TYPES[0],
-        "num_patches": (size // patch) ** 2,
-        "patch_size": patch,
-        "num_channels": 3,
-        **transformers_siglip.tower_config(config),
-    }
+    """A transformers `config.json` dict for a SigLIP2-shaped keras_vit model config:
+    SigLIP's, with the patch count of the square grid instead of an image size."""
+    out = {**tower_config(config, architecture, MODEL_TYPES[0]), **transformers_siglip.head_fields(config)}
+    size = out.pop("image_size")
+    out["num_patches"] = (size // out["patch_size"]) ** 2
+    return out
 
 
 def export_state(params, architecture=None):

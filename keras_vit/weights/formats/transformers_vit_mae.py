@@ -43,6 +43,7 @@ from keras_vit.weights.formats.transformers_common import (
     refuse_layout,
     shape_checks,
     square,
+    tower_config,
 )
 from keras_vit.weights.rules import RuleTable
 
@@ -173,25 +174,13 @@ def export_architecture(config):
 
 def export_config(config, architecture, class_names=None):
     """A transformers `config.json` dict for an MAE-shaped keras_vit model config."""
-    size, patch = square(config, architecture)
     return {
-        "architectures": [architecture],
-        "model_type": "vit_mae",
-        "image_size": size,
-        "patch_size": patch,
-        "num_channels": config["input_shape"][-1],
-        "hidden_size": config["hidden_size"],
-        "intermediate_size": config["mlp_dim"],
-        "num_hidden_layers": config["num_layers"],
-        "num_attention_heads": config["num_heads"],
-        "hidden_act": HIDDEN_ACTS[config["mlp_activation"]],
-        "layer_norm_eps": config["layer_norm_epsilon"],
+        **tower_config(config, architecture, "vit_mae"),
         "qkv_bias": config.get("qkv_bias", True),
         "hidden_dropout_prob": config.get("dropout_rate", 0.0),
         "attention_probs_dropout_prob": config.get("attention_dropout_rate", 0.0),
         # Every patch encoded, as keras_vit does.
         "mask_ratio": 0.0,
-        "dtype": "float32",
     }
 
 
