@@ -18,7 +18,7 @@ from keras_vit import labels
 from keras_vit.validation import check_choice, check_fraction, pair
 from keras_vit.weights.record import MODE_ALIASES as _ALIASES
 from keras_vit.weights.record import MODE_STATISTICS
-from keras_vit.weights.record import PREPROCESSING as MODES
+from keras_vit.weights.record import PREPROCESSING_MODES as MODES
 from keras_vit.weights.record import Preprocessing  # noqa: F401 (public here too)
 from keras_vit.weights.registry import list_records
 
@@ -37,9 +37,9 @@ def _resolve_mode(mode, weights):
             )
     if weights is None:
         return resolved if mode is not None else "inception"
-    from_weights = getattr(weights, "preprocessing", None)
+    from_weights = getattr(weights, "preprocessing_mode", None)
     if isinstance(weights, str):
-        found = {r.preprocessing for r in list_records() if r.name == weights}
+        found = {r.preprocessing_mode for r in list_records() if r.name == weights}
         if len(found) != 1:
             known = sorted({r.name for r in list_records()})
             raise ValueError(
@@ -51,7 +51,7 @@ def _resolve_mode(mode, weights):
     if from_weights not in MODES:
         raise ValueError(
             "`weights` must be a registered weights name or an object with a "
-            f"`preprocessing` attribute in {MODES}. Received: weights={weights!r}"
+            f"`preprocessing_mode` attribute in {MODES} (a WeightsRecord). Received: weights={weights!r}"
         )
     if mode is not None and resolved != from_weights:
         raise ValueError(
@@ -160,7 +160,7 @@ def preprocess_input(images, mode=None, weights=None, model=None):
             or "imagenet" ("tf" and "torch" are accepted as in
             `keras.applications`).
         weights: None, a registered weights name such as "imagenet21k", or
-            a `WeightsRecord` (any object with a `preprocessing` attribute).
+            a `WeightsRecord` (any object with a `preprocessing_mode` attribute).
         model: None, or a keras_vit model with a `preprocessing` record;
             exclusive with `mode` and `weights`.
 

@@ -105,7 +105,7 @@ def test_weights_select_mode():
     np.testing.assert_array_equal(preprocess_input(x, weights="imagenet21k"), inception)
     record = get_record("B/16", "augreg-i21k")
     np.testing.assert_array_equal(preprocess_input(x, weights=record), inception)
-    deit = types.SimpleNamespace(preprocessing="imagenet")
+    deit = types.SimpleNamespace(preprocessing_mode="imagenet")
     np.testing.assert_array_equal(
         preprocess_input(x, weights=deit), _expected(x, "imagenet")
     )
@@ -124,7 +124,7 @@ def test_argument_errors():
         preprocess_input(x, weights="in1k")
     with pytest.raises(ValueError, match="disagree"):
         preprocess_input(x, mode="imagenet", weights="imagenet21k")
-    with pytest.raises(ValueError, match="`preprocessing` attribute"):
+    with pytest.raises(ValueError, match="`preprocessing_mode` attribute"):
         preprocess_input(x, weights=3)
     with pytest.raises(ValueError, match=r"images.shape=\(2, 4, 4, 1\)"):
         preprocess_input(np.zeros((2, 4, 4, 1)), mode="imagenet")
@@ -196,7 +196,7 @@ def test_real_weights_classify_photos():
     # coffee -> 967 espresso (~0.85).
     skimage_data = pytest.importorskip("skimage.data")
     model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False)
-    deit = types.SimpleNamespace(preprocessing="imagenet")
+    deit = types.SimpleNamespace(preprocessing_mode="imagenet")
     photos = (skimage_data.chelsea(), skimage_data.coffee())
     expected = ((281, 282, 285), (967,))
     # The DeiT evaluation crop: shorter side to 256 (bicubic), centre 224.

@@ -74,7 +74,7 @@ def test_record_fields(record):
     assert record.urls[0].startswith("https://storage.googleapis.com/vit_models/")
     assert all(u.startswith("https://") for u in record.urls)
     assert len(set(record.urls)) == len(record.urls)
-    assert record.preprocessing == "inception"
+    assert record.preprocessing_mode == "inception"
     assert record.gelu_approximate is True
     assert record.classifier == "token"
     assert record.sha256 is None  # none published for the GCS files
@@ -185,7 +185,7 @@ def test_register_rejects_duplicates():
     [
         ("urls", (), "`urls`"),
         ("urls", "https://x/y.npz", "`urls`"),
-        ("preprocessing", "caffe", "`preprocessing`"),
+        ("preprocessing_mode", "caffe", "`preprocessing_mode`"),
         ("classifier", "mean", "`classifier`"),
         ("sha256", "abc", "`sha256`"),
         ("file_name", "a/b.npz", "`file_name`"),

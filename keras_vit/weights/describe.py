@@ -271,7 +271,7 @@ def describe_weights(weights, architecture_config):
             representation_size=record.representation_size,
             channels=3,
             # The official evaluation resizes straight to the input size.
-            preprocessing=Preprocessing.from_mode(record.preprocessing, image_size=record.image_size),
+            preprocessing=Preprocessing.from_mode(record.preprocessing_mode, image_size=record.image_size),
             class_names=lists.get(record.classes),
         )
     path = check_file(path)

@@ -11,7 +11,7 @@ from keras_vit.validation import check_choice, check_fraction, pair
 # The input scalings a checkpoint can expect (`keras_vit.preprocess_input`
 # modes): "inception" maps [0, 255] to [-1, 1] (every Google checkpoint),
 # "imagenet" normalises with the ImageNet mean and std (DeiT, timm).
-PREPROCESSING = ("inception", "imagenet")
+PREPROCESSING_MODES = ("inception", "imagenet")
 # The per-channel mean and std of each mode, on [0, 1] pixels.
 MODE_STATISTICS = {
     "inception": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
@@ -37,8 +37,10 @@ class WeightsRecord:
         classes: int, width of the classifier head in the file.
         representation_size: width of the Dense+tanh pre-logits layer, or
             None when the file has none.
-        preprocessing: "inception" (inputs scaled to [-1, 1]) or "imagenet"
-            (ImageNet mean/std), see `keras_vit.preprocess_input`.
+        preprocessing_mode: "inception" (inputs scaled to [-1, 1]) or
+            "imagenet" (ImageNet mean/std), a `keras_vit.preprocess_input`
+            mode; a model loaded with these weights gets the
+            `Preprocessing` record of that mode (`model.preprocessing`).
         gelu_approximate: True when the weights were trained with the tanh
             GELU (every Google checkpoint), False for the exact erf GELU.
         license: SPDX licence identifier.
@@ -54,7 +56,7 @@ class WeightsRecord:
     ...     name="my-pets", architecture="Ti/16",
     ...     urls=("https://example.com/pets.npz",), file_name="pets.npz",
     ...     image_size=224, classes=37, representation_size=None,
-    ...     preprocessing="inception", gelu_approximate=True,
+    ...     preprocessing_mode="inception", gelu_approximate=True,
     ...     license="Apache-2.0", params=5_531_533, sha256=None,
     ...     description="ViT-Ti/16 fine-tuned on Oxford-IIIT Pets.")
     >>> record.key
@@ -68,7 +70,7 @@ class WeightsRecord:
     image_size: int
     classes: int
     representation_size: object
-    preprocessing: str
+    preprocessing_mode: str
     gelu_approximate: bool
     license: str
     params: int
@@ -83,7 +85,7 @@ class WeightsRecord:
                 f"Received: urls={self.urls!r}"
             )
         object.__setattr__(self, "urls", tuple(self.urls))
-        check_choice(self.preprocessing, PREPROCESSING, "preprocessing")
+        check_choice(self.preprocessing_mode, PREPROCESSING_MODES, "preprocessing_mode")
         check_choice(self.classifier, CLASSIFIERS, "classifier")
         if self.sha256 is not None and (
             len(self.sha256) != 64
@@ -209,7 +211,7 @@ class Preprocessing:
                 resized to `image_size / crop_fraction` before the centre crop.
             interpolation: default "bicubic".
         """
-        mode = check_choice(MODE_ALIASES.get(mode, mode), PREPROCESSING, "mode")
+        mode = check_choice(MODE_ALIASES.get(mode, mode), PREPROCESSING_MODES, "mode")
         mean, std = MODE_STATISTICS[mode]
         resize = None
         if check_fraction(crop_fraction, "crop_fraction", allow_none=True) is not None:

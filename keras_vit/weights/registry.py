@@ -24,8 +24,8 @@ from urllib.parse import quote
 
 from keras_vit.architectures import ARCHITECTURES
 
-# PREPROCESSING and CLASSIFIERS are public here too.
-from keras_vit.weights.record import CLASSIFIERS, PREPROCESSING, WeightsRecord  # noqa: F401
+# PREPROCESSING_MODES and CLASSIFIERS are public here too.
+from keras_vit.weights.record import CLASSIFIERS, PREPROCESSING_MODES, WeightsRecord  # noqa: F401
 
 _GCS = "https://storage.googleapis.com/vit_models/"
 _VIT_KERAS = "https://github.com/faustomorales/vit-keras/releases/download/dl/"
@@ -34,7 +34,7 @@ _VIT_KERAS = "https://github.com/faustomorales/vit-keras/releases/download/dl/"
 # every record below has sha256=None: downloads are checked against the size
 # the server reports, and the loader checks every tensor's shape.
 _GOOGLE = dict(
-    preprocessing="inception",
+    preprocessing_mode="inception",
     gelu_approximate=True,
     license="Apache-2.0",
     sha256=None,
@@ -345,7 +345,7 @@ def markdown_table():
         "| --- | --- | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for r in records:
-        input_range = "[-1, 1]" if r.preprocessing == "inception" else "mean/std"
+        input_range = "[-1, 1]" if r.preprocessing_mode == "inception" else "mean/std"
         lines.append(
             f"| {r.architecture} | `{r.name}` | {r.image_size} | {r.classes} "
             f"| {r.representation_size or '-'} | {r.params:,} | {input_range} "
