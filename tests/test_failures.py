@@ -186,8 +186,10 @@ def _ctrl_c_during_predict(tmp_path):
 def _interrupt_predict_at(model, x, duration, before):
     for fraction in (0.1, 0.35, 0.6, 0.85):
         timer = threading.Timer(duration * fraction, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
         try:
+            # Inside the `try`: a short delay can fire while `start` still
+            # waits for the timer thread.
+            timer.start()
             model.predict(x, batch_size=2, verbose=0)
             # On a loaded machine the timer may fire after predict: the
             # signal is sent once the join returns, and handled in the sleep.
