@@ -11,6 +11,12 @@ from keras_vit.layers.seeds import check_seed
 from keras_vit.validation import check_bool, check_positive_float, check_positive_int, check_rate
 
 
+def tokens_shape(shape, count):
+    """`shape` `(batch, tokens, D)` with `count` tokens (None: as it is)."""
+    shape = tuple(shape)
+    return shape if count is None else (shape[0], count, *shape[2:])
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head self-attention (paper eq. 2, App. A).
@@ -43,11 +49,15 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             `keras.utils.set_random_seed` seeds) or an int, the seed of the
             attention dropout.
 
-    Input shape:
-        `(batch, tokens, D)`.
+    Call arguments:
+        x: `(batch, tokens, D)`.
+        training: bool, the attention dropout's mode.
+        query_tokens: None (default: every token) or an int `n`: only the
+            first `n` tokens' queries are computed (each still attends to
+            every token), and only their outputs returned.
 
     Returns:
-        `(batch, tokens, D)`.
+        `(batch, tokens, D)` (`(batch, n, D)` with `query_tokens=n`).
 
     Example:
 
@@ -55,6 +65,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     >>> layer = MultiHeadSelfAttention(num_heads=2, head_dim=4)
     >>> tuple(layer(np.zeros((1, 5, 8), "float32")).shape)
     (1, 5, 8)
+    >>> tuple(layer(np.zeros((1, 5, 8), "float32"), query_tokens=1).shape)
+    (1, 1, 8)
     """
 
     def __init__(
@@ -131,25 +143,25 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             for layer in (self.query, self.key, self.value, self.out)
         )
 
-    def _project(self, x):
-        q, k, v = self._project_heads(x)
+    def _project(self, x, query_tokens=None):
+        q, k, v = self._project_heads(x, x if query_tokens is None else x[:, :query_tokens])
         if self.qk_norm is not None:
             q, k = self.qk_norm(q, k)
         return q, k, v
 
-    def _project_heads(self, x):
+    def _project_heads(self, x, queries):
         if not self._plain_projections():
-            return self.query(x), self.key(x), self.value(x)
-        static = tuple(x.shape)
-        tokens = static[1] if static[1] is not None else ops.shape(x)[1]
+            return self.query(queries), self.key(x), self.value(x)
         width = self.num_heads * self.head_dim
         heads = []
-        for layer in (self.query, self.key, self.value):
+        for layer, inputs in ((self.query, queries), (self.key, x), (self.value, x)):
+            static = tuple(inputs.shape)
+            tokens = static[1] if static[1] is not None else ops.shape(inputs)[1]
             kernel = ops.cast(layer.kernel, self.compute_dtype)
             bias = None
             if layer.bias is not None:
                 bias = ops.reshape(ops.cast(layer.bias, self.compute_dtype), (width,))
-            y = kernels.dense(x, ops.reshape(kernel, (static[-1], width)), bias)
+            y = kernels.dense(inputs, ops.reshape(kernel, (static[-1], width)), bias)
             heads.append(ops.reshape(y, (-1, tokens, self.num_heads, self.head_dim)))
         return tuple(heads)
 
@@ -177,8 +189,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         q, k, _ = self._project(x)
         return self._probs(q, k)
 
-    def call(self, x, training=None):
-        q, k, v = self._project(x)
+    def call(self, x, training=None, query_tokens=None):
+        q, k, v = self._project(x, query_tokens)
         if training and self.dropout_rate > 0:
             probs = self.dropout(self._probs(q, k), training=training)
             context = ops.einsum("bhqt,bthk->bqhk", ops.cast(probs, v.dtype), v)
@@ -188,6 +200,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
+
+    def compute_output_spec(self, x, training=None, query_tokens=None):
+        return keras.KerasTensor(tokens_shape(x.shape, query_tokens), dtype=self.compute_dtype)
 
     def get_config(self):
         config = super().get_config()

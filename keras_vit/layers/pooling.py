@@ -52,6 +52,11 @@ class TokenPooling(keras.layers.Layer):
         self.mode = mode
         self.num_prefix_tokens = int(num_prefix_tokens)
 
+    @property
+    def leading_tokens(self):
+        """How many leading tokens the pooling reads (None: patch tokens too)."""
+        return {"token": 1, "distillation": 2}.get(self.mode)
+
     def call(self, x):
         if self.mode == "token":
             return x[:, 0]

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers import kernels
-from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.attention import MultiHeadSelfAttention, tokens_shape
 from keras_vit.layers.config import MLP_ACTIVATIONS, BlockConfig, expose_records
 from keras_vit.layers.seeds import check_seed, derive_seed
 from keras_vit.layers.swiglu import SwiGluMlp
@@ -148,11 +148,17 @@ class TransformerBlock(keras.layers.Layer):
         **kwargs: fields of `BlockConfig` (they replace those of
             `block_config`), `gelu_approximate`, and Keras' layer keywords.
 
-    Input shape:
-        `(batch, tokens, D)`.
+    Call arguments:
+        x: `(batch, tokens, D)`.
+        training: bool, the mode of dropout and stochastic depth.
+        output_tokens: None (default: every token) or an int `n`: the
+            outputs of the first `n` tokens only, computed without the other
+            tokens' queries, attention outputs and MLP (their keys and
+            values are still attended to): what a model whose head reads
+            only its prefix tokens needs from its last block.
 
     Returns:
-        `(batch, tokens, D)`.
+        `(batch, tokens, D)` (`(batch, n, D)` with `output_tokens=n`).
 
     Example:
 
@@ -160,6 +166,8 @@ class TransformerBlock(keras.layers.Layer):
     >>> block = TransformerBlock(num_heads=2, mlp_dim=16, qkv_bias=False)
     >>> tuple(block(np.zeros((1, 5, 8), "float32")).shape)
     (1, 5, 8)
+    >>> tuple(block(np.zeros((1, 5, 8), "float32"), output_tokens=1).shape)
+    (1, 1, 8)
     >>> block.qkv_bias, block.get_config()["block_config"]["qkv_bias"]
     (False, False)
     """
@@ -232,14 +240,18 @@ class TransformerBlock(keras.layers.Layer):
         )
         return x * ops.floor(keep + noise) / keep
 
-    def call(self, x, training=None):
+    def call(self, x, training=None, output_tokens=None):
         if training and self.block_config.remat:
-            return keras.remat(lambda x: self._forward(x, training))(x)
-        return self._forward(x, training)
+            return keras.remat(lambda x: self._forward(x, training, output_tokens))(x)
+        return self._forward(x, training, output_tokens)
 
-    def _forward(self, x, training):
-        y = self.attention(self.norm_0(x), training=training)
+    def _forward(self, x, training, output_tokens=None):
+        y = self.attention(self.norm_0(x), training=training, query_tokens=output_tokens)
         y = self.dropout(y, training=training)
+        if output_tokens is not None:
+            # Only these tokens' residual stream goes on; the others were
+            # needed for their keys and values alone.
+            x = x[:, :output_tokens]
         x = x + self._drop_path(self._scale(y, self.attention_scale), training)
         y = self.mlp(self.norm_2(x), training=training)
         return x + self._drop_path(self._scale(y, self.mlp_scale), training)
@@ -250,6 +262,9 @@ class TransformerBlock(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
+
+    def compute_output_spec(self, x, training=None, output_tokens=None):
+        return keras.KerasTensor(tokens_shape(x.shape, output_tokens), dtype=self.compute_dtype)
 
     def get_config(self):
         config = super().get_config()

@@ -259,7 +259,21 @@ def block_indices(count, indices):
     return sorted({int(i) % count for i in items})
 
 
-def run_blocks(s, x, indices=(), training=None, stop_early=False):
+def head_tokens(s):
+    """How many leading tokens the head reads, or None when it reads them all.
+
+    A head that pools the class (and distillation) token reads the first one
+    (two); every other head, MAP pooling included, reads every token, as
+    does a model without pooling.
+    """
+    pools = [layer for name, layer in s.head_layers.items() if name.startswith("pool")]
+    counts = [getattr(layer, "leading_tokens", None) for layer in pools]
+    if not counts or None in counts:
+        return None
+    return max(counts)
+
+
+def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=None):
     """Step 3: the blocks on tokens `x`, tapping the outputs of `indices`.
 
     Args:
@@ -270,6 +284,9 @@ def run_blocks(s, x, indices=(), training=None, stop_early=False):
         training: the dropout's and stochastic depth's mode.
         stop_early: stop after the last tapped block (the returned tokens
             are then that block's output).
+        output_tokens: None (default) or an int `n`: the last block of the
+            model computes the outputs of the first `n` tokens only (see
+            `head_tokens`); not with taps of the last block or `stop_early`.
 
     Returns:
         `(tokens after the last block run, [tapped outputs, in order])`.
@@ -278,12 +295,26 @@ def run_blocks(s, x, indices=(), training=None, stop_early=False):
     last = len(s.blocks) - 1
     if stop_early:
         last = max(indices, default=-1)
+    if output_tokens is not None and (stop_early or last in wanted):
+        raise ValueError("`output_tokens` cuts the last block's output: it cannot be tapped.")
     taps = []
     for i, block in enumerate(s.blocks[: last + 1]):
-        x = block(x, training=training)
+        if i == len(s.blocks) - 1 and output_tokens is not None:
+            x = block(x, training=training, output_tokens=output_tokens)
+        else:
+            x = block(x, training=training)
         if i in wanted:
             taps.append(x)
     return x, taps
+
+
+def outputs(s, images, training=None):
+    """`model(images)`: every step, the last block computing only the tokens
+    the head reads (`head_tokens`), which is exact and, for a class-token
+    head, skips ~7 % of a 12-block model's work."""
+    x, _ = embed(s, stem(s, images, training=training), training=training)
+    x, _ = run_blocks(s, x, training=training, output_tokens=head_tokens(s))
+    return head(s, final_norm(s, x))
 
 
 def final_norm(s, x):
@@ -365,6 +396,16 @@ class ForwardPass:
 
     The model's `_forward_stages` (its `Stages`) is set by its constructor.
     """
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        # The graph's steps (it stays the model's structure: every layer's
+        # `output` is what it was), but the last block computes only the
+        # tokens the head reads (`head_tokens`).
+        s = getattr(self, "_forward_stages", None)
+        if s is None or mask is not None or kwargs or head_tokens(s) is None:
+            return super().call(inputs, training=training, mask=mask, **kwargs)
+        (images,) = self._standardize_inputs(inputs)
+        return outputs(s, images, training=training)
 
     def _images(self, images):
         images = images if keras.backend.is_keras_tensor(images) else ops.convert_to_tensor(images)

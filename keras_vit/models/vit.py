@@ -69,6 +69,13 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
     The model accepts images of any size divisible by the patch size, not only
     `image_size`: the position embedding is resized on the fly.
 
+    Calling the model runs the steps of its graph, except that when the head
+    reads only the class (and distillation) token, the last block computes
+    the outputs of the prefix tokens alone: the other tokens still give their
+    keys and values, so the result is the same, without their queries,
+    attention outputs and MLP (about 7 % of ViT-B/16's work). The graph
+    itself is unchanged: `model.get_layer(...).output` is every token.
+
     Args:
         image_size: int or `(height, width)`, default 224 (or the resolution
             of the named `weights`). The position embedding is learned for it.
