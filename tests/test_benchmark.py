@@ -145,6 +145,19 @@ def test_kernel_timings_predict_rows(tmp_path):
     assert kernels._ONEDNN_DENSE == [True]
 
 
+def test_kernel_timings_head_tokens_rows(tmp_path):
+    """`--head-tokens`: predict and training img/s, whole graph against the cut last block."""
+    from keras_vit_tools import benchmark_kernels
+
+    prefix = tmp_path / "cut"
+    assert benchmark_kernels.main(["--head-tokens", "--arch", "tiny", "--batch", "2", "--reps", "1",
+                                   "--output", str(prefix)]) == 0
+    text = (tmp_path / "cut.md").read_text()
+    rows = [line.split("|") for line in text.splitlines() if line.startswith(("| predict", "| train"))]
+    assert [r[1].strip() for r in rows] == ["predict", "train_on_batch"]
+    assert all(float(r[2]) > 0 and float(r[3]) > 0 and r[4].strip().endswith("x") for r in rows)
+
+
 def test_deployment_ratios():
     """int8 and runtime rows are compared with HF float32; keras_vit rows with keras-hub."""
     rows = [("hf-sdpa", 2.0), ("hf-eager", 1.8), ("ort-hf", 2.5), ("keras_hub-torch", 2.0),

@@ -16,10 +16,13 @@ interleaved call by call, so a loaded machine disturbs both alike.
 `--predict` instead times `model.predict` of the whole `--arch` model
 (224 px, batch `--batch`), on torch with the oneDNN `dense` off and on,
 interleaved; on jax and tensorflow once, for the ratio between backends.
+`--head-tokens` times `predict_on_batch` and `train_on_batch` of the whole
+model with its last block cut to the class token (the model's call) and on
+every token (its graph), interleaved.
 
 Usage:
     KERAS_BACKEND=jax python tools/benchmark_kernels.py [--arch S/16] [--batch 16]
-        [--reps 7] [--dense | --predict] [--output PREFIX]
+        [--reps 7] [--dense | --predict | --head-tokens] [--output PREFIX]
 
 Prints a Markdown table (milliseconds, minimum over `--reps` calls after one
 warm-up call) and, with `--output`, appends it to PREFIX.md.
@@ -194,6 +197,50 @@ def _predict_rows(arch, batch, reps):
     return "\n".join(lines) + "\n"
 
 
+def _head_tokens_rows(arch, batch, reps):
+    """img/s of `predict` and `train_on_batch`: the model's call, whose last
+    block computes only the class token (`keras_vit.models.forward.head_tokens`),
+    against the same layers run as the model's graph (every token), interleaved."""
+    import statistics
+
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    patch, hidden, layers, heads, mlp = ARCHS[arch]
+    image = 32 if arch == "tiny" else 224
+    model = keras_vit.ViT(image_size=image, patch_size=patch, hidden_size=hidden,
+                          num_layers=layers, num_heads=heads, mlp_dim=mlp, classes=1000,
+                          classifier_activation=None)
+    runners = {"whole graph": keras.Model(model.input, model.output), "cut last block": model}
+    x = np.random.default_rng(0).standard_normal((batch, image, image, 3), dtype=np.float32)
+    y = np.zeros((batch,), "int32")
+    for runner in runners.values():
+        runner.compile(optimizer=keras.optimizers.SGD(1e-6),
+                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    steps = {
+        "predict": lambda r: r.predict_on_batch(x),
+        "train_on_batch": lambda r: r.train_on_batch(x, y),
+    }
+    backend = keras.backend.backend()
+    lines = [f"### {backend}: {arch} {image} px, batch {batch}, float32: the last block cut "
+             f"to the class token, img/s (median of {reps})", "",
+             "| step | whole graph | cut last block | ratio |", "|---|---:|---:|---:|"]
+    for step_name, step in steps.items():
+        times = {name: [] for name in runners}
+        for repeat in range(reps + 1):
+            for name, runner in runners.items():
+                start = time.perf_counter()
+                step(runner)
+                if repeat:  # the first call of each compiles
+                    times[name].append(time.perf_counter() - start)
+        rate = {name: batch / statistics.median(t) for name, t in times.items()}
+        lines.append(f"| {step_name} | {rate['whole graph']:.2f} | {rate['cut last block']:.2f} | "
+                     f"{rate['cut last block'] / rate['whole graph']:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
 def run(arch, batch, reps, dense_only=False):
     import keras
     import numpy as np
@@ -249,9 +296,14 @@ def main(argv=None):
                         help="only the torch projection table (F.linear vs oneDNN)")
     parser.add_argument("--predict", action="store_true",
                         help="only the whole model's predict img/s (torch: F.linear vs oneDNN)")
+    parser.add_argument("--head-tokens", action="store_true",
+                        help="only predict and train_on_batch img/s: the last block cut to the "
+                             "class token against the whole graph")
     parser.add_argument("--output", default=None, help="append the table to PREFIX.md")
     args = parser.parse_args(argv)
-    if args.predict:
+    if args.head_tokens:
+        table = _head_tokens_rows(args.arch, args.batch, args.reps)
+    elif args.predict:
         table = _predict_rows(args.arch, args.batch, args.reps)
     else:
         table = run(args.arch, args.batch, args.reps, args.dense)
