@@ -70,6 +70,9 @@ def test_smoke_run_writes_table_and_json(tmp_path):
         assert row["first_s"] > 0
     assert rows[(benchmark.SMOKE_WORKLOADS[0], "timm")]["status"] in ("ok", "skipped")
     assert report["peak"]["gflops"]["numpy_float32"] > 0
+    # --smoke measures only the peaks its systems are read against (timm's: torch's).
+    measured = {key.split("_")[0] for key in report["peak"]["gflops"]}
+    assert measured == {"numpy", "torch", keras.backend.backend()}, measured
     table = (tmp_path / "bench.md").read_text()
     assert system in table and "| workload |" in table
     assert report["machine"]["versions"]["keras"] == keras.__version__

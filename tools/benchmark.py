@@ -445,7 +445,8 @@ def parse_args(argv):
                         help="side of the square peak matmul (default 4096; --quick 2048;"
                         " --smoke 256)")
     parser.add_argument("--smoke", action="store_true",
-                        help="tiny model, one repetition: checks that everything runs")
+                        help="tiny model, one repetition, and only the matmul peaks of the"
+                        " run's systems and NumPy: checks that everything runs")
     parser.add_argument("--timeout", type=float, default=900,
                         help="seconds allowed per case (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=1,
@@ -476,9 +477,15 @@ def _selection(args, workloads):
     return DEPLOY_SYSTEMS, workloads if args.workloads or args.smoke else DEPLOY_WORKLOADS, ("float32",)
 
 
-def measure_peaks(peak, size, reps, timeout):
+def peak_libraries(cases):
+    """NumPy and the libraries whose peaks the cases' systems are read against."""
+    own = {own_peak_key(system, "float32") for _, _, system in cases} - {None}
+    return tuple(lib for lib in PEAK_LIBRARIES if lib == "numpy" or f"{lib}_float32" in own)
+
+
+def measure_peaks(peak, size, reps, timeout, libraries=PEAK_LIBRARIES):
     """Each library's square matmul rate, one process each; keeps the best per key in `peak`."""
-    for library in PEAK_LIBRARIES:
+    for library in libraries:
         result = run_case({"system": "peak", "matmul_size": size, "reps": reps,
                            "libraries": [library]}, timeout)
         if result["status"] == "ok":
@@ -512,8 +519,7 @@ def main(argv=None):
     elif args.workloads:
         workloads = tuple(args.workloads.split(","))
     systems, workloads, dtypes = _selection(args, workloads)
-    for value, allowed, name in ((workloads, WORKLOADS, "workloads"),
-                                 (dtypes, DTYPES, "dtypes")):
+    for value, allowed, name in ((workloads, WORKLOADS, "workloads"), (dtypes, DTYPES, "dtypes")):
         bad = [v for v in value if v not in allowed]
         if bad:
             raise SystemExit(f"unknown {name}: {bad}; choices: {list(allowed)}")
@@ -537,7 +543,8 @@ def main(argv=None):
     for round_ in range(args.rounds):
         # The peak is measured in every round; the best of the rounds is kept.
         print(f"round {round_ + 1}/{args.rounds}: matmul peak (n={size}) ...", flush=True)
-        measure_peaks(report["peak"], size, reps, args.timeout)
+        measure_peaks(report["peak"], size, reps, args.timeout,
+                      peak_libraries(cases) if args.smoke else PEAK_LIBRARIES)
         for workload, dtype, system in cases:
             kind, arch, image, batch = WORKLOADS[workload]
             slow = slow_bfloat16(report["peak"])

@@ -5,6 +5,15 @@ Usage: python tools/run_tests.py [--backends jax,tensorflow,torch] [--workers N]
 Each backend's run uses pytest-xdist with `--workers` processes (default: one
 per CPU core, at most 4) when it is installed, and lists the reason of every
 skipped test.
+
+The jax and tensorflow runs compile XLA's CPU code without LLVM's
+optimisations (`XLA_FLAGS=--xla_backend_optimization_level=0`, unless
+`XLA_FLAGS` already sets the level or `--xla-optimize` is given). The tests
+run thousands of small programs once each, so compiling is a large part of
+their time: on jax this took a fifth off the small-model tests and about a
+quarter off the whole job (the few tests on full-size images run slower).
+Matrix products call the same library kernels either way, and every
+numerical check keeps its tolerance.
 """
 
 import argparse
@@ -40,6 +49,18 @@ def summary_counts(output):
     return counts
 
 
+XLA_TEST_FLAG = "--xla_backend_optimization_level=0"
+
+
+def backend_env(backend, optimize_xla=False, environ=None):
+    """The environment a backend's test run gets (see the module docstring)."""
+    env = dict(os.environ if environ is None else environ, KERAS_BACKEND=backend)
+    flags = env.get("XLA_FLAGS", "")
+    if backend in ("jax", "tensorflow") and not optimize_xla and "xla_backend_optimization_level" not in flags:
+        env["XLA_FLAGS"] = f"{flags} {XLA_TEST_FLAG}".strip()
+    return env
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -54,6 +75,12 @@ def main(argv=None):
         help="pytest-xdist worker processes per backend (default: CPU cores, "
         "at most 4; 1 runs in a single process)",
     )
+    parser.add_argument(
+        "--xla-optimize",
+        action="store_true",
+        help="compile jax's and tensorflow's XLA programs with LLVM's optimisations, "
+        "as a user's run does (slower to compile)",
+    )
     args, pytest_args = parser.parse_known_args(argv)
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
@@ -65,7 +92,7 @@ def main(argv=None):
     failed_backends = []
     for backend in args.backends.split(","):
         print(f"\n===== KERAS_BACKEND={backend} =====", flush=True)
-        env = dict(os.environ, KERAS_BACKEND=backend)
+        env = backend_env(backend, args.xla_optimize)
         start = time.time()
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", *options, *pytest_args],
