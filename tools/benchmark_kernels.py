@@ -161,6 +161,30 @@ def _dense_rows(arch, batch, reps):
     return "\n".join(head + out) + "\n"
 
 
+def _whole_model(arch, **kwargs):
+    """The `--arch` ViT at 224 px (32 px for "tiny") and that image size."""
+    import keras_vit
+
+    patch, hidden, layers, heads, mlp = ARCHS[arch]
+    image = 32 if arch == "tiny" else 224
+    model = keras_vit.ViT(image_size=image, patch_size=patch, hidden_size=hidden,
+                          num_layers=layers, num_heads=heads, mlp_dim=mlp, classes=1000, **kwargs)
+    return model, image
+
+
+def _interleaved(calls, reps):
+    """Seconds of each named call, `reps` rounds of one call each in turn, after
+    an untimed first round (which compiles)."""
+    times = {name: [] for name in calls}
+    for repeat in range(reps + 1):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            if repeat:
+                times[name].append(time.perf_counter() - start)
+    return times
+
+
 def _predict_rows(arch, batch, reps):
     """img/s of `model.predict` (median and best of `reps` calls after one warm-up)."""
     import statistics
@@ -168,26 +192,20 @@ def _predict_rows(arch, batch, reps):
     import keras
     import numpy as np
 
-    import keras_vit
     from keras_vit.layers import kernels
 
-    patch, hidden, layers, heads, mlp = ARCHS[arch]
-    image = 32 if arch == "tiny" else 224
-    model = keras_vit.ViT(image_size=image, patch_size=patch, hidden_size=hidden,
-                          num_layers=layers, num_heads=heads, mlp_dim=mlp, classes=1000)
+    model, image = _whole_model(arch)
     x = np.random.default_rng(0).standard_normal((batch, image, image, 3), dtype=np.float32)
     backend = keras.backend.backend()
     modes = {"F.linear": False, "oneDNN dense": True} if backend == "torch" else {"": None}
-    times = {name: [] for name in modes}
     previous = kernels._ONEDNN_DENSE[0]
+
+    def predict(fast):
+        kernels._ONEDNN_DENSE[0] = previous if fast is None else fast
+        model.predict(x, batch_size=batch, verbose=0)
+
     try:
-        for repeat in range(reps + 1):
-            for name, fast in modes.items():
-                kernels._ONEDNN_DENSE[0] = previous if fast is None else fast
-                start = time.perf_counter()
-                model.predict(x, batch_size=batch, verbose=0)
-                if repeat:
-                    times[name].append(time.perf_counter() - start)
+        times = _interleaved({name: lambda fast=fast: predict(fast) for name, fast in modes.items()}, reps)
     finally:
         kernels._ONEDNN_DENSE[0] = previous
     lines = [f"### {backend}: {arch} {image} px `predict`, batch {batch}, float32, img/s", "",
@@ -206,13 +224,7 @@ def _head_tokens_rows(arch, batch, reps):
     import keras
     import numpy as np
 
-    import keras_vit
-
-    patch, hidden, layers, heads, mlp = ARCHS[arch]
-    image = 32 if arch == "tiny" else 224
-    model = keras_vit.ViT(image_size=image, patch_size=patch, hidden_size=hidden,
-                          num_layers=layers, num_heads=heads, mlp_dim=mlp, classes=1000,
-                          classifier_activation=None)
+    model, image = _whole_model(arch, classifier_activation=None)
     runners = {"whole graph": keras.Model(model.input, model.output), "cut last block": model}
     x = np.random.default_rng(0).standard_normal((batch, image, image, 3), dtype=np.float32)
     y = np.zeros((batch,), "int32")
@@ -228,13 +240,7 @@ def _head_tokens_rows(arch, batch, reps):
              f"to the class token, img/s (median of {reps})", "",
              "| step | whole graph | cut last block | ratio |", "|---|---:|---:|---:|"]
     for step_name, step in steps.items():
-        times = {name: [] for name in runners}
-        for repeat in range(reps + 1):
-            for name, runner in runners.items():
-                start = time.perf_counter()
-                step(runner)
-                if repeat:  # the first call of each compiles
-                    times[name].append(time.perf_counter() - start)
+        times = _interleaved({name: lambda r=runner: step(r) for name, runner in runners.items()}, reps)
         rate = {name: batch / statistics.median(t) for name, t in times.items()}
         lines.append(f"| {step_name} | {rate['whole graph']:.2f} | {rate['cut last block']:.2f} | "
                      f"{rate['cut last block'] / rate['whole graph']:.2f}x |")
