@@ -37,3 +37,38 @@ def test_jax_compiles_without_llvm_optimisations_unless_asked():
     # A level the caller chose is kept.
     chosen = {"XLA_FLAGS": "--xla_backend_optimization_level=2"}
     assert backend_env("jax", environ=chosen)["XLA_FLAGS"] == chosen["XLA_FLAGS"]
+
+
+def test_each_worker_gets_its_share_of_the_cores_for_openmp():
+    from tools.run_tests import backend_env
+
+    for backend in ("jax", "tensorflow", "torch"):
+        assert backend_env(backend, environ={}, threads=3)["OMP_NUM_THREADS"] == "3"
+        assert "OMP_NUM_THREADS" not in backend_env(backend, environ={})
+        # A count the caller chose is kept.
+        chosen = backend_env(backend, environ={"OMP_NUM_THREADS": "8"}, threads=1)
+        assert chosen["OMP_NUM_THREADS"] == "8"
+
+
+def test_main_passes_the_thread_share_to_every_backend_run(monkeypatch):
+    import subprocess
+
+    from tools import run_tests
+
+    seen = []
+
+    def fake_run(cmd, env, **kwargs):
+        seen.append((cmd, env))
+        return subprocess.CompletedProcess(cmd, 0, stdout="1 passed in 0.1s\n")
+
+    monkeypatch.setattr(run_tests.subprocess, "run", fake_run)
+    monkeypatch.setattr(run_tests.os, "cpu_count", lambda: 4)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert run_tests.main(["--backends", "jax,torch", "--workers", "2"]) == 0
+    assert [env["KERAS_BACKEND"] for _, env in seen] == ["jax", "torch"]
+    if run_tests.importlib.util.find_spec("xdist") is not None:
+        assert all(env["OMP_NUM_THREADS"] == "2" for _, env in seen)
+        assert all("-n" in cmd for cmd, _ in seen)
+    seen.clear()
+    assert run_tests.main(["--backends", "torch", "--workers", "1"]) == 0
+    assert "OMP_NUM_THREADS" not in seen[0][1] and "-n" not in seen[0][0]

@@ -68,8 +68,6 @@ def _compiled(backend, fn):
 
 def _forward_backward(backend, layer, x):
     """(forward call, forward+backward call) of `layer` on `x`."""
-    import keras
-
     if backend == "jax":
         import jax
 
