@@ -161,6 +161,30 @@ def test_kernel_timings_head_tokens_rows(tmp_path):
     assert all(float(r[2]) > 0 and float(r[3]) > 0 and r[4].strip().endswith("x") for r in rows)
 
 
+def test_kernel_timings_attention_rows(tmp_path):
+    """`--attention`: jax's attention, all heads against groups; other backends say why not."""
+    from keras_vit_tools import benchmark_kernels
+    from keras_vit.layers import kernels
+
+    prefix = tmp_path / "attention"
+    assert benchmark_kernels.main(["--attention", "--arch", "tiny", "--batch", "2", "--reps", "1",
+                                   "--tokens", "5,9", "--output", str(prefix)]) == 0
+    text = (tmp_path / "attention.md").read_text()
+    assert kernels.GROUPED_ATTENTION_BYTES == 32 * 2**20  # restored
+    if keras.backend.backend() != "jax":
+        assert "only jax's CPU path groups heads" in text
+        return
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| ") and "tokens" not in line]
+    assert [r[0].strip() for r in rows] == ["5", "9"]
+    assert benchmark_kernels.ARCHS["tiny"][3] == 2
+    # Such small logits all fit the group budget: a group is the largest proper
+    # divisor of batch x heads = 4 (all heads at once is the other column).
+    assert all(int(r[2]) == 2 for r in rows)
+    assert all(float(r[3]) > 0 and float(r[4]) > 0 and r[5].strip().endswith("x") for r in rows)
+    with pytest.raises(SystemExit):
+        benchmark_kernels.main(["--attention", "--tokens", "many"])
+
+
 def test_deployment_ratios():
     """int8 and runtime rows are compared with HF float32; keras_vit rows with keras-hub."""
     rows = [("hf-sdpa", 2.0), ("hf-eager", 1.8), ("ort-hf", 2.5), ("keras_hub-torch", 2.0),

@@ -85,6 +85,57 @@ def test_model_outputs_and_gradients_agree_across_attention_paths(rng, monkeypat
     np.testing.assert_allclose(results[True][1], results[False][1], rtol=1e-3, atol=1e-6)
 
 
+class _Shape:
+    def __init__(self, *shape):
+        self.shape = shape
+
+
+def test_jax_cpu_attention_takes_large_logits_a_group_of_heads_at_a_time():
+    """Only jax groups heads, only past the logits size, in groups that fit the budget."""
+    group = kernels._head_group(_Shape(1, 1370, 12, 64), _Shape(1, 1370, 12, 64))
+    if keras.backend.backend() != "jax":
+        assert group is None
+        return
+    assert group == 2  # B/14 at 518 px: 12 heads of 7.2 MiB logits, 2 fit in 16 MiB
+    assert kernels._head_group(_Shape(8, 577, 12, 64), _Shape(8, 577, 12, 64)) == 12
+    assert kernels._head_group(_Shape(1, 577, 12, 64), _Shape(1, 577, 12, 64)) is None
+    assert kernels._head_group(_Shape(None, 1370, 12, 64), _Shape(None, 1370, 12, 64)) is None
+    # One head's logits over the group budget: one at a time.
+    assert kernels._head_group(_Shape(1, 2500, 12, 64), _Shape(1, 2500, 12, 64)) == 1
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_grouped_attention_equals_all_heads_at_once(rng, monkeypatch, dtype):
+    """Values and gradients of the grouped path equal the all-heads path's."""
+    q, k, v = (rng.normal(size=(2, 9, 3, 4)).astype("float32") for _ in range(3))
+    if keras.backend.backend() != "jax":
+        monkeypatch.setattr(kernels, "GROUPED_ATTENTION_BYTES", 0)
+        assert kernels._head_group(q, k) is None
+        return
+    import jax
+    import jax.numpy as jnp
+
+    def run(grouped):
+        monkeypatch.setattr(kernels, "GROUPED_ATTENTION_BYTES", 0 if grouped else 2**40)
+        monkeypatch.setattr(kernels, "ATTENTION_GROUP_BYTES", 2 * 4 * 9 * 9)
+        assert kernels._head_group(q, k) == (2 if grouped else None)  # 6 heads, 3 groups
+
+        def loss(q, k, v):
+            out = kernels.attention(*(a.astype(dtype) for a in (q, k, v)), scale=0.4)
+            return (out.astype("float32") ** 2).sum(), out
+
+        (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(
+            *map(jnp.asarray, (q, k, v))
+        )
+        assert keras.backend.standardize_dtype(out.dtype) == dtype
+        return [np.asarray(t, "float32") for t in (out, *grads)]
+
+    grouped, whole = run(True), run(False)
+    np.testing.assert_allclose(grouped[0], np_attention(q, k, v, 0.4), atol=0.05 if dtype == "bfloat16" else 2e-5)
+    for a, b in zip(grouped, whole):
+        np.testing.assert_allclose(a, b, atol=1e-6 if dtype == "float32" else 1e-2)
+
+
 def _gradient_norms(model, x):
     """Per-variable gradient norms of the logits' squared sum."""
     backend = keras.backend.backend()

@@ -19,10 +19,15 @@ interleaved; on jax and tensorflow once, for the ratio between backends.
 `--head-tokens` times `predict_on_batch` and `train_on_batch` of the whole
 model with its last block cut to the class token (the model's call) and on
 every token (its graph), interleaved.
+`--attention` times jax's CPU attention (`kernels.attention`, forward and
+forward+backward) at the `--tokens` counts with `--arch`'s heads, all heads
+at once against a group of heads at a time (`kernels.ATTENTION_GROUP_BYTES`),
+interleaved: the measurements behind `kernels.GROUPED_ATTENTION_BYTES`.
 
 Usage:
     KERAS_BACKEND=jax python tools/benchmark_kernels.py [--arch S/16] [--batch 16]
-        [--reps 7] [--dense | --predict | --head-tokens] [--output PREFIX]
+        [--reps 7] [--dense | --predict | --head-tokens | --attention [--tokens 577,1370]]
+        [--output PREFIX]
 
 Prints a Markdown table (milliseconds, minimum over `--reps` calls after one
 warm-up call) and, with `--output`, appends it to PREFIX.md.
@@ -245,6 +250,58 @@ def _head_tokens_rows(arch, batch, reps):
     return "\n".join(lines) + "\n"
 
 
+def _attention_rows(arch, batch, reps, token_counts):
+    """ms of jax's CPU attention, all heads at once against groups of heads."""
+    import statistics
+
+    import keras
+    import numpy as np
+
+    from keras_vit.layers import kernels
+
+    backend = keras.backend.backend()
+    if backend != "jax":
+        return f"(no grouped attention on {backend}: only jax's CPU path groups heads)\n"
+    import jax
+
+    _, hidden, _, heads, _ = ARCHS[arch]
+    dim = hidden // heads
+    settings = {"all heads": 2**62, "grouped": 0}  # GROUPED_ATTENTION_BYTES
+    lines = [f"### jax: attention of {heads} heads of {dim}, batch {batch}, float32, ms "
+             f"(median of {reps} interleaved calls)", "",
+             "| tokens | logits (MiB) | heads per group | all heads fwd | grouped fwd | speed-up "
+             "| all heads fwd+bwd | grouped fwd+bwd | speed-up |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    default = kernels.GROUPED_ATTENTION_BYTES
+    try:
+        for tokens in token_counts:
+            q, k, v = (np.random.default_rng(i).standard_normal((batch, tokens, heads, dim), dtype=np.float32)
+                       for i in range(3))
+            calls, group = {}, None
+            for name, threshold in settings.items():
+                kernels.GROUPED_ATTENTION_BYTES = threshold
+                if threshold == 0:
+                    group = kernels._head_group(q, k)
+                forward = jax.jit(lambda q, k, v: kernels.attention(q, k, v))
+                both = jax.jit(jax.grad(lambda q, k, v: (kernels.attention(q, k, v) ** 2).sum(),
+                                        argnums=(0, 1, 2)))
+                # Traced now, under this setting.
+                jax.block_until_ready((forward(q, k, v), both(q, k, v)))
+                calls[(name, "fwd")] = lambda f=forward: jax.block_until_ready(f(q, k, v))
+                calls[(name, "both")] = lambda f=both: jax.block_until_ready(f(q, k, v))
+            ms = {key: 1e3 * statistics.median(t) for key, t in _interleaved(calls, reps).items()}
+            mib = batch * heads * tokens * tokens * 4 / 2**20
+            row = [f"{tokens}", f"{mib:.0f}", f"{group}"]
+            for kind in ("fwd", "both"):
+                whole, grouped = ms[("all heads", kind)], ms[("grouped", kind)]
+                row += [f"{whole:.1f}", f"{grouped:.1f}", f"{whole / grouped:.2f}x"]
+            lines.append("| " + " | ".join(row) + " |")
+            print("  " + lines[-1], file=sys.stderr, flush=True)
+    finally:
+        kernels.GROUPED_ATTENTION_BYTES = default
+    return "\n".join(lines) + "\n"
+
+
 def run(arch, batch, reps, dense_only=False):
     import keras
     import numpy as np
@@ -303,9 +360,19 @@ def main(argv=None):
     parser.add_argument("--head-tokens", action="store_true",
                         help="only predict and train_on_batch img/s: the last block cut to the "
                              "class token against the whole graph")
+    parser.add_argument("--attention", action="store_true",
+                        help="only jax's CPU attention: all heads at once against groups of heads")
+    parser.add_argument("--tokens", default="197,577,785,1025,1370",
+                        help="comma-separated token counts for --attention")
     parser.add_argument("--output", default=None, help="append the table to PREFIX.md")
     args = parser.parse_args(argv)
-    if args.head_tokens:
+    if args.attention:
+        try:
+            tokens = [int(t) for t in args.tokens.split(",")]
+        except ValueError:
+            parser.error(f"--tokens must be comma-separated integers, got {args.tokens!r}")
+        table = _attention_rows(args.arch, args.batch, args.reps, tokens)
+    elif args.head_tokens:
         table = _head_tokens_rows(args.arch, args.batch, args.reps)
     elif args.predict:
         table = _predict_rows(args.arch, args.batch, args.reps)
