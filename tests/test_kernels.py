@@ -1,6 +1,8 @@
 """`keras_vit.layers.kernels`: both attention paths and the 2D dense against
 NumPy, gradients, and the Keras-layer fallback for quantized/LoRA projections."""
 
+import contextlib
+
 import keras
 import numpy as np
 import pytest
@@ -274,3 +276,64 @@ def test_training_step_is_the_same_on_both_dense_paths(rng, monkeypatch):
     for a, b in zip(after_a, after_b):
         np.testing.assert_allclose(a, b, atol=1e-5)
     np.testing.assert_allclose(pred_a, pred_b, atol=1e-4)
+
+
+@pytest.mark.parametrize("export", [False, True])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_dense_takes_multi_axis_kernels_as_the_attention_layout(rng, export, with_bias):
+    """`(D, heads, head_dim)` kernels give `(..., heads, head_dim)`, and `axes=2`
+    contracts `(heads, head_dim)` with `(heads, head_dim, D)`, as `einsum` does."""
+    x = rng.normal(size=(2, 5, 6)).astype("float32")
+    qkv = rng.normal(size=(6, 2, 3)).astype("float32")
+    out = rng.normal(size=(2, 3, 6)).astype("float32")
+    qkv_bias = rng.normal(size=(2, 3)).astype("float32") if with_bias else None
+    out_bias = rng.normal(size=(6,)).astype("float32") if with_bias else None
+    with kernels.export_mode() if export else contextlib.nullcontext():
+        heads = to_numpy(kernels.dense(x, qkv, qkv_bias))
+        back = to_numpy(kernels.dense(heads, out, out_bias, axes=2))
+    expected_heads = np.einsum("btd,dhk->bthk", x, qkv) + (0 if qkv_bias is None else qkv_bias)
+    np.testing.assert_allclose(heads, expected_heads, atol=1e-5, rtol=1e-5)
+    expected_back = np.einsum("bthk,hkd->btd", heads, out) + (0 if out_bias is None else out_bias)
+    np.testing.assert_allclose(back, expected_back, atol=1e-5, rtol=1e-5)
+
+
+def test_dense_multi_axis_gradients(rng):
+    """Gradients through the multi-axis forms equal those of the einsums."""
+    x = rng.normal(size=(2, 4, 2, 3)).astype("float32")
+    kernel = rng.normal(size=(2, 3, 5)).astype("float32")
+    bias = rng.normal(size=(5,)).astype("float32")
+    weights = rng.normal(size=(2, 4, 5)).astype("float32")
+    got, got_grads = _value_and_grads(
+        lambda x, k, b: kernels.dense(x, k, b, axes=2), [x, kernel, bias], weights
+    )
+    expected, expected_grads = _value_and_grads(
+        lambda x, k, b: keras.ops.einsum("bthk,hkd->btd", x, k) + b, [x, kernel, bias], weights
+    )
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
+    for g, e in zip(got_grads, expected_grads):
+        np.testing.assert_allclose(g, e, atol=1e-5, rtol=1e-5)
+
+
+def test_torch_inference_dense_skips_the_autograd_function(rng, monkeypatch):
+    """Without gradients to record, torch's oneDNN `dense` calls the GEMM
+    directly (the same numbers) instead of through its autograd function."""
+    if keras.backend.backend() != "torch":
+        pytest.skip("the autograd function is torch's own")
+    import torch
+
+    if not kernels._onednn_linear_applies(torch.ones(2, 2), torch.ones(2, 2), None):
+        pytest.skip("torch has no oneDNN on this machine")
+    made = []
+    real = kernels._onednn_linear
+    monkeypatch.setattr(kernels, "_onednn_linear", lambda: made.append(1) or real())
+    x = torch.tensor(rng.normal(size=(3, 4, 8)).astype("float32"))
+    kernel = torch.tensor(rng.normal(size=(8, 2, 5)).astype("float32"), requires_grad=True)
+    with torch.no_grad():
+        plain = kernels.dense(x, kernel)
+    assert made == []
+    recorded = kernels.dense(x, kernel)
+    assert made == [1] and recorded.requires_grad
+    torch.testing.assert_close(plain, recorded.detach(), atol=0, rtol=0)
+    np.testing.assert_allclose(
+        to_numpy(plain), np.einsum("btd,dhk->bthk", x.numpy(), kernel.detach().numpy()), atol=1e-5
+    )

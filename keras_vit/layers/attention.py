@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers import kernels
+from keras_vit.layers.calls import call_sublayer
 from keras_vit.layers.qk_norm import QKNorm
 from keras_vit.layers.seeds import check_seed
 from keras_vit.validation import check_bool, check_positive_float, check_positive_int, check_rate
@@ -146,36 +147,28 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def _project(self, x, query_tokens=None):
         q, k, v = self._project_heads(x, x if query_tokens is None else x[:, :query_tokens])
         if self.qk_norm is not None:
-            q, k = self.qk_norm(q, k)
+            q, k = call_sublayer(self.qk_norm, q, k)
         return q, k, v
 
     def _project_heads(self, x, queries):
         if not self._plain_projections():
             return self.query(queries), self.key(x), self.value(x)
-        width = self.num_heads * self.head_dim
         heads = []
         for layer, inputs in ((self.query, queries), (self.key, x), (self.value, x)):
-            static = tuple(inputs.shape)
-            tokens = static[1] if static[1] is not None else ops.shape(inputs)[1]
-            kernel = ops.cast(layer.kernel, self.compute_dtype)
-            bias = None
-            if layer.bias is not None:
-                bias = ops.reshape(ops.cast(layer.bias, self.compute_dtype), (width,))
-            y = kernels.dense(inputs, ops.reshape(kernel, (static[-1], width)), bias)
-            heads.append(ops.reshape(y, (-1, tokens, self.num_heads, self.head_dim)))
+            bias = None if layer.bias is None else ops.cast(layer.bias, self.compute_dtype)
+            # (batch, tokens, D) by (D, heads, head_dim).
+            heads.append(kernels.dense(inputs, ops.cast(layer.kernel, self.compute_dtype), bias))
         return tuple(heads)
 
     def _output(self, context):
         if not self._plain_projections():
             return self.out(context)
-        static = tuple(context.shape)
-        tokens = static[1] if static[1] is not None else ops.shape(context)[1]
-        width = self.num_heads * self.head_dim
-        kernel = ops.cast(self.out.kernel, self.compute_dtype)
+        # (batch, tokens, heads, head_dim) by (heads, head_dim, D).
         return kernels.dense(
-            ops.reshape(context, (-1, tokens, width)),
-            ops.reshape(kernel, (width, kernel.shape[-1])),
+            context,
+            ops.cast(self.out.kernel, self.compute_dtype),
             ops.cast(self.out.bias, self.compute_dtype),
+            axes=2,
         )
 
     def _probs(self, q, k):
@@ -192,7 +185,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def call(self, x, training=None, query_tokens=None):
         q, k, v = self._project(x, query_tokens)
         if training and self.dropout_rate > 0:
-            probs = self.dropout(self._probs(q, k), training=training)
+            probs = call_sublayer(self.dropout, self._probs(q, k), training=training)
             context = ops.einsum("bhqt,bthk->bqhk", ops.cast(probs, v.dtype), v)
         else:
             context = kernels.attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim))

@@ -73,16 +73,20 @@ def exporting():
     return _EXPORT_MODE[0]
 
 
-def dense(x, kernel, bias=None):
-    """`x @ kernel + bias`, contracting the last axis of `x`.
+def dense(x, kernel, bias=None, axes=1):
+    """`x @ kernel + bias`, contracting the last `axes` axes of `x`.
 
     Args:
-        x: tensor `(..., d_in)`.
-        kernel: tensor `(d_in, d_out)`, in the dtype of `x`.
-        bias: None or a tensor `(d_out,)`.
+        x: tensor `(..., *in_dims)`, where `in_dims` are its last `axes` axes.
+        kernel: tensor `(*in_dims, *out_dims)`, in the dtype of `x`: the
+            layouts of `Dense` (`(d_in, d_out)`) and of the attention
+            projections' `EinsumDense` (`(D, heads, head_dim)`, and
+            `(heads, head_dim, D)` with `axes=2`).
+        bias: None or a tensor of shape `out_dims`.
+        axes: int, how many trailing axes of `x` the product contracts.
 
     Returns:
-        A tensor `(..., d_out)`.
+        A tensor `(..., *out_dims)`.
 
     Example:
 
@@ -91,24 +95,38 @@ def dense(x, kernel, bias=None):
     ...           np.arange(5, dtype="float32"))
     >>> keras.ops.convert_to_numpy(y)[1, 2].tolist()
     [4.0, 5.0, 6.0, 7.0, 8.0]
+    >>> tuple(dense(np.ones((2, 3, 4), "float32"), np.ones((4, 2, 3), "float32")).shape)
+    (2, 3, 2, 3)
+    >>> tuple(dense(np.ones((2, 3, 2, 3), "float32"), np.ones((2, 3, 4), "float32"), axes=2).shape)
+    (2, 3, 4)
     """
-    if exporting():
-        y = ops.matmul(x, kernel)
-        return y if bias is None else y + bias
-    if keras.backend.backend() == "torch":
-        return _dense_torch(x, kernel, bias)
+    if keras.backend.backend() == "torch" and not exporting():
+        return _dense_torch(x, kernel, bias, axes)
     x = ops.convert_to_tensor(x)
     kernel = ops.convert_to_tensor(kernel)
+    out_dims = tuple(kernel.shape[axes:])
+    width = math.prod(out_dims)
+    if len(kernel.shape) != 2:
+        kernel = ops.reshape(kernel, (-1, width))
+    if bias is not None and len(bias.shape) != 1:
+        bias = ops.reshape(bias, (width,))
     static = tuple(x.shape)
-    if len(static) == 2:
+    dynamic = ops.shape(x)
+    leading = [s if s is not None else dynamic[i] for i, s in enumerate(static[:-axes])]
+    if exporting():
+        # The batch axis stays an axis of its own (see `export_mode`).
+        if axes > 1:
+            x = ops.reshape(x, (-1, *leading[1:], kernel.shape[0]))
+        y = ops.matmul(x, kernel)
+        y = y if bias is None else y + bias
+        return y if len(out_dims) == 1 else ops.reshape(y, (-1, *leading[1:], *out_dims))
+    if len(static) == 2 and axes == 1:
         y = _matmul(x, kernel)
         return ops.cast(y if bias is None else y + bias, x.dtype)
-    dynamic = ops.shape(x)
-    leading = [s if s is not None else dynamic[i] for i, s in enumerate(static[:-1])]
-    y = _matmul(ops.reshape(x, (-1, static[-1])), kernel)
+    y = _matmul(ops.reshape(x, (-1, kernel.shape[0])), kernel)
     if bias is not None:
         y = y + bias
-    return ops.reshape(ops.cast(y, x.dtype), (*leading, kernel.shape[-1]))
+    return ops.reshape(ops.cast(y, x.dtype), (*leading, *out_dims))
 
 
 def _matmul(a, b):
@@ -132,18 +150,35 @@ def _bfloat16(x):
     return keras.backend.standardize_dtype(x.dtype) == "bfloat16"
 
 
-def _dense_torch(x, kernel, bias):
+def _dense_torch(x, kernel, bias, axes):
+    import torch
     import torch.nn.functional as F
 
+    # torch's own reshapes: `keras.ops.reshape` costs ~25 µs an eager call
+    # against ~1, and a block's projections made eleven of them.
     x = ops.convert_to_tensor(x)
     kernel = ops.convert_to_tensor(kernel)
+    out_dims = tuple(kernel.shape[axes:])
+    if kernel.dim() != 2:
+        kernel = kernel.reshape(-1, math.prod(out_dims))
+    if axes > 1:
+        x = x.flatten(-axes)
     if bias is not None:
         bias = ops.convert_to_tensor(bias)
+        if bias.dim() != 1:
+            bias = bias.reshape(-1)
     if _onednn_linear_applies(x, kernel, bias):
-        return _onednn_linear()(x, kernel, bias)
-    # `kernel.T` is a view; `linear` multiplies by its transpose, i.e. by
-    # `kernel` itself, without a copy.
-    return F.linear(x, kernel.T, bias)
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, kernel, bias)):
+            y = _onednn_linear()(x, kernel, bias)
+        else:
+            # No gradient to record: the GEMM itself, without the ~10 µs of
+            # an autograd function's call.
+            y = _linear_pointwise(x, kernel, bias)
+    else:
+        # `kernel.T` is a view; `linear` multiplies by its transpose, i.e. by
+        # `kernel` itself, without a copy.
+        y = F.linear(x, kernel.T, bias)
+    return y if len(out_dims) == 1 else y.unflatten(-1, out_dims)
 
 
 def _onednn_linear_applies(x, kernel, bias):
@@ -179,6 +214,13 @@ def _onednn_linear_applies(x, kernel, bias):
     return x.dtype == torch.float32
 
 
+def _linear_pointwise(x, kernel, bias):
+    """`x @ kernel + bias` by oneDNN's GEMM (`kernel.T` is a view: no copy)."""
+    import torch
+
+    return torch.ops.mkldnn._linear_pointwise(x, kernel.T, bias, "none", [], "")
+
+
 # Whether `dense` may use oneDNN on torch (tests and benchmarks switch it).
 _ONEDNN_DENSE = [True]
 _ONEDNN_FUNCTION = []
@@ -204,7 +246,7 @@ def _onednn_linear():
         def forward(ctx, x, kernel, bias):
             ctx.save_for_backward(x, kernel)
             ctx.has_bias = bias is not None
-            return linear(x, kernel.T, bias, "none", [], "")
+            return _linear_pointwise(x, kernel, bias)
 
         @staticmethod
         def backward(ctx, grad):

@@ -178,14 +178,8 @@ class _ProbeAttention(keras.layers.Layer):
     def _project(self, layer, x):
         if not kernels.runs_plain(layer):
             return layer(x)
-        width = self.num_heads * self.head_dim
-        kernel = ops.reshape(ops.cast(layer.kernel, self.compute_dtype), (x.shape[-1], width))
-        bias = None
-        if layer.bias is not None:
-            bias = ops.reshape(ops.cast(layer.bias, self.compute_dtype), (width,))
-        tokens = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
-        y = kernels.dense(x, kernel, bias)
-        return ops.reshape(y, (-1, tokens, self.num_heads, self.head_dim))
+        bias = None if layer.bias is None else ops.cast(layer.bias, self.compute_dtype)
+        return kernels.dense(x, ops.cast(layer.kernel, self.compute_dtype), bias)
 
     def call(self, queries, tokens):
         q = self._project(self.query, queries)
@@ -194,12 +188,11 @@ class _ProbeAttention(keras.layers.Layer):
         context = kernels.attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim))
         if not kernels.runs_plain(self.out):
             return self.out(context)
-        width = self.num_heads * self.head_dim
-        kernel = ops.cast(self.out.kernel, self.compute_dtype)
         return kernels.dense(
-            ops.reshape(context, (-1, queries.shape[1], width)),
-            ops.reshape(kernel, (width, kernel.shape[-1])),
+            context,
+            ops.cast(self.out.kernel, self.compute_dtype),
             ops.cast(self.out.bias, self.compute_dtype),
+            axes=2,
         )
 
     def compute_output_shape(self, queries_shape, tokens_shape=None):

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers import kernels
+from keras_vit.layers.calls import call_sublayer
 from keras_vit.layers.seeds import check_seed
 from keras_vit.validation import check_positive_float, check_positive_int, check_rate
 
@@ -109,8 +110,8 @@ class SwiGluMlp(keras.layers.Layer):
 
     def call(self, x, training=None):
         y = ops.silu(self._dense(self.gate, x)) * self._dense(self.up, x)
-        y = self.dropout(y, training=training)
-        return self.dropout(self._dense(self.down, y), training=training)
+        y = call_sublayer(self.dropout, y, training=training)
+        return call_sublayer(self.dropout, self._dense(self.down, y), training=training)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
