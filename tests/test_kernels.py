@@ -337,3 +337,54 @@ def test_torch_inference_dense_skips_the_autograd_function(rng, monkeypatch):
     np.testing.assert_allclose(
         to_numpy(plain), np.einsum("btd,dhk->bthk", x.numpy(), kernel.detach().numpy()), atol=1e-5
     )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("name", ["gelu_tanh", "gelu", "quick_gelu"])
+def test_dense_with_activation_equals_the_activation_after_it(rng, monkeypatch, dtype, name):
+    """`dense(..., activation=name)` against the product and then
+    `activation`; on torch's oneDNN path the tanh GELU is the GEMM's post-op."""
+    post_ops = []
+    real = kernels._linear_pointwise
+    monkeypatch.setattr(
+        kernels, "_linear_pointwise", lambda *a: post_ops.append(a[3:]) or real(*a)
+    )
+    x = keras.ops.cast(rng.normal(size=(2, 9, 16)).astype("float32"), dtype)
+    kernel = keras.ops.cast(rng.normal(scale=0.3, size=(16, 24)).astype("float32"), dtype)
+    bias = keras.ops.cast(rng.normal(size=(24,)).astype("float32"), dtype)
+    got = kernels.dense(x, kernel, bias, activation=name)
+    post_ops_taken = list(post_ops)
+    expected = kernels.activation(kernels.dense(x, kernel, bias), name)
+    assert keras.backend.standardize_dtype(got.dtype) == dtype
+    got, expected = (to_numpy(keras.ops.cast(t, "float32")) for t in (got, expected))
+    if dtype == "float32":
+        np.testing.assert_allclose(got, expected, atol=1e-6, rtol=1e-6)
+    else:
+        # One bfloat16 rounding apart at most (the fused GELU rounds once).
+        np.testing.assert_allclose(got, expected, atol=2e-2, rtol=1e-2)
+    onednn = keras.backend.backend() == "torch" and kernels._onednn_linear_applies(
+        *(keras.ops.convert_to_tensor(t) for t in (x, kernel, bias))
+    )
+    if onednn and name == "gelu_tanh":
+        assert post_ops_taken == [("gelu", "tanh")]
+    else:
+        assert ("gelu", "tanh") not in post_ops_taken
+
+
+def test_dense_with_activation_keeps_gradients(rng):
+    """With gradients to record the activation is a separate op, differentiable."""
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    kernel = rng.normal(scale=0.3, size=(8, 6)).astype("float32")
+    bias = rng.normal(size=(6,)).astype("float32")
+    weights = rng.normal(size=(2, 5, 6)).astype("float32")
+    got, got_grads = _value_and_grads(
+        lambda x, k, b: kernels.dense(x, k, b, activation="gelu_tanh"), [x, kernel, bias], weights
+    )
+    expected, expected_grads = _value_and_grads(
+        lambda x, k, b: keras.ops.gelu(keras.ops.matmul(x, k) + b, approximate=True),
+        [x, kernel, bias],
+        weights,
+    )
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
+    for g, e in zip(got_grads, expected_grads):
+        np.testing.assert_allclose(g, e, atol=1e-5, rtol=1e-5)

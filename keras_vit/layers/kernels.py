@@ -13,7 +13,8 @@ only where measurements (`tools/benchmark.py`) showed that it pays:
   gradients (torch's default GEMM ran ViT's projections 1.2-1.4x slower in
   float32 and 2x slower in bfloat16, see `_onednn_linear_applies`);
   otherwise `torch.nn.functional.linear`, which adds the bias inside the
-  GEMM (`addmm`) instead of in a separate pass over the output. On jax,
+  GEMM (`addmm`) instead of in a separate pass over the output. In
+  inference, the MLP's tanh GELU runs inside oneDNN's GEMM as its post-op. On jax,
   bfloat16 products accumulate into a float32 result, the only form of a
   bfloat16 dot that XLA's CPU backend runs faster than float32 (`_matmul`).
   (On tensorflow, bfloat16 inference runs in the graph runtime, whose oneDNN
@@ -73,8 +74,8 @@ def exporting():
     return _EXPORT_MODE[0]
 
 
-def dense(x, kernel, bias=None, axes=1):
-    """`x @ kernel + bias`, contracting the last `axes` axes of `x`.
+def dense(x, kernel, bias=None, axes=1, activation=None):
+    """`activation(x @ kernel + bias)`, contracting the last `axes` axes of `x`.
 
     Args:
         x: tensor `(..., *in_dims)`, where `in_dims` are its last `axes` axes.
@@ -84,6 +85,7 @@ def dense(x, kernel, bias=None, axes=1):
             `(heads, head_dim, D)` with `axes=2`).
         bias: None or a tensor of shape `out_dims`.
         axes: int, how many trailing axes of `x` the product contracts.
+        activation: None or the name of an MLP activation (`activation`).
 
     Returns:
         A tensor `(..., *out_dims)`.
@@ -101,7 +103,11 @@ def dense(x, kernel, bias=None, axes=1):
     (2, 3, 4)
     """
     if keras.backend.backend() == "torch" and not exporting():
-        return _dense_torch(x, kernel, bias, axes)
+        return _dense_torch(x, kernel, bias, axes, activation)
+    return _activation(_dense(x, kernel, bias, axes), activation)
+
+
+def _dense(x, kernel, bias, axes):
     x = ops.convert_to_tensor(x)
     kernel = ops.convert_to_tensor(kernel)
     out_dims = tuple(kernel.shape[axes:])
@@ -150,7 +156,7 @@ def _bfloat16(x):
     return keras.backend.standardize_dtype(x.dtype) == "bfloat16"
 
 
-def _dense_torch(x, kernel, bias, axes):
+def _dense_torch(x, kernel, bias, axes, activation):
     import torch
     import torch.nn.functional as F
 
@@ -167,17 +173,23 @@ def _dense_torch(x, kernel, bias, axes):
         bias = ops.convert_to_tensor(bias)
         if bias.dim() != 1:
             bias = bias.reshape(-1)
-    if _onednn_linear_applies(x, kernel, bias):
-        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, kernel, bias)):
-            y = _onednn_linear()(x, kernel, bias)
-        else:
-            # No gradient to record: the GEMM itself, without the ~10 µs of
-            # an autograd function's call.
-            y = _linear_pointwise(x, kernel, bias)
-    else:
+    if not _onednn_linear_applies(x, kernel, bias):
         # `kernel.T` is a view; `linear` multiplies by its transpose, i.e. by
         # `kernel` itself, without a copy.
-        y = F.linear(x, kernel.T, bias)
+        y = _activation(F.linear(x, kernel.T, bias), activation)
+    elif torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, kernel, bias)):
+        y = _activation(_onednn_linear()(x, kernel, bias), activation)
+    elif activation == "gelu_tanh":
+        # The tanh GELU as the GEMM's post-op: B/16's first MLP product at
+        # batch 8 took 37.6 ms with it against 40.8 for the product and a
+        # separate GELU in float32, 20.9 against 24.0 in bfloat16 (the
+        # result differs by 2.4e-7 at most in float32; in bfloat16 the GELU
+        # is taken before the rounding). The erf GELU gained nothing so.
+        y = _linear_pointwise(x, kernel, bias, "gelu", "tanh")
+    else:
+        # No gradient to record: the GEMM itself, without the ~10 µs of an
+        # autograd function's call.
+        y = _activation(_linear_pointwise(x, kernel, bias), activation)
     return y if len(out_dims) == 1 else y.unflatten(-1, out_dims)
 
 
@@ -214,11 +226,12 @@ def _onednn_linear_applies(x, kernel, bias):
     return x.dtype == torch.float32
 
 
-def _linear_pointwise(x, kernel, bias):
-    """`x @ kernel + bias` by oneDNN's GEMM (`kernel.T` is a view: no copy)."""
+def _linear_pointwise(x, kernel, bias, post_op="none", algorithm=""):
+    """`x @ kernel + bias` by oneDNN's GEMM (`kernel.T` is a view: no copy),
+    with oneDNN's elementwise `post_op` applied to the result inside it."""
     import torch
 
-    return torch.ops.mkldnn._linear_pointwise(x, kernel.T, bias, "none", [], "")
+    return torch.ops.mkldnn._linear_pointwise(x, kernel.T, bias, post_op, [], algorithm)
 
 
 # Whether `dense` may use oneDNN on torch (tests and benchmarks switch it).
@@ -280,6 +293,24 @@ def gelu(x, approximate=True):
         return ops.gelu(x, approximate=approximate)
     x = ops.convert_to_tensor(x)
     return 0.5 * x * (1.0 + ops.erf(x * (1.0 / math.sqrt(2.0))))
+
+
+def activation(x, name):
+    """The MLP activation `name` (one of `keras_vit.layers.config.MLP_ACTIVATIONS`).
+
+    Example:
+
+    >>> float(activation(keras.ops.ones(()), "quick_gelu")) == float(keras.ops.sigmoid(1.702))
+    True
+    """
+    if name == "quick_gelu":
+        # OpenAI CLIP's sigmoid approximation of GELU.
+        return x * ops.sigmoid(1.702 * x)
+    return gelu(x, approximate=name == "gelu_tanh")
+
+
+def _activation(x, name):
+    return x if name is None else activation(x, name)
 
 
 def runs_plain(layer):

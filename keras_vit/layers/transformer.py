@@ -12,14 +12,6 @@ from keras_vit.layers.swiglu import SwiGluMlp
 from keras_vit.validation import check_choice, check_positive_int, check_rate
 
 
-def mlp_activation(x, name):
-    """The MLP activation `name` (one of `keras_vit.layers.config.MLP_ACTIVATIONS`)."""
-    if name == "quick_gelu":
-        # OpenAI CLIP's sigmoid approximation of GELU.
-        return x * ops.sigmoid(1.702 * x)
-    return kernels.gelu(x, approximate=name == "gelu_tanh")
-
-
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MlpBlock(keras.layers.Layer):
     """Dense -> activation -> Dropout -> Dense -> Dropout (paper eq. 3).
@@ -82,17 +74,19 @@ class MlpBlock(keras.layers.Layer):
         )
         self.built = True
 
-    def _dense(self, layer, x):
+    def _dense(self, layer, x, activation=None):
         if not kernels.runs_plain(layer):
-            return layer(x)
+            y = layer(x)
+            return y if activation is None else kernels.activation(y, activation)
         return kernels.dense(
             x,
             ops.cast(layer.kernel, self.compute_dtype),
             ops.cast(layer.bias, self.compute_dtype),
+            activation=activation,
         )
 
     def call(self, x, training=None):
-        x = mlp_activation(self._dense(self.dense_0, x), self.activation)
+        x = self._dense(self.dense_0, x, self.activation)
         x = call_sublayer(self.dropout, x, training=training)
         x = self._dense(self.dense_1, x)
         return call_sublayer(self.dropout, x, training=training)
