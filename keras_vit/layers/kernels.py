@@ -9,12 +9,13 @@ only where measurements (`tools/benchmark.py`) showed that it pays:
   product and its two gradients are plain 2D GEMMs (XLA's CPU backend runs
   the kernel gradient of a 3D product, which contracts two axes, at about
   half the speed of the 2D one). On torch, in float32 and bfloat16 on a
-  CPU, it is oneDNN's `mkldnn._linear_pointwise`, forward and both
-  gradients (torch's default GEMM ran ViT's projections 1.2-1.4x slower in
-  float32 and 2x slower in bfloat16, see `_onednn_linear_applies`);
-  otherwise `torch.nn.functional.linear`, which adds the bias inside the
-  GEMM (`addmm`) instead of in a separate pass over the output. In
-  inference, the MLP's tanh GELU runs inside oneDNN's GEMM as its post-op. On jax,
+  CPU, it is oneDNN's `mkldnn._linear_pointwise`, forward and input
+  gradient (torch's default GEMM ran ViT's projections 1.2-1.4x slower in
+  float32 and 2x slower in bfloat16, see `_onednn_linear_applies`), with
+  the weight gradient by torch's `mm` (see `_onednn_linear`); otherwise
+  `torch.nn.functional.linear`, which adds the bias inside the GEMM
+  (`addmm`) instead of in a separate pass over the output. In inference,
+  the MLP's tanh GELU runs inside oneDNN's GEMM as its post-op. On jax,
   bfloat16 products accumulate into a float32 result, the only form of a
   bfloat16 dot that XLA's CPU backend runs faster than float32 (`_matmul`).
   (On tensorflow, bfloat16 inference runs in the graph runtime, whose oneDNN
@@ -242,11 +243,15 @@ _ONEDNN_FUNCTION = []
 def _onednn_linear():
     """`x @ kernel + bias` on oneDNN, with autograd.
 
-    `mkldnn._linear_pointwise` has no backward of its own; the two gradient
-    products are `_linear_pointwise` calls too (on the weight as it is and
-    on strided transposed views, no copies), which ran ViT-S/16's training
-    shapes (3152 rows, widths 384 and 1536) 1.0-1.6x faster than torch's
-    default GEMMs on a loaded 2-core EPYC with AVX-512.
+    `mkldnn._linear_pointwise` has no backward of its own. The input's
+    gradient is a `_linear_pointwise` call too (on the weight as it is, no
+    copy). The weight's gradient, a product over the rows, is torch's `mm`
+    on the transposed activations: `_linear_pointwise` needs its input
+    contiguous, and copying the transposed activations cost 7 % of ViT-S/16's
+    batch-16 training step (195 of 2,700 ms); on that step's shapes (3152
+    rows, widths 384 and 1536) `mm` ran the weight gradients 1.16x faster
+    in all than the copy and oneDNN (0.96-1.27x per shape; bfloat16
+    1.06-1.43x), and the whole `train_on_batch` 1.05x (2-core EPYC, AVX-512).
     """
     if _ONEDNN_FUNCTION:
         return _ONEDNN_FUNCTION[0]
@@ -271,8 +276,9 @@ def _onednn_linear():
                 grad_x = linear(grad, kernel, None, "none", [], "")
             rows = grad.reshape(-1, grad.shape[-1])
             if ctx.needs_input_grad[1]:
-                # x_rows.T @ rows, as `linear(x_rows.T, rows.T)`.
-                grad_kernel = linear(x.reshape(-1, x.shape[-1]).T, rows.T, None, "none", [], "")
+                # x_rows.T @ rows by torch's `mm`, which reads the transposed
+                # view in place; oneDNN's `linear` copies it first.
+                grad_kernel = torch.mm(x.reshape(-1, x.shape[-1]).T, rows)
             if ctx.has_bias and ctx.needs_input_grad[2]:
                 grad_bias = rows.sum(0)
             return grad_x, grad_kernel, grad_bias
