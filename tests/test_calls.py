@@ -64,6 +64,10 @@ def test_direct_calls_are_refused_where_keras_call_does_more(rng):
     with keras.RematScope(mode="full"):
         rematerialized = _norm()
     assert not calls.direct_call_applies(rematerialized, x)
+    quantized = keras.layers.Dense(8)
+    quantized.build((1, 4, 8))
+    quantized.quantize("int8")
+    assert not calls.direct_call_applies(quantized, x)
     with kernels.export_mode():
         assert not calls.direct_call_applies(_norm(), x)
 
