@@ -164,6 +164,11 @@ def _dense_rows(arch, batch, reps):
     return "\n".join(head + out) + "\n"
 
 
+def _ms(value):
+    """Milliseconds to one decimal, or three where that would round a short call to 0.0."""
+    return f"{value:.1f}" if value >= 1 else f"{value:.3f}"
+
+
 def _whole_model(arch, **kwargs):
     """The `--arch` ViT at 224 px (32 px for "tiny") and that image size."""
     import keras_vit
@@ -294,7 +299,7 @@ def _attention_rows(arch, batch, reps, token_counts):
             row = [f"{tokens}", f"{mib:.0f}", f"{group}"]
             for kind in ("fwd", "both"):
                 whole, grouped = ms[("all heads", kind)], ms[("grouped", kind)]
-                row += [f"{whole:.1f}", f"{grouped:.1f}", f"{whole / grouped:.2f}x"]
+                row += [_ms(whole), _ms(grouped), f"{whole / grouped:.2f}x"]
             lines.append("| " + " | ".join(row) + " |")
             print("  " + lines[-1], file=sys.stderr, flush=True)
     finally:
