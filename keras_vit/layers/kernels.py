@@ -257,8 +257,6 @@ def _onednn_linear():
         return _ONEDNN_FUNCTION[0]
     import torch
 
-    linear = torch.ops.mkldnn._linear_pointwise
-
     class OneDNNLinear(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x, kernel, bias):
@@ -272,8 +270,7 @@ def _onednn_linear():
             grad = grad.contiguous()
             grad_x = grad_kernel = grad_bias = None
             if ctx.needs_input_grad[0]:
-                # grad @ kernel.T: `linear` multiplies by its weight's transpose.
-                grad_x = linear(grad, kernel, None, "none", [], "")
+                grad_x = _linear_pointwise(grad, kernel.T, None)
             rows = grad.reshape(-1, grad.shape[-1])
             if ctx.needs_input_grad[1]:
                 # x_rows.T @ rows by torch's `mm`, which reads the transposed
