@@ -419,22 +419,26 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
             config["image_size"] = size
             config["input_shape"] = size + (self.num_channels,)
         copy = self.__class__.from_config(config)
-        values = self._inference_values(
-            {v.path: keras.ops.convert_to_numpy(v) for v in self.weights}
-        )
+        # The original's variables themselves, copied one at a time below: a
+        # copy of all the weights at once would hold the model a third time.
+        values = self._inference_values({v.path: v for v in self.weights})
         if copy.grid_size != self.grid_size and self.position_embedding == "learned":
             path = copy.get_layer("embedding").pos_embedding.path
             family = self.position_interpolation
+            table = keras.ops.convert_to_numpy(values[path])
             if family == "official":
                 values[path] = resample_posemb(
-                    values[path], copy.grid_size, self.num_prefix_rows, old_grid=self.grid_size
+                    table, copy.grid_size, self.num_prefix_rows, old_grid=self.grid_size
                 )
             else:  # the family's own resize, as the model does on the fly
                 values[path] = keras.ops.convert_to_numpy(interpolate_position_embedding(
-                    values[path], copy.grid_size, self.grid_size, self.num_prefix_rows, family
+                    table, copy.grid_size, self.grid_size, self.num_prefix_rows, family
                 ))
         for variable in copy.weights:
-            variable.assign(np.asarray(values[variable.path], variable.dtype))
+            value = values[variable.path]
+            if isinstance(value, keras.Variable):
+                value = keras.ops.convert_to_numpy(value)
+            variable.assign(np.asarray(value, variable.dtype))
         copy.trainable = False
         return copy
 
