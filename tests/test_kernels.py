@@ -388,3 +388,95 @@ def test_dense_with_activation_keeps_gradients(rng):
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
     for g, e in zip(got_grads, expected_grads):
         np.testing.assert_allclose(g, e, atol=1e-5, rtol=1e-5)
+
+
+def _packings(model):
+    """The oneDNN packings of a model's kernels: {path: `kernels._Packing`}."""
+    out = {}
+    for variable in model.weights:
+        packing = getattr(variable.value, kernels._PACKING, None)
+        if packing is not None:
+            out[variable.path] = packing
+    return out
+
+
+def _onednn_here(dtype="float32"):
+    if keras.backend.backend() != "torch":
+        return False
+    import torch
+
+    t = torch.ones(2, 2, dtype=getattr(torch, dtype))
+    return kernels._onednn_linear_applies(t, t, None)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_for_inference_packs_kernels_once_and_follows_assignments(rng, dtype):
+    """A `for_inference` copy keeps its projection kernels in oneDNN's layout on
+    torch: outputs bit-equal to the original's, one packing per projection,
+    made on first use and remade after the kernel is assigned (never stale)."""
+    model = ViT(**TINY, classes=5, classifier_activation=None, dtype=dtype)
+    other = ViT(**TINY, classes=5, classifier_activation=None, dtype=dtype)
+    x = rng.normal(size=(3, 32, 32, 3)).astype("float32")
+    fast = model.for_inference()
+    packings = _packings(fast)
+    got = fast.predict(x, verbose=0)
+    expected = model.predict(x, verbose=0)
+    if not _onednn_here(dtype):
+        assert not any(p.packed is not None for p in packings.values())
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+        return
+    np.testing.assert_array_equal(got, expected)
+    # Six products a block (query, key, value, out, two MLP layers), the head's
+    # plain Dense is not among them.
+    used = {path: p for path, p in packings.items() if p.packed is not None}
+    assert len(used) == 6 * TINY["num_layers"], sorted(used)
+    first = {path: p.packed for path, p in used.items()}
+    fast.predict(x, verbose=0)
+    assert all(used[path].packed is first[path] for path in used)  # packed once
+    fast.set_weights(other.get_weights())
+    np.testing.assert_array_equal(fast.predict(x, verbose=0), other.predict(x, verbose=0))
+    assert all(used[path].packed is not first[path] for path in used)
+    # One kernel assigned alone is seen too.
+    block = fast.get_layer("encoderblock_0")
+    kernel = block.mlp.dense_0.kernel
+    kernel.assign(to_numpy(kernel) * 2)
+    other.get_layer("encoderblock_0").mlp.dense_0.kernel.assign(to_numpy(kernel))
+    np.testing.assert_array_equal(fast.predict(x, verbose=0), other.predict(x, verbose=0))
+
+
+def test_packed_kernels_leave_gradients_and_copies_alone(rng):
+    """Gradients through a `for_inference` copy (saliency) use the plain kernels,
+    and copying or saving a used copy works and makes fresh packings."""
+    import copy
+
+    model = ViT(**TINY, classes=5, classifier_activation=None)
+    for variable in model.weights:  # the head starts at zero: no input gradient
+        variable.assign(rng.normal(scale=0.2, size=variable.shape).astype("float32"))
+    fast = model.for_inference()
+    x = rng.normal(size=(2, 32, 32, 3)).astype("float32")
+    fast.predict(x, verbose=0)
+    if keras.backend.backend() == "torch":
+        import torch
+
+        inputs = [torch.tensor(x, requires_grad=True) for _ in range(2)]
+        for net, t in zip((fast, model), inputs):
+            net(t).sum().backward()
+        np.testing.assert_allclose(to_numpy(inputs[0].grad), to_numpy(inputs[1].grad), atol=1e-5)
+        assert to_numpy(inputs[0].grad).any()
+    for packing in _packings(fast).values():
+        fresh = copy.deepcopy(packing)
+        assert fresh.packed is None and fresh.version is None
+    kernel = fast.get_layer("encoderblock_0").mlp.dense_0.kernel
+    if keras.backend.backend() == "torch":
+        twin = copy.deepcopy(kernel.value)
+        packing = getattr(twin, kernels._PACKING, None)
+        assert packing is None or packing.packed is None
+        torch.testing.assert_close(twin, kernel.value, atol=0, rtol=0)
+
+
+def test_pack_for_inference_marks_only_torch_kernels():
+    layer = keras.layers.Dense(4)
+    layer.build((None, 3))
+    kernels.pack_for_inference(layer.weights)
+    marked = [getattr(v.value, kernels._PACKING, None) is not None for v in layer.weights]
+    assert marked == ([True, False] if keras.backend.backend() == "torch" else [False, False])
