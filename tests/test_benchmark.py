@@ -56,12 +56,15 @@ def test_smoke_run_writes_table_and_json(tmp_path):
     system = f"keras_vit-{keras.backend.backend()}"
     prefix = tmp_path / "bench"
     code = benchmark.main(
-        ["--smoke", "--systems", f"{system},timm", "--dtypes", "float32",
+        ["--smoke", "--systems", f"{system},{system}+frozen,timm", "--dtypes", "float32",
          "--profile", "--output", str(prefix)]
     )
     assert code == 0
     report = json.loads((tmp_path / "bench.json").read_text())
     rows = {(r["workload"], r["system"]): r for r in report["results"]}
+    # The `for_inference()` copy: inference only.
+    assert rows[("infer-tiny-bs2", f"{system}+frozen")]["images_per_s"] > 0
+    assert rows[("train-tiny-bs2", f"{system}+frozen")]["status"] == "skipped"
     for workload in benchmark.SMOKE_WORKLOADS:
         row = rows[(workload, system)]
         assert row["status"] == "ok", row
@@ -243,7 +246,8 @@ def test_cpu_preset_names_known_cases_and_the_table_sets_them_side_by_side():
     for workloads, dtypes, systems in benchmark.PRESETS["cpu"]:
         assert set(workloads) <= set(benchmark.WORKLOADS)
         assert set(dtypes) <= set(benchmark.DTYPES)
-        assert all(s in benchmark.SYSTEMS or s in benchmark.DEPLOY_SYSTEMS for s in systems)
+        assert all(s in benchmark.SYSTEMS or s in benchmark.DEPLOY_SYSTEMS
+                   or s.removesuffix("+frozen") in benchmark.KERAS_SYSTEMS[:3] for s in systems)
     covered = {w for group in benchmark.PRESETS["cpu"] for w in group[0]}
     assert {"infer-b16-384-bs1", "infer-b14-518-bs1", "train-s16-bs16"} <= covered
     # 577 and 1370 tokens: the high-resolution rows.

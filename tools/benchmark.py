@@ -9,7 +9,8 @@ Systems: `keras_vit-{jax,tensorflow,torch}`, `keras_hub-{jax,tensorflow,torch}`
 `ViTForImageClassification`, torch), `timm` (skipped when not importable).
 A Keras system may end in `+compile` (`jit_compile=True`, i.e. torch.compile
 on torch) or `+eager` (`jit_compile=False`); by default Keras decides
-(XLA on jax and tensorflow, eager on torch).
+(XLA on jax and tensorflow, eager on torch). `keras_vit-BACKEND+frozen`
+runs inference on the model's `for_inference()` copy.
 
 Figures per case: images/s (median of the timed repetitions after warm-up),
 time to first result (first call: tracing/compilation plus one run), peak RSS
@@ -135,6 +136,8 @@ PRESETS = {
         (("infer-b16-bs1", "infer-b16-bs8", "infer-b16-384-bs1", "infer-b14-518-bs1"),
          ("float32",), (*KERAS_SYSTEMS, "hf-sdpa")),
         (("infer-b16-bs1", "infer-b16-bs8"), ("bfloat16",), (*KERAS_SYSTEMS, "hf-sdpa")),
+        # torch's `for_inference()` copy keeps its kernels in oneDNN's layout.
+        (("infer-b16-bs1", "infer-b16-bs8"), ("float32", "bfloat16"), ("keras_vit-torch+frozen",)),
         (("infer-b16-bs1", "infer-b16-bs8"), ("float32",),
          ("openvino-keras_vit", "openvino-keras_vit+bf16")),
         (("train-s16-bs16",), ("float32",), (*KERAS_SYSTEMS, "hf-sdpa", "hf-eager")),
