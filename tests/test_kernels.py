@@ -480,3 +480,31 @@ def test_pack_for_inference_marks_only_torch_kernels():
     kernels.pack_for_inference(layer.weights)
     marked = [getattr(v.value, kernels._PACKING, None) is not None for v in layer.weights]
     assert marked == ([True, False] if keras.backend.backend() == "torch" else [False, False])
+
+
+@pytest.mark.parametrize("name", ["gelu_tanh", "gelu"])
+def test_tensorflow_dense_gives_the_optimizer_a_fusable_gemm(rng, name):
+    """On tensorflow the bias is a `BiasAdd` on the GEMM's output and the GELU
+    `tf.nn.gelu` on that, the form TensorFlow's graph optimizer folds into
+    oneDNN's GEMM; the values are those of the product and the activation."""
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("the graph rewrite is tensorflow's")
+    import tensorflow as tf
+
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    kernel = rng.normal(scale=0.3, size=(8, 12)).astype("float32")
+    bias = rng.normal(size=(12,)).astype("float32")
+    graph = tf.function(lambda *a: kernels.dense(*a, activation=name)).get_concrete_function(
+        *(tf.TensorSpec(a.shape, a.dtype) for a in (x, kernel, bias))
+    ).graph
+    (matmul,) = [op for op in graph.get_operations() if op.type == "MatMul"]
+    assert [c.type for c in matmul.outputs[0].consumers()] == ["BiasAdd"]
+    got = to_numpy(kernels.dense(x, kernel, bias, activation=name))
+    pre = x @ kernel + bias
+    if name == "gelu_tanh":
+        expected = 0.5 * pre * (1 + np.tanh(np.sqrt(2 / np.pi) * (pre + 0.044715 * pre**3)))
+    else:
+        from scipy.special import erf
+
+        expected = 0.5 * pre * (1 + erf(pre / np.sqrt(2)))
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
