@@ -263,3 +263,27 @@ def test_cpu_preset_names_known_cases_and_the_table_sets_them_side_by_side():
     table = benchmark.side_by_side(dict(results=results)).splitlines()
     assert table[0] == "| system | a float32 | b float32 |"
     assert table[2] == "| x | 1.00 (100) | 2.00 (100) |" and table[3] == "| y | 3.00 (100) |  |"
+
+
+def test_kernel_timings_bf16_rows(tmp_path):
+    """`--bf16`: whole model and its projections, float32 against bfloat16."""
+    from keras_vit_tools import benchmark_kernels
+
+    shapes = benchmark_kernels._projection_shapes("tiny", 2)
+    patch, hidden, layers, _, mlp = benchmark_kernels.ARCHS["tiny"]
+    rows = 2 * ((32 // patch) ** 2 + 1)
+    assert len(shapes) == 6 * layers
+    assert shapes[:6] == [(rows, hidden, hidden)] * 4 + [(rows, hidden, mlp), (rows, mlp, hidden)]
+    # The last block computes keys and values on every token, the rest on the class tokens.
+    assert shapes[-6:] == [(2, hidden, hidden), (rows, hidden, hidden), (rows, hidden, hidden),
+                           (2, hidden, hidden), (2, hidden, mlp), (2, mlp, hidden)]
+    prefix = tmp_path / "bf16"
+    assert benchmark_kernels.main(["--bf16", "--arch", "tiny", "--batch", "2", "--reps", "1",
+                                   "--output", str(prefix)]) == 0
+    text = (tmp_path / "bf16.md").read_text()
+    table = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in text.splitlines()
+             if line.startswith(("| float32", "| bfloat16", "| bf16 speed-up"))}
+    assert set(table) == {"float32", "bfloat16", "bf16 speed-up"}
+    assert all(float(table[d][0]) > 0 and float(table[d][1]) > 0 for d in ("float32", "bfloat16"))
+    assert all(cell.strip().endswith("x") for cell in table["bf16 speed-up"][:3])
+    assert "Bound on the whole model's bf16 speed-up" in text

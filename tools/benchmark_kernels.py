@@ -19,6 +19,11 @@ interleaved; on jax and tensorflow once, for the ratio between backends.
 `--head-tokens` times `predict_on_batch` and `train_on_batch` of the whole
 model with its last block cut to the class token (the model's call) and on
 every token (its graph), interleaved.
+`--bf16` times `predict_on_batch` of the whole model in float32 and under
+the `bfloat16` policy beside the model's projection products alone (every
+`kernels.dense` call of one forward pass, compiled as `predict` compiles
+them), interleaved: how much of the bfloat16 speed-up the products allow,
+and how much the rest of the model keeps.
 `--attention` times jax's CPU attention (`kernels.attention`, forward and
 forward+backward) at the `--tokens` counts with `--arch`'s heads, all heads
 at once against a group of heads at a time (`kernels.ATTENTION_GROUP_BYTES`),
@@ -26,7 +31,8 @@ interleaved: the measurements behind `kernels.GROUPED_ATTENTION_BYTES`.
 
 Usage:
     KERAS_BACKEND=jax python tools/benchmark_kernels.py [--arch S/16] [--batch 16]
-        [--reps 7] [--dense | --predict | --head-tokens | --attention [--tokens 577,1370]]
+        [--reps 7] [--dense | --predict | --head-tokens | --bf16
+         | --attention [--tokens 577,1370]]
         [--output PREFIX]
 
 Prints a Markdown table (milliseconds, minimum over `--reps` calls after one
@@ -255,6 +261,95 @@ def _head_tokens_rows(arch, batch, reps):
     return "\n".join(lines) + "\n"
 
 
+def _projection_shapes(arch, batch):
+    """(rows, d_in, d_out) of every projection of one forward pass at 224 px,
+    the last block's queries, output and MLP on the class tokens only."""
+    patch, hidden, layers, _, mlp = ARCHS[arch]
+    rows = batch * ((32 if arch == "tiny" else 224) // patch) ** 2 + batch
+    shapes = []
+    for block in range(layers):
+        kept = batch if block == layers - 1 else rows
+        shapes += [(kept, hidden, hidden), (rows, hidden, hidden), (rows, hidden, hidden),
+                   (kept, hidden, hidden), (kept, hidden, mlp), (kept, mlp, hidden)]
+    return shapes
+
+
+def _projections(backend, shapes, dtype):
+    """A call of `kernels.dense` on every shape, compiled as `predict` would be:
+    XLA on jax, on tensorflow XLA in float32 and the graph runtime in bfloat16
+    (`keras_vit.models.base`), eager torch without gradients."""
+    import keras
+    import numpy as np
+
+    from keras_vit.layers import kernels
+
+    rng = np.random.default_rng(0)
+    cast = lambda a: keras.ops.cast(a, dtype)  # noqa: E731
+    xs = {(r, d): cast(rng.standard_normal((r, d), dtype=np.float32)) for r, d, _ in shapes}
+    weights = [(cast(rng.normal(scale=0.02, size=(d, o)).astype("float32")),
+                cast(np.zeros(o, "float32"))) for _, d, o in shapes]
+    keys = [(r, d) for r, d, _ in shapes]
+
+    def products(xs, weights):
+        return [kernels.dense(xs[key], k, b) for key, (k, b) in zip(keys, weights)]
+
+    if backend == "torch":
+        import torch
+
+        def call():
+            with torch.no_grad():
+                products(xs, weights)
+
+        return call
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        graph = tf.function(products, jit_compile=dtype == "float32")
+        return lambda: [t.numpy() for t in graph(xs, weights)]
+    compiled = _compiled(backend, products)
+    return lambda: compiled(xs, weights)
+
+
+def _bf16_rows(arch, batch, reps):
+    """ms of the whole model and of its projections, float32 against bfloat16."""
+    import statistics
+
+    import keras
+    import numpy as np
+
+    backend = keras.backend.backend()
+    built = {d: _whole_model(arch, classifier_activation=None, dtype=d) for d in ("float32", "bfloat16")}
+    models = {d: model for d, (model, _) in built.items()}
+    image = built["float32"][1]
+    x = np.random.default_rng(0).standard_normal((batch, image, image, 3), dtype=np.float32)
+    shapes = _projection_shapes(arch, batch)
+    calls = {}
+    for dtype, model in models.items():
+        calls[("model", dtype)] = lambda m=model: m.predict_on_batch(x)
+        calls[("projections", dtype)] = _projections(backend, shapes, dtype)
+    times = _interleaved(calls, reps)
+    ms = {key: 1e3 * statistics.median(t) for key, t in times.items()}
+    gflop = sum(2 * r * d * o for r, d, o in shapes) / 1e9
+    lines = [f"### {backend}: {arch} {image} px `predict_on_batch`, batch {batch}: float32 "
+             f"against bfloat16, median ms of {reps}", "",
+             "| dtype | whole model | projections | rest of the model | projections GFLOP/s |",
+             "|---|---:|---:|---:|---:|"]
+    for dtype in ("float32", "bfloat16"):
+        model, proj = ms[("model", dtype)], ms[("projections", dtype)]
+        lines.append(f"| {dtype} | {_ms(model)} | {_ms(proj)} | {_ms(model - proj)} | "
+                     f"{gflop / proj * 1e3:.0f} |")
+    speed = {part: ms[(part, "float32")] / ms[(part, "bfloat16")] for part in ("model", "projections")}
+    rest32 = ms[("model", "float32")] - ms[("projections", "float32")]
+    rest16 = ms[("model", "bfloat16")] - ms[("projections", "bfloat16")]
+    lines.append(f"| bf16 speed-up | {speed['model']:.2f}x | {speed['projections']:.2f}x | "
+                 f"{rest32 / rest16:.2f}x | |")
+    lines += ["", f"Bound on the whole model's bf16 speed-up with its other work taking no time "
+              f"at all: {ms[('model', 'float32')] / ms[('projections', 'bfloat16')]:.2f}x; with "
+              f"that work at its float32 time: "
+              f"{ms[('model', 'float32')] / (ms[('projections', 'bfloat16')] + rest32):.2f}x."]
+    return "\n".join(lines) + "\n"
+
+
 def _attention_rows(arch, batch, reps, token_counts):
     """ms of jax's CPU attention, all heads at once against groups of heads."""
     import statistics
@@ -365,6 +460,8 @@ def main(argv=None):
     parser.add_argument("--head-tokens", action="store_true",
                         help="only predict and train_on_batch img/s: the last block cut to the "
                              "class token against the whole graph")
+    parser.add_argument("--bf16", action="store_true",
+                        help="only the whole model and its projections, float32 against bfloat16")
     parser.add_argument("--attention", action="store_true",
                         help="only jax's CPU attention: all heads at once against groups of heads")
     parser.add_argument("--tokens", default="197,577,785,1025,1370",
@@ -377,6 +474,8 @@ def main(argv=None):
         except ValueError:
             parser.error(f"--tokens must be comma-separated integers, got {args.tokens!r}")
         table = _attention_rows(args.arch, args.batch, args.reps, tokens)
+    elif args.bf16:
+        table = _bf16_rows(args.arch, args.batch, args.reps)
     elif args.head_tokens:
         table = _head_tokens_rows(args.arch, args.batch, args.reps)
     elif args.predict:
