@@ -17,7 +17,9 @@ only where measurements (`tools/benchmark.py`) showed that it pays:
   (`addmm`) instead of in a separate pass over the output. In inference,
   the MLP's tanh GELU runs inside oneDNN's GEMM as its post-op, and a
   `for_inference` copy's kernels are reordered to oneDNN's layout once
-  (`pack_for_inference`) rather than on every call. On jax,
+  (`pack_for_inference`) rather than on every call. On tensorflow the
+  bias is a `BiasAdd` and a GELU `tf.nn.gelu` on the 2D product, which the
+  graph optimizer folds into oneDNN's GEMM (`_bias_and_activation`). On jax,
   bfloat16 products accumulate into a float32 result, the only form of a
   bfloat16 dot that XLA's CPU backend runs faster than float32 (`_matmul`).
   (On tensorflow, bfloat16 inference runs in the graph runtime, whose oneDNN
