@@ -137,7 +137,9 @@ PRESETS = {
          ("float32",), (*KERAS_SYSTEMS, "hf-sdpa")),
         (("infer-b16-bs1", "infer-b16-bs8"), ("bfloat16",), (*KERAS_SYSTEMS, "hf-sdpa")),
         # torch's `for_inference()` copy keeps its kernels in oneDNN's layout.
-        (("infer-b16-bs1", "infer-b16-bs8"), ("float32", "bfloat16"), ("keras_vit-torch+frozen",)),
+        (("infer-b16-bs1", "infer-b16-bs8", "infer-b16-384-bs1", "infer-b14-518-bs1"),
+         ("float32",), ("keras_vit-torch+frozen",)),
+        (("infer-b16-bs1", "infer-b16-bs8"), ("bfloat16",), ("keras_vit-torch+frozen",)),
         (("infer-b16-bs1", "infer-b16-bs8"), ("float32",),
          ("openvino-keras_vit", "openvino-keras_vit+bf16")),
         (("train-s16-bs16",), ("float32",), (*KERAS_SYSTEMS, "hf-sdpa", "hf-eager")),
