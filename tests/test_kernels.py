@@ -483,22 +483,22 @@ def test_pack_for_inference_marks_only_torch_kernels():
 
 
 @pytest.mark.parametrize("name", ["gelu_tanh", "gelu"])
-def test_tensorflow_dense_gives_the_optimizer_a_fusable_gemm(rng, name):
-    """On tensorflow the bias is a `BiasAdd` on the GEMM's output and the GELU
+def test_dense_with_a_gelu_matches_numpy_and_is_fusable_on_tensorflow(rng, name):
+    """`dense(..., activation=GELU)` against NumPy on every backend; on
+    tensorflow the bias is a `BiasAdd` on the GEMM's output and the GELU
     `tf.nn.gelu` on that, the form TensorFlow's graph optimizer folds into
-    oneDNN's GEMM; the values are those of the product and the activation."""
-    if keras.backend.backend() != "tensorflow":
-        pytest.skip("the graph rewrite is tensorflow's")
-    import tensorflow as tf
-
+    oneDNN's GEMM."""
     x = rng.normal(size=(2, 5, 8)).astype("float32")
     kernel = rng.normal(scale=0.3, size=(8, 12)).astype("float32")
     bias = rng.normal(size=(12,)).astype("float32")
-    graph = tf.function(lambda *a: kernels.dense(*a, activation=name)).get_concrete_function(
-        *(tf.TensorSpec(a.shape, a.dtype) for a in (x, kernel, bias))
-    ).graph
-    (matmul,) = [op for op in graph.get_operations() if op.type == "MatMul"]
-    assert [c.type for c in matmul.outputs[0].consumers()] == ["BiasAdd"]
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        graph = tf.function(lambda *a: kernels.dense(*a, activation=name)).get_concrete_function(
+            *(tf.TensorSpec(a.shape, a.dtype) for a in (x, kernel, bias))
+        ).graph
+        (matmul,) = [op for op in graph.get_operations() if op.type == "MatMul"]
+        assert [c.type for c in matmul.outputs[0].consumers()] == ["BiasAdd"]
     got = to_numpy(kernels.dense(x, kernel, bias, activation=name))
     pre = x @ kernel + bias
     if name == "gelu_tanh":
