@@ -137,7 +137,7 @@ def test_kernel_timings_table(tmp_path):
 
 
 def test_kernel_timings_predict_rows(tmp_path):
-    """`--predict`: whole-model img/s, on torch for both dense paths."""
+    """`--predict`: whole-model img/s, on torch for both dense paths and the packed copy."""
     from keras_vit_tools import benchmark_kernels
     from keras_vit.layers import kernels
 
@@ -146,7 +146,7 @@ def test_kernel_timings_predict_rows(tmp_path):
                                    "--output", str(prefix)]) == 0
     rows = [line for line in (tmp_path / "predict.md").read_text().splitlines()
             if line.startswith(f"| {keras.backend.backend()}")]
-    assert len(rows) == (2 if keras.backend.backend() == "torch" else 1)
+    assert len(rows) == (3 if keras.backend.backend() == "torch" else 1)
     assert all(float(r.split("|")[2]) > 0 for r in rows)
     assert kernels._ONEDNN_DENSE == [True]
 

@@ -14,7 +14,8 @@ On torch it also times the block's four projection shapes
 float32 on a CPU, side by side; `--dense` times only those. The two are
 interleaved call by call, so a loaded machine disturbs both alike.
 `--predict` instead times `model.predict` of the whole `--arch` model
-(224 px, batch `--batch`), on torch with the oneDNN `dense` off and on,
+(224 px, batch `--batch`), on torch with the oneDNN `dense` off and on and
+on the `for_inference()` copy (kernels kept in oneDNN's layout),
 interleaved; on jax and tensorflow once, for the ratio between backends.
 `--head-tokens` times `predict_on_batch` and `train_on_batch` of the whole
 model with its last block cut to the class token (the model's call) and on
@@ -31,7 +32,7 @@ interleaved: the measurements behind `kernels.GROUPED_ATTENTION_BYTES`.
 
 Usage:
     KERAS_BACKEND=jax python tools/benchmark_kernels.py [--arch S/16] [--batch 16]
-        [--reps 7] [--dense | --predict | --head-tokens | --bf16
+        [--reps 7] [--dense | --predict [--dtype bfloat16] | --head-tokens | --bf16
          | --attention [--tokens 577,1370]]
         [--output PREFIX]
 
@@ -199,7 +200,7 @@ def _interleaved(calls, reps):
     return times
 
 
-def _predict_rows(arch, batch, reps):
+def _predict_rows(arch, batch, reps, dtype="float32"):
     """img/s of `model.predict` (median and best of `reps` calls after one warm-up)."""
     import statistics
 
@@ -208,21 +209,25 @@ def _predict_rows(arch, batch, reps):
 
     from keras_vit.layers import kernels
 
-    model, image = _whole_model(arch)
+    model, image = _whole_model(arch, dtype=dtype)
     x = np.random.default_rng(0).standard_normal((batch, image, image, 3), dtype=np.float32)
     backend = keras.backend.backend()
-    modes = {"F.linear": False, "oneDNN dense": True} if backend == "torch" else {"": None}
+    # torch: (model, oneDNN dense); the `for_inference()` copy keeps its kernels packed.
+    modes = {"": (model, None)}
+    if backend == "torch":
+        modes = {"F.linear": (model, False), "oneDNN dense": (model, True),
+                 "oneDNN, for_inference() copy": (model.for_inference(), True)}
     previous = kernels._ONEDNN_DENSE[0]
 
-    def predict(fast):
+    def predict(runner, fast):
         kernels._ONEDNN_DENSE[0] = previous if fast is None else fast
-        model.predict(x, batch_size=batch, verbose=0)
+        runner.predict(x, batch_size=batch, verbose=0)
 
     try:
-        times = _interleaved({name: lambda fast=fast: predict(fast) for name, fast in modes.items()}, reps)
+        times = _interleaved({name: lambda m=mode: predict(*m) for name, mode in modes.items()}, reps)
     finally:
         kernels._ONEDNN_DENSE[0] = previous
-    lines = [f"### {backend}: {arch} {image} px `predict`, batch {batch}, float32, img/s", "",
+    lines = [f"### {backend}: {arch} {image} px `predict`, batch {batch}, {dtype}, img/s", "",
              "| path | median | best |", "|---|---:|---:|"]
     for name, t in times.items():
         lines.append(f"| {backend} {name} | {batch / statistics.median(t):.2f} | {batch / min(t):.2f} |")
@@ -457,6 +462,8 @@ def main(argv=None):
                         help="only the torch projection table (F.linear vs oneDNN)")
     parser.add_argument("--predict", action="store_true",
                         help="only the whole model's predict img/s (torch: F.linear vs oneDNN)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="the model's dtype policy for --predict")
     parser.add_argument("--head-tokens", action="store_true",
                         help="only predict and train_on_batch img/s: the last block cut to the "
                              "class token against the whole graph")
@@ -479,7 +486,7 @@ def main(argv=None):
     elif args.head_tokens:
         table = _head_tokens_rows(args.arch, args.batch, args.reps)
     elif args.predict:
-        table = _predict_rows(args.arch, args.batch, args.reps)
+        table = _predict_rows(args.arch, args.batch, args.reps, args.dtype)
     else:
         table = run(args.arch, args.batch, args.reps, args.dense)
     print(table)
