@@ -280,9 +280,9 @@ class _Packing:
     plain `(in, out)` kernel it reorders it on every call. Reordering once
     ran B/16's projections (72 products) in bfloat16 at batch 1 in 80
     against 92 ms (1.14x), at batch 8 1.09x; in float32 1.05x and 1.04x
-    (2-core EPYC, avx512_bf16; results bit-equal); B/16's whole
-    `predict_on_batch` at batch 1 1.08x and 1.04x, interleaved with the
-    plain model (`keras_vit-torch+frozen` in `keras-vit-benchmark`). The
+    (2-core EPYC, avx512_bf16; results bit-equal); B/16's whole `predict`
+    1.11x and 1.04x at batch 1, 1.05x and 1.06x at batch 8, interleaved
+    with the plain model (`tools/benchmark_kernels.py --predict`). The
     copy is remade whenever the kernel changed since (torch bumps a tensor's
     version on every in-place write, which is how Keras assigns a
     variable).

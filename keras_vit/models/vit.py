@@ -383,9 +383,9 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         - On torch, where the projections run on oneDNN, each projection
           kernel is reordered to oneDNN's blocked layout once, on first
           use, instead of on every call (`kernels.pack_for_inference`;
-          B/16 `predict_on_batch` at batch 1 1.08x faster in bfloat16 and
-          1.04x in float32, interleaved with the original; outputs
-          bit-equal). The packed copies take as much memory again as
+          B/16 `predict` 1.11x faster in bfloat16 and 1.04x in float32 at
+          batch 1, 1.05x and 1.06x at batch 8, interleaved with the
+          original; outputs bit-equal). The packed copies take as much memory again as
           those kernels.
 
         The copy gives the original's outputs up to float rounding. It is not
