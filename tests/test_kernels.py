@@ -92,50 +92,127 @@ class _Shape:
         self.shape = shape
 
 
-def test_jax_cpu_attention_takes_large_logits_a_group_of_heads_at_a_time():
-    """Only jax groups heads, only past the logits size, in groups that fit the budget."""
+def test_xla_attention_takes_large_logits_a_group_of_heads_at_a_time():
+    """Heads are grouped under XLA only (jax; tensorflow inside `xla_compiled`),
+    only past the logits size, in groups that fit the budget."""
+    backend = keras.backend.backend()
     group = kernels._head_group(_Shape(1, 1370, 12, 64), _Shape(1, 1370, 12, 64))
-    if keras.backend.backend() != "jax":
+    assert kernels.compiled_by_xla() == (backend == "jax")
+    if backend != "jax":
         assert group is None
-        return
-    assert group == 2  # B/14 at 518 px: 12 heads of 7.2 MiB logits, 2 fit in 16 MiB
-    assert kernels._head_group(_Shape(8, 577, 12, 64), _Shape(8, 577, 12, 64)) == 12
-    assert kernels._head_group(_Shape(1, 577, 12, 64), _Shape(1, 577, 12, 64)) is None
-    assert kernels._head_group(_Shape(None, 1370, 12, 64), _Shape(None, 1370, 12, 64)) is None
-    # One head's logits over the group budget: one at a time.
-    assert kernels._head_group(_Shape(1, 2500, 12, 64), _Shape(1, 2500, 12, 64)) == 1
+    with kernels.xla_compiled():
+        assert kernels.compiled_by_xla() == (backend in ("jax", "tensorflow"))
+        group = kernels._head_group(_Shape(1, 1370, 12, 64), _Shape(1, 1370, 12, 64))
+        if backend == "torch":
+            assert group is None
+            return
+        assert group == 2  # B/14 at 518 px: 12 heads of 7.2 MiB logits, 2 fit in 16 MiB
+        assert kernels._head_group(_Shape(8, 577, 12, 64), _Shape(8, 577, 12, 64)) == 12
+        assert kernels._head_group(_Shape(1, 577, 12, 64), _Shape(1, 577, 12, 64)) is None
+        assert kernels._head_group(_Shape(None, 1370, 12, 64), _Shape(None, 1370, 12, 64)) is None
+        # One head's logits over the group budget: one at a time.
+        assert kernels._head_group(_Shape(1, 2500, 12, 64), _Shape(1, 2500, 12, 64)) == 1
+    assert not kernels._XLA_COMPILED[0]
+
+
+def _xla_attention(backend, dtype, gradients):
+    """`kernels.attention` compiled by XLA: its output (and q, k, v gradients)."""
+    def loss(q, k, v):
+        out = kernels.attention(*(keras.ops.cast(a, dtype) for a in (q, k, v)), scale=0.4)
+        return keras.ops.sum(keras.ops.cast(out, "float32") ** 2), out
+
+    if backend == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        if not gradients:
+            return lambda q, k, v: [jax.jit(loss)(*map(jnp.asarray, (q, k, v)))[1]]
+        step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))
+        return lambda q, k, v: (lambda r: [r[0][1], *r[1]])(step(*map(jnp.asarray, (q, k, v))))
+    import tensorflow as tf
+
+    def step(q, k, v):
+        with tf.GradientTape() as tape:
+            tape.watch([q, k, v])
+            value, out = loss(q, k, v)
+        return [out, *tape.gradient(value, [q, k, v])] if gradients else [out]
+
+    compiled = tf.function(step, jit_compile=True)
+    return lambda q, k, v: compiled(*map(tf.constant, (q, k, v)))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_grouped_attention_equals_all_heads_at_once(rng, monkeypatch, dtype):
-    """Values and gradients of the grouped path equal the all-heads path's."""
+    """Under XLA, values (and on jax, gradients) of the grouped path equal the all-heads path's."""
+    backend = keras.backend.backend()
     q, k, v = (rng.normal(size=(2, 9, 3, 4)).astype("float32") for _ in range(3))
-    if keras.backend.backend() != "jax":
+    if backend == "torch":
         monkeypatch.setattr(kernels, "GROUPED_ATTENTION_BYTES", 0)
-        assert kernels._head_group(q, k) is None
+        with kernels.xla_compiled():
+            assert kernels._head_group(q, k) is None
         return
-    import jax
-    import jax.numpy as jnp
+    monkeypatch.setattr(kernels, "_use_fused_attention", lambda: False)
+    calls = []
+    grouped_attention = kernels._grouped_attention
+    monkeypatch.setattr(kernels, "_grouped_attention", lambda *a: calls.append(a[-1]) or grouped_attention(*a))
 
     def run(grouped):
         monkeypatch.setattr(kernels, "GROUPED_ATTENTION_BYTES", 0 if grouped else 2**40)
         monkeypatch.setattr(kernels, "ATTENTION_GROUP_BYTES", 2 * 4 * 9 * 9)
-        assert kernels._head_group(q, k) == (2 if grouped else None)  # 6 heads, 3 groups
+        with kernels.xla_compiled():
+            assert kernels._head_group(q, k) == (2 if grouped else None)  # 6 heads, 3 groups
+            results = _xla_attention(backend, dtype, gradients=backend == "jax")(q, k, v)
+        assert keras.backend.standardize_dtype(results[0].dtype) == dtype
+        return [np.asarray(keras.ops.convert_to_numpy(keras.ops.cast(t, "float32"))) for t in results]
 
-        def loss(q, k, v):
-            out = kernels.attention(*(a.astype(dtype) for a in (q, k, v)), scale=0.4)
-            return (out.astype("float32") ** 2).sum(), out
-
-        (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(
-            *map(jnp.asarray, (q, k, v))
-        )
-        assert keras.backend.standardize_dtype(out.dtype) == dtype
-        return [np.asarray(t, "float32") for t in (out, *grads)]
-
-    grouped, whole = run(True), run(False)
+    grouped = run(True)
+    assert calls == [2]  # traced once, through the grouped path
+    whole = run(False)
+    assert calls == [2]
     np.testing.assert_allclose(grouped[0], np_attention(q, k, v, 0.4), atol=0.05 if dtype == "bfloat16" else 2e-5)
     for a, b in zip(grouped, whole):
         np.testing.assert_allclose(a, b, atol=1e-6 if dtype == "float32" else 1e-2)
+
+
+def test_predict_groups_heads_where_xla_compiles_it(rng, monkeypatch):
+    """Tensorflow's XLA predict function traces inside `xla_compiled` (grouped
+    heads), its eager call and torch do not; the predictions are the call's."""
+    backend = keras.backend.backend()
+    model = ViT(**TINY, classes=4, classifier_activation=None)
+    x = rng.normal(size=(2, 32, 32, 3)).astype("float32")
+    monkeypatch.setattr(kernels, "_use_fused_attention", lambda: False)
+    monkeypatch.setattr(kernels, "GROUPED_ATTENTION_BYTES", 0)
+    monkeypatch.setattr(kernels, "ATTENTION_GROUP_BYTES", 4 * 17 * 17)  # one of 17 x 17 logits
+    calls = []
+    grouped_attention = kernels._grouped_attention
+    monkeypatch.setattr(kernels, "_grouped_attention", lambda *a: calls.append(a[-1]) or grouped_attention(*a))
+    eager = to_numpy(model(x))
+    assert bool(calls) == (backend == "jax")
+    calls.clear()
+    np.testing.assert_allclose(model.predict(x, verbose=0), eager, atol=1e-5)
+    xla_predict = backend == "jax" or (backend == "tensorflow" and model._xla_inference())
+    assert bool(calls) == xla_predict
+    assert not kernels._XLA_COMPILED[0]
+
+
+def test_scale_multiplies_the_queries_where_no_rounding_is_added():
+    """Folded into q in float32, and in bfloat16 only for a power-of-two scale."""
+    f32 = keras.ops.ones((1, 2, 1, 4), "float32")
+    bf16 = keras.ops.ones((1, 2, 1, 4), "bfloat16")
+    assert kernels._fold_scale(f32, 0.3) and kernels._fold_scale(f32, 0.125)
+    assert kernels._fold_scale(bf16, 0.125) and kernels._fold_scale(bf16, 1 / 64**0.5)
+    assert not kernels._fold_scale(bf16, 0.3) and not kernels._fold_scale(bf16, 1 / 80**0.5)
+
+
+@pytest.mark.parametrize("scale", [0.125, 0.3])
+def test_explicit_bfloat16_attention_matches_numpy_with_either_scale(rng, monkeypatch, scale):
+    """Folded (power of two) or on the logits, bfloat16 attention stays near float64."""
+    monkeypatch.setattr(kernels, "_use_fused_attention", lambda: False)
+    q, k, v = (rng.normal(size=(2, 6, 3, 16)).astype("float32") for _ in range(3))
+    cast = lambda a: keras.ops.cast(a, "bfloat16")  # noqa: E731
+    got = to_numpy(keras.ops.cast(kernels.attention(cast(q), cast(k), cast(v), scale=scale), "float32"))
+    rounded = [to_numpy(keras.ops.cast(cast(a), "float32")).astype("float64") for a in (q, k, v)]
+    np.testing.assert_allclose(got, np_attention(*rounded, scale), atol=0.03)
 
 
 def _gradient_norms(model, x):

@@ -32,8 +32,12 @@ only where measurements (`tools/benchmark.py`) showed that it pays:
   run faster (`tools/benchmark_kernels.py` measures both). On jax, once the
   logits of all heads outgrow the caches (above 32 MiB: 518 px, or 384 px
   in batches), those products and the softmax take a group of heads at a
-  time (`jax.lax.map`), which ran them 1.4-1.5x faster forward and
-  1.2-1.4x with the backward.
+  time (`keras.ops.map`), which ran them 1.4-1.5x faster forward and
+  1.2-1.4x with the backward; on tensorflow only where XLA compiles them
+  (a model's float32 predict function, inside `xla_compiled()`), as the
+  graph runtime's loop ran the backward slower. The scale multiplies the
+  queries rather than the logits, a pass over `tokens` rather than
+  `tokens ** 2` values (see `_fold_scale`).
   The softmax is taken in float32 whatever the compute dtype.
 
 Inside `export_mode()` (entered by `keras_vit.export.export_model` while it
@@ -52,6 +56,7 @@ from keras import ops
 
 
 _EXPORT_MODE = [False]
+_XLA_COMPILED = [False]
 
 
 @contextlib.contextmanager
@@ -77,6 +82,34 @@ def export_mode():
 def exporting():
     """Whether the layers are being traced for an exporter (`export_mode`)."""
     return _EXPORT_MODE[0]
+
+
+@contextlib.contextmanager
+def xla_compiled():
+    """Within this context tensorflow traces the layers for XLA.
+
+    `keras_vit.models.base` enters it around the float32 predict function it
+    compiles with XLA on a tensorflow CPU; attention then groups heads as
+    jax does (`_head_group`). The context only changes what a trace emits.
+
+    Example:
+
+    >>> with xla_compiled():
+    ...     compiled_by_xla() == (keras.backend.backend() in ("jax", "tensorflow"))
+    True
+    """
+    previous = _XLA_COMPILED[0]
+    _XLA_COMPILED[0] = True
+    try:
+        yield
+    finally:
+        _XLA_COMPILED[0] = previous
+
+
+def compiled_by_xla():
+    """Whether the layers are traced for XLA: on jax always, on tensorflow inside `xla_compiled()`."""
+    backend = keras.backend.backend()
+    return backend == "jax" or (backend == "tensorflow" and _XLA_COMPILED[0])
 
 
 def dense(x, kernel, bias=None, axes=1, activation=None):
@@ -505,28 +538,50 @@ def attention(q, k, v, scale=None):
 
 
 def _attention_matmuls(q, k, v, scale):
+    if _fold_scale(q, scale):
+        q, scale = q * ops.cast(scale, q.dtype), 1.0
     static = tuple(q.shape)
     dynamic = ops.shape(q)
     tokens = static[1] if static[1] is not None else dynamic[1]
     heads = (_heads_first(q), _heads_first(k, tokens_last=True), _heads_first(v))
     group = _head_group(q, k)
     if group:
-        context = _grouped_attention_jax(*heads, scale, group)
+        context = _grouped_attention(*heads, scale, group)
     else:
         context = _attention_heads(*heads, scale)
     context = ops.reshape(context, (-1, static[2], tokens, static[3]))
     return ops.transpose(context, (0, 2, 1, 3))
 
 
+def _fold_scale(q, scale):
+    """Whether `q * scale` replaces `logits * scale` without rounding more.
+
+    The logits hold `tokens` times as many values as the queries; multiplying
+    the queries saves a pass over them where the compiler does not fuse it
+    (tensorflow; B/16's attention, one block, float32, 2-core EPYC, median
+    ms, logits scaled against queries: 197 tokens 1.60 against 1.41 under
+    XLA and 1.80 against 1.38 in the graph runtime; 577 tokens 9.4 against
+    8.8 and 8.1 against 7.6; 1,370 tokens 48.9 against 44.1 and 40.1
+    against 37.0; jax's fused softmax ran both alike). Exact when the scale
+    is a power of two (`1 / sqrt(64)`); otherwise only in float32, where the
+    product rounds as the scaled logits do, not in bfloat16's 8 bits.
+    """
+    return keras.backend.standardize_dtype(q.dtype) == "float32" or math.frexp(scale)[0] == 0.5
+
+
 def _attention_heads(q, k, v, scale):
     """`(heads, tokens, dim)`, `(heads, dim, tokens)`, `(heads, tokens, dim)` -> context."""
     logits = _matmul(q, k)
-    probs = ops.softmax(ops.cast(logits, "float32") * scale, axis=-1)
+    probs = ops.cast(logits, "float32")
+    if scale != 1.0:
+        probs = probs * scale
+    probs = ops.softmax(probs, axis=-1)
     return ops.cast(_matmul(ops.cast(probs, v.dtype), v), v.dtype)
 
 
-# Float32 logits of all heads together above which jax's CPU path takes the
-# heads a group at a time, and the most one group's logits may take. XLA's CPU
+# Float32 logits of all heads together above which XLA's CPU path (jax; the
+# predict function tensorflow compiles) takes the heads a group at a time, and
+# the most one group's logits may take. XLA's CPU
 # backend runs the products and the softmax of all heads as separate passes
 # over the whole logits tensor; once that outgrows the caches, each pass reads
 # it back from memory. `tools/benchmark_kernels.py --attention` (2-core EPYC,
@@ -534,14 +589,17 @@ def _attention_heads(q, k, v, scale):
 # tokens (86 MiB of logits) 98 against 68 forward, 332 against 253 with the
 # backward; 1,025 tokens (48 MiB) 63 against 46; batch 8 x 577 tokens (122
 # MiB) 219 against 145, 538 against 386. At 785 tokens (28 MiB) and below,
-# grouping ran no faster, and its backward up to 0.85x as fast.
+# grouping ran no faster, and its backward up to 0.85x as fast. Tensorflow's
+# XLA, queries scaled, 1,370 tokens: 44.1 against 39.9 forward; its graph
+# runtime's loop ran batch 8 x 577 tokens with the backward in 196 ms against
+# 183 for all heads at once, so there it keeps them together.
 GROUPED_ATTENTION_BYTES = 32 * 2**20
 ATTENTION_GROUP_BYTES = 16 * 2**20
 
 
 def _head_group(q, k):
-    """How many heads jax's CPU path computes at a time, or None for all."""
-    if keras.backend.backend() != "jax":
+    """How many heads the CPU path computes at a time under XLA, or None for all."""
+    if not compiled_by_xla():
         return None
     batch, queries, num_heads, _ = q.shape
     keys = k.shape[1]
@@ -554,15 +612,11 @@ def _head_group(q, k):
     return max(fitting, default=1)
 
 
-def _grouped_attention_jax(q, k, v, scale, group):
-    import jax
-
+def _grouped_attention(q, k, v, scale, group):
     def groups(x):
         return ops.reshape(x, (-1, group, *x.shape[1:]))
 
-    context = jax.lax.map(
-        lambda qkv: _attention_heads(*qkv, scale), (groups(q), groups(k), groups(v))
-    )
+    context = ops.map(lambda qkv: _attention_heads(*qkv, scale), (groups(q), groups(k), groups(v)))
     return ops.reshape(context, (-1, *context.shape[2:]))
 
 

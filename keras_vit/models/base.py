@@ -32,7 +32,9 @@ architecture:
   compiled. Not under a bfloat16 compute dtype: there the graph runtime's
   oneDNN matmuls run bfloat16 at twice float32's rate where XLA's CPU dots
   do not (B/16, batch 2: 2.25x XLA's float32 against 0.93x,
-  `keras_vit.layers.kernels` has the matmul rates).
+  `keras_vit.layers.kernels` has the matmul rates). That predict function
+  is traced inside `kernels.xla_compiled()`, so that attention over many
+  tokens takes its heads a group at a time, as on jax.
 """
 
 import contextlib
@@ -41,6 +43,7 @@ import types
 
 import keras
 
+from keras_vit.layers import kernels
 from keras_vit.models.jax_guard import JaxStateGuard
 from keras_vit.saving import atomic_path, gathered_variables
 
@@ -367,6 +370,18 @@ class ModelBase(JaxStateGuard):
         chosen = self.jit_compile
         self.jit_compile = True
         try:
-            return super().make_predict_function(force)
+            super().make_predict_function(force)
         finally:
             self.jit_compile = chosen
+        function = self.predict_function
+        if function is None or getattr(function, "_traced_for_xla", False):
+            return function
+
+        def predict_function(*args, **kwargs):
+            # The layers' kernels emit XLA's fastest form when traced here.
+            with kernels.xla_compiled():
+                return function(*args, **kwargs)
+
+        predict_function._traced_for_xla = True
+        self.predict_function = predict_function
+        return predict_function
