@@ -165,7 +165,8 @@ def test_kernel_timings_head_tokens_rows(tmp_path):
 
 
 def test_kernel_timings_attention_rows(tmp_path):
-    """`--attention`: jax's attention, all heads against groups; other backends say why not."""
+    """`--attention`: XLA's attention (jax, tensorflow), logits or queries scaled and
+    groups of heads; torch says why not."""
     from keras_vit_tools import benchmark_kernels
     from keras_vit.layers import kernels
 
@@ -174,16 +175,18 @@ def test_kernel_timings_attention_rows(tmp_path):
                                    "--tokens", "5,9", "--output", str(prefix)]) == 0
     text = (tmp_path / "attention.md").read_text()
     assert kernels.GROUPED_ATTENTION_BYTES == 32 * 2**20  # restored
-    if keras.backend.backend() != "jax":
-        assert "only jax's CPU path groups heads" in text
+    assert kernels._fold_scale(np.ones((1, 1, 1, 1), "float32"), 0.3)  # restored
+    if keras.backend.backend() not in ("jax", "tensorflow"):
+        assert "only XLA's CPU path (jax, tensorflow) groups heads" in text
         return
     rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| ") and "tokens" not in line]
     assert [r[0].strip() for r in rows] == ["5", "9"]
     assert benchmark_kernels.ARCHS["tiny"][3] == 2
     # Such small logits all fit the group budget: a group is the largest proper
-    # divisor of batch x heads = 4 (all heads at once is the other column).
+    # divisor of batch x heads = 4 (all heads at once are the columns before).
     assert all(int(r[2]) == 2 for r in rows)
-    assert all(float(r[3]) > 0 and float(r[4]) > 0 and r[5].strip().endswith("x") for r in rows)
+    assert all(len(r) == 11 and r[6].strip().endswith("x") and r[10].strip().endswith("x") for r in rows)
+    assert all(float(r[i]) > 0 for r in rows for i in (3, 4, 5, 7, 8, 9))
     with pytest.raises(SystemExit):
         benchmark_kernels.main(["--attention", "--tokens", "many"])
 

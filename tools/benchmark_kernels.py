@@ -25,10 +25,12 @@ the `bfloat16` policy beside the model's projection products alone (every
 `kernels.dense` call of one forward pass, compiled as `predict` compiles
 them), interleaved: how much of the bfloat16 speed-up the products allow,
 and how much the rest of the model keeps.
-`--attention` times jax's CPU attention (`kernels.attention`, forward and
-forward+backward) at the `--tokens` counts with `--arch`'s heads, all heads
-at once against a group of heads at a time (`kernels.ATTENTION_GROUP_BYTES`),
-interleaved: the measurements behind `kernels.GROUPED_ATTENTION_BYTES`.
+`--attention` times XLA's CPU attention (`kernels.attention` compiled by
+jax, or by tensorflow as it compiles its predict function; forward and
+forward+backward) at the `--tokens` counts with `--arch`'s heads: the scale
+on the logits, the scale on the queries (`kernels._fold_scale`), and a
+group of heads at a time (`kernels.ATTENTION_GROUP_BYTES`), interleaved:
+the measurements behind `kernels.GROUPED_ATTENTION_BYTES`.
 
 Usage:
     KERAS_BACKEND=jax python tools/benchmark_kernels.py [--arch S/16] [--batch 16]
@@ -355,8 +357,39 @@ def _bf16_rows(arch, batch, reps):
     return "\n".join(lines) + "\n"
 
 
+def _xla_attention_calls(backend, q, k, v):
+    """`kernels.attention` forward and forward+backward, compiled by XLA and
+    traced now (on tensorflow inside `kernels.xla_compiled()`)."""
+    from keras_vit.layers import kernels
+
+    if backend == "jax":
+        import jax
+
+        forward = jax.jit(lambda q, k, v: kernels.attention(q, k, v))
+        both = jax.jit(jax.grad(lambda q, k, v: (kernels.attention(q, k, v) ** 2).sum(), argnums=(0, 1, 2)))
+        jax.block_until_ready((forward(q, k, v), both(q, k, v)))
+        return (lambda: jax.block_until_ready(forward(q, k, v)),
+                lambda: jax.block_until_ready(both(q, k, v)))
+    import tensorflow as tf
+
+    q, k, v = map(tf.constant, (q, k, v))
+
+    def gradients(q, k, v):
+        with tf.GradientTape() as tape:
+            tape.watch([q, k, v])
+            loss = tf.reduce_sum(kernels.attention(q, k, v) ** 2)
+        return tape.gradient(loss, [q, k, v])
+
+    forward = tf.function(lambda q, k, v: kernels.attention(q, k, v), jit_compile=True)
+    both = tf.function(gradients, jit_compile=True)
+    with kernels.xla_compiled():
+        forward(q, k, v), both(q, k, v)
+    return lambda: forward(q, k, v).numpy(), lambda: both(q, k, v)[0].numpy()
+
+
 def _attention_rows(arch, batch, reps, token_counts):
-    """ms of jax's CPU attention, all heads at once against groups of heads."""
+    """ms of XLA's CPU attention (jax; tensorflow compiled as its predict
+    function is): the logits scaled, the queries scaled, and groups of heads."""
     import statistics
 
     import keras
@@ -365,45 +398,40 @@ def _attention_rows(arch, batch, reps, token_counts):
     from keras_vit.layers import kernels
 
     backend = keras.backend.backend()
-    if backend != "jax":
-        return f"(no grouped attention on {backend}: only jax's CPU path groups heads)\n"
-    import jax
-
+    if backend not in ("jax", "tensorflow"):
+        return f"(no grouped attention on {backend}: only XLA's CPU path (jax, tensorflow) groups heads)\n"
     _, hidden, _, heads, _ = ARCHS[arch]
     dim = hidden // heads
-    settings = {"all heads": 2**62, "grouped": 0}  # GROUPED_ATTENTION_BYTES
-    lines = [f"### jax: attention of {heads} heads of {dim}, batch {batch}, float32, ms "
+    # GROUPED_ATTENTION_BYTES and whether the scale may move onto the queries.
+    settings = {"logits scaled": (2**62, False), "all heads": (2**62, True), "grouped": (0, True)}
+    lines = [f"### {backend}: XLA-compiled attention of {heads} heads of {dim}, batch {batch}, float32, ms "
              f"(median of {reps} interleaved calls)", "",
-             "| tokens | logits (MiB) | heads per group | all heads fwd | grouped fwd | speed-up "
-             "| all heads fwd+bwd | grouped fwd+bwd | speed-up |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    default = kernels.GROUPED_ATTENTION_BYTES
+             "| tokens | logits (MiB) | heads per group | logits scaled fwd | queries scaled fwd | grouped fwd "
+             "| speed-up | logits scaled fwd+bwd | queries scaled fwd+bwd | grouped fwd+bwd | speed-up |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    default, fold = kernels.GROUPED_ATTENTION_BYTES, kernels._fold_scale
     try:
         for tokens in token_counts:
             q, k, v = (np.random.default_rng(i).standard_normal((batch, tokens, heads, dim), dtype=np.float32)
                        for i in range(3))
             calls, group = {}, None
-            for name, threshold in settings.items():
+            for name, (threshold, folded) in settings.items():
                 kernels.GROUPED_ATTENTION_BYTES = threshold
+                kernels._fold_scale = fold if folded else (lambda q, scale: False)
                 if threshold == 0:
-                    group = kernels._head_group(q, k)
-                forward = jax.jit(lambda q, k, v: kernels.attention(q, k, v))
-                both = jax.jit(jax.grad(lambda q, k, v: (kernels.attention(q, k, v) ** 2).sum(),
-                                        argnums=(0, 1, 2)))
-                # Traced now, under this setting.
-                jax.block_until_ready((forward(q, k, v), both(q, k, v)))
-                calls[(name, "fwd")] = lambda f=forward: jax.block_until_ready(f(q, k, v))
-                calls[(name, "both")] = lambda f=both: jax.block_until_ready(f(q, k, v))
+                    with kernels.xla_compiled():
+                        group = kernels._head_group(q, k)
+                calls[(name, "fwd")], calls[(name, "both")] = _xla_attention_calls(backend, q, k, v)
             ms = {key: 1e3 * statistics.median(t) for key, t in _interleaved(calls, reps).items()}
             mib = batch * heads * tokens * tokens * 4 / 2**20
             row = [f"{tokens}", f"{mib:.0f}", f"{group}"]
             for kind in ("fwd", "both"):
-                whole, grouped = ms[("all heads", kind)], ms[("grouped", kind)]
-                row += [_ms(whole), _ms(grouped), f"{whole / grouped:.2f}x"]
+                timed = [ms[(name, kind)] for name in settings]
+                row += [_ms(t) for t in timed] + [f"{timed[0] / timed[-1]:.2f}x"]
             lines.append("| " + " | ".join(row) + " |")
             print("  " + lines[-1], file=sys.stderr, flush=True)
     finally:
-        kernels.GROUPED_ATTENTION_BYTES = default
+        kernels.GROUPED_ATTENTION_BYTES, kernels._fold_scale = default, fold
     return "\n".join(lines) + "\n"
 
 
