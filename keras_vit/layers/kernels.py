@@ -558,8 +558,8 @@ def _fold_scale(q, scale):
 
     The logits hold `tokens` times as many values as the queries; multiplying
     the queries saves a pass over them where the compiler does not fuse it
-    (tensorflow; B/16's attention, one block, float32, 2-core EPYC, median
-    ms, logits scaled against queries: 197 tokens 1.60 against 1.41 under
+    (tensorflow; B/16's attention, one block, float32, 2-core EPYC, fastest
+    of 9 interleaved calls in ms, logits scaled against queries: 197 tokens 1.60 against 1.41 under
     XLA and 1.80 against 1.38 in the graph runtime; 577 tokens 9.4 against
     8.8 and 8.1 against 7.6; 1,370 tokens 48.9 against 44.1 and 40.1
     against 37.0; jax's fused softmax ran both alike). Exact when the scale
@@ -590,9 +590,10 @@ def _attention_heads(q, k, v, scale):
 # backward; 1,025 tokens (48 MiB) 63 against 46; batch 8 x 577 tokens (122
 # MiB) 219 against 145, 538 against 386. At 785 tokens (28 MiB) and below,
 # grouping ran no faster, and its backward up to 0.85x as fast. Tensorflow's
-# XLA, queries scaled, 1,370 tokens: 44.1 against 39.9 forward; its graph
-# runtime's loop ran batch 8 x 577 tokens with the backward in 196 ms against
-# 183 for all heads at once, so there it keeps them together.
+# XLA, queries scaled, 1,370 tokens: 44.1 against 39.9 ms forward (fastest of
+# 9); its graph runtime's loop ran batch 8 x 577 tokens with the backward in
+# 196 ms against 183 for all heads at once (fastest of 5), so there it keeps
+# them together.
 GROUPED_ATTENTION_BYTES = 32 * 2**20
 ATTENTION_GROUP_BYTES = 16 * 2**20
 
