@@ -92,6 +92,20 @@ class _Shape:
         self.shape = shape
 
 
+def test_trace_switches_nest_and_are_restored_after_an_error():
+    with kernels.export_mode():
+        with kernels.export_mode():
+            assert kernels.exporting()
+        assert kernels.exporting()  # the inner context restores the outer one's state
+    assert not kernels.exporting()
+    with pytest.raises(RuntimeError, match="traced"):
+        with kernels.xla_compiled():
+            assert kernels._XLA_COMPILED.on
+            raise RuntimeError("failed while traced")
+    assert not kernels._XLA_COMPILED.on
+    assert not kernels.exporting()
+
+
 def test_xla_attention_takes_large_logits_a_group_of_heads_at_a_time():
     """Heads are grouped under XLA only (jax; tensorflow inside `xla_compiled`),
     only past the logits size, in groups that fit the budget."""
@@ -112,7 +126,7 @@ def test_xla_attention_takes_large_logits_a_group_of_heads_at_a_time():
         assert kernels._head_group(_Shape(None, 1370, 12, 64), _Shape(None, 1370, 12, 64)) is None
         # One head's logits over the group budget: one at a time.
         assert kernels._head_group(_Shape(1, 2500, 12, 64), _Shape(1, 2500, 12, 64)) == 1
-    assert not kernels._XLA_COMPILED[0]
+    assert not kernels._XLA_COMPILED.on
 
 
 def _xla_attention(backend, dtype, gradients):
@@ -192,7 +206,7 @@ def test_predict_groups_heads_where_xla_compiles_it(rng, monkeypatch):
     np.testing.assert_allclose(model.predict(x, verbose=0), eager, atol=1e-5)
     xla_predict = backend == "jax" or (backend == "tensorflow" and model._xla_inference())
     assert bool(calls) == xla_predict
-    assert not kernels._XLA_COMPILED[0]
+    assert not kernels._XLA_COMPILED.on
 
 
 def test_scale_multiplies_the_queries_where_no_rounding_is_added():

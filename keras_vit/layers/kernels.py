@@ -55,11 +55,26 @@ import keras
 from keras import ops
 
 
-_EXPORT_MODE = [False]
-_XLA_COMPILED = [False]
+class _TraceSwitch:
+    """A process-wide switch of what the layers emit when traced: a context
+    turns it on and restores what it was (contexts nest)."""
+
+    def __init__(self):
+        self.on = False
+
+    @contextlib.contextmanager
+    def turned_on(self):
+        previous, self.on = self.on, True
+        try:
+            yield
+        finally:
+            self.on = previous
 
 
-@contextlib.contextmanager
+_EXPORT_MODE = _TraceSwitch()
+_XLA_COMPILED = _TraceSwitch()
+
+
 def export_mode():
     """Within this context the layers emit their exporter-friendly graph.
 
@@ -71,20 +86,14 @@ def export_mode():
     >>> exporting()
     False
     """
-    previous = _EXPORT_MODE[0]
-    _EXPORT_MODE[0] = True
-    try:
-        yield
-    finally:
-        _EXPORT_MODE[0] = previous
+    return _EXPORT_MODE.turned_on()
 
 
 def exporting():
     """Whether the layers are being traced for an exporter (`export_mode`)."""
-    return _EXPORT_MODE[0]
+    return _EXPORT_MODE.on
 
 
-@contextlib.contextmanager
 def xla_compiled():
     """Within this context tensorflow traces the layers for XLA.
 
@@ -98,18 +107,13 @@ def xla_compiled():
     ...     compiled_by_xla() == (keras.backend.backend() in ("jax", "tensorflow"))
     True
     """
-    previous = _XLA_COMPILED[0]
-    _XLA_COMPILED[0] = True
-    try:
-        yield
-    finally:
-        _XLA_COMPILED[0] = previous
+    return _XLA_COMPILED.turned_on()
 
 
 def compiled_by_xla():
     """Whether the layers are traced for XLA: on jax always, on tensorflow inside `xla_compiled()`."""
     backend = keras.backend.backend()
-    return backend == "jax" or (backend == "tensorflow" and _XLA_COMPILED[0])
+    return backend == "jax" or (backend == "tensorflow" and _XLA_COMPILED.on)
 
 
 def dense(x, kernel, bias=None, axes=1, activation=None):
