@@ -46,6 +46,26 @@ def test_flops_of_vit_b16():
     assert abs(benchmark.forward_flops("B/16", 224) / 1e9 - 35.1) < 0.1
 
 
+def test_cpu_fields_tell_generations_of_one_cpu_name_apart():
+    text = "\n".join([
+        "processor\t: 0", "vendor_id\t: AuthenticAMD", "cpu family\t: 26", "model\t\t: 2",
+        "model name\t: AMD EPYC", "stepping\t: 1",
+        "flags\t\t: fpu sse2 avx2 fma avx512f avx512_bf16 avx_vnni amx_tile", "",
+        "processor\t: 1", "cpu family\t: 25", "model\t\t: 17", "model name\t: other",
+        "flags\t\t: fpu",
+    ])
+    fields = benchmark.cpu_fields(text)
+    assert fields["cpu"] == "AMD EPYC"
+    assert fields["cpu_id"] == "family 26 model 2 stepping 1"  # the first processor's
+    assert fields["flags"] == ["amx_tile", "avx2", "avx512_bf16", "avx512f", "avx_vnni", "fma"]
+    assert fields["bf16_units"] == ["avx512_bf16"]
+    assert benchmark.cpu_fields("model name\t: x\nflags\t: avx2") == {
+        "cpu": "x", "flags": ["avx2"], "bf16_units": []}
+    report = dict(date="d", command="c", peak={}, reps=3, warmup=1, results=[], ratios=[],
+                  machine=dict(cores=2, versions={}, **fields))
+    assert "- CPU: AMD EPYC, family 26 model 2 stepping 1 (2 cores;" in benchmark.to_markdown(report)
+
+
 def test_rejects_unknown_workload():
     with pytest.raises(SystemExit, match="unknown workloads"):
         benchmark.main(["--workloads", "nope"])

@@ -170,19 +170,7 @@ def machine_info():
     info = {"platform": platform.platform(), "python": platform.python_version(),
             "cpu": platform.processor(), "cores": os.cpu_count(), "flags": []}
     try:
-        text = pathlib.Path("/proc/cpuinfo").read_text()
-        for line in text.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                info["cpu"] = value.strip()
-            elif key.strip() == "flags":
-                flags = value.split()
-                info["flags"] = sorted(
-                    f for f in flags
-                    if f.startswith(("amx", "avx512", "avx2", "fma", "avx_vnni"))
-                )
-                info["bf16_units"] = [f for f in flags if f in ("avx512_bf16", "amx_bf16")]
-                break
+        info.update(cpu_fields(pathlib.Path("/proc/cpuinfo").read_text()))
     except OSError:
         pass
     if hasattr(os, "sched_getaffinity"):
@@ -277,13 +265,39 @@ def _collapse_skips(results):
     return out
 
 
+def cpu_fields(text):
+    """The first processor's name, family/model/stepping, vector flags and
+    bf16 units from `/proc/cpuinfo` text: CPUs of one name ("AMD EPYC" in a
+    VM) differ by generation, which the family and model tell apart."""
+    fields, ids = {}, {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name":
+            fields["cpu"] = value.strip()
+        elif key in ("cpu family", "model", "stepping"):
+            ids[key.split()[-1]] = value.strip()
+        elif key == "flags":
+            flags = value.split()
+            fields["flags"] = sorted(
+                f for f in flags if f.startswith(("amx", "avx512", "avx2", "fma", "avx_vnni"))
+            )
+            fields["bf16_units"] = [f for f in flags if f in ("avx512_bf16", "amx_bf16")]
+            break
+    if ids:
+        fields["cpu_id"] = " ".join(f"{k} {ids[k]}" for k in ("family", "model", "stepping") if k in ids)
+    return fields
+
+
 def to_markdown(report):
     peak = report["peak"].get("gflops", {})
     lines = [
         "# keras_vit benchmark",
         "",
         f"- Date: {report['date']}; command: `{report['command']}`",
-        f"- CPU: {report['machine']['cpu']} ({report['machine']['cores']} cores;"
+        f"- CPU: {report['machine']['cpu']}"
+        + (f", {report['machine']['cpu_id']}" if report["machine"].get("cpu_id") else "")
+        + f" ({report['machine']['cores']} cores;"
         f" flags: {' '.join(report['machine']['flags']) or 'n/a'})",
         "- GPU: " + ("; ".join(report["machine"].get("gpus") or []) or "none"),
         "- Versions: " + ", ".join(
