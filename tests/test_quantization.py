@@ -20,6 +20,9 @@ PHOTOS = ("chelsea", "coffee", "astronaut", "rocket", "retina", "immunohistochem
 
 
 def _model(family):
+    # Seeded: how far a quantized model lands from its float one depends on
+    # the initial weights (below).
+    keras.utils.set_random_seed(0)
     config = dict(TINY, classes=10, classifier_activation=None)
     if family == "hybrid":
         model = keras_vit.ViTHybrid(resnet_layers=(1,), resnet_width=0.5, **dict(config, patch_size=2))
@@ -32,7 +35,10 @@ def _model(family):
     return model
 
 
-@pytest.mark.parametrize("mode, tolerance", [("int8", 0.1), ("float8", 0.25)])
+# Relative error over initial weights (seeds 0-7 on tensorflow, 0-3 on jax and torch): int8
+# 0.005-0.053; float8 (e4m3, three mantissa bits) 0.03-0.24 for the hybrid, and 0.30 in an
+# unseeded run.
+@pytest.mark.parametrize("mode, tolerance", [("int8", 0.1), ("float8", 0.4)])
 # "options" runs every layer of the plain ViT too, which the real weights'
 # check below quantizes.
 @pytest.mark.parametrize("family", ["hybrid", "options"])
