@@ -166,6 +166,27 @@ def case_flops(workload):
     return forward_flops(arch, image) * (3 if kind == "train" else 1)
 
 
+def cpu_fields(text):
+    """The first processor's name, family/model/stepping, vector flags and
+    bf16 units from `/proc/cpuinfo` text: CPUs of one name ("AMD EPYC" in a
+    VM) differ by generation, which the family and model tell apart."""
+    fields, ids = {}, {}
+    for line in text.splitlines():
+        key, _, value = (part.strip() for part in line.partition(":"))
+        if key == "model name":
+            fields["cpu"] = value
+        elif key in ("cpu family", "model", "stepping"):
+            ids[key.split()[-1]] = value
+        elif key == "flags":
+            flags = value.split()
+            fields["flags"] = sorted(f for f in flags if f.startswith(("amx", "avx512", "avx2", "fma", "avx_vnni")))
+            fields["bf16_units"] = [f for f in flags if f in ("avx512_bf16", "amx_bf16")]
+            break
+    if ids:
+        fields["cpu_id"] = " ".join(f"{k} {ids[k]}" for k in ("family", "model", "stepping") if k in ids)
+    return fields
+
+
 def machine_info():
     info = {"platform": platform.platform(), "python": platform.python_version(),
             "cpu": platform.processor(), "cores": os.cpu_count(), "flags": []}
@@ -265,43 +286,17 @@ def _collapse_skips(results):
     return out
 
 
-def cpu_fields(text):
-    """The first processor's name, family/model/stepping, vector flags and
-    bf16 units from `/proc/cpuinfo` text: CPUs of one name ("AMD EPYC" in a
-    VM) differ by generation, which the family and model tell apart."""
-    fields, ids = {}, {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "model name":
-            fields["cpu"] = value.strip()
-        elif key in ("cpu family", "model", "stepping"):
-            ids[key.split()[-1]] = value.strip()
-        elif key == "flags":
-            flags = value.split()
-            fields["flags"] = sorted(
-                f for f in flags if f.startswith(("amx", "avx512", "avx2", "fma", "avx_vnni"))
-            )
-            fields["bf16_units"] = [f for f in flags if f in ("avx512_bf16", "amx_bf16")]
-            break
-    if ids:
-        fields["cpu_id"] = " ".join(f"{k} {ids[k]}" for k in ("family", "model", "stepping") if k in ids)
-    return fields
-
-
 def to_markdown(report):
-    peak = report["peak"].get("gflops", {})
+    peak, machine = report["peak"].get("gflops", {}), report["machine"]
     lines = [
         "# keras_vit benchmark",
         "",
         f"- Date: {report['date']}; command: `{report['command']}`",
-        f"- CPU: {report['machine']['cpu']}"
-        + (f", {report['machine']['cpu_id']}" if report["machine"].get("cpu_id") else "")
-        + f" ({report['machine']['cores']} cores;"
-        f" flags: {' '.join(report['machine']['flags']) or 'n/a'})",
-        "- GPU: " + ("; ".join(report["machine"].get("gpus") or []) or "none"),
+        f"- CPU: {', '.join(filter(None, (machine['cpu'], machine.get('cpu_id'))))}"
+        f" ({machine['cores']} cores; flags: {' '.join(machine['flags']) or 'n/a'})",
+        "- GPU: " + ("; ".join(machine.get("gpus") or []) or "none"),
         "- Versions: " + ", ".join(
-            f"{k} {v}" for k, v in report["machine"]["versions"].items() if v
+            f"{k} {v}" for k, v in machine["versions"].items() if v
         ),
         "- Matmul peak (GFLOP/s, square n x n): " + ", ".join(
             f"{k} {v:.3g} (n={report['peak'].get('sizes', {}).get(k, '?')})"
