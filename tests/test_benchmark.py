@@ -159,7 +159,7 @@ def test_kernel_timings_table(tmp_path):
 def test_kernel_timings_predict_rows(tmp_path):
     """`--predict`: whole-model img/s, on torch for both dense paths and the packed copy."""
     from keras_vit_tools import benchmark_kernels
-    from keras_vit.layers import kernels
+    from keras_vit.layers import onednn
 
     prefix = tmp_path / "predict"
     assert benchmark_kernels.main(["--predict", "--arch", "tiny", "--batch", "2", "--reps", "1",
@@ -168,7 +168,7 @@ def test_kernel_timings_predict_rows(tmp_path):
             if line.startswith(f"| {keras.backend.backend()}")]
     assert len(rows) == (3 if keras.backend.backend() == "torch" else 1)
     assert all(float(r.split("|")[2]) > 0 for r in rows)
-    assert kernels._ONEDNN_DENSE == [True]
+    assert onednn.ENABLED == [True]
 
 
 def test_kernel_timings_head_tokens_rows(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 import keras_vit
 from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared, to_numpy
-from keras_vit.layers import kernels
+from keras_vit.layers import kernels, onednn
 
 # 8 mantissa bits: a relative error of 2^-8 per rounding, a few roundings deep.
 BF16_RTOL = 3e-2
@@ -27,7 +27,7 @@ def _dense_path(x, kernel, bias):
     backend = keras.backend.backend()
     if backend == "torch":
         tensors = [keras.ops.convert_to_tensor(t) for t in (x, kernel, bias)]
-        return "onednn" if kernels._onednn_linear_applies(*tensors) else "F.linear"
+        return "onednn" if onednn.applies(*tensors) else "F.linear"
     if backend == "jax":
         import jax
 

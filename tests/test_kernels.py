@@ -9,7 +9,7 @@ import pytest
 
 from conftest import TINY, to_numpy
 from keras_vit import ViT, layers
-from keras_vit.layers import kernels
+from keras_vit.layers import kernels, onednn
 
 
 def np_attention(q, k, v, scale):
@@ -314,9 +314,9 @@ def test_dense_fast_path_matches_plain_ops(rng, monkeypatch, shape, with_bias):
     """torch's oneDNN `dense` against `keras.ops.matmul` + bias, forward and
     gradients; every other backend (and export mode) keeps the portable path."""
     taken = []
-    applies = kernels._onednn_linear_applies
+    applies = onednn.applies
     monkeypatch.setattr(
-        kernels, "_onednn_linear_applies", lambda *a: taken.append(applies(*a)) or taken[-1]
+        onednn, "applies", lambda *a: taken.append(applies(*a)) or taken[-1]
     )
     x = rng.normal(size=shape).astype("float32")
     kernel = rng.normal(size=(8, 12)).astype("float32")
@@ -351,7 +351,7 @@ def test_training_step_is_the_same_on_both_dense_paths(rng, monkeypatch):
     y = rng.integers(0, 5, size=(4,))
     results = []
     for fast in (True, False):
-        monkeypatch.setattr(kernels, "_ONEDNN_DENSE", [fast])
+        monkeypatch.setattr(onednn, "ENABLED", [fast])
         keras.utils.set_random_seed(1)
         model = ViT(**TINY, classes=5, classifier_activation=None)
         model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -412,11 +412,11 @@ def test_torch_inference_dense_skips_the_autograd_function(rng, monkeypatch):
         pytest.skip("the autograd function is torch's own")
     import torch
 
-    if not kernels._onednn_linear_applies(torch.ones(2, 2), torch.ones(2, 2), None):
+    if not onednn.applies(torch.ones(2, 2), torch.ones(2, 2), None):
         pytest.skip("torch has no oneDNN on this machine")
     made = []
-    real = kernels._onednn_linear
-    monkeypatch.setattr(kernels, "_onednn_linear", lambda: made.append(1) or real())
+    real = onednn.autograd_linear
+    monkeypatch.setattr(onednn, "autograd_linear", lambda: made.append(1) or real())
     x = torch.tensor(rng.normal(size=(3, 4, 8)).astype("float32"))
     kernel = torch.tensor(rng.normal(size=(8, 2, 5)).astype("float32"), requires_grad=True)
     with torch.no_grad():
@@ -436,9 +436,9 @@ def test_dense_with_activation_equals_the_activation_after_it(rng, monkeypatch, 
     """`dense(..., activation=name)` against the product and then
     `activation`; on torch's oneDNN path the tanh GELU is the GEMM's post-op."""
     post_ops = []
-    real = kernels._linear_pointwise
+    real = onednn.linear_pointwise
     monkeypatch.setattr(
-        kernels, "_linear_pointwise", lambda *a: post_ops.append(a[3:]) or real(*a)
+        onednn, "linear_pointwise", lambda *a: post_ops.append(a[3:]) or real(*a)
     )
     x = keras.ops.cast(rng.normal(size=(2, 9, 16)).astype("float32"), dtype)
     kernel = keras.ops.cast(rng.normal(scale=0.3, size=(16, 24)).astype("float32"), dtype)
@@ -453,10 +453,10 @@ def test_dense_with_activation_equals_the_activation_after_it(rng, monkeypatch, 
     else:
         # One bfloat16 rounding apart at most (the fused GELU rounds once).
         np.testing.assert_allclose(got, expected, atol=2e-2, rtol=1e-2)
-    onednn = keras.backend.backend() == "torch" and kernels._onednn_linear_applies(
+    on_onednn = keras.backend.backend() == "torch" and onednn.applies(
         *(keras.ops.convert_to_tensor(t) for t in (x, kernel, bias))
     )
-    if onednn and name == "gelu_tanh":
+    if on_onednn and name == "gelu_tanh":
         assert post_ops_taken == [("gelu", "tanh")]
     else:
         assert ("gelu", "tanh") not in post_ops_taken
@@ -482,10 +482,10 @@ def test_dense_with_activation_keeps_gradients(rng):
 
 
 def _packings(model):
-    """The oneDNN packings of a model's kernels: {path: `kernels._Packing`}."""
+    """The oneDNN packings of a model's kernels: {path: `onednn.Packing`}."""
     out = {}
     for variable in model.weights:
-        packing = getattr(variable.value, kernels._PACKING, None)
+        packing = getattr(variable.value, onednn.PACKING, None)
         if packing is not None:
             out[variable.path] = packing
     return out
@@ -497,7 +497,7 @@ def _onednn_here(dtype="float32"):
     import torch
 
     t = torch.ones(2, 2, dtype=getattr(torch, dtype))
-    return kernels._onednn_linear_applies(t, t, None)
+    return onednn.applies(t, t, None)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -560,7 +560,7 @@ def test_packed_kernels_leave_gradients_and_copies_alone(rng):
     kernel = fast.get_layer("encoderblock_0").mlp.dense_0.kernel
     if keras.backend.backend() == "torch":
         twin = copy.deepcopy(kernel.value)
-        packing = getattr(twin, kernels._PACKING, None)
+        packing = getattr(twin, onednn.PACKING, None)
         assert packing is None or packing.packed is None
         torch.testing.assert_close(twin, kernel.value, atol=0, rtol=0)
 
@@ -568,8 +568,8 @@ def test_packed_kernels_leave_gradients_and_copies_alone(rng):
 def test_pack_for_inference_marks_only_torch_kernels():
     layer = keras.layers.Dense(4)
     layer.build((None, 3))
-    kernels.pack_for_inference(layer.weights)
-    marked = [getattr(v.value, kernels._PACKING, None) is not None for v in layer.weights]
+    onednn.pack_for_inference(layer.weights)
+    marked = [getattr(v.value, onednn.PACKING, None) is not None for v in layer.weights]
     assert marked == ([True, False] if keras.backend.backend() == "torch" else [False, False])
 
 

@@ -131,7 +131,7 @@ def _dense_rows(arch, batch, reps):
     import torch
     import torch.nn.functional as F
 
-    from keras_vit.layers import kernels
+    from keras_vit.layers import onednn
 
     patch, hidden, _, _, mlp = ARCHS[arch]
     rows = batch * (((32 if arch == "tiny" else 224) // patch) ** 2 + 1)
@@ -142,7 +142,7 @@ def _dense_rows(arch, batch, reps):
         w = torch.from_numpy(gen.standard_normal((d_in, d_out), dtype=np.float32))
         b = torch.zeros(d_out, requires_grad=True)
         w.requires_grad_(True)
-        paths = {"default": lambda x, w, b: F.linear(x, w.T, b), "onednn": kernels._onednn_linear()}
+        paths = {"default": lambda x, w, b: F.linear(x, w.T, b), "onednn": onednn.autograd_linear()}
         times = {}
         for _ in range(reps):
             for name, fn in paths.items():
@@ -209,7 +209,7 @@ def _predict_rows(arch, batch, reps, dtype="float32"):
     import keras
     import numpy as np
 
-    from keras_vit.layers import kernels
+    from keras_vit.layers import onednn
 
     model, image = _whole_model(arch, dtype=dtype)
     x = np.random.default_rng(0).standard_normal((batch, image, image, 3), dtype=np.float32)
@@ -219,16 +219,16 @@ def _predict_rows(arch, batch, reps, dtype="float32"):
     if backend == "torch":
         modes = {"F.linear": (model, False), "oneDNN dense": (model, True),
                  "oneDNN, for_inference() copy": (model.for_inference(), True)}
-    previous = kernels._ONEDNN_DENSE[0]
+    previous = onednn.ENABLED[0]
 
     def predict(runner, fast):
-        kernels._ONEDNN_DENSE[0] = previous if fast is None else fast
+        onednn.ENABLED[0] = previous if fast is None else fast
         runner.predict(x, batch_size=batch, verbose=0)
 
     try:
         times = _interleaved({name: lambda m=mode: predict(*m) for name, mode in modes.items()}, reps)
     finally:
-        kernels._ONEDNN_DENSE[0] = previous
+        onednn.ENABLED[0] = previous
     lines = [f"### {backend}: {arch} {image} px `predict`, batch {batch}, {dtype}, img/s", "",
              "| path | median | best |", "|---|---:|---:|"]
     for name, t in times.items():

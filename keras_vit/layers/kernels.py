@@ -11,13 +11,13 @@ only where measurements (`tools/benchmark.py`) showed that it pays:
   half the speed of the 2D one). On torch, in float32 and bfloat16 on a
   CPU, it is oneDNN's `mkldnn._linear_pointwise`, forward and input
   gradient (torch's default GEMM ran ViT's projections 1.2-1.4x slower in
-  float32 and 2x slower in bfloat16, see `_onednn_linear_applies`), with
-  the weight gradient by torch's `mm` (see `_onednn_linear`); otherwise
+  float32 and 2x slower in bfloat16, see `onednn.applies`), with
+  the weight gradient by torch's `mm` (see `onednn.autograd_linear`); otherwise
   `torch.nn.functional.linear`, which adds the bias inside the GEMM
   (`addmm`) instead of in a separate pass over the output. In inference,
   the MLP's tanh GELU runs inside oneDNN's GEMM as its post-op, and a
   `for_inference` copy's kernels are reordered to oneDNN's layout once
-  (`pack_for_inference`) rather than on every call. On tensorflow the
+  (`onednn.pack_for_inference`) rather than on every call. On tensorflow the
   bias is a `BiasAdd` and a GELU `tf.nn.gelu` on the 2D product, which the
   graph optimizer folds into oneDNN's GEMM (`_bias_and_activation`). On jax,
   bfloat16 products accumulate into a float32 result, the only form of a
@@ -53,6 +53,8 @@ import math
 
 import keras
 from keras import ops
+
+from keras_vit.layers import onednn
 
 
 class _TraceSwitch:
@@ -230,7 +232,7 @@ def _dense_torch(x, kernel, bias, axes, activation):
     # against ~1, and a block's projections made eleven of them.
     x = ops.convert_to_tensor(x)
     kernel = ops.convert_to_tensor(kernel)
-    packing = getattr(kernel, _PACKING, None)
+    packing = getattr(kernel, onednn.PACKING, None)
     out_dims = tuple(kernel.shape[axes:])
     if kernel.dim() != 2:
         kernel = kernel.reshape(-1, math.prod(out_dims))
@@ -240,194 +242,27 @@ def _dense_torch(x, kernel, bias, axes, activation):
         bias = ops.convert_to_tensor(bias)
         if bias.dim() != 1:
             bias = bias.reshape(-1)
-    if not _onednn_linear_applies(x, kernel, bias):
+    # The tanh GELU as the GEMM's post-op (no gradient to record): B/16's
+    # first MLP product at batch 8 took 37.6 ms with it against 40.8 for the
+    # product and a separate GELU in float32, 20.9 against 24.0 in bfloat16
+    # (the result differs by 2.4e-7 at most in float32; in bfloat16 the GELU
+    # is taken before the rounding). The erf GELU gained nothing so.
+    post_op = ("gelu", "tanh") if activation == "gelu_tanh" else ("none", "")
+    if not onednn.applies(x, kernel, bias):
         # `kernel.T` is a view; `linear` multiplies by its transpose, i.e. by
         # `kernel` itself, without a copy.
         y = _activation(F.linear(x, kernel.T, bias), activation)
     elif torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, kernel, bias)):
-        y = _activation(_onednn_linear()(x, kernel, bias), activation)
+        y = _activation(onednn.autograd_linear()(x, kernel, bias), activation)
     elif packing is not None:
-        y = _packed_linear(x, packing.weight(kernel), bias, activation)
-    elif activation == "gelu_tanh":
-        # The tanh GELU as the GEMM's post-op: B/16's first MLP product at
-        # batch 8 took 37.6 ms with it against 40.8 for the product and a
-        # separate GELU in float32, 20.9 against 24.0 in bfloat16 (the
-        # result differs by 2.4e-7 at most in float32; in bfloat16 the GELU
-        # is taken before the rounding). The erf GELU gained nothing so.
-        y = _linear_pointwise(x, kernel, bias, "gelu", "tanh")
+        y = onednn.packed_linear(x, packing.weight(kernel), bias, *post_op)
+        y = y if post_op[0] == "gelu" else _activation(y, activation)
     else:
         # No gradient to record: the GEMM itself, without the ~10 µs of an
         # autograd function's call.
-        y = _activation(_linear_pointwise(x, kernel, bias), activation)
+        y = onednn.linear_pointwise(x, kernel, bias, *post_op)
+        y = y if post_op[0] == "gelu" else _activation(y, activation)
     return y if len(out_dims) == 1 else y.unflatten(-1, out_dims)
-
-
-def _onednn_linear_applies(x, kernel, bias):
-    """Whether `dense` runs on oneDNN's GEMM (`mkldnn._linear_pointwise`).
-
-    torch's default float32 CPU GEMM (`F.linear` -> MKL `sgemm`) is the slow
-    one on the AVX-512 EPYC CPUs measured here (232 GFLOP/s on a square
-    4096 product, against 495 for the same `nn.Linear` on oneDNN and 528 for
-    tensorflow, which uses oneDNN); on ViT's projection shapes (1576 x 768
-    by 768 x 3072 and the like) `_linear_pointwise` on the unpacked weight
-    ran 1.17-1.41x faster forward than `F.linear` on a loaded 2-core EPYC
-    (`tools/benchmark_kernels.py --arch B/16 --batch 8 --dense`). In
-    bfloat16, `F.linear` reaches oneDNN through `addmm` plus copies of its
-    operands; `_linear_pointwise` ran the 394 x 768 by 768 x 3072 product in
-    15 ms against 32 (float32: 33 ms), so bfloat16 takes it too, where the
-    CPU has bf16 instructions (`_is_mkldnn_bf16_supported`; elsewhere
-    oneDNN would emulate them). The weight is passed as it is, reordered
-    by oneDNN on each call, except the kernels of a `for_inference` copy
-    (`pack_for_inference`): a prepacked weight gained 4-14 % on the
-    products, not enough to hold a second copy of every model's weights.
-    Not under `torch.compile`, where inductor picks its own GEMM.
-    """
-    import torch
-
-    if not _ONEDNN_DENSE[0] or x.device.type != "cpu":
-        return False
-    if not torch.backends.mkldnn.is_available() or torch.compiler.is_compiling():
-        return False
-    tensors = (x, kernel) if bias is None else (x, kernel, bias)
-    if x.dim() < 2 or any(t.dtype != x.dtype for t in tensors):
-        return False
-    if x.dtype == torch.bfloat16:
-        return torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    return x.dtype == torch.float32
-
-
-def _packed_linear(x, weight, bias, activation):
-    """`activation(x @ kernel + bias)` on a weight that `_Packing` reordered."""
-    import torch
-
-    linear = torch.ops.mkldnn._linear_pointwise
-    if activation == "gelu_tanh":
-        return linear(x, weight, bias, "gelu", [], "tanh")
-    return _activation(linear(x, weight, bias, "none", [], ""), activation)
-
-
-# The attribute of a kernel tensor that `pack_for_inference` sets.
-_PACKING = "_keras_vit_packing"
-
-
-class _Packing:
-    """A kernel's copy in oneDNN's blocked layout, made on first use.
-
-    oneDNN's GEMM reads its weight in a blocked layout of its own; given the
-    plain `(in, out)` kernel it reorders it on every call. Reordering once
-    ran B/16's projections (72 products) in bfloat16 at batch 1 in 80
-    against 92 ms (1.14x), at batch 8 1.09x; in float32 1.05x and 1.04x
-    (2-core EPYC, avx512_bf16; results bit-equal); B/16's whole `predict`
-    1.11x and 1.04x at batch 1, 1.05x and 1.06x at batch 8, interleaved
-    with the plain model (`tools/benchmark_kernels.py --predict`). The
-    copy is remade whenever the kernel changed since (torch bumps a tensor's
-    version on every in-place write, which is how Keras assigns a
-    variable).
-    """
-
-    def __init__(self):
-        self.version = None
-        self.packed = None
-
-    # A copied or pickled kernel starts without the packed copy (a oneDNN
-    # tensor has no storage to copy) and makes its own on first use.
-    def __deepcopy__(self, memo):
-        return _Packing()
-
-    def __reduce__(self):
-        return (_Packing, ())
-
-    def weight(self, kernel):
-        import torch
-
-        version = kernel._version
-        if self.packed is None or self.version != version:
-            with torch.no_grad():
-                self.packed = torch.ops.mkldnn._reorder_linear_weight(kernel.T.contiguous())
-            self.version = version
-        return self.packed
-
-
-def pack_for_inference(variables):
-    """Lets `dense` keep these kernels in oneDNN's layout (torch, CPU).
-
-    Only where `dense` runs on oneDNN (see `_onednn_linear_applies`) and no
-    gradient is recorded: there each marked kernel is reordered once, on
-    first use, and again only after it changes. It holds a second copy of
-    the weights, which is why only `ViT.for_inference` asks for it. A no-op
-    on other backends.
-
-    Args:
-        variables: Keras variables; those of rank 2 or more are marked.
-
-    Example:
-
-    >>> layer = keras.layers.Dense(4)
-    >>> layer.build((None, 3))
-    >>> pack_for_inference(layer.weights)
-    """
-    if keras.backend.backend() != "torch":
-        return
-    for variable in variables:
-        if len(variable.shape) >= 2:
-            setattr(variable.value, _PACKING, _Packing())
-
-
-def _linear_pointwise(x, kernel, bias, post_op="none", algorithm=""):
-    """`x @ kernel + bias` by oneDNN's GEMM (`kernel.T` is a view: no copy),
-    with oneDNN's elementwise `post_op` applied to the result inside it."""
-    import torch
-
-    return torch.ops.mkldnn._linear_pointwise(x, kernel.T, bias, post_op, [], algorithm)
-
-
-# Whether `dense` may use oneDNN on torch (tests and benchmarks switch it).
-_ONEDNN_DENSE = [True]
-_ONEDNN_FUNCTION = []
-
-
-def _onednn_linear():
-    """`x @ kernel + bias` on oneDNN, with autograd.
-
-    `mkldnn._linear_pointwise` has no backward of its own. The input's
-    gradient is a `_linear_pointwise` call too (on the weight as it is, no
-    copy). The weight's gradient, a product over the rows, is torch's `mm`
-    on the transposed activations: `_linear_pointwise` needs its input
-    contiguous, and copying the transposed activations cost 7 % of ViT-S/16's
-    batch-16 training step (195 of 2,700 ms); on that step's shapes (3152
-    rows, widths 384 and 1536) `mm` ran the weight gradients 1.16x faster
-    in all than the copy and oneDNN (0.96-1.27x per shape; bfloat16
-    1.06-1.43x), and the whole `train_on_batch` 1.05x (2-core EPYC, AVX-512).
-    """
-    if _ONEDNN_FUNCTION:
-        return _ONEDNN_FUNCTION[0]
-    import torch
-
-    class OneDNNLinear(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, kernel, bias):
-            ctx.save_for_backward(x, kernel)
-            ctx.has_bias = bias is not None
-            return _linear_pointwise(x, kernel, bias)
-
-        @staticmethod
-        def backward(ctx, grad):
-            x, kernel = ctx.saved_tensors
-            grad = grad.contiguous()
-            grad_x = grad_kernel = grad_bias = None
-            if ctx.needs_input_grad[0]:
-                grad_x = _linear_pointwise(grad, kernel.T, None)
-            rows = grad.reshape(-1, grad.shape[-1])
-            if ctx.needs_input_grad[1]:
-                # x_rows.T @ rows by torch's `mm`, which reads the transposed
-                # view in place; oneDNN's `linear` copies it first.
-                grad_kernel = torch.mm(x.reshape(-1, x.shape[-1]).T, rows)
-            if ctx.has_bias and ctx.needs_input_grad[2]:
-                grad_bias = rows.sum(0)
-            return grad_x, grad_kernel, grad_bias
-
-    _ONEDNN_FUNCTION.append(OneDNNLinear.apply)
-    return OneDNNLinear.apply
 
 
 def gelu(x, approximate=True):

@@ -11,7 +11,7 @@ import keras
 import numpy as np
 
 from keras_vit.architectures import CLASS_TOKEN_READERS
-from keras_vit.layers import kernels
+from keras_vit.layers import onednn
 from keras_vit.layers.interpolation import interpolate_position_embedding
 from keras_vit.layers.config import RECORDS, BlockConfig, expose_records, record_keywords
 from keras_vit.layers.seeds import check_seed
@@ -382,7 +382,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
           standardisation of their convolutions).
         - On torch, where the projections run on oneDNN, each projection
           kernel is reordered to oneDNN's blocked layout once, on first
-          use, instead of on every call (`kernels.pack_for_inference`;
+          use, instead of on every call (`onednn.pack_for_inference`;
           B/16 `predict` 1.11x faster in bfloat16 and 1.04x in float32 at
           batch 1, 1.05x and 1.06x at batch 8, interleaved with the
           original; outputs bit-equal). The packed copies take as much memory again as
@@ -448,7 +448,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
                 value = keras.ops.convert_to_numpy(value)
             variable.assign(np.asarray(value, variable.dtype))
         copy.trainable = False
-        kernels.pack_for_inference(copy.weights)
+        onednn.pack_for_inference(copy.weights)
         return copy
 
     def _inference_config(self, config):
