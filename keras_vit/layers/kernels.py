@@ -254,13 +254,13 @@ def _dense_torch(x, kernel, bias, axes, activation):
         y = _activation(F.linear(x, kernel.T, bias), activation)
     elif torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, kernel, bias)):
         y = _activation(onednn.autograd_linear()(x, kernel, bias), activation)
-    elif packing is not None:
-        y = onednn.packed_linear(x, packing.weight(kernel), bias, *post_op)
-        y = y if post_op[0] == "gelu" else _activation(y, activation)
     else:
         # No gradient to record: the GEMM itself, without the ~10 µs of an
         # autograd function's call.
-        y = onednn.linear_pointwise(x, kernel, bias, *post_op)
+        if packing is not None:
+            y = onednn.packed_linear(x, packing.weight(kernel), bias, *post_op)
+        else:
+            y = onednn.linear_pointwise(x, kernel, bias, *post_op)
         y = y if post_op[0] == "gelu" else _activation(y, activation)
     return y if len(out_dims) == 1 else y.unflatten(-1, out_dims)
 
