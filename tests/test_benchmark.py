@@ -138,6 +138,23 @@ def test_gpu_workloads_are_listed_separately():
     assert not set(benchmark.GPU_WORKLOADS) & set(benchmark.DEFAULT_WORKLOADS)
 
 
+def test_gpu_preset_runs_accelerator_sizes_bfloat16_first():
+    groups = benchmark.PRESETS["gpu"]
+    cases = [(w, d, s) for workloads, dtypes, systems in groups
+             for w in workloads for d in dtypes for s in systems]
+    assert len(set(cases)) == len(cases)
+    assert {w for w, _, _ in cases} == set(benchmark.GPU_WORKLOADS)
+    assert all(s in benchmark.SYSTEMS for _, _, s in cases)
+    # A run cut short keeps the head of the list: B/16 in bfloat16 against every peer.
+    head = {s for w, d, s in cases[:12]}
+    assert {w for w, _, _ in cases[:12]} == {"infer-b16-bs64", "train-b16-bs32"}
+    assert {d for _, d, _ in cases[:12]} == {"bfloat16"}
+    assert {"keras_vit-jax", "keras_vit-torch", "keras_hub-jax", "keras_hub-torch",
+            "hf-sdpa", "timm"} <= head
+    args = benchmark.parse_args(["--preset", "gpu"])
+    assert args.preset == "gpu"
+
+
 def test_kernel_timings_table(tmp_path):
     """tools/benchmark_kernels.py times every piece on the current backend."""
     from keras_vit_tools import benchmark_kernels
@@ -214,14 +231,16 @@ def test_kernel_timings_attention_rows(tmp_path):
 def test_deployment_ratios():
     """int8 and runtime rows are compared with HF float32; keras_vit rows with keras-hub."""
     rows = [("hf-sdpa", 2.0), ("hf-eager", 1.8), ("ort-hf", 2.5), ("keras_hub-torch", 2.0),
-            ("keras_vit-torch", 2.2), ("ort-keras_vit+int8", 5.0), ("openvino-keras_vit", 3.0)]
+            ("keras_vit-torch", 2.2), ("ort-keras_vit+int8", 5.0), ("openvino-keras_vit", 3.0),
+            ("timm", 2.75)]
     results = [dict(workload="w", dtype="float32", system=s, status="ok", images_per_s=v)
                for s, v in rows]
     got = {r["ratio"]: r["value"] for r in benchmark.ratios(results)}
     assert got["keras_vit-torch / keras_hub-torch"] == pytest.approx(1.1)
     assert got["keras_vit-torch / hf-sdpa"] == pytest.approx(1.1)
+    assert got["keras_vit-torch / timm"] == pytest.approx(0.8)
     assert got["ort-keras_vit+int8 / fastest HF float32"] == pytest.approx(2.0)
-    assert got["openvino-keras_vit / fastest float peer"] == pytest.approx(1.2)
+    assert got["openvino-keras_vit / fastest float peer"] == pytest.approx(3.0 / 2.75)
     assert not any(name.startswith(("hf", "ort-hf", "keras_hub")) for name in got)
 
 

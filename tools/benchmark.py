@@ -40,6 +40,8 @@ Usage:
     python tools/benchmark.py --preset cpu --quick --matmul-size 4096 --name cpu
         # the CPU comparison: 224/384/518 px, bfloat16, OpenVINO, training;
         # writes docs/benchmark_cpu_DATE.md and .json
+    python tools/benchmark.py --preset gpu --reps 20 --warmup 3 --name gpu
+        # the accelerator comparison (bfloat16 B/16 and L/16, then float32)
     python tools/benchmark.py --systems keras_vit-jax,hf-sdpa \\
         --workloads infer-b16-bs8 --dtypes float32 --output docs/benchmark
 """
@@ -131,6 +133,7 @@ ARCHS = {
 # peers at 224 px; the training step in float32.
 KERAS_SYSTEMS = ("keras_vit-jax", "keras_vit-tensorflow", "keras_vit-torch",
                  "keras_hub-jax", "keras_hub-tensorflow", "keras_hub-torch")
+GPU_SYSTEMS = ("keras_vit-jax", "keras_vit-torch", "keras_hub-jax", "keras_hub-torch")
 PRESETS = {
     "cpu": (
         (("infer-b16-bs1", "infer-b16-bs8", "infer-b16-384-bs1", "infer-b14-518-bs1"),
@@ -143,6 +146,19 @@ PRESETS = {
         (("infer-b16-bs1", "infer-b16-bs8"), ("float32",),
          ("openvino-keras_vit", "openvino-keras_vit+bf16")),
         (("train-s16-bs16",), ("float32",), (*KERAS_SYSTEMS, "hf-sdpa", "hf-eager")),
+    ),
+    # `--preset gpu`: the accelerator comparison, most wanted first (a run
+    # cut short keeps the cases it finished): bfloat16 inference and mixed
+    # precision training of B/16 against keras-hub, HF and timm, then L/16,
+    # then float32 inference. tensorflow's systems run where it is installed.
+    "gpu": (
+        (("infer-b16-bs64",), ("bfloat16",), (*GPU_SYSTEMS, "hf-sdpa", "timm")),
+        (("train-b16-bs32",), ("bfloat16",), (*GPU_SYSTEMS, "hf-sdpa", "timm")),
+        (("infer-l16-bs64", "train-l16-bs32"), ("bfloat16",),
+         ("keras_vit-jax", "keras_vit-torch", "timm")),
+        (("infer-b16-bs64",), ("float32",), ("keras_vit-jax", "keras_vit-torch", "hf-sdpa", "timm")),
+        (("infer-b16-bs64", "train-b16-bs32"), ("bfloat16",),
+         ("keras_vit-tensorflow", "keras_hub-tensorflow")),
     ),
 }
 # Matmul peaks, one process each (`tools/benchmark_worker.py::run_peak`).
@@ -412,9 +428,9 @@ def ratios(results):
                  if w == workload and d == dtype and "keras_vit" not in s and "+" not in s]
         if peers:
             out.append((workload, dtype, f"{system} / fastest float peer", value / max(peers)))
-        sdpa = speed.get((workload, dtype, "hf-sdpa"))
-        if sdpa:
-            out.append((workload, dtype, f"{system} / hf-sdpa", value / sdpa))
+        for peer in ("hf-sdpa", "timm"):
+            if speed.get((workload, dtype, peer)):
+                out.append((workload, dtype, f"{system} / {peer}", value / speed[(workload, dtype, peer)]))
         hf32 = _hf_float32(speed, workload)
         if ("int8" in system or "bf16" in system) and hf32:
             out.append((workload, dtype, f"{system} / fastest HF float32", value / hf32))
@@ -476,7 +492,9 @@ def parse_args(argv):
     parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
                         help="a fixed list of cases instead of --systems x --workloads x"
                         " --dtypes; 'cpu': float32 at 224, 384 and 518 px, bfloat16 inference"
-                        " per backend, OpenVINO float32 and bf16, the S/16 training step")
+                        " per backend, OpenVINO float32 and bf16, the S/16 training step;"
+                        " 'gpu': bfloat16 B/16 and L/16 inference (batch 64) and training"
+                        " (batch 32) against keras-hub, HF and timm, then float32")
     parser.add_argument("--output", default="benchmark",
                         help="output path prefix: writes PREFIX.md and PREFIX.json")
     parser.add_argument("--name", default=None,
