@@ -31,7 +31,8 @@ def _dense_path(x, kernel, bias):
     if backend == "jax":
         import jax
 
-        text = str(jax.make_jaxpr(kernels.dense)(x, kernel, bias))
+        # A fresh function: jax reuses the trace of one it has seen.
+        text = str(jax.make_jaxpr(lambda *a: kernels.dense(*a))(x, kernel, bias))
         return "float32 accumulation" if "preferred_element_type=float32" in text else "matmul"
     return "matmul"
 
@@ -51,6 +52,28 @@ def test_bfloat16_dense_close_to_float32_on_its_fast_path(rng, shape):
     if keras.backend.backend() == "torch":
         expected_path = "onednn" if _bf16_onednn_available() else "F.linear"
     assert _dense_path(*bf16) == expected_path
+
+
+def test_jax_bfloat16_products_keep_bfloat16_results_off_the_cpu(rng, monkeypatch):
+    """The float32 result is for XLA's CPU backend; on an accelerator (here
+    forced) the product stays bfloat16 and computes the same within its precision."""
+    if keras.backend.backend() != "jax":
+        pytest.skip("the product's result type is a jax choice; torch and tensorflow keep bfloat16 operands' type")
+    import jax
+
+    assert kernels._wide_bfloat16() == (jax.default_backend() == "cpu")
+    x = rng.normal(size=(2, 9, 64)).astype("float32")
+    kernel = rng.normal(size=(64, 48)).astype("float32") / 8
+    bias = rng.normal(size=(48,)).astype("float32")
+    bf16 = [keras.ops.cast(t, "bfloat16") for t in (x, kernel, bias)]
+    wide = to_numpy(keras.ops.cast(kernels.dense(*bf16, activation="gelu_tanh"), "float32"))
+    monkeypatch.setattr(kernels, "_wide_bfloat16", lambda: False)
+    assert _dense_path(*bf16) == "matmul"
+    out = kernels.dense(*bf16, activation="gelu_tanh")
+    assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
+    narrow = to_numpy(keras.ops.cast(out, "float32"))
+    np.testing.assert_allclose(narrow, wide, rtol=BF16_RTOL, atol=BF16_RTOL * np.abs(wide).max())
+    assert np.abs(narrow - wide).max() > 0  # the two forms round differently: both ran
 
 
 def test_bfloat16_onednn_gradients_match_plain_ops(rng):

@@ -295,6 +295,7 @@ def _matmul_rate(matmul, make, largest, reps, budget_s=2.0):
     n = min(256, largest)
     while True:
         a, b = make(n), make(n)
+        matmul(a, b)  # jax compiles for each shape; libraries load their kernels
         start = time.perf_counter()
         matmul(a, b)
         elapsed = time.perf_counter() - start
