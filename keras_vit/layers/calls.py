@@ -56,7 +56,8 @@ def call_sublayer(layer, x, *args, **kwargs):
     True
     """
     if direct_call_applies(layer, x):
-        return layer.call(x, *args, **kwargs)
+        y = None if args or kwargs else kernels.half_layer_norm(layer, x)
+        return layer.call(x, *args, **kwargs) if y is None else y
     return layer(x, *args, **kwargs)
 
 
