@@ -178,40 +178,40 @@ def test_real_weights_keep_their_top1_in_bfloat16_predict(policy):
     np.testing.assert_allclose(got, expected, atol=3e-2)
 
 
-@pytest.mark.parametrize("policy", ["bfloat16", "float16", "mixed_bfloat16"])
-def test_half_precision_layer_norm_on_torch_matches_the_layer(rng, policy, monkeypatch):
+def test_half_precision_layer_norm_on_torch_matches_the_layer(rng, monkeypatch):
     """torch's kernel on the half-precision tensors, without keras' float32
     round trip, where the weights share the input's dtype; the layer itself otherwise."""
     if keras.backend.backend() != "torch":
         pytest.skip("torch only: jax and tensorflow fuse keras' casts into the norm when they compile")
     from keras_vit.layers import calls
 
-    norm = keras.layers.LayerNormalization(dtype=policy, epsilon=1e-6)
-    norm.build((2, 7, 64))
-    norm.gamma.assign(rng.normal(size=64))
-    norm.beta.assign(rng.normal(size=64))
-    x = keras.ops.cast(rng.normal(size=(2, 7, 64)) * 3 + 1, policy.removeprefix("mixed_"))
-    fast = kernels.half_layer_norm(norm, x)
-    if policy.startswith("mixed"):
-        assert fast is None  # float32 weights: keras' own path
-        return
-    assert fast is not None and fast.dtype == x.dtype
-    expected = to_numpy(keras.ops.cast(norm(x), "float32"))
-    got = to_numpy(keras.ops.cast(fast, "float32"))
-    # The same float32 arithmetic rounded once; summation order may move a tie by one unit.
-    ulp = 2.0 ** (-7 if policy == "bfloat16" else -10)
-    np.testing.assert_allclose(got, expected, rtol=ulp, atol=ulp)
-    assert np.mean(got == expected) > 0.99
-    # A block's sublayer call takes it.
-    seen = []
-    monkeypatch.setattr(kernels, "half_layer_norm", lambda layer, t: seen.append(layer) or fast)
-    assert calls.call_sublayer(norm, x) is fast and seen == [norm]
-    monkeypatch.undo()
+    for policy in ("bfloat16", "float16", "mixed_bfloat16"):
+        norm = keras.layers.LayerNormalization(dtype=policy, epsilon=1e-6)
+        norm.build((2, 7, 64))
+        norm.gamma.assign(rng.normal(size=64))
+        norm.beta.assign(rng.normal(size=64))
+        x = keras.ops.cast(rng.normal(size=(2, 7, 64)) * 3 + 1, policy.removeprefix("mixed_"))
+        fast = kernels.half_layer_norm(norm, x)
+        if policy.startswith("mixed"):
+            assert fast is None  # float32 weights: keras' own path
+            continue
+        assert fast is not None and fast.dtype == x.dtype
+        expected = to_numpy(keras.ops.cast(norm(x), "float32"))
+        got = to_numpy(keras.ops.cast(fast, "float32"))
+        # The same float32 arithmetic rounded once; summation order may move a tie by one unit.
+        ulp = 2.0 ** (-7 if policy == "bfloat16" else -10)
+        np.testing.assert_allclose(got, expected, rtol=ulp, atol=ulp)
+        assert np.mean(got == expected) > 0.99
+        # A block's sublayer call takes it.
+        seen = []
+        with monkeypatch.context() as patch:
+            patch.setattr(kernels, "half_layer_norm", lambda layer, t: seen.append(layer) or fast)
+            assert calls.call_sublayer(norm, x) is fast and seen == [norm]
+        assert kernels.half_layer_norm(norm, keras.ops.cast(x, "float32")) is None
 
-    class Subclass(keras.layers.LayerNormalization):
-        pass
+        class Subclass(keras.layers.LayerNormalization):
+            pass
 
-    other = Subclass(dtype=policy)
-    other.build((2, 7, 64))
-    assert kernels.half_layer_norm(other, x) is None  # its call may compute something else
-    assert kernels.half_layer_norm(norm, keras.ops.cast(x, "float32")) is None
+        other = Subclass(dtype=policy)
+        other.build((2, 7, 64))
+        assert kernels.half_layer_norm(other, x) is None  # its call may compute something else
