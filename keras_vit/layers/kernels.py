@@ -277,7 +277,7 @@ def _dense_torch(x, kernel, bias, axes, activation):
 def half_layer_norm(layer, x):
     """A `LayerNormalization`'s output for a bfloat16/float16 torch tensor, or None.
 
-    `keras.ops.layer_norm` upcasts its input, scale and offset to float32 and
+    `keras.ops.layer_normalization` upcasts its input, scale and offset to float32 and
     casts the result back: four copies a norm, 100 of B/16's forward pass,
     which took 1.3 of its 7.1 ms on an H100 in bfloat16 at batch 64 (and ~30
     µs of Python each). torch's kernel takes half-precision tensors as they
@@ -304,11 +304,10 @@ def half_layer_norm(layer, x):
     axis = list(layer.axis) if isinstance(layer.axis, (list, tuple)) else [layer.axis]
     if x.dtype not in (torch.bfloat16, torch.float16) or axis not in ([-1], [x.dim() - 1]):
         return None
-    weights = [w.value for w in (layer.gamma, layer.beta) if w is not None]
-    if any(w.dtype != x.dtype for w in weights):
+    gamma = None if layer.gamma is None else layer.gamma.value
+    beta = None if layer.beta is None else layer.beta.value
+    if any(w is not None and w.dtype != x.dtype for w in (gamma, beta)):
         return None
-    gamma = layer.gamma.value if layer.gamma is not None else None
-    beta = layer.beta.value if layer.beta is not None else None
     return F.layer_norm(x, (x.shape[-1],), gamma, beta, layer.epsilon)
 
 
