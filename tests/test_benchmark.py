@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit_tools import benchmark
+from keras_vit_tools import benchmark, benchmark_report
 
 
 def test_architectures_are_the_library_table():
@@ -63,7 +63,7 @@ def test_cpu_fields_tell_generations_of_one_cpu_name_apart():
         "cpu": "x", "flags": ["avx2"], "bf16_units": []}
     report = dict(date="d", command="c", peak={}, reps=3, warmup=1, results=[], ratios=[],
                   machine=dict(cores=2, versions={}, **fields))
-    assert "- CPU: AMD EPYC, family 26 model 2 stepping 1 (2 cores;" in benchmark.to_markdown(report)
+    assert "- CPU: AMD EPYC, family 26 model 2 stepping 1 (2 cores;" in benchmark_report.to_markdown(report)
 
 
 def test_rejects_unknown_workload():
@@ -124,10 +124,10 @@ def test_table_collapses_a_skip_shared_by_every_system():
     results = [dict(workload="w", dtype="bfloat16", system=s, **skip) for s in ("a", "b", "c")]
     results += [dict(workload="w", dtype="float32", system="a", **skip),
                 dict(workload="w", dtype="float32", system="b", status="error", reason="boom")]
-    rows = benchmark._collapse_skips(results)
+    rows = benchmark_report._collapse_skips(results)
     assert [(r["dtype"], r["system"]) for r in rows] == [
         ("bfloat16", "all systems"), ("float32", "a"), ("float32", "b")]
-    table = benchmark.to_markdown(dict(
+    table = benchmark_report.to_markdown(dict(
         date="d", command="c", machine=dict(cpu="cpu", cores=2, flags=[], versions={}), peak={},
         reps=5, warmup=2, results=results, ratios=[]))
     assert table.count("no native bfloat16 matmul") == 2 and "| all systems |" in table
@@ -302,7 +302,7 @@ def test_cpu_preset_names_known_cases_and_the_table_sets_them_side_by_side():
     results = [dict(workload=w, dtype="float32", system=s, status="ok", images_per_s=v,
                     peak_rss_mib=100.0)
                for w, s, v in (("a", "x", 1.0), ("b", "x", 2.0), ("a", "y", 3.0))]
-    table = benchmark.side_by_side(dict(results=results)).splitlines()
+    table = benchmark_report.side_by_side(dict(results=results)).splitlines()
     assert table[0] == "| system | a float32 | b float32 |"
     assert table[2] == "| x | 1.00 (100) | 2.00 (100) |" and table[3] == "| y | 3.00 (100) |  |"
 
