@@ -329,3 +329,26 @@ def test_kernel_timings_bf16_rows(tmp_path):
     assert all(float(table[d][0]) > 0 and float(table[d][1]) > 0 for d in ("float32", "bfloat16"))
     assert all(cell.strip().endswith("x") for cell in table["bf16 speed-up"][:3])
     assert "Bound on the whole model's bf16 speed-up" in text
+
+
+def test_kernel_timings_versus_keras_hub(tmp_path):
+    """`--versus-keras-hub`: both models, keras_vit's products and a square matmul, one process."""
+    pytest.importorskip("keras_hub", reason="keras-hub is a test extra")
+    from keras_vit_tools import benchmark_kernels
+
+    prefix = tmp_path / "versus"
+    assert benchmark_kernels.main(["--versus-keras-hub", "--arch", "tiny", "--batch", "2",
+                                   "--reps", "2", "--matmul-size", "128",
+                                   "--output", str(prefix)]) == 0
+    text = (tmp_path / "versus.md").read_text()
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in text.splitlines() if line.startswith("| ") and "---" not in line}
+    assert set(rows) == {"call", "keras_vit", "keras_vit projections", "keras_hub",
+                         "square 128 matmul"}
+    ms = {name: float(cells[0]) for name, cells in rows.items() if name != "call"}
+    assert all(value > 0 for value in ms.values())
+    # Each ratio is keras-hub's median over the row's own.
+    for name in ("keras_vit", "keras_vit projections"):
+        assert float(rows[name][3]) == pytest.approx(ms["keras_hub"] / ms[name], rel=0.1)
+    assert rows["square 128 matmul"][2] == "100"
+    assert f"keras_vit over keras_hub: {float(rows['keras_vit'][3]):.3f}x measured" in text

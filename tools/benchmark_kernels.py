@@ -31,11 +31,17 @@ forward+backward) at the `--tokens` counts with `--arch`'s heads: the scale
 on the logits, the scale on the queries (`kernels._fold_scale`), and a
 group of heads at a time (`kernels.ATTENTION_GROUP_BYTES`), interleaved:
 the measurements behind `kernels.GROUPED_ATTENTION_BYTES`.
+`--versus-keras-hub` times, float32 and interleaved in one process,
+keras_vit's whole `--arch` model, its projection products alone (as `--bf16`
+compiles them) and keras-hub's model of the same shape (as
+`tools/benchmark.py` builds it): the ratio of the two models without the
+spread between processes, and keras-hub's time over the products' (the most
+keras_vit could gain with everything but those products taking no time).
 
 Usage:
     KERAS_BACKEND=jax python tools/benchmark_kernels.py [--arch S/16] [--batch 16]
         [--reps 7] [--dense | --predict [--dtype bfloat16] | --head-tokens | --bf16
-         | --attention [--tokens 577,1370]]
+         | --versus-keras-hub [--matmul-size 4096] | --attention [--tokens 577,1370]]
         [--output PREFIX]
 
 Prints a Markdown table (milliseconds, minimum over `--reps` calls after one
@@ -357,6 +363,60 @@ def _bf16_rows(arch, batch, reps):
     return "\n".join(lines) + "\n"
 
 
+def _versus_keras_hub_rows(arch, batch, reps, matmul_size=4096):
+    """ms of keras_vit's model, of its projections alone and of keras-hub's
+    model, and each as a share of the backend's square float32 matmul rate
+    (side `matmul_size`), measured in the same process."""
+    import statistics
+
+    import keras
+    import numpy as np
+
+    from keras_vit_tools.benchmark import forward_flops
+    from keras_vit_tools.benchmark_worker import _keras_model, _peak_products
+
+    backend = keras.backend.backend()
+    image = 32 if arch == "tiny" else 224
+    x = np.random.default_rng(0).standard_normal((batch, image, image, 3), dtype=np.float32)
+    x = keras.ops.convert_to_tensor(x)
+    shapes = _projection_shapes(arch, batch)
+    calls = {}
+    for library in ("keras_vit", "keras_hub"):
+        model = _keras_model(library, arch, image)
+        calls[library] = lambda m=model: m.predict_on_batch(x)
+        if library == "keras_vit":
+            calls["keras_vit projections"] = _projections(backend, shapes, "float32")
+    matmul, make = _peak_products(backend, "cpu")["float32"]
+    a, b = make(matmul_size), make(matmul_size)
+    calls[f"square {matmul_size} matmul"] = lambda: matmul(a, b)
+    times = _interleaved(calls, reps)
+    ms = {name: 1e3 * statistics.median(t) for name, t in times.items()}
+    gflop = {"keras_vit": batch * forward_flops(arch, image) / 1e9,
+             "keras_vit projections": sum(2 * r * d * o for r, d, o in shapes) / 1e9,
+             f"square {matmul_size} matmul": 2 * matmul_size**3 / 1e9}
+    gflop["keras_hub"] = gflop["keras_vit"]
+    rate = {name: gflop[name] / value * 1e3 for name, value in ms.items()}
+    peak = rate[f"square {matmul_size} matmul"]
+    hub = ms["keras_hub"]
+    lines = [f"### {backend}: {arch} {image} px `predict_on_batch`, batch {batch}, float32, "
+             f"median ms of {reps} (interleaved)", "",
+             "| call | ms | GFLOP/s | % of the square matmul's | keras_hub / this |",
+             "|---|---:|---:|---:|---:|"]
+    lines += [f"| {name} | {_ms(ms[name])} | {rate[name]:.0f} | {100 * rate[name] / peak:.0f} | "
+              f"{hub / ms[name]:.3f} |" for name in ("keras_vit", "keras_vit projections", "keras_hub")]
+    lines.append(f"| square {matmul_size} matmul | {_ms(ms[f'square {matmul_size} matmul'])} | "
+                 f"{peak:.0f} | 100 | |")
+    products = ms["keras_vit projections"]
+    if products < ms["keras_vit"]:
+        bound = (f"at most {hub / products:.3f}x with everything but the projection products "
+                 f"taking no time (attention's products and the patch embedding counted as free, "
+                 f"so the true bound is lower)")
+    else:
+        bound = "the projection products alone took as long as the whole model here"
+    lines += ["", f"keras_vit over keras_hub: {hub / ms['keras_vit']:.3f}x measured; {bound}."]
+    return "\n".join(lines) + "\n"
+
+
 def _xla_attention_calls(backend, q, k, v):
     """`kernels.attention` forward and forward+backward, compiled by XLA and
     traced now (on tensorflow inside `kernels.xla_compiled()`)."""
@@ -497,6 +557,11 @@ def main(argv=None):
                              "class token against the whole graph")
     parser.add_argument("--bf16", action="store_true",
                         help="only the whole model and its projections, float32 against bfloat16")
+    parser.add_argument("--versus-keras-hub", action="store_true",
+                        help="only keras_vit's model, its projections alone and keras-hub's "
+                             "model, float32: the most keras_vit could gain over keras-hub")
+    parser.add_argument("--matmul-size", type=int, default=4096,
+                        help="side of the square matmul --versus-keras-hub times beside the models")
     parser.add_argument("--attention", action="store_true",
                         help="only jax's CPU attention: all heads at once against groups of heads")
     parser.add_argument("--tokens", default="197,577,785,1025,1370",
@@ -511,6 +576,8 @@ def main(argv=None):
         table = _attention_rows(args.arch, args.batch, args.reps, tokens)
     elif args.bf16:
         table = _bf16_rows(args.arch, args.batch, args.reps)
+    elif args.versus_keras_hub:
+        table = _versus_keras_hub_rows(args.arch, args.batch, args.reps, args.matmul_size)
     elif args.head_tokens:
         table = _head_tokens_rows(args.arch, args.batch, args.reps)
     elif args.predict:
