@@ -33,10 +33,11 @@ group of heads at a time (`kernels.ATTENTION_GROUP_BYTES`), interleaved:
 the measurements behind `kernels.GROUPED_ATTENTION_BYTES`.
 `--versus-keras-hub` times, float32 and interleaved in one process,
 keras_vit's whole `--arch` model, its projection products alone (as `--bf16`
-compiles them) and keras-hub's model of the same shape (as
-`tools/benchmark.py` builds it): the ratio of the two models without the
-spread between processes, and keras-hub's time over the products' (the most
-keras_vit could gain with everything but those products taking no time).
+compiles them), keras-hub's model of the same shape (as `tools/benchmark.py`
+builds it) and a square matmul of side `--matmul-size`: the ratio of the two
+models without the spread between processes, each rate as a share of the
+square product's, and keras-hub's time over the products' (the most keras_vit
+could gain with everything but those products taking no time).
 
 Usage:
     KERAS_BACKEND=jax python tools/benchmark_kernels.py [--arch S/16] [--batch 16]
@@ -373,7 +374,7 @@ def _versus_keras_hub_rows(arch, batch, reps, matmul_size=4096):
     import numpy as np
 
     from keras_vit_tools.benchmark import forward_flops
-    from keras_vit_tools.benchmark_worker import _keras_model, _peak_products
+    from keras_vit_tools.benchmark_worker import _keras_model, _peak_device, _peak_products
 
     backend = keras.backend.backend()
     image = 32 if arch == "tiny" else 224
@@ -386,7 +387,7 @@ def _versus_keras_hub_rows(arch, batch, reps, matmul_size=4096):
         calls[library] = lambda m=model: m.predict_on_batch(x)
         if library == "keras_vit":
             calls["keras_vit projections"] = _projections(backend, shapes, "float32")
-    matmul, make = _peak_products(backend, "cpu")["float32"]
+    matmul, make = _peak_products(backend, _peak_device(backend))["float32"]
     a, b = make(matmul_size), make(matmul_size)
     calls[f"square {matmul_size} matmul"] = lambda: matmul(a, b)
     times = _interleaved(calls, reps)
