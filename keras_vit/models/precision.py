@@ -9,11 +9,12 @@ to decide whether to wrap the optimizer in `keras.optimizers.LossScaleOptimizer`
 A model quantized in place (`model.quantize("int8")`) holds layers whose
 policies differ from the model's. `model_policy_config` serialises them all
 as one `keras.dtype_policies.DTypePolicyMap` (keyed by layer path) for the
-model's config. A model built from such a map builds its layers with the
-map's default policy (`layer_policy`), then gives each listed layer its
-policy (`set_model_policy`), which quantizes it in place, ready to take the
-saved quantized variables (`.keras` files and presets). The layers never hold
-the map itself: Keras' layers read `dtype_policy.quantization_mode` when they
+model's config. A model built from such a map passes it to its layers, as
+keras-hub's backbones do, so that each layer looks up its own policy by
+path and builds its variables quantized, ready for the saved ones (`.keras`
+files and presets), without quantizing float kernels first. Once the
+model is built, `set_model_policy` gives each layer its own policy in place
+of the map: Keras' layers read `dtype_policy.quantization_mode` when they
 save their variables and when they are quantized, which a map answers with
 its default's.
 
@@ -41,29 +42,14 @@ import keras
 DTypePolicyMap = keras.dtype_policies.DTypePolicyMap
 
 
-def layer_policy(dtype):
-    """The policy to build the layers with: `dtype`, or a map's default policy.
-
-    Args:
-        dtype: None, a policy name, a `keras.DTypePolicy` or a
-            `DTypePolicyMap`.
-    """
-    return dtype.default_policy if isinstance(dtype, DTypePolicyMap) else dtype
-
-
-def _matches(key, path):
-    return key == path or re.fullmatch(key, path) is not None
-
-
 def set_model_policy(model, dtype):
     """Sets the policy of a model built by the functional constructor.
 
-    With a `DTypePolicyMap`, every layer whose path the map lists gets its
-    policy (a quantized one quantizes the built layer in place), and the
-    model takes the map's default.
+    With a `DTypePolicyMap`, every layer that holds the map gets its own
+    policy from it instead, and the model takes the map's default.
 
     Args:
-        model: a `keras.Model` whose layers were built with `layer_policy(dtype)`.
+        model: a `keras.Model` whose layers were built with `dtype`.
         dtype: None (the model keeps the global policy Keras gave it), a
             policy name, a `keras.DTypePolicy` or a `DTypePolicyMap`.
 
@@ -73,19 +59,20 @@ def set_model_policy(model, dtype):
     if dtype is None:
         return
     if isinstance(dtype, DTypePolicyMap):
-        layers = [layer for layer in model._flatten_layers(include_self=False) if layer.path]
-        unknown = [key for key in dtype if not any(_matches(key, layer.path) for layer in layers)]
+        layers = list(model._flatten_layers(include_self=False))
+        paths = [layer.path for layer in layers if layer.path]
+        unknown = [key for key in dtype if not any(key == p or re.fullmatch(key, p) for p in paths)]
         if unknown:
             raise ValueError(
                 f"The `dtype` policy map names layers that model {model.name!r} does not "
                 f"have. Received: dtype with keys {unknown}"
             )
-        default = dtype.default_policy
         for layer in layers:
-            policy = dtype[layer.path]
-            if policy.name != default.name:
-                layer.dtype_policy = policy
-    model.dtype_policy = keras.dtype_policies.get(layer_policy(dtype))
+            # Keras' public setter would write into the map the layer holds.
+            if isinstance(layer._dtype_policy, DTypePolicyMap):
+                layer._dtype_policy = dtype[layer.path] if layer.path else dtype.default_policy
+        dtype = dtype.default_policy
+    model.dtype_policy = keras.dtype_policies.get(dtype)
 
 
 def model_policy_config(model):

@@ -28,7 +28,7 @@ from keras_vit.models.arguments import (
     check_images,
 )
 from keras_vit.models.base import ModelBase
-from keras_vit.models.precision import layer_policy, model_policy_config, set_model_policy
+from keras_vit.models.precision import model_policy_config, set_model_policy
 from keras_vit.validation import (
     argument_names,
     check_bool,
@@ -253,7 +253,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         self._set_metadata(class_names, preprocessing, info)
 
         inputs = keras.Input(shape=shape, name="image")
-        stages, features, outputs = self._build_graph(inputs, layer_policy(dtype))
+        stages, features, outputs = self._build_graph(inputs, dtype)
         super().__init__(inputs=inputs, outputs=outputs, name=name, **kwargs)
         set_model_policy(self, dtype)
         self._forward_stages = forward.attach_stem(stages, inputs, features, f"{name}_stem")
