@@ -154,7 +154,9 @@ def naflex_inputs(
     length = max_num_patches if length is None else check_int(length, "length", minimum=max_num_patches)
     check_choice(interpolation, INTERPOLATIONS, "interpolation")
     if len(mean) != len(std):
-        raise ValueError(f"`mean` and `std` must have one value per channel. Received: mean={mean!r}, std={std!r}")
+        raise ValueError(
+            f"`mean` and `std` must have one value per channel. Received: mean={mean!r}, std={std!r}"
+        )
     images = [_check_image(image, i, len(mean)) for i, image in enumerate(images)]
     if not images:
         raise ValueError("`images` must hold at least one image. Received: images=[]")

@@ -146,6 +146,7 @@ def resolve_timm(architecture, model_args):
     (norms in use, prefix tokens, rope kind, pooling), for `eva_forward`."""
     a = dict(TIMM_ARCHITECTURES[architecture], **model_args)
     a.setdefault("eps", 1e-6)
+    a.setdefault("mlp_ratio", 4.0)
     a["img_size"] = tuple(np.broadcast_to(a["img_size"], 2).tolist())
     a["pos_grid"] = (a["img_size"][0] // a["patch_size"], a["img_size"][1] // a["patch_size"])
     a["num_prefix_tokens"] = int(a.get("class_token", True)) + a.get("num_reg_tokens", 0)
@@ -347,3 +348,20 @@ def transformers_aimv2_to_timm(state):
 def torch_state(model):
     """A torch model's state dict as float32 NumPy arrays."""
     return {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+
+
+def siglip2_forward(model, batch):
+    """transformers' `Siglip2VisionModel` on a NaFlex dict
+    (`keras_vit.naflex.naflex_inputs`): `(pooled, last_hidden_state)`."""
+    import torch
+
+    valid = np.asarray(batch["patch_valid"])
+    coords = np.asarray(batch["patch_coords"])
+    shapes = np.where(valid[..., None], coords, -1).max(axis=1) + 1
+    with torch.no_grad():
+        out = model(
+            pixel_values=torch.from_numpy(np.asarray(batch["patches"], np.float32)),
+            pixel_attention_mask=torch.from_numpy(valid.astype(np.int32)),
+            spatial_shapes=torch.from_numpy(shapes.astype(np.int64)),
+        )
+    return out.pooler_output.numpy(), out.last_hidden_state.numpy()

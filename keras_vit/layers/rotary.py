@@ -172,7 +172,8 @@ def _check_head_dim(head_dim):
     head_dim = check_int(head_dim, "head_dim", minimum=4)
     if head_dim % 4:
         raise ValueError(
-            f"`head_dim` must be a multiple of 4 (a quarter of the channels per axis). Received: head_dim={head_dim}"
+            "`head_dim` must be a multiple of 4 (a quarter of the channels per axis). "
+            f"Received: head_dim={head_dim}"
         )
     return head_dim
 
