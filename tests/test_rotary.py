@@ -220,13 +220,24 @@ def test_mixed_initial_frequencies_keep_the_axial_magnitudes():
                                0.0, atol=1e-6)
 
 
-def test_layer_follows_the_input_grid():
-    """In a model with a dynamic grid the tables follow each input's size."""
+def test_layer_follows_the_input_grid(rng):
+    """In a model with a dynamic grid the tables follow each input's size,
+    in `predict` too (compiled by each backend)."""
     inputs = keras.Input((None, None, 8))
     model = keras.Model(inputs, RotaryEmbedding(8, "dinov3")(inputs))
     for grid in [(2, 3), (5, 4)]:
         out = to_numpy(model(np.zeros((1,) + grid + (8,), "float32")))
         np.testing.assert_allclose(out[0], to_numpy(rope_tables(grid, 8, "dinov3")[0]), atol=1e-6)
+    tokens = keras.Input((None, 2, 8))
+    tables = RotaryEmbedding(8, "pe", reference_grid=(4, 4))(inputs)
+    turned = keras.layers.Lambda(lambda t: apply_rotary(t[0], t[1][0], t[1][1], 1, "interleaved"),
+                                 output_shape=(None, 2, 8))([tokens, tables])
+    model = keras.Model([inputs, tokens], turned)
+    for grid in [(2, 3), (5, 4)]:
+        x = rng.normal(size=(2, 1 + grid[0] * grid[1], 2, 8)).astype("float32")
+        out = model.predict([np.zeros((2,) + grid + (8,), "float32"), x], verbose=0)
+        sin, cos = rope_tables(grid, 8, "pe", reference_grid=(4, 4))
+        np.testing.assert_allclose(out, to_numpy(apply_rotary(x, sin, cos, 1, "interleaved")), atol=1e-6)
 
 
 @pytest.mark.parametrize("call, match", [

@@ -32,7 +32,9 @@ The families differ in six settings, the fields of `RotarySpec`; one row of
   token: 1, its class token sitting at position 0).
 - `normalize_coords` (`"centered"` only): divide rows and columns by their
   own count (`"separate"`) or both by the larger (`"max"`) or smaller
-  (`"min"`) one.
+  (`"min"`) one. DINOv3's training-time coordinate augmentations (shift,
+  jitter, rescale) are not applied: inference uses the plain coordinates,
+  as transformers and timm in eval mode.
 
 The tables are computed in float32 as the references do (transformers then
 casts them to the model's dtype, timm rotates in float32);
