@@ -52,8 +52,8 @@ def python_blocks(path):
 
 
 def markers(path):
-    """Every docs-test comment of a page, well-formed or not."""
-    return re.findall(r"<!-- docs-test:.*?-->", path.read_text(encoding="utf-8"))
+    """Every docs-test comment on a line of its own, well-formed or not."""
+    return re.findall(r"^\s*<!-- docs-test:.*$", path.read_text(encoding="utf-8"), flags=re.M)
 
 
 def run_blocks(blocks, cwd, name, namespace=None):

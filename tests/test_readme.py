@@ -35,6 +35,15 @@ def test_quickstart_is_in_the_first_screen():
     assert block.code in first_screen and len(block.code.splitlines()) <= 12
 
 
+def test_quickstart_copies_are_the_readme_s():
+    """The site's home page and the checkpoints guide show the README's block
+    (and leave running it to the test below)."""
+    (block,) = [b for b in python_blocks(ROOT / "README.md") if "deit_tiny_patch16_224.npz" in b.code]
+    for page in ("docs/index.md", "docs/guides/checkpoints.md"):
+        copies = [b for b in python_blocks(ROOT / page) if b.run_by == "tests/test_readme.py::test_offline_quickstart_runs"]
+        assert [b.code for b in copies] == [block.code], page
+
+
 @requires_shared
 def test_offline_quickstart_runs(tmp_path):
     (block,) = [b for b in python_blocks(ROOT / "README.md") if "deit_tiny_patch16_224.npz" in b.code]
