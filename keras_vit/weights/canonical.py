@@ -43,6 +43,10 @@ PRE_LOGITS = "pre_logits/"
 # The attention-pool (MAP) head (`MapHead`: `probe`, `MultiHeadDotProductAttention_0/`,
 # `LayerNorm_0/`, `MlpBlock_0/`).
 MAP_HEAD = "pool/"
+MAP_ATTENTION = MAP_HEAD + "MultiHeadDotProductAttention_0/"
+MAP_NORM = MAP_HEAD + "LayerNorm_0/"
+MAP_MLP_IN = MAP_HEAD + "MlpBlock_0/Dense_0/"
+MAP_MLP_OUT = MAP_HEAD + "MlpBlock_0/Dense_1/"
 HEAD = "head/"
 # DeiT's second head, on the distillation token.
 HEAD_DIST = "head_dist/"
