@@ -13,6 +13,7 @@ from keras_vit import presets
 from keras_vit.preprocessing import Preprocessing, preprocess_input
 from keras_vit.weights import shards
 from keras_vit.weights.formats import keras_hub as keras_hub_format
+from keras_vit.weights.formats import keras_hub_family
 from keras_vit.weights.formats import timm as timm_format
 from keras_vit.weights.formats import transformers as hf_format
 from keras_vit.weights.formats import transformers_processor
@@ -217,11 +218,11 @@ def test_keras_hub_image_converter_statistics(tmp_path):
                             "offset": [-0.485 / 0.229, -0.456 / 0.224, -0.406 / 0.225],
                             "interpolation": "bicubic", "crop_to_aspect_ratio": True}}
     (tmp_path / "image_converter.json").write_text(json.dumps(converter))
-    prep = keras_hub_format.preprocessing(str(tmp_path))
+    prep = keras_hub_family.preprocessing(str(tmp_path))
     assert prep.mode == "imagenet" and prep.image_size == (32, 32) and prep.resize == 32
     converter["config"].update(scale=1 / 127.5, offset=-1.0)
     (tmp_path / "image_converter.json").write_text(json.dumps(converter))
-    assert keras_hub_format.preprocessing(str(tmp_path)).mode == "inception"
+    assert keras_hub_family.preprocessing(str(tmp_path)).mode == "inception"
 
 
 @pytest.mark.parametrize(

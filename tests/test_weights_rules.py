@@ -9,7 +9,8 @@ from conftest import ROOT
 from hub_dirs import random_timm_state
 from keras_vit.layers.config import RECORDS, training_fields
 from keras_vit.weights import canonical as C
-from keras_vit.weights.formats import keras_hub, official, timm
+from keras_vit.weights.formats import official, timm
+from keras_vit.weights.formats.keras_hub_vit import ViTFamily as KerasHubViT
 from keras_vit.weights.formats import transformers as hf
 from keras_vit.weights.formats.transformers_vit import ViTFamily
 from keras_vit.weights.mapping import TABLE as KERAS_VIT_TABLE
@@ -88,13 +89,13 @@ def test_keras_hub_table_counts_blocks_from_one(rng):
         "vit_encoder/transformer_block_1/mha/key/bias": rng.normal(size=(2, 4)),
         "vit_patching_and_embedding/position_embedding/embeddings": rng.normal(size=(5, 8)),
     }
-    params, unknown = keras_hub.TABLE.to_canonical(state, 2)
+    params, unknown = KerasHubViT.TABLE.to_canonical(state, 2)
     assert unknown == []
     assert sorted(params) == sorted(
         [C.block(C.ATTENTION, 0) + "out/kernel", C.block(C.ATTENTION, 0) + "key/bias", C.POSEMB]
     )
     assert params[C.POSEMB].shape == (1, 5, 8)
-    _assert_same(keras_hub.TABLE.from_canonical(params), state)
+    _assert_same(KerasHubViT.TABLE.from_canonical(params), state)
 
 
 def test_official_table_renames_linen_and_flattens_groupnorm(rng):
