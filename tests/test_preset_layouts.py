@@ -50,7 +50,7 @@ def test_transformers_table_reads_every_tensor_and_writes_it_back(hf_dirs, archi
     state, path = shards.read_state(folder)
     assert path.endswith("model.safetensors")
     config = json.load(open(os.path.join(folder, "config.json")))
-    assert hf_format.family_of(config).transformers_class(config) == architecture
+    assert hf_format.TRANSFORMERS_FAMILIES.find(config).transformers_class(config) == architecture
     table = ViTFamily().rule_table(architecture)
     params, unknown = table.to_canonical(state, num_heads=2)
     assert unknown == []

@@ -12,35 +12,19 @@ import os
 
 from keras_vit.weights import canonical as C
 from keras_vit.weights.formats import keras_hub_family
+from keras_vit.weights.formats.families import FamilyRegistry
 from keras_vit.weights.formats.keras_hub_dinov2 import Dinov2Family
 from keras_vit.weights.formats.keras_hub_siglip import SiglipFamily
 from keras_vit.weights.formats.keras_hub_vit import ViTFamily
 
-KERAS_HUB_FAMILIES = (ViTFamily(), Dinov2Family(), SiglipFamily())
-_BY_REGISTERED_NAME = {name: family for family in KERAS_HUB_FAMILIES for name in family.REGISTERED}
-# Backbones keras-hub ships that keras_vit cannot build, and why.
-REFUSED = {"keras_hub>DINOV3Backbone": "DINOv3 adds rotary position embeddings (RoPE), which keras_vit has not"}
-
-
-def family_of(backbone):
-    """The family that reads a preset's `config.json` dict, by its `registered_name`.
-
-    Raises:
-        ValueError: for a backbone no family reads.
-
-    Example:
-
-    >>> family_of({"registered_name": "keras_hub>SigLIPVisionEncoder"}).NAME
-    'SigLIP preset'
-    """
-    registered = backbone.get("registered_name")
-    if registered not in _BY_REGISTERED_NAME:
-        why = f" ({REFUSED[registered]})" if registered in REFUSED else ""
-        raise ValueError(
-            f"Cannot build this keras-hub preset: config.json must describe one of "
-            f"{list(_BY_REGISTERED_NAME)}{why}. Received: registered_name={registered!r}"
-        )
-    return _BY_REGISTERED_NAME[registered]
+KERAS_HUB_FAMILIES = FamilyRegistry(
+    "keras-hub preset",
+    "registered_name",
+    (ViTFamily(), Dinov2Family(), SiglipFamily()),
+    lambda family: family.REGISTERED,
+    # Backbones keras-hub ships that keras_vit cannot build, and why.
+    refused={"keras_hub>DINOV3Backbone": "DINOv3 adds rotary position embeddings (RoPE), which keras_vit has not"},
+)
 
 
 def model_arguments(directory):
@@ -59,7 +43,7 @@ def model_arguments(directory):
     """
     backbone = keras_hub_family.read_json(directory, "config.json")
     task = keras_hub_family.read_json(directory, "task.json")
-    return family_of(backbone).model_arguments(backbone, task)
+    return KERAS_HUB_FAMILIES.find(backbone).model_arguments(backbone, task)
 
 
 def preset_source(directory):
@@ -70,7 +54,7 @@ def preset_source(directory):
         args["preprocessing"] = prep.get_config()
     with_task = os.path.isfile(os.path.join(directory, "task.json"))
     backbone = keras_hub_family.read_json(directory, "config.json")
-    family = family_of(backbone)
+    family = KERAS_HUB_FAMILIES.find(backbone)
 
     def read_weights(model):
         variables = keras_hub_family.read_variables(directory, with_task)

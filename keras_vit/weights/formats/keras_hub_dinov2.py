@@ -96,11 +96,7 @@ class Dinov2Family(KerasHubFamily):
             # rounded up to a multiple of 8: the width of a ratio of 1.
             mlp_dim = swiglu_hidden_width(mlp_dim, 1)
         return dict(
-            input_shape=tuple(shape),
-            patch_size=int(config["patch_size"]),
-            hidden_size=config["hidden_dim"],
-            num_layers=config["num_layers"],
-            num_heads=config["num_heads"],
+            self.backbone_arguments(config, shape),
             mlp_dim=mlp_dim,
             mlp_kind="swiglu" if swiglu else "plain",
             layer_norm_epsilon=self.LAYER_NORM_EPSILON,
@@ -112,7 +108,6 @@ class Dinov2Family(KerasHubFamily):
             dropout_rate=float(config.get("dropout_rate", 0.0)),
             attention_dropout_rate=float(config.get("dropout_rate", 0.0)),
             classifier="token",
-            include_top=False,
             # The class token after the final norm.
             pooling="token",
             classifier_activation=None,

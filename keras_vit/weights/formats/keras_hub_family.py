@@ -144,6 +144,27 @@ class KerasHubFamily(abc.ABC):
         """The image encoder's `config` dict in a preset's `config.json` dict."""
         return backbone["config"]
 
+    @staticmethod
+    def backbone_arguments(config, shape):
+        """The arguments every keras-hub backbone names alike: its input
+        shape, patch size, width, depth and heads; no head.
+
+        Example:
+
+        >>> KerasHubFamily.backbone_arguments({"patch_size": [8, 8], "hidden_dim": 16,
+        ...     "num_layers": 2, "num_heads": 2}, (32, 32, 3))["patch_size"]
+        (8, 8)
+        """
+        patch = config["patch_size"]
+        return dict(
+            input_shape=tuple(shape),
+            patch_size=tuple(patch) if isinstance(patch, (list, tuple)) else int(patch),
+            hidden_size=config["hidden_dim"],
+            num_layers=config["num_layers"],
+            num_heads=config["num_heads"],
+            include_top=False,
+        )
+
     @abc.abstractmethod
     def encoder_arguments(self, config, shape):
         """keras_vit `ViT` arguments for the image encoder's `config`, whose

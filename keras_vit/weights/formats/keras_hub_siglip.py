@@ -105,11 +105,7 @@ class SiglipFamily(KerasHubFamily):
                 f"{self.POST_NORM_EPSILON}. Received: layer_norm_epsilon={epsilon}"
             )
         return dict(
-            input_shape=tuple(shape),
-            patch_size=int(config["patch_size"]),
-            hidden_size=config["hidden_dim"],
-            num_layers=config["num_layers"],
-            num_heads=config["num_heads"],
+            self.backbone_arguments(config, shape),
             mlp_dim=config["intermediate_dim"],
             layer_norm_epsilon=epsilon,
             mlp_activation=ACTIVATIONS[activation],
@@ -117,7 +113,6 @@ class SiglipFamily(KerasHubFamily):
             # transformers' SigLIP does.
             position_interpolation="siglip",
             classifier="map",
-            include_top=False,
             pooling="map",
             classifier_activation=None,
         )

@@ -60,20 +60,14 @@ class ViTFamily(KerasHubFamily):
         for flag in ("use_mha_bias", "use_mlp_bias"):
             if not config.get(flag, True):
                 raise self.unsupported(f"keras_vit layers always have these biases. Received: {flag}=False")
-        patch = config["patch_size"]
         return dict(
-            input_shape=shape,
-            patch_size=tuple(patch) if isinstance(patch, list) else patch,
-            hidden_size=config["hidden_dim"],
-            num_layers=config["num_layers"],
-            num_heads=config["num_heads"],
+            self.backbone_arguments(config, shape),
             mlp_dim=config["mlp_dim"],
             layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-6),
             mlp_activation="gelu",
             classifier="token" if config.get("use_class_token", True) else "gap",
             dropout_rate=config.get("dropout_rate", 0.0),
             attention_dropout_rate=config.get("attention_dropout", 0.0),
-            include_top=False,
             patch_bias=bool(config.get("use_patch_bias", True)),
         )
 

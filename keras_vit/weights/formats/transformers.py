@@ -24,6 +24,7 @@ import numpy as np
 from keras_vit.weights import canonical as C
 from keras_vit.weights import shards
 from keras_vit.weights.files import read_json, write_json
+from keras_vit.weights.formats.families import FamilyRegistry
 from keras_vit.weights.formats.transformers_clip import ClipFamily
 from keras_vit.weights.formats.transformers_dinov2 import Dinov2Family
 from keras_vit.weights.formats.transformers_siglip import SiglipFamily
@@ -32,34 +33,16 @@ from keras_vit.weights.formats.transformers_vit import ViTFamily
 from keras_vit.weights.formats.transformers_vit_mae import ViTMAEFamily
 
 # In the order a model is offered to them for writing.
-TRANSFORMERS_FAMILIES = (Dinov2Family(), Siglip2Family(), SiglipFamily(), ViTMAEFamily(), ClipFamily(), ViTFamily())
-_BY_MODEL_TYPE = {t: family for family in TRANSFORMERS_FAMILIES for t in family.MODEL_TYPES}
-# `model_type`s keras_vit does not read, and why.
-REFUSED = {
-    "vit-hybrid": "transformers' ViT-hybrid (BiT backbone) layout is not one keras_vit reads; "
-    "the R50 hybrids load from the official .npz files.",
-}
-
-
-def family_of(config):
-    """The family that reads a `config.json` dict, by its `model_type`.
-
-    Raises:
-        ValueError: for a `model_type` no family reads.
-
-    Example:
-
-    >>> family_of({"model_type": "dinov2"}).NAME
-    'DINOv2 model'
-    """
-    model_type = config.get("model_type")
-    if model_type not in _BY_MODEL_TYPE:
-        hint = f" {REFUSED[model_type]}" if model_type in REFUSED else ""
-        raise ValueError(
-            f"Cannot build this transformers checkpoint: `model_type` must be one of "
-            f"{list(_BY_MODEL_TYPE)}. Received: model_type={model_type!r}.{hint}"
-        )
-    return _BY_MODEL_TYPE[model_type]
+TRANSFORMERS_FAMILIES = FamilyRegistry(
+    "transformers checkpoint",
+    "model_type",
+    (Dinov2Family(), Siglip2Family(), SiglipFamily(), ViTMAEFamily(), ClipFamily(), ViTFamily()),
+    lambda family: family.MODEL_TYPES,
+    refused={
+        "vit-hybrid": "transformers' ViT-hybrid (BiT backbone) layout is not one keras_vit reads; "
+        "the R50 hybrids load from the official .npz files",
+    },
+)
 
 
 def model_arguments(config):
@@ -77,18 +60,18 @@ def model_arguments(config):
     >>> args["classes"], args["class_names"], args["patch_size"]
     (2, ['cat', 'dog'], (16, 16))
     """
-    return family_of(config).model_arguments(config)
+    return TRANSFORMERS_FAMILIES.find(config).model_arguments(config)
 
 
 def read(state, config, path):
     """A transformers state dict as a `Checkpoint` (`TransformersFamily.read`)."""
-    return family_of(config).read(state, config, path)
+    return TRANSFORMERS_FAMILIES.find(config).read(state, config, path)
 
 
 def preset_source(directory):
     """A `PresetSource` for a transformers directory."""
     config = read_json(os.path.join(directory, "config.json"))
-    family = family_of(config)
+    family = TRANSFORMERS_FAMILIES.find(config)
     args = family.model_arguments(config)
     prep_path = os.path.join(directory, "preprocessor_config.json")
     if os.path.isfile(prep_path):

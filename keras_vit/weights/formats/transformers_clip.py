@@ -38,13 +38,10 @@ from keras_vit.weights import canonical as C
 from keras_vit.weights.formats.conventions import torch_block, torch_linear, torch_norm
 from keras_vit.weights.formats.transformers_family import (
     CLIP_FIELDS,
-    HIDDEN_ACTS,
     TransformersClass,
-    TransformersFamily,
-    has_class_token,
+    TowerFamily,
+    check_layout,
     refuse,
-    refuse_layout,
-    shape_checks,
 )
 
 PREFIX = "vision_model."
@@ -65,7 +62,7 @@ BODY = (
 PROJECTION = (("visual_projection.weight", C.HEAD + "kernel", "linear"),)
 
 
-class ClipFamily(TransformersFamily):
+class ClipFamily(TowerFamily):
     """transformers' CLIP vision towers, and the vision side of `CLIPModel`.
 
     Example:
@@ -98,16 +95,23 @@ class ClipFamily(TransformersFamily):
         "text_projection.weight": "the text tower's projection of a CLIPModel",
         "logit_scale": "the image-text logit scale of a CLIPModel",
     }
-    EXPORTED_OPTIONS = {
-        "layer_norm_epsilon": None,
-        "mlp_activation": tuple(HIDDEN_ACTS),
-        "patch_bias": (False,),
-        "pre_norm": (True,),
-        "class_token": (None, True),
+    LAYOUT = dict(
+        TowerFamily.LAYOUT,
+        classifier=("token", "pools its class token"),
+        class_token=(True, "pools its class token"),
+        pooled_norm=(True, "normalises the class token alone after the blocks (post_layernorm): it needs pooled_norm=True"),
+    )
+    # Without the projection, the output is the normed class token.
+    POOLER_OUTPUT = ("token", "returns the normed class token (pooler_output): include_top=False needs pooling='token'")
+    EXPORTED_OPTIONS = dict(
+        TowerFamily.EXPORTED_OPTIONS,
+        patch_bias=(False,),
+        pre_norm=(True,),
+        class_token=(None, True),
         # transformers resizes the position table its own way (bicubic) at
         # other sizes, whatever keras_vit held.
-        "position_interpolation": ("official", "timm", "clip"),
-    }
+        position_interpolation=("official", "timm", "clip"),
+    )
 
     def model_arguments(self, config):
         """keras_vit `ViT` arguments for a CLIP vision (or two-tower) `config.json` dict."""
@@ -117,7 +121,6 @@ class ClipFamily(TransformersFamily):
         config = self.vision_config(config)
         args = dict(
             self.encoder_arguments(config),
-            mlp_dim=config["intermediate_size"],
             patch_bias=False,
             pre_norm=True,
             pooled_norm=True,
@@ -153,17 +156,8 @@ class ClipFamily(TransformersFamily):
             return None
         projected = bool(config.get("include_top", True))
         hf_class = "CLIPVisionModelWithProjection" if projected else "CLIPVisionModel"
-        classifier, pooling = config.get("classifier", "token"), config.get("pooling")
-        refuse_layout(hf_class, shape_checks(config) + (
-            (classifier != "token" or not has_class_token(config),
-             f"pools its class token. Received: classifier={classifier!r}, class_token={config.get('class_token')!r}"),
-            (not config.get("pooled_norm", False),
-             "normalises the class token alone after the blocks (post_layernorm): it needs "
-             "pooled_norm=True. Received: pooled_norm=False"),
-            (not projected and pooling != "token",
-             "returns the normed class token (pooler_output): include_top=False needs pooling='token'. "
-             f"Received: pooling={pooling!r}"),
-        ))
+        layout = self.LAYOUT if projected else dict(self.LAYOUT, pooling=self.POOLER_OUTPUT)
+        check_layout(config, hf_class, layout)
         return hf_class
 
     def export_config(self, config, hf_class, class_names=None):

@@ -33,7 +33,12 @@ import numpy as np
 from keras_vit.layers.swiglu import swiglu_hidden_width
 from keras_vit.weights import canonical as C
 from keras_vit.weights.formats.conventions import torch_block, torch_linear
-from keras_vit.weights.formats.transformers_family import VIT_FIELDS, TransformersClass, TransformersFamily
+from keras_vit.weights.formats.transformers_family import (
+    HIDDEN_ACTS,
+    VIT_FIELDS,
+    TransformersClass,
+    TransformersFamily,
+)
 from keras_vit.weights.formats.transformers_vit import CLASS_AND_PATCHES, FINAL_NORM, POSITIONS
 
 _L = "encoder.layer.{i}."
@@ -98,7 +103,7 @@ class Dinov2Family(TransformersFamily):
     POSITION_INTERPOLATION = {"dinov2": "dinov2", "dinov2_with_registers": "dinov2_registers"}
     EXPORTED_OPTIONS = {
         "layer_norm_epsilon": None,
-        "mlp_activation": ("gelu", "gelu_tanh", "quick_gelu"),
+        "mlp_activation": tuple(HIDDEN_ACTS),
         "mlp_kind": ("plain", "swiglu"),
         "qkv_bias": None,
         "layer_scale_init": None,
@@ -119,8 +124,8 @@ class Dinov2Family(TransformersFamily):
             return self.ACTIVATIONS.get(config["hidden_act"], "gelu")
         return super().activation(config)
 
-    @staticmethod
-    def _mlp_arguments(config):
+    def mlp_arguments(self, config):
+        """The plain MLP's width `hidden_size * mlp_ratio`, or the gated MLP's."""
         hidden, ratio = config["hidden_size"], config["mlp_ratio"]
         if config["use_swiglu_ffn"]:
             return dict(mlp_kind="swiglu", mlp_dim=swiglu_hidden_width(hidden, ratio))
@@ -135,7 +140,6 @@ class Dinov2Family(TransformersFamily):
             layer_scale_init=float(config["layerscale_value"]),
             num_register_tokens=int(config["num_register_tokens"]),
             position_interpolation=self.POSITION_INTERPOLATION.get(config.get("model_type"), "dinov2"),
-            **self._mlp_arguments(config),
         )
         if not spec.classifier:
             # The output is `pooler_output`: the class token after the final norm.

@@ -17,7 +17,8 @@ A subclass declares tables:
   (config fields read and written as keras_vit arguments as they are);
 - `BODY` (the body's rules, relative to its prefix), `IGNORED` (keys that
   are not inference weights, by their end or their start);
-- `EXPORTED_OPTIONS`: the block and encoder options its config can hold.
+- `LAYOUT`: the head and token layout its classes have (`check_layout`),
+  and `EXPORTED_OPTIONS`: the block and encoder options its config can hold.
 
 and implements two methods: `model_arguments(config)` (most through
 `encoder_arguments`) and `export_class(config)` (the class a keras_vit
@@ -32,6 +33,7 @@ import abc
 from typing import NamedTuple
 
 from keras_vit.layers.config import RECORDS
+from keras_vit.validation import pair
 from keras_vit.weights import canonical as C
 from keras_vit.weights.formats import transformers_processor
 from keras_vit.weights.rules import RuleTable
@@ -78,17 +80,6 @@ class TransformersClass(NamedTuple):
     classifier: bool = False
 
 
-def pair(value):
-    """A config's `image_size`/`patch_size` (an int or a pair) as a pair.
-
-    Example:
-
-    >>> pair(14), pair([224, 160])
-    ((14, 14), (224, 160))
-    """
-    return tuple(value) if isinstance(value, (list, tuple)) else (value, value)
-
-
 def class_names(config):
     """Class names in head order from a config's `id2label`, or None when generic.
 
@@ -128,13 +119,6 @@ def refuse(reason):
     return ValueError(f"transformers has no ViT that represents this model: {reason}.")
 
 
-def refuse_layout(hf_class, checks):
-    """Raises `refuse` for the first `(failed, reason)` of `checks` that failed."""
-    for failed, reason in checks:
-        if failed:
-            raise refuse(f"{hf_class} {reason}")
-
-
 def has_class_token(config):
     """Whether a flat keras_vit model config prepends a class token.
 
@@ -159,7 +143,7 @@ def square(config, hf_class):
     >>> square({"image_size": (28, 28), "patch_size": 7}, "SiglipVisionModel")
     (28, 7)
     """
-    (height, width), (ph, pw) = pair(config["image_size"]), pair(config["patch_size"])
+    (height, width), (ph, pw) = pair(config["image_size"], "image_size"), pair(config["patch_size"], "patch_size")
     if height != width or ph != pw:
         raise refuse(
             f"{hf_class} takes square images and patches (one int each); "
@@ -168,16 +152,40 @@ def square(config, hf_class):
     return height, ph
 
 
-def shape_checks(config):
-    """`(failed, reason)` for what none of the CLIP, SigLIP and ViTMAE towers has."""
-    return (
-        ("resnet_layers" in config, "has no ResNet stem (a hybrid's resnet_layers)"),
-        (config.get("num_register_tokens", 0),
-         f"has no register tokens. Received: num_register_tokens={config.get('num_register_tokens')!r}"),
-        (config.get("distillation_token", False), "has no distillation token. Received: distillation_token=True"),
-        (config.get("representation_size") is not None,
-         f"has no pre-logits layer. Received: representation_size={config.get('representation_size')!r}"),
-    )
+# The layout options a family's `LAYOUT` may name, with their defaults in a
+# flat model config; "class_token" is whether there is one (`has_class_token`).
+LAYOUT_DEFAULTS = {
+    "resnet_layers": None,
+    "num_register_tokens": 0,
+    "distillation_token": False,
+    "representation_size": None,
+    "include_top": True,
+    "classifier": "token",
+    "pooling": None,
+    "pooled_norm": False,
+}
+
+def check_layout(config, hf_class, layout):
+    """Refuses a flat model config whose layout is not `layout`'s:
+    `{option: (value, why a model of hf_class has it)}`.
+
+    Raises:
+        ValueError: naming the class, why, and the option's value.
+
+    Example:
+
+    >>> check_layout({"pooling": "avg"}, "ViTMAEModel", {"pooling": (None, "returns the tokens")})
+    Traceback (most recent call last):
+    ...
+    ValueError: transformers has no ViT that represents this model: ViTMAEModel returns the tokens. Received: pooling='avg'.
+    """
+    for option, (value, why) in layout.items():
+        if option == "class_token":
+            actual = has_class_token(config)
+        else:
+            actual = config.get(option, LAYOUT_DEFAULTS[option])
+        if actual != value:
+            raise refuse(f"{hf_class} {why}. Received: {option}={actual!r}")
 
 
 class TransformersFamily(abc.ABC):
@@ -204,6 +212,7 @@ class TransformersFamily(abc.ABC):
     FIELDS = {}
     BODY = ()
     IGNORED = {}
+    LAYOUT = {}
     EXPORTED_OPTIONS = {}
 
     # Reading.
@@ -245,24 +254,26 @@ class TransformersFamily(abc.ABC):
             )
         return self.ACTIVATIONS[act]
 
+    def mlp_arguments(self, config):
+        """The MLP's arguments: its width, `intermediate_size`."""
+        return dict(mlp_dim=config["intermediate_size"])
+
     def encoder_arguments(self, config):
         """The `ViT` arguments every family reads alike from a (vision)
-        config with its defaults: sizes, widths, depth, activation, `FIELDS`,
-        channels; the output is logits or features (no activation)."""
-        size = pair(config["image_size"])
-        args = dict(
-            image_size=size,
-            patch_size=pair(config["patch_size"]),
-            hidden_size=config["hidden_size"],
-            num_layers=config["num_hidden_layers"],
-            num_heads=config["num_attention_heads"],
+        config with its defaults: sizes, widths, depth, MLP, activation,
+        `FIELDS`, channels; the output is logits or features (no activation)."""
+        return C.encoder_arguments(
+            config["image_size"],
+            config["patch_size"],
+            config["hidden_size"],
+            config["num_hidden_layers"],
+            config["num_attention_heads"],
+            channels=config["num_channels"],
             mlp_activation=self.activation(config),
             classifier_activation=None,
+            **self.mlp_arguments(config),
+            **{argument: kind(config[field]) for field, (argument, kind) in self.FIELDS.items()},
         )
-        args.update({argument: kind(config[field]) for field, (argument, kind) in self.FIELDS.items()})
-        if config.get("num_channels", 3) != 3:
-            args["input_shape"] = size + (config["num_channels"],)
-        return args
 
     @staticmethod
     def label_arguments(config):
@@ -389,3 +400,17 @@ class TransformersFamily(abc.ABC):
     def export_preprocessor(self, record, config):
         """The `preprocessor_config.json` dict of a `Preprocessing` record."""
         return transformers_processor.export_preprocessor(record)
+
+
+class TowerFamily(TransformersFamily):
+    """A family of vision towers (CLIP, SigLIP, ViTMAE): none has a hybrid
+    stem, register or distillation tokens or a pre-logits layer, and every
+    config holds the norm epsilon and the activation."""
+
+    LAYOUT = {
+        "resnet_layers": (None, "has no ResNet stem (a hybrid's resnet_layers)"),
+        "num_register_tokens": (0, "has no register tokens"),
+        "distillation_token": (False, "has no distillation token"),
+        "representation_size": (None, "has no pre-logits layer"),
+    }
+    EXPORTED_OPTIONS = {"layer_norm_epsilon": None, "mlp_activation": tuple(HIDDEN_ACTS)}

@@ -30,12 +30,9 @@ from keras_vit.weights.formats.conventions import torch_linear, torch_map_head_t
 from keras_vit.weights.formats.transformers_clip import BLOCKS, PREFIX
 from keras_vit.weights.formats.transformers_family import (
     CLIP_FIELDS,
-    HIDDEN_ACTS,
     TransformersClass,
-    TransformersFamily,
-    has_class_token,
-    refuse_layout,
-    shape_checks,
+    TowerFamily,
+    check_layout,
 )
 
 _H = "head."
@@ -51,8 +48,7 @@ ENCODER = (
 )
 POSITIONS = ("embeddings.position_embedding.weight", C.POSEMB, "batch")
 
-
-class SiglipFamily(TransformersFamily):
+class SiglipFamily(TowerFamily):
     """transformers' SigLIP vision towers, and the vision side of `SiglipModel`.
 
     Example:
@@ -83,14 +79,19 @@ class SiglipFamily(TransformersFamily):
         "logit_scale": "the image-text logit scale of a SiglipModel",
         "logit_bias": "the image-text logit bias of a SiglipModel",
     }
-    EXPORTED_OPTIONS = {
-        "layer_norm_epsilon": None,
-        "mlp_activation": tuple(HIDDEN_ACTS),
-        "class_token": (None, False),
+    LAYOUT = dict(
+        TowerFamily.LAYOUT,
+        include_top=(False, "has no classifier after its MAP head: build it with include_top=False, pooling='map'"),
+        class_token=(False, "has no class token"),
+        pooled_norm=(False, "normalises every token before its MAP head (post_layernorm), not the pooled features"),
+    )
+    EXPORTED_OPTIONS = dict(
+        TowerFamily.EXPORTED_OPTIONS,
+        class_token=(None, False),
         # transformers resizes the position table its own way (bicubic) at
         # other sizes, whatever keras_vit held.
-        "position_interpolation": ("official", "timm", "siglip"),
-    }
+        position_interpolation=("official", "timm", "siglip"),
+    )
 
     def model_arguments(self, config):
         """keras_vit `ViT` arguments for a SigLIP vision (or two-tower) `config.json` dict."""
@@ -105,7 +106,6 @@ class SiglipFamily(TransformersFamily):
                                    "has no pooled output. Received: vision_use_head=False")
         return dict(
             self.encoder_arguments(config),
-            mlp_dim=config["intermediate_size"],
             position_interpolation="siglip",
             classifier="map",
             include_top=False,
@@ -130,27 +130,16 @@ class SiglipFamily(TransformersFamily):
             return None
         return self.map_tower(config, "SiglipVisionModel")
 
-    @staticmethod
-    def map_tower(config, hf_class):
+    def map_tower(self, config, hf_class):
         """`hf_class` when a model config ends in a MAP head, else None.
 
         Raises:
             ValueError: for a MAP-pooled model a SigLIP tower cannot hold.
         """
-        include_top = bool(config.get("include_top", True))
-        classifier = config.get("classifier", "token")
-        if (classifier if include_top else config.get("pooling")) != "map":
+        include_top = config.get("include_top", True)
+        if (config.get("classifier", "token") if include_top else config.get("pooling")) != "map":
             return None
-        refuse_layout(hf_class, shape_checks(config) + (
-            (include_top,
-             f"has no classifier after its MAP head: build it with include_top=False, pooling='map'. "
-             f"Received: include_top=True, classes={config.get('classes')!r}"),
-            (has_class_token(config),
-             f"has no class token. Received: classifier={classifier!r}, class_token={config.get('class_token')!r}"),
-            (config.get("pooled_norm", False),
-             "normalises every token before its MAP head (post_layernorm), not the pooled "
-             "features. Received: pooled_norm=True"),
-        ))
+        check_layout(config, hf_class, self.LAYOUT)
         return hf_class
 
     def export_config(self, config, hf_class, class_names=None):

@@ -55,7 +55,8 @@ does not (the processor has neither).
 import dataclasses
 
 from keras_vit.weights import canonical as C
-from keras_vit.weights.formats.transformers_family import TransformersClass, pair, refuse, square
+from keras_vit.validation import pair
+from keras_vit.weights.formats.transformers_family import TransformersClass, refuse, square
 from keras_vit.weights.formats.transformers_siglip import ENCODER, POSITIONS, PREFIX, SiglipFamily
 from keras_vit.weights.posemb import square_grid
 from keras_vit.weights.record import Preprocessing
@@ -112,7 +113,7 @@ class Siglip2Family(SiglipFamily):
             raise self.unsupported(
                 f"`num_patches` must be a square (the position table's grid). Received: num_patches={num_patches!r}"
             )
-        patch, other = pair(config["patch_size"])
+        patch, other = pair(config["patch_size"], "patch_size")
         if patch != other:
             raise self.unsupported(f"`patch_size` must be square. Received: patch_size={config['patch_size']!r}")
         size = side * patch

@@ -30,7 +30,7 @@ from keras_vit.weights.formats.transformers_family import (
     VIT_FIELDS,
     TransformersClass,
     TransformersFamily,
-    refuse,
+    check_layout,
 )
 
 # The class token and patch embedding of ViT, DeiT, DINOv2 and ViTMAE.
@@ -113,6 +113,14 @@ class ViTFamily(TransformersFamily):
         "embeddings.mask_token": "the mask token of masked-image-modelling pre-training",
         "decoder.": "the masked-image-modelling decoder",
     }
+    LAYOUT = {
+        "resnet_layers": (None, "has no ResNet (hybrid) stem; transformers has no ViT-hybrid layout"),
+        "num_register_tokens": (0, "has no register tokens"),
+        "classifier": ("token", "classifies the class token"),
+        "pooled_norm": (False, "has no norm after pooling"),
+        "representation_size": (None, "has no pre-logits layer"),
+        "include_top": (True, "needs a classifier head (AutoModelForImageClassification)"),
+    }
     # The block and encoder options a ViT/DeiT config holds (None: any value).
     # Every other option must keep its default to be written, so an option
     # added to the records later is refused here until this table learns it.
@@ -142,7 +150,6 @@ class ViTFamily(TransformersFamily):
         spec = self.TRANSFORMERS_CLASSES[hf_class]
         args = dict(
             self.encoder_arguments(config),
-            mlp_dim=config["intermediate_size"],
             distillation_token=spec.model_type == "deit",
             distillation_head=hf_class.endswith("WithTeacher"),
             include_top=spec.classifier,
@@ -169,26 +176,12 @@ class ViTFamily(TransformersFamily):
         >>> ViTFamily().export_class({"distillation_token": True})
         'DeiTForImageClassificationWithTeacher'
         """
-        if "resnet_layers" in config:
-            raise refuse("a ResNet (hybrid) stem; transformers has no ViT-hybrid layout")
-        checks = (
-            (config.get("num_register_tokens", 0), "register tokens (num_register_tokens > 0)"),
-            (config.get("classifier", "token") != "token",
-             f"classifier={config.get('classifier')!r} (transformers classifies the class token)"),
-            (config.get("pooled_norm", False), "a final norm after pooling (pooled_norm=True)"),
-            (config.get("representation_size") is not None,
-             "a pre-logits layer (representation_size); transformers' classifiers have none"),
-            (not config.get("include_top", True),
-             "no classifier head (include_top=False); AutoModelForImageClassification needs one"),
-        )
-        for failed, reason in checks:
-            if failed:
-                raise refuse(reason)
-        if not config.get("distillation_token", False):
-            return "ViTForImageClassification"
-        if config.get("distillation_head", True):
-            return "DeiTForImageClassificationWithTeacher"
-        return "DeiTForImageClassification"
+        hf_class = "ViTForImageClassification"
+        if config.get("distillation_token", False):
+            with_teacher = config.get("distillation_head", True)
+            hf_class = "DeiTForImageClassificationWithTeacher" if with_teacher else "DeiTForImageClassification"
+        check_layout(config, hf_class, self.LAYOUT)
+        return hf_class
 
     def export_sizes(self, config, hf_class):
         """An int per size where it is square, else `[height, width]`."""

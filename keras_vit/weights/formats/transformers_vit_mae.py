@@ -35,13 +35,10 @@ from keras import ops
 
 from keras_vit.layers.sincos import sincos_position_embedding
 from keras_vit.weights.formats.transformers_family import (
-    HIDDEN_ACTS,
     VIT_FIELDS,
     TransformersClass,
-    TransformersFamily,
-    has_class_token,
-    refuse_layout,
-    shape_checks,
+    TowerFamily,
+    check_layout,
     square,
 )
 from keras_vit.weights.formats.transformers_vit import BLOCKS, CLASS_AND_PATCHES, FINAL_NORM
@@ -49,7 +46,7 @@ from keras_vit.weights.formats.transformers_vit import BLOCKS, CLASS_AND_PATCHES
 POSITION_KEY = "embeddings.position_embeddings"
 
 
-class ViTMAEFamily(TransformersFamily):
+class ViTMAEFamily(TowerFamily):
     """transformers' MAE encoder (`ViTMAEModel`).
 
     Example:
@@ -69,15 +66,21 @@ class ViTMAEFamily(TransformersFamily):
     # ViT's names; the position table is not read.
     BODY = (*CLASS_AND_PATCHES, *BLOCKS, *FINAL_NORM)
     IGNORED = {POSITION_KEY: "MAE's fixed sin-cos table, which keras_vit computes"}
-    EXPORTED_OPTIONS = {
-        "layer_norm_epsilon": None,
-        "mlp_activation": tuple(HIDDEN_ACTS),
-        "qkv_bias": None,
-        "position_embedding": ("sincos",),
-        "class_token": (None, True),
+    LAYOUT = dict(
+        TowerFamily.LAYOUT,
+        include_top=(False, "has no classifier head: build it with include_top=False, pooling=None"),
+        pooling=(None, "returns the tokens (last_hidden_state) and has no pooled output: it needs pooling=None"),
+        class_token=(True, "has a class token"),
+        pooled_norm=(False, "normalises every token (layernorm)"),
+    )
+    EXPORTED_OPTIONS = dict(
+        TowerFamily.EXPORTED_OPTIONS,
+        qkv_bias=None,
+        position_embedding=("sincos",),
+        class_token=(None, True),
         # A fixed table is computed for each grid: no interpolation applies.
-        "position_interpolation": None,
-    }
+        position_interpolation=None,
+    )
 
     def model_arguments(self, config):
         """keras_vit `ViT` arguments for a ViTMAE `config.json` dict."""
@@ -85,7 +88,6 @@ class ViTMAEFamily(TransformersFamily):
         config = self.vision_config(config)
         return dict(
             self.encoder_arguments(config),
-            mlp_dim=config["intermediate_size"],
             position_embedding="sincos",
             classifier="token",
             # No pooled output: the model returns last_hidden_state.
@@ -109,19 +111,8 @@ class ViTMAEFamily(TransformersFamily):
         embedding = config.get("position_embedding")
         if not (isinstance(embedding, str) and embedding.startswith("sincos")):
             return None
-        hf_class, pooling = "ViTMAEModel", config.get("pooling")
-        refuse_layout(hf_class, shape_checks(config) + (
-            (config.get("include_top", True),
-             f"has no classifier head: build it with include_top=False, pooling=None. "
-             f"Received: include_top=True, classes={config.get('classes')!r}"),
-            (pooling is not None,
-             f"returns the tokens (last_hidden_state) and has no pooled output: it needs pooling=None. "
-             f"Received: pooling={pooling!r}"),
-            (not has_class_token(config),
-             f"has a class token. Received: classifier={config.get('classifier')!r}, "
-             f"class_token={config.get('class_token')!r}"),
-            (config.get("pooled_norm", False), "normalises every token (layernorm). Received: pooled_norm=True"),
-        ))
+        hf_class = "ViTMAEModel"
+        check_layout(config, hf_class, self.LAYOUT)
         return hf_class
 
     def export_config(self, config, hf_class, class_names=None):
