@@ -167,7 +167,7 @@ def test_transformers_preprocessor_round_trip():
 def test_timm_architecture_table(name, expected):
     args, _ = timm_format.model_arguments({"architecture": name, "num_classes": 10, "pretrained_cfg": {}})
     assert {k: args[k] for k in expected} == expected
-    assert args["gelu_approximate"] is False and args["layer_norm_epsilon"] == 1e-6
+    assert args["mlp_activation"] == "gelu" and args["layer_norm_epsilon"] == 1e-6
 
 
 @pytest.mark.parametrize(

@@ -54,6 +54,7 @@ import re
 
 import numpy as np
 
+from keras_vit.validation import pair
 from keras_vit.weights import canonical as C
 from keras_vit.weights import shards
 from keras_vit.weights.files import read_json, read_state_dict
@@ -345,7 +346,7 @@ def _unsupported(name, args):
         bad["global_pool"] = args["global_pool"]
     if args.get("global_pool") == "avg" and args.get("class_token"):
         bad["global_pool"] = "avg with a class token"
-    if any(s % p for s, p in zip(_pair(args["img_size"]), _pair(args["patch_size"]))):
+    if any(s % p for s, p in zip(pair(args["img_size"], "img_size"), pair(args["patch_size"], "patch_size"))):
         # timm's patch convolution drops the last pixels (e.g.
         # vit_so400m_patch14_siglip_384; its `_378` twin is the exact one).
         bad["img_size"] = f"{args['img_size']} (not a multiple of patch_size={args['patch_size']})"
@@ -361,10 +362,6 @@ def _unsupported(name, args):
             + " (query/key norms, other blocks, activations or norms are not "
             "ViT options keras_vit reads from timm)."
         )
-
-
-def _pair(value):
-    return tuple(value) if isinstance(value, (list, tuple)) else (value, value)
 
 
 def split_config(config):
@@ -402,15 +399,15 @@ def model_arguments(config):
     pool = args["global_pool"]
     # timm: `fc_norm=None` normalises after pooling for the average pools only.
     fc_norm = (pool == "avg") if args["fc_norm"] is None else bool(args["fc_norm"])
-    size = _pair(args["img_size"])
     classes = args["num_classes"]
-    out = dict(
-        image_size=size,
-        patch_size=_pair(args["patch_size"]),
-        hidden_size=args["embed_dim"],
-        num_layers=args["depth"],
-        num_heads=args["num_heads"],
-        mlp_dim=int(args["embed_dim"] * args["mlp_ratio"]),
+    out = C.encoder_arguments(
+        args["img_size"],
+        args["patch_size"],
+        args["embed_dim"],
+        args["depth"],
+        args["num_heads"],
+        int(args["embed_dim"] * args["mlp_ratio"]),
+        channels=args["in_chans"],
         classifier="map" if pool == "map" else "gap" if pool == "avg" or not args["class_token"] else "token",
         pooled_norm=fc_norm,
         qkv_bias=bool(args["qkv_bias"]),
@@ -427,8 +424,6 @@ def model_arguments(config):
         # transformers' ViT writer accepts.
         out["position_interpolation"] = "timm"
     out.update(_block_options(args, out["include_top"], family))
-    if args["in_chans"] != 3:
-        out["input_shape"] = size + (args["in_chans"],)
     if out["include_top"]:
         out["classes"] = classes
         out["class_names"] = class_names(top, pretrained, classes)
@@ -437,10 +432,7 @@ def model_arguments(config):
 
 def _block_options(args, include_top, family):
     """The activation, `norm_pre` and pooling arguments of timm `args`."""
-    activation = _ACTIVATIONS[args["act_layer"]]
-    out = {"mlp_activation": activation} if activation == "quick_gelu" else {
-        "gelu_approximate": activation == "gelu_tanh"
-    }
+    out = {"mlp_activation": _ACTIVATIONS[args["act_layer"]]}
     if args["pre_norm"]:
         # timm drops the patch embedding's bias when it adds `norm_pre`.
         out.update(pre_norm=True, patch_bias=False)
