@@ -12,7 +12,7 @@ the weights strictly (`keras_vit.weights.loader`):
 | keras_vit | `config.json` registered as `keras_vit>...` | Keras (`model.weights.h5`) |
 | transformers ViT / DeiT / DINOv2 / CLIP / SigLIP / ViTMAE | `config.json` with `model_type` | `weights.formats.transformers` (+ one `transformers_<family>` module each) |
 | timm Hub | `config.json` with `architecture` | `weights.formats.timm` |
-| keras-hub ViT / DINOv2 / SigLIP | `config.json` registered as `keras_hub>...` | keras-hub, `weights.formats.keras_hub` (+ `keras_hub_dinov2`, `keras_hub_siglip`) |
+| keras-hub ViT / DINOv2 / SigLIP | `config.json` registered as `keras_hub>...` | keras-hub, `weights.formats.keras_hub` (+ one `keras_hub_<family>` module each) |
 
 `model.save_to_preset(directory, format)` (`keras_vit.weights.writers`)
 writes `format="keras_vit"` (reloaded exactly by `from_preset` on every

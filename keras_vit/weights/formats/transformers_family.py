@@ -23,10 +23,12 @@ A subclass declares tables:
 and implements two methods: `model_arguments(config)` (most through
 `encoder_arguments`) and `export_class(config)` (the class a keras_vit
 model is written as, or None when the model is not shaped like the
-family). Hooks with a default cover the rest: `complete` (weights the
-files leave implicit), `preprocessing` and `export_preprocessor` (the
-family's own processor class), `export_config` and `export_state`
-(config fields and tensors beyond the shared ones).
+family; most call `check_layout` with `LAYOUT`). Hooks with a default
+cover the rest: `complete` (weights the files leave implicit),
+`preprocessing` and `export_preprocessor` (the family's own processor
+class), `export_config` and `export_state` (config fields and tensors
+beyond the shared ones). `TowerFamily` holds what the vision towers (CLIP,
+SigLIP, ViTMAE) share.
 """
 
 import abc
@@ -164,6 +166,7 @@ LAYOUT_DEFAULTS = {
     "pooling": None,
     "pooled_norm": False,
 }
+
 
 def check_layout(config, hf_class, layout):
     """Refuses a flat model config whose layout is not `layout`'s:
