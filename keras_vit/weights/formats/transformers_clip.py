@@ -40,7 +40,7 @@ from keras_vit.weights.formats.transformers_family import (
     CLIP_FIELDS,
     TransformersClass,
     TowerFamily,
-    check_layout,
+    check_structure,
     refuse,
 )
 
@@ -95,8 +95,8 @@ class ClipFamily(TowerFamily):
         "text_projection.weight": "the text tower's projection of a CLIPModel",
         "logit_scale": "the image-text logit scale of a CLIPModel",
     }
-    LAYOUT = dict(
-        TowerFamily.LAYOUT,
+    STRUCTURE = dict(
+        TowerFamily.STRUCTURE,
         classifier=("token", "pools its class token"),
         class_token=(True, "pools its class token"),
         pooled_norm=(True, "normalises the class token alone after the blocks (post_layernorm): it needs pooled_norm=True"),
@@ -156,8 +156,8 @@ class ClipFamily(TowerFamily):
             return None
         projected = bool(config.get("include_top", True))
         hf_class = "CLIPVisionModelWithProjection" if projected else "CLIPVisionModel"
-        layout = self.LAYOUT if projected else dict(self.LAYOUT, pooling=self.POOLER_OUTPUT)
-        check_layout(config, hf_class, layout)
+        structure = self.STRUCTURE if projected else dict(self.STRUCTURE, pooling=self.POOLER_OUTPUT)
+        check_structure(config, hf_class, structure)
         return hf_class
 
     def export_config(self, config, hf_class, class_names=None):

@@ -17,13 +17,13 @@ A subclass declares tables:
   (config fields read and written as keras_vit arguments as they are);
 - `BODY` (the body's rules, relative to its prefix), `IGNORED` (keys that
   are not inference weights, by their end or their start);
-- `LAYOUT`: the head and token layout its classes have (`check_layout`),
+- `STRUCTURE`: the stem, tokens and head its classes have (`check_structure`),
   and `EXPORTED_OPTIONS`: the block and encoder options its config can hold.
 
 and implements two methods: `model_arguments(config)` (most through
 `encoder_arguments`) and `export_class(config)` (the class a keras_vit
 model is written as, or None when the model is not shaped like the
-family; most call `check_layout` with `LAYOUT`). Hooks with a default
+family; most call `check_structure` with `STRUCTURE`). Hooks with a default
 cover the rest: `complete` (weights the files leave implicit),
 `preprocessing` and `export_preprocessor` (the family's own processor
 class), `export_config` and `export_state` (config fields and tensors
@@ -154,9 +154,9 @@ def square(config, hf_class):
     return height, ph
 
 
-# The layout options a family's `LAYOUT` may name, with their defaults in a
+# The options a family's `STRUCTURE` may name, with their defaults in a
 # flat model config; "class_token" is whether there is one (`has_class_token`).
-LAYOUT_DEFAULTS = {
+STRUCTURE_DEFAULTS = {
     "resnet_layers": None,
     "num_register_tokens": 0,
     "distillation_token": False,
@@ -168,25 +168,25 @@ LAYOUT_DEFAULTS = {
 }
 
 
-def check_layout(config, hf_class, layout):
-    """Refuses a flat model config whose layout is not `layout`'s:
-    `{option: (value, why a model of hf_class has it)}`.
+def check_structure(config, hf_class, structure):
+    """Refuses a flat model config whose stem, tokens or head are not
+    `structure`'s: `{option: (value, why a model of hf_class has it)}`.
 
     Raises:
         ValueError: naming the class, why, and the option's value.
 
     Example:
 
-    >>> check_layout({"pooling": "avg"}, "ViTMAEModel", {"pooling": (None, "returns the tokens")})
+    >>> check_structure({"pooling": "avg"}, "ViTMAEModel", {"pooling": (None, "returns the tokens")})
     Traceback (most recent call last):
     ...
     ValueError: transformers has no ViT that represents this model: ViTMAEModel returns the tokens. Received: pooling='avg'.
     """
-    for option, (value, why) in layout.items():
+    for option, (value, why) in structure.items():
         if option == "class_token":
             actual = has_class_token(config)
         else:
-            actual = config.get(option, LAYOUT_DEFAULTS[option])
+            actual = config.get(option, STRUCTURE_DEFAULTS[option])
         if actual != value:
             raise refuse(f"{hf_class} {why}. Received: {option}={actual!r}")
 
@@ -215,7 +215,7 @@ class TransformersFamily(abc.ABC):
     FIELDS = {}
     BODY = ()
     IGNORED = {}
-    LAYOUT = {}
+    STRUCTURE = {}
     EXPORTED_OPTIONS = {}
 
     # Reading.
@@ -410,7 +410,7 @@ class TowerFamily(TransformersFamily):
     stem, register or distillation tokens or a pre-logits layer, and every
     config holds the norm epsilon and the activation."""
 
-    LAYOUT = {
+    STRUCTURE = {
         "resnet_layers": (None, "has no ResNet stem (a hybrid's resnet_layers)"),
         "num_register_tokens": (0, "has no register tokens"),
         "distillation_token": (False, "has no distillation token"),

@@ -32,7 +32,7 @@ from keras_vit.weights.formats.transformers_family import (
     CLIP_FIELDS,
     TransformersClass,
     TowerFamily,
-    check_layout,
+    check_structure,
 )
 
 _H = "head."
@@ -79,8 +79,8 @@ class SiglipFamily(TowerFamily):
         "logit_scale": "the image-text logit scale of a SiglipModel",
         "logit_bias": "the image-text logit bias of a SiglipModel",
     }
-    LAYOUT = dict(
-        TowerFamily.LAYOUT,
+    STRUCTURE = dict(
+        TowerFamily.STRUCTURE,
         include_top=(False, "has no classifier after its MAP head: build it with include_top=False, pooling='map'"),
         class_token=(False, "has no class token"),
         pooled_norm=(False, "normalises every token before its MAP head (post_layernorm), not the pooled features"),
@@ -139,7 +139,7 @@ class SiglipFamily(TowerFamily):
         include_top = config.get("include_top", True)
         if (config.get("classifier", "token") if include_top else config.get("pooling")) != "map":
             return None
-        check_layout(config, hf_class, self.LAYOUT)
+        check_structure(config, hf_class, self.STRUCTURE)
         return hf_class
 
     def export_config(self, config, hf_class, class_names=None):

@@ -30,7 +30,7 @@ from keras_vit.weights.formats.transformers_family import (
     VIT_FIELDS,
     TransformersClass,
     TransformersFamily,
-    check_layout,
+    check_structure,
 )
 
 # The class token and patch embedding of ViT, DeiT, DINOv2 and ViTMAE.
@@ -113,7 +113,7 @@ class ViTFamily(TransformersFamily):
         "embeddings.mask_token": "the mask token of masked-image-modelling pre-training",
         "decoder.": "the masked-image-modelling decoder",
     }
-    LAYOUT = {
+    STRUCTURE = {
         "resnet_layers": (None, "has no ResNet (hybrid) stem; transformers has no ViT-hybrid layout"),
         "num_register_tokens": (0, "has no register tokens"),
         "classifier": ("token", "classifies the class token"),
@@ -180,7 +180,7 @@ class ViTFamily(TransformersFamily):
         if config.get("distillation_token", False):
             with_teacher = config.get("distillation_head", True)
             hf_class = "DeiTForImageClassificationWithTeacher" if with_teacher else "DeiTForImageClassification"
-        check_layout(config, hf_class, self.LAYOUT)
+        check_structure(config, hf_class, self.STRUCTURE)
         return hf_class
 
     def export_sizes(self, config, hf_class):

@@ -38,7 +38,7 @@ from keras_vit.weights.formats.transformers_family import (
     VIT_FIELDS,
     TransformersClass,
     TowerFamily,
-    check_layout,
+    check_structure,
     square,
 )
 from keras_vit.weights.formats.transformers_vit import BLOCKS, CLASS_AND_PATCHES, FINAL_NORM
@@ -66,8 +66,8 @@ class ViTMAEFamily(TowerFamily):
     # ViT's names; the position table is not read.
     BODY = (*CLASS_AND_PATCHES, *BLOCKS, *FINAL_NORM)
     IGNORED = {POSITION_KEY: "MAE's fixed sin-cos table, which keras_vit computes"}
-    LAYOUT = dict(
-        TowerFamily.LAYOUT,
+    STRUCTURE = dict(
+        TowerFamily.STRUCTURE,
         include_top=(False, "has no classifier head: build it with include_top=False, pooling=None"),
         pooling=(None, "returns the tokens (last_hidden_state) and has no pooled output: it needs pooling=None"),
         class_token=(True, "has a class token"),
@@ -112,7 +112,7 @@ class ViTMAEFamily(TowerFamily):
         if not (isinstance(embedding, str) and embedding.startswith("sincos")):
             return None
         hf_class = "ViTMAEModel"
-        check_layout(config, hf_class, self.LAYOUT)
+        check_structure(config, hf_class, self.STRUCTURE)
         return hf_class
 
     def export_config(self, config, hf_class, class_names=None):
