@@ -13,7 +13,7 @@ from keras_vit.weights import canonical as C
 from keras_vit.weights import registry
 from keras_vit.weights.files import check_file, read_state_dict
 from keras_vit.weights.formats import official, timm
-from keras_vit.weights.readers import FORMATS, checkpoint_format
+from keras_vit.weights.readers import CHECKPOINT_SUFFIXES, checkpoint_format
 from keras_vit.weights.posemb import square_grid
 from keras_vit.weights.record import Preprocessing
 
@@ -54,7 +54,7 @@ def _looks_like_path(weights):
     return (
         os.sep in weights
         or "/" in weights
-        or name.endswith(tuple(FORMATS))
+        or name.endswith(tuple(CHECKPOINT_SUFFIXES))
         or os.path.exists(weights)
     )
 
@@ -83,7 +83,7 @@ def _existing(path, weights, architecture):
         f"from the current working directory, {os.getcwd()!r}). `weights` takes "
         f"None, a registered weights name ({shown}), "
         "or the path of a "
-        f"checkpoint file ({', '.join(sorted(FORMATS))}); a checkpoint "
+        f"checkpoint file ({', '.join(sorted(CHECKPOINT_SUFFIXES))}); a checkpoint "
         "directory or a hf:// handle loads with `keras_vit.from_preset(handle)`."
     )
 
@@ -124,7 +124,7 @@ def resolve(weights, architecture):
     raise ValueError(
         f"Unknown weights name {weights!r} for architecture {architecture!r}. "
         f"Valid names: {valid}; or give the path of a checkpoint file "
-        f"({', '.join(sorted(FORMATS))}). Received: weights={weights!r}"
+        f"({', '.join(sorted(CHECKPOINT_SUFFIXES))}). Received: weights={weights!r}"
     )
 
 

@@ -17,13 +17,14 @@ from keras_vit.weights.formats import transformers
 from keras_vit.weights.mapping import model_state
 from keras_vit.weights.record import Preprocessing
 
-FORMATS = ("keras_vit", "transformers")
+# The directory layouts `save_to_preset` writes.
+PRESET_FORMATS = ("keras_vit", "transformers")
 KERAS_WEIGHTS = "model.weights.h5"
 
 
 def _check_format(format):
-    if format not in FORMATS:
-        raise ValueError(f"`format` must be one of {FORMATS}. Received: format={format!r}")
+    if format not in PRESET_FORMATS:
+        raise ValueError(f"`format` must be one of {PRESET_FORMATS}. Received: format={format!r}")
 
 
 def _save_keras_vit(model, directory, metadata):
@@ -179,7 +180,7 @@ def save_to_preset(model, directory, format="keras_vit", preprocessing=None, cla
     """
     _check_format(format)
     if format == "transformers":
-        transformers.export_architecture(flatten_config(model.get_config()))  # refuse before writing
+        transformers.export_class(flatten_config(model.get_config()))  # refuse before writing
     metadata = _metadata(model, format, preprocessing, class_names)
     os.makedirs(directory, exist_ok=True)
     if format == "keras_vit":
