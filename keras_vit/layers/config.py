@@ -27,6 +27,7 @@ ValueError: `mlp_activation` must be one of ('gelu_tanh', 'gelu', 'quick_gelu').
 import dataclasses
 
 from keras_vit.layers.interpolation import FAMILIES
+from keras_vit.layers.norms import check_norm_kind
 from keras_vit.layers.sincos import STYLES
 from keras_vit.validation import (
     check_bool,
@@ -164,7 +165,10 @@ class BlockConfig(_Record):
 
     Args:
         layer_norm_epsilon: float > 0, default 1e-6 (the official value):
-            the epsilon of every LayerNorm of the encoder.
+            the epsilon of every norm of the encoder.
+        norm_kind: the kind of every norm of the encoder (the blocks',
+            the final one, `pre_norm`, the MAP head's and `qk_norm`): a
+            name of `keras_vit.layers.norms.NORMS`, default "layernorm".
         mlp_activation: the MLP's activation: "gelu_tanh" (default, the
             official code's tanh approximation), "gelu" (exact erf GELU,
             timm/DeiT) or "quick_gelu" (`x * sigmoid(1.702 x)`, OpenAI
@@ -182,9 +186,9 @@ class BlockConfig(_Record):
         mlp_kind: "plain" (default: Dense, activation, Dense) or "swiglu" (the
             gated MLP of DINOv2-giant, `SwiGluMlp`; `mlp_activation` does
             not apply to it, its gate is SiLU).
-        qk_norm: bool, default False: LayerNorm of the queries and keys
+        qk_norm: bool, default False: a norm of the queries and keys
             over the head width before their product (ViT-22B, timm's
-            `qk_norm`; `QKNorm`, with `layer_norm_epsilon`).
+            `qk_norm`; `QKNorm`, with `norm_kind` and `layer_norm_epsilon`).
         remat: bool, default False: rematerialise each block in training
             (`keras.remat`: jax.checkpoint, torch.utils.checkpoint,
             tf.recompute_grad): its activations are recomputed in the
@@ -204,6 +208,7 @@ class BlockConfig(_Record):
     """
 
     layer_norm_epsilon: float = 1e-6
+    norm_kind: str = "layernorm"
     mlp_activation: str = "gelu_tanh"
     qkv_bias: bool = True
     layer_scale_init: object = None
@@ -218,6 +223,7 @@ class BlockConfig(_Record):
 
     def __post_init__(self):
         self._set("layer_norm_epsilon", check_positive_float(self.layer_norm_epsilon, "layer_norm_epsilon"))
+        check_norm_kind(self.norm_kind)
         check_choice(self.mlp_activation, MLP_ACTIVATIONS, "mlp_activation")
         check_bool(self.qkv_bias, "qkv_bias")
         if self.layer_scale_init is not None:
@@ -249,7 +255,7 @@ class EncoderConfig(_Record):
     Args:
         patch_bias: bool, default True: a bias in the patch embedding
             (OpenAI CLIP's has none).
-        pre_norm: bool, default False: a LayerNorm (layer `pre_norm`) on the
+        pre_norm: bool, default False: a norm (layer `pre_norm`) on the
             tokens before the first block (CLIP's `pre_layrnorm`).
         class_token: None (default: a class token when the classifier is
             "token", none for "gap" and "map") or bool: whether to prepend a

@@ -7,6 +7,7 @@ from keras_vit.layers import kernels
 from keras_vit.layers.attention import MultiHeadSelfAttention, tokens_shape
 from keras_vit.layers.calls import call_sublayer
 from keras_vit.layers.config import MLP_ACTIVATIONS, BlockConfig, expose_records
+from keras_vit.layers.norms import block_norm
 from keras_vit.layers.seeds import check_seed, derive_seed
 from keras_vit.layers.swiglu import SwiGluMlp
 from keras_vit.validation import check_choice, check_positive_int, check_rate
@@ -193,8 +194,7 @@ class TransformerBlock(keras.layers.Layer):
                 f"Received: hidden_size={dim}, num_heads={self.num_heads}"
             )
         config = self.block_config
-        norm = dict(epsilon=config.layer_norm_epsilon, dtype=self.dtype_policy)
-        self.norm_0 = keras.layers.LayerNormalization(name="LayerNorm_0", **norm)
+        self.norm_0 = block_norm(config, "LayerNorm_0", dtype=self.dtype_policy)
         self.attention = MultiHeadSelfAttention.for_block(
             config,
             self.num_heads,
@@ -203,7 +203,7 @@ class TransformerBlock(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="MultiHeadDotProductAttention_1",
         )
-        self.norm_2 = keras.layers.LayerNormalization(name="LayerNorm_2", **norm)
+        self.norm_2 = block_norm(config, "LayerNorm_2", dtype=self.dtype_policy)
         self.mlp = (SwiGluMlp if config.mlp_kind == "swiglu" else MlpBlock).for_block(
             config,
             self.mlp_dim,

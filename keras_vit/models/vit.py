@@ -49,8 +49,9 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
 
     A functional `keras.Model`: images are cut into patches, embedded with a
     class token and position embedding, passed through `num_layers`
-    pre-LayerNorm Transformer blocks and a final LayerNorm, then classified
-    from the class token (or the mean of the patch tokens). Layer names follow
+    pre-norm Transformer blocks and a final norm (LayerNorm unless
+    `norm_kind` says otherwise), then classified from the class token (or
+    the mean of the patch tokens). Layer names follow
     the official checkpoint (`embedding`, `encoderblock_{i}`, `encoder_norm`,
     `pre_logits`, `head`), so `model.get_layer("encoderblock_3").output`
     gives a feature extractor; `forward_intermediates` gives the features
@@ -62,7 +63,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
     (`head_dist`; the output is the average of both heads' logits, DeiT's
     inference rule; the two heads are the layers `head` and `head_dist`),
     register tokens, query/key/value without biases, LayerScale, and the
-    final LayerNorm applied to the pooled features (`fc_norm`). A model can
+    final norm applied to the pooled features (`fc_norm`). A model can
     carry its checkpoint's class names and preprocessing (`class_names`,
     `preprocessing`), which `keras_vit.decode_predictions(..., model=)` and
     `keras_vit.preprocess_input(..., model=)` use.
@@ -119,7 +120,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         num_register_tokens: int, default 0: register tokens after the class
             (and distillation) token, without position rows; excluded from
             the "avg"/"max"/"gap" pooling.
-        pooled_norm: bool, default False: apply the final LayerNorm (named
+        pooled_norm: bool, default False: apply the final norm (named
             `fc_norm`) to the pooled features instead of to every token
             (timm's `fc_norm`); with `include_top=False, pooling=None` the
             tokens come out unnormalised.
@@ -137,6 +138,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         block_config: None, a `keras_vit.layers.config.BlockConfig` or its
             config dict: the options every Transformer block shares. Each
             field is also a keyword of its own, which replaces the record's:
+            `norm_kind` (the kind of every norm of the encoder, a name of
+            `keras_vit.layers.norms.NORMS`; default "layernorm"),
             `layer_norm_epsilon` (default 1e-6, the official value),
             `mlp_activation` ("gelu_tanh", the official tanh GELU; "gelu",
             the exact erf GELU of timm/DeiT; "quick_gelu", OpenAI CLIP's),
@@ -144,7 +147,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
             initial LayerScale value), `dropout_rate` (also after the
             position embedding), `attention_dropout_rate` (default 0),
             `mlp_kind` ("plain" or DINOv2-giant's "swiglu") and `qk_norm`
-            (default False; ViT-22B's LayerNorm of queries and keys).
+            (default False; ViT-22B's norm of queries and keys).
             `gelu_approximate=True/False` is the earlier spelling of
             "gelu_tanh"/"gelu". Unless given, the activation is the one the
             `weights` were trained with (tanh when building from scratch).
