@@ -30,13 +30,12 @@ POOLINGS = (None, "token", "avg", "max", "map", "token_avg")
 # The classifiers and poolings that read a class token.
 CLASS_TOKEN_READERS = ("token", "token_avg")
 
-# The GELU flavours by their command-line names, as `gelu_approximate`
-# values: tanh (the official code and checkpoints) or the exact erf form
-# (timm, DeiT).
-GELU_FLAVOURS = {"tanh": True, "erf": False}
+# The GELU flavours by their command-line names (`--gelu`), as
+# `mlp_activation` values: tanh (the official code and checkpoints) or the
+# exact erf form (timm, DeiT).
+GELU_FLAVOURS = {"tanh": "gelu_tanh", "erf": "gelu"}
 
 _CONFIG_KEYS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
-_HYBRID_KEYS = ("resnet_layers", "resnet_width")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +123,22 @@ VARIANTS = (
 # constructor name -> architecture name.
 ARCHITECTURES = {v.architecture: dict(v.config) for v in VARIANTS}
 CONSTRUCTORS = {v.constructor: v.architecture for v in VARIANTS}
+
+
+def gelu_activation(approximate):
+    """The `mlp_activation` of a GELU known only as tanh-approximated or not.
+
+    Checkpoint records say no more (`gelu_approximate`: True, False, or
+    None where the file does not tell).
+
+    Example:
+
+    >>> gelu_activation(True), gelu_activation(False), gelu_activation(None)
+    ('gelu_tanh', 'gelu', None)
+    """
+    if approximate is None:
+        return None
+    return GELU_FLAVOURS["tanh" if approximate else "erf"]
 
 
 def get_variant(name):

@@ -169,10 +169,10 @@ def test_real_weights_keep_their_top1_in_bfloat16_predict(policy):
     import skimage.data
 
     batch = np.stack([imagenet_preprocess(skimage.data.chelsea()), imagenet_preprocess(skimage.data.coffee())])
-    reference = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False)
+    reference = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu")
     expected = reference.predict(batch, verbose=0)
     assert expected.argmax(-1)[0] in (281, 282, 285) and expected.argmax(-1)[1] == 967
-    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False, dtype=policy)
+    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu", dtype=policy)
     got = np.asarray(model.predict(batch, verbose=0), "float32")
     np.testing.assert_array_equal(got.argmax(-1), expected.argmax(-1))
     np.testing.assert_allclose(got, expected, atol=3e-2)

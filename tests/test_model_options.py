@@ -21,7 +21,7 @@ OPTIONS = {
     "distilled-cls-head": dict(distillation_token=True, distillation_head=False),
     "registers-gap-fcnorm": dict(classifier="gap", num_register_tokens=3, pooled_norm=True,
                                  layer_scale_init=1e-5, qkv_bias=False),
-    "cls-registers": dict(num_register_tokens=2, gelu_approximate=False),
+    "cls-registers": dict(num_register_tokens=2, mlp_activation="gelu"),
 }
 
 
@@ -41,7 +41,7 @@ def _images(size=32):
 def test_options_match_the_numpy_reference(kind):
     model = _model(OPTIONS[kind])
     x = _images()
-    expected = reference.forward(model_state(model), x, model.gelu_approximate, model.layer_norm_epsilon)
+    expected = reference.forward(model_state(model), x, model.mlp_activation, model.layer_norm_epsilon)
     np.testing.assert_allclose(to_numpy(model(x)), expected, rtol=0, atol=2e-5)
     assert model.num_prefix_tokens == model.get_layer("embedding").num_prefix_tokens
 

@@ -217,7 +217,7 @@ BAD_ARGUMENTS = [
     (dict(attention_dropout_rate=-0.5), "attention_dropout_rate"),
     (dict(stochastic_depth_rate=2), "stochastic_depth_rate"),
     (dict(layer_norm_epsilon=-1e-6), "layer_norm_epsilon"),
-    (dict(gelu_approximate="tanh"), "gelu_approximate"),
+    (dict(mlp_activation="tanh"), "mlp_activation"),
     (dict(representation_size=0), "representation_size"),
     (dict(classifier_activation="sofmax"), "classifier_activation"),
 ]

@@ -84,13 +84,13 @@ def test_transformers_config_arguments(hf_dirs):
     config = json.load(open(os.path.join(hf_dirs["DeiTForImageClassificationWithTeacher"][0], "config.json")))
     args, _ = hf_format.model_arguments(dict(config, hidden_act="gelu_new", qkv_bias=False,
                                              id2label={"0": "cat", "1": "dog", "2": "eel"}))
-    assert args["gelu_approximate"] is True and args["qkv_bias"] is False
+    assert args["mlp_activation"] == "gelu_tanh" and args["qkv_bias"] is False
     assert args["distillation_token"] and args["distillation_head"]
     assert args["layer_norm_epsilon"] == 1e-12 and args["classes"] == 3
     assert args["class_names"] == ["cat", "dog", "eel"]
     plain, _ = hf_format.model_arguments(json.load(open(os.path.join(hf_dirs["ViTModel"][0], "config.json"))))
     assert plain["include_top"] is False and plain["distillation_token"] is False
-    assert plain["gelu_approximate"] is False
+    assert plain["mlp_activation"] == "gelu"
     assert "class_names" not in plain  # LABEL_i names are no names
 
 
@@ -167,7 +167,7 @@ def test_transformers_preprocessor_round_trip():
 def test_timm_architecture_table(name, expected):
     args, _ = timm_format.model_arguments({"architecture": name, "num_classes": 10, "pretrained_cfg": {}})
     assert {k: args[k] for k in expected} == expected
-    assert args["gelu_approximate"] is False and args["layer_norm_epsilon"] == 1e-6
+    assert args["mlp_activation"] == "gelu" and args["layer_norm_epsilon"] == 1e-6
 
 
 @pytest.mark.parametrize(

@@ -145,6 +145,5 @@ def test_functions_are_short():
 def test_inspection_module_does_not_shadow_the_standard_library():
     assert not (PACKAGE / "inspect.py").exists()
     import keras_vit
-    import keras_vit.inspect  # the former name still imports
 
-    assert keras_vit.inspect is keras_vit.inspection
+    assert not hasattr(keras_vit, "inspect") and "keras_vit.inspect" not in sys.modules

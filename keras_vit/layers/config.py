@@ -14,8 +14,8 @@ overrides and the argument checks derive from the fields.
 Example:
 
 >>> config = BlockConfig(qkv_bias=False, mlp_activation="quick_gelu")
->>> config.get_config()["qkv_bias"], config.gelu_approximate
-(False, None)
+>>> config.get_config()["qkv_bias"], config.mlp_activation
+(False, 'quick_gelu')
 >>> BlockConfig.from_config(config.get_config()) == config
 True
 >>> BlockConfig(mlp_activation="relu")
@@ -47,8 +47,6 @@ MLP_KINDS = ("plain", "swiglu")
 # for each input's grid ("sincos" is MAE's layout; `sincos_<style>` another
 # style of `keras_vit.layers.sincos.STYLES`).
 POSITION_EMBEDDINGS = ("learned", "sincos") + tuple(f"sincos_{s}" for s in STYLES if s != "mae")
-# `gelu_approximate`, the earlier keyword, as an activation name.
-_GELU_NAMES = {True: "gelu_tanh", False: "gelu"}
 # Metadata of the fields that change training only, never the weights: a
 # preset's model may take other values (`keras_vit.presets.OVERRIDES`).
 TRAINING = {"training_only": True}
@@ -61,21 +59,10 @@ def _training(default):
 class _Record:
     """What both records share: serialisation and keyword handling."""
 
-    # Earlier keywords the record still reads: {keyword: function(value) ->
-    # {field: value}}; a value that maps to {} leaves the field unset.
-    ALIASES = {}
-    # Read-only values derived from the fields, exposed beside them.
-    PROPERTIES = ()
-
     @classmethod
     def field_names(cls):
         """The record's fields, in order (each a keyword of `keras_vit.ViT`)."""
         return tuple(f.name for f in dataclasses.fields(cls))
-
-    @classmethod
-    def keywords(cls):
-        """Every keyword `from_arguments` reads: the fields and the aliases."""
-        return cls.field_names() + tuple(cls.ALIASES)
 
     @classmethod
     def training_fields(cls):
@@ -110,34 +97,20 @@ class _Record:
         return cls(**config)
 
     @classmethod
-    def explicit(cls, keywords):
-        """`{field: value}` of the given keywords, aliases translated.
-
-        A keyword that the record does not read is ignored; an alias that
-        means "unset" (`gelu_approximate=None`) gives nothing.
-        """
-        fields = {}
-        for name, value in keywords.items():
-            if name in cls.ALIASES:
-                for field, field_value in cls.ALIASES[name](value).items():
-                    fields.setdefault(field, field_value)
-            elif name in cls.field_names():
-                fields[name] = value
-        return fields
-
-    @classmethod
     def from_arguments(cls, config=None, **keywords):
         """A record from a base (None, a record or its dict) and keywords.
 
         Args:
             config: None (the defaults), a record or its `get_config()` dict.
-            **keywords: fields (or aliases) that replace the base's.
+            **keywords: values of fields, which replace the base's; keywords
+                that are not fields of this record are ignored (a model
+                passes its keywords to each of its records).
 
         Returns:
             A new record; every field checked.
         """
         base = cls() if config is None else cls.from_config(config)
-        fields = cls.explicit(keywords)
+        fields = {name: value for name, value in keywords.items() if name in cls.field_names()}
         return dataclasses.replace(base, **fields) if fields else base
 
     def replace(self, **fields):
@@ -146,17 +119,6 @@ class _Record:
 
     def _set(self, name, value):
         object.__setattr__(self, name, value)  # the records are frozen
-
-
-def _gelu_alias(value):
-    if value is None:
-        return {}
-    if value not in _GELU_NAMES:
-        raise ValueError(
-            "`gelu_approximate` must be True, False or None. "
-            f"Received: gelu_approximate={value!r}"
-        )
-    return {"mlp_activation": _GELU_NAMES[value]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,8 +134,7 @@ class BlockConfig(_Record):
         mlp_activation: the MLP's activation: "gelu_tanh" (default, the
             official code's tanh approximation), "gelu" (exact erf GELU,
             timm/DeiT) or "quick_gelu" (`x * sigmoid(1.702 x)`, OpenAI
-            CLIP). The earlier keyword `gelu_approximate=True/False` means
-            "gelu_tanh"/"gelu".
+            CLIP).
         qkv_bias: bool, default True: biases on the query, key and value
             projections.
         layer_scale_init: None (default) or a positive float: LayerScale on
@@ -199,11 +160,7 @@ class BlockConfig(_Record):
 
     Example:
 
-    >>> BlockConfig(gelu_approximate=False)
-    Traceback (most recent call last):
-    ...
-    TypeError: BlockConfig.__init__() got an unexpected keyword argument 'gelu_approximate'
-    >>> BlockConfig.from_arguments(gelu_approximate=False).mlp_activation
+    >>> BlockConfig.from_arguments(mlp_activation="gelu", classes=3).mlp_activation
     'gelu'
     """
 
@@ -217,9 +174,6 @@ class BlockConfig(_Record):
     mlp_kind: str = "plain"
     qk_norm: bool = False
     remat: bool = _training(False)
-
-    ALIASES = {"gelu_approximate": _gelu_alias}
-    PROPERTIES = ("gelu_approximate",)
 
     def __post_init__(self):
         self._set("layer_norm_epsilon", check_positive_float(self.layer_norm_epsilon, "layer_norm_epsilon"))
@@ -241,11 +195,6 @@ class BlockConfig(_Record):
                 "recomputed forward pass would draw other dropout masks). Received: "
                 f"dropout_rate={self.dropout_rate}, attention_dropout_rate={self.attention_dropout_rate}"
             )
-
-    @property
-    def gelu_approximate(self):
-        """True for the tanh GELU, False for the erf GELU, None for another activation."""
-        return {"gelu_tanh": True, "gelu": False}.get(self.mlp_activation)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,8 +253,8 @@ RECORDS = {"block_config": BlockConfig, "encoder_config": EncoderConfig}
 
 
 def record_keywords():
-    """Every keyword the records read, over all records (fields and aliases)."""
-    return tuple(name for record in RECORDS.values() for name in record.keywords())
+    """Every keyword the records read: the fields of all records."""
+    return tuple(name for record in RECORDS.values() for name in record.field_names())
 
 
 def training_fields():
@@ -323,30 +272,10 @@ def expose_records(*keys):
     def decorate(cls):
         for key in keys:
             record = RECORDS[key]
-            for name in record.field_names() + record.PROPERTIES:
+            for name in record.field_names():
                 if name not in vars(cls):
                     getter = lambda self, key=key, name=name: getattr(getattr(self, key), name)  # noqa: E731
                     setattr(cls, name, property(getter, doc=f"`{key}.{name}` (read-only)."))
         return cls
 
     return decorate
-
-
-def flatten_config(config):
-    """A model config with each record's fields as top-level keys.
-
-    For readers of the earlier flat layout (`config["qkv_bias"]`): the
-    record dicts are expanded, and `gelu_approximate` is added.
-
-    Example:
-
-    >>> flatten_config({"classes": 3, "block_config": {"qkv_bias": False}})["qkv_bias"]
-    False
-    """
-    flat = {k: v for k, v in config.items() if k not in RECORDS}
-    for key, record in RECORDS.items():
-        values = record.from_arguments(config.get(key), **config)
-        flat.update(values.get_config())
-        if record is BlockConfig:
-            flat["gelu_approximate"] = values.gelu_approximate
-    return flat

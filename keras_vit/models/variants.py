@@ -41,8 +41,9 @@ _DOC = """Builds {title}, the {arch} Vision Transformer{extra}.
         representation_size: None (default) or the width of the Dense+tanh
             pre-logits layer (present in the original ImageNet-21k files).
         layer_norm_epsilon: float, default 1e-6.
-        gelu_approximate: None (default: the flavour the weights were trained
-            with; tanh from scratch), True (tanh) or False (exact erf).
+        mlp_activation: None (default: the GELU the weights were trained
+            with; "gelu_tanh" from scratch), "gelu_tanh", "gelu" (exact erf)
+            or "quick_gelu".
         feature_blocks: None (default) or an int / sequence of block indices
             (negative from the last), with `include_top=False`: returns
             `keras_vit.feature_model(model, feature_blocks)` instead, the
@@ -104,7 +105,7 @@ def make_constructor(variant):
         classifier_activation="softmax",
         representation_size=None,
         layer_norm_epsilon=1e-6,
-        gelu_approximate=None,
+        mlp_activation=None,
         feature_blocks=None,
         **kwargs,
     ):
@@ -117,6 +118,8 @@ def make_constructor(variant):
             )
         config = dict(row, name=variant.constructor.lower())
         config.update(kwargs)
+        if mlp_activation is not None:
+            config["mlp_activation"] = mlp_activation
         if feature_blocks is not None:
             # Checked before the (possibly large) model and its weights are built.
             check_feature_blocks(feature_blocks, config["num_layers"])
@@ -130,7 +133,6 @@ def make_constructor(variant):
             classifier_activation=classifier_activation,
             representation_size=representation_size,
             layer_norm_epsilon=layer_norm_epsilon,
-            gelu_approximate=gelu_approximate,
             **config,
         )
         if feature_blocks is None:

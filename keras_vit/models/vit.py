@@ -10,7 +10,7 @@ backend lives in `keras_vit.models.base`.
 import keras
 import numpy as np
 
-from keras_vit.architectures import CLASS_TOKEN_READERS
+from keras_vit.architectures import CLASS_TOKEN_READERS, gelu_activation
 from keras_vit.layers import onednn
 from keras_vit.layers.interpolation import interpolate_position_embedding
 from keras_vit.layers.config import RECORDS, BlockConfig, expose_records, record_keywords
@@ -148,9 +148,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
             position embedding), `attention_dropout_rate` (default 0),
             `mlp_kind` ("plain" or DINOv2-giant's "swiglu") and `qk_norm`
             (default False; ViT-22B's norm of queries and keys).
-            `gelu_approximate=True/False` is the earlier spelling of
-            "gelu_tanh"/"gelu". Unless given, the activation is the one the
-            `weights` were trained with (tanh when building from scratch).
+            Unless given, the activation is the one the `weights` were
+            trained with (tanh when building from scratch).
         encoder_config: None, a `keras_vit.layers.config.EncoderConfig` or
             its config dict: the options around the blocks (its docstring
             lists them), each field also a keyword of its own, e.g.
@@ -246,11 +245,11 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         if classes is None:
             classes = info.classes or 1000
         self.classes = check_positive_int(classes, "classes") if include_top else classes
-        activation_given = block_config is not None or "mlp_activation" in BlockConfig.explicit(options)
+        activation_given = block_config is not None or "mlp_activation" in options
         if not activation_given and info.gelu_approximate is not None:
             # The activation the checkpoint was trained with.
-            self.block_config = BlockConfig.from_arguments(
-                self.block_config, gelu_approximate=info.gelu_approximate
+            self.block_config = self.block_config.replace(
+                mlp_activation=gelu_activation(info.gelu_approximate)
             )
         self._set_metadata(class_names, preprocessing, info)
 

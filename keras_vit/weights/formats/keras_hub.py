@@ -69,13 +69,7 @@ WEIGHTS_FILE = "model.weights.h5"
 
 
 def read_json(directory, name):
-    """The JSON file `name` of `directory`, or None when there is none."""
-    path = os.path.join(directory, name)
-    return _read_json(path) if os.path.isfile(path) else None
-
-
-def is_preset(directory):
-    """Whether `directory` holds a keras-hub preset.
+    """The JSON file `name` of `directory`, or None when there is none.
 
     Example:
 
@@ -83,11 +77,11 @@ def is_preset(directory):
     >>> folder = tempfile.mkdtemp()
     >>> with open(os.path.join(folder, "config.json"), "w") as f:
     ...     json.dump({"registered_name": "keras_hub>ViTBackbone"}, f)
-    >>> is_preset(folder)
-    True
+    >>> read_json(folder, "config.json")["registered_name"], read_json(folder, "absent.json")
+    ('keras_hub>ViTBackbone', None)
     """
-    config = read_json(directory, "config.json") or {}
-    return str(config.get("registered_name", "")).startswith("keras_hub>")
+    path = os.path.join(directory, name)
+    return _read_json(path) if os.path.isfile(path) else None
 
 
 def _unsupported(message):
@@ -142,7 +136,7 @@ def model_arguments(directory):
         num_heads=config["num_heads"],
         mlp_dim=config["mlp_dim"],
         layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-6),
-        gelu_approximate=False,
+        mlp_activation="gelu",
         classifier="token" if config.get("use_class_token", True) else "gap",
         dropout_rate=config.get("dropout_rate", 0.0),
         attention_dropout_rate=config.get("attention_dropout", 0.0),

@@ -457,9 +457,7 @@ def model_arguments(config):
 def _block_options(args, include_top, family):
     """The activation, `norm_pre` and pooling arguments of timm `args`."""
     activation = _ACTIVATIONS[args["act_layer"]]
-    out = {"mlp_activation": activation} if activation == "quick_gelu" else {
-        "gelu_approximate": activation == "gelu_tanh"
-    }
+    out = {"mlp_activation": activation}
     if args["pre_norm"]:
         # timm drops the patch embedding's bias when it adds `norm_pre`.
         out.update(pre_norm=True, patch_bias=False)

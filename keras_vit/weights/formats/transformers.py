@@ -152,16 +152,16 @@ IGNORED = {
     "decoder.": "the masked-image-modelling decoder",
 }
 
-# transformers `hidden_act` -> gelu_approximate. "gelu_fast" and
+# transformers `hidden_act` -> `mlp_activation`. "gelu_fast" and
 # "gelu_accurate" compute the same tanh formula with other constants' order.
 ACTIVATIONS = {
-    "gelu": False,
-    "gelu_python": False,
-    "gelu_new": True,
-    "gelu_pytorch_tanh": True,
-    "gelu_python_tanh": True,
-    "gelu_fast": True,
-    "gelu_accurate": True,
+    "gelu": "gelu",
+    "gelu_python": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_python_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "gelu_accurate": "gelu_tanh",
 }
 # The block and encoder options (`keras_vit.layers.config.RECORDS`) a
 # transformers ViT/DeiT config holds, with the values it can hold (None: any).
@@ -243,8 +243,8 @@ def model_arguments(config):
     ...     "hidden_size": 192, "num_hidden_layers": 12, "num_attention_heads": 3,
     ...     "intermediate_size": 768, "hidden_act": "gelu", "layer_norm_eps": 1e-12,
     ...     "id2label": {"0": "cat", "1": "dog"}})
-    >>> args["distillation_head"], args["gelu_approximate"], args["class_names"]
-    (True, False, ['cat', 'dog'])
+    >>> args["distillation_head"], args["mlp_activation"], args["class_names"]
+    (True, 'gelu', ['cat', 'dog'])
     """
     architecture = _architecture(config)
     act = config.get("hidden_act", "gelu")
@@ -271,7 +271,7 @@ def model_arguments(config):
         num_heads=heads,
         mlp_dim=config["intermediate_size"],
         layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-12)),
-        gelu_approximate=ACTIVATIONS[act],
+        mlp_activation=ACTIVATIONS[act],
         qkv_bias=bool(config.get("qkv_bias", True)),
         dropout_rate=float(config.get("hidden_dropout_prob", 0.0)),
         attention_dropout_rate=float(config.get("attention_probs_dropout_prob", 0.0)),
@@ -377,7 +377,8 @@ def export_architecture(config):
     """The transformers task class of a keras_vit model config.
 
     Args:
-        config: a flat model config (`keras_vit.layers.config.flatten_config`).
+        config: a model config with its option records' fields as
+            top-level keys.
 
     Raises:
         ValueError: for a model transformers' ViT/DeiT cannot represent.
@@ -434,7 +435,7 @@ def export_config(config, class_names=None):
         "num_hidden_layers": config["num_layers"],
         "num_attention_heads": config["num_heads"],
         "intermediate_size": config["mlp_dim"],
-        "hidden_act": "gelu_pytorch_tanh" if config["gelu_approximate"] else "gelu",
+        "hidden_act": "gelu_pytorch_tanh" if config["mlp_activation"] == "gelu_tanh" else "gelu",
         "layer_norm_eps": config["layer_norm_epsilon"],
         "qkv_bias": config.get("qkv_bias", True),
         "hidden_dropout_prob": config.get("dropout_rate", 0.0),
