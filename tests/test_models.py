@@ -239,6 +239,35 @@ def test_wrong_number_of_channels_at_call_time():
         model(np.zeros((1, 32, 32, 1), "float32"))
 
 
+def test_named_constructors_are_functions_of_the_table():
+    """One greppable `def` per table row in variants.py, in the table's order."""
+    import ast
+    import pathlib
+
+    from keras_vit.architectures import VARIANTS
+    from keras_vit.models import variants
+
+    tree = ast.parse(pathlib.Path(variants.__file__).read_text())
+    defs = [node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name[:1].isupper()]
+    assert defs == [variant.constructor for variant in VARIANTS]
+    for variant in VARIANTS:
+        function = getattr(keras_vit, variant.constructor)
+        assert function is getattr(variants, variant.constructor)
+        assert function.architecture == variant.architecture
+        assert f"Builds {variant.constructor}, the {variant.architecture} " in function.__doc__
+
+
+def test_named_constructors_take_every_record_field_like_vit():
+    options = dict(mlp_activation="quick_gelu", norm_kind="rmsnorm", qkv_bias=False,
+                   layer_scale_init=0.1, patch_bias=False, pre_norm=True)
+    model = keras_vit.ViTTi16(False, None, image_size=32, num_layers=1, pooling="avg", **options)
+    reference = keras_vit.ViT(**dict(ARCHITECTURES["Ti/16"], num_layers=1), image_size=32,
+                              include_top=False, pooling="avg", **options)
+    assert not model.include_top and model.get_config() == dict(reference.get_config(), name="vitti16")
+    with pytest.raises(keras_vit.validation.UnknownArgumentError, match=r"ViTTi16\(\).*'mlp_activaton'.*'mlp_activation'"):
+        keras_vit.ViTTi16(mlp_activaton="gelu")
+
+
 def test_named_constructor_rejects_bad_argument():
     with pytest.raises(ValueError, match="image_size"):
         keras_vit.ViTB16(image_size=100)
