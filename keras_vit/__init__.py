@@ -5,7 +5,7 @@ Works unchanged on the jax, tensorflow and torch backends (`KERAS_BACKEND`).
 
 from keras_vit import architectures, inspection, layers, pretraining
 from keras_vit.models import (
-    ARCHITECTURES,
+    ARCHITECTURE_CONFIGS,
     R26ViTB32,
     R26ViTS32,
     R50ViTB16,

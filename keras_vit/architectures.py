@@ -121,7 +121,7 @@ VARIANTS = (
 
 # Views of the table: architecture name -> model arguments, and
 # constructor name -> architecture name.
-ARCHITECTURES = {v.architecture: dict(v.config) for v in VARIANTS}
+ARCHITECTURE_CONFIGS = {v.architecture: dict(v.config) for v in VARIANTS}
 CONSTRUCTORS = {v.constructor: v.architecture for v in VARIANTS}
 
 
@@ -163,7 +163,7 @@ def get_variant(name):
     for variant in VARIANTS:
         if name in (variant.architecture, variant.constructor):
             return variant
-    choices = ", ".join(list(ARCHITECTURES) + list(CONSTRUCTORS))
+    choices = ", ".join(list(ARCHITECTURE_CONFIGS) + list(CONSTRUCTORS))
     raise ValueError(
         f"`name` must be an architecture or constructor name ({choices}). "
         f"Received: name={name!r}"
@@ -234,7 +234,7 @@ def architecture_name(config):
     'B/16'
     """
     wanted = _normal(config)
-    for name, row in ARCHITECTURES.items():
+    for name, row in ARCHITECTURE_CONFIGS.items():
         if _normal(row) == wanted:
             return name
     return None

@@ -91,8 +91,8 @@ def _build_model(name, weights, gelu):
             f"keras-vit: unknown model {name!r}; choose one of {', '.join(CONSTRUCTORS)}"
         )
     constructor = getattr(models, name)
-    activation = None if gelu is None else GELU_FLAVOURS[gelu]
-    return constructor(weights=weights, mlp_activation=activation, classifier_activation=None)
+    options = {} if gelu is None else {"mlp_activation": GELU_FLAVOURS[gelu]}
+    return constructor(weights=weights, classifier_activation=None, **options)
 
 
 def _summary(model, logits, distances, rollout_grid, similarity):

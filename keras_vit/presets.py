@@ -32,7 +32,8 @@ from keras_vit.weights.files import read_json as _read_json
 from keras_vit.weights.formats import keras_hub, timm, transformers
 from keras_vit.weights.mapping import model_state
 from keras_vit.weights.record import Preprocessing
-from keras_vit.weights.writers import FORMATS, KERAS_WEIGHTS, save_to_preset  # noqa: F401
+from keras_vit.weights.writers import FORMATS as PRESET_FORMATS  # noqa: F401
+from keras_vit.weights.writers import KERAS_WEIGHTS, save_to_preset  # noqa: F401
 
 HF_SCHEME = "hf://"
 LAYOUTS = ("keras_vit", "transformers", "timm", "keras_hub")

@@ -119,15 +119,15 @@ def test_keras_weights_round_trip_and_adapt(tmp_path, rng):
 def test_registry_name_is_fetched(monkeypatch, tmp_path, rng):
     import dataclasses
 
-    from keras_vit.architectures import ARCHITECTURES
+    from keras_vit.architectures import ARCHITECTURE_CONFIGS
     from keras_vit.weights import download, registry
 
     arch = {k: v for k, v in TINY.items() if k != "image_size"}
-    monkeypatch.setitem(ARCHITECTURES, "T/8", arch)
+    monkeypatch.setitem(ARCHITECTURE_CONFIGS, "T/8", arch)
     record = dataclasses.replace(
         next(iter(registry.WEIGHTS.values())),
         architecture="T/8", name="tiny-test", image_size=32, classes=10,
-        representation_size=None, mlp_activation="gelu",
+        representation_size=None, gelu_approximate=False,
     )
     monkeypatch.setitem(registry.WEIGHTS, record.key, record)
     params = official_params(rng)

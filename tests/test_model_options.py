@@ -94,7 +94,7 @@ def test_bad_arguments_name_themselves(arguments, match):
 
 
 def test_named_class_lists_and_registered_weights_metadata():
-    from keras_vit.architectures import ARCHITECTURES
+    from keras_vit.architectures import ARCHITECTURE_CONFIGS
     from keras_vit.weights.describe import describe_weights
 
     model = keras_vit.ViT(**TINY, classes=1000, class_names="imagenet1k")
@@ -102,7 +102,7 @@ def test_named_class_lists_and_registered_weights_metadata():
     preds = np.zeros((1, 1000), "float32")
     preds[0, 281] = 1.0
     assert keras_vit.decode_predictions(preds, top=1, model=model) == [[(281, "tabby", 1.0)]]
-    info = describe_weights("imagenet21k+imagenet2012", ARCHITECTURES["B/16"])
+    info = describe_weights("imagenet21k+imagenet2012", ARCHITECTURE_CONFIGS["B/16"])
     assert info.class_names == "imagenet1k" and info.preprocessing.mode == "inception"
     assert info.preprocessing.image_size == (384, 384)
 

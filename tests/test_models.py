@@ -9,7 +9,7 @@ import scipy.ndimage
 
 import keras_vit
 from conftest import TINY, to_numpy
-from keras_vit.models import ARCHITECTURES, CONSTRUCTORS
+from keras_vit.models import ARCHITECTURE_CONFIGS, CONSTRUCTORS
 
 # Official parameter counts, 1000-way head, no pre-logits (vit_jax
 # models_test.py MODEL_SIZES at 224; at 384 counted from the official Flax
@@ -25,7 +25,7 @@ OFFICIAL_PARAMS = {
     "L/32": (306_535_400, 306_632_680),
     "H/14": (632_045_800, 632_651_240),
 }
-PLAIN = sorted(name for name, arch in CONSTRUCTORS.items() if "resnet_layers" not in ARCHITECTURES[arch])
+PLAIN = sorted(name for name, arch in CONSTRUCTORS.items() if "resnet_layers" not in ARCHITECTURE_CONFIGS[arch])
 
 
 def test_every_plain_variant_has_an_official_count():
@@ -47,7 +47,7 @@ def test_variant_parameter_count(constructor, size_index, size):
 
 
 # Full-size models with real variables, small enough to build in a second.
-SMALL = [n for n in PLAIN if ARCHITECTURES[CONSTRUCTORS[n]]["hidden_size"] <= 384]
+SMALL = [n for n in PLAIN if ARCHITECTURE_CONFIGS[CONSTRUCTORS[n]]["hidden_size"] <= 384]
 
 
 @pytest.mark.parametrize("constructor", SMALL)
@@ -74,7 +74,7 @@ def test_imagenet21k_head_with_pre_logits_count():
 @pytest.mark.parametrize("constructor", PLAIN)
 def test_variant_trains_every_weight(constructor):
     """Each variant's shapes, one block deep, at 2x2 patches: all weights learn."""
-    arch = ARCHITECTURES[CONSTRUCTORS[constructor]]
+    arch = ARCHITECTURE_CONFIGS[CONSTRUCTORS[constructor]]
     patch = arch["patch_size"]
     model = getattr(keras_vit, constructor)(
         image_size=2 * patch, classes=3, classifier_activation=None, num_layers=1
@@ -261,7 +261,7 @@ def test_named_constructors_take_every_record_field_like_vit():
     options = dict(mlp_activation="quick_gelu", norm_kind="rmsnorm", qkv_bias=False,
                    layer_scale_init=0.1, patch_bias=False, pre_norm=True)
     model = keras_vit.ViTTi16(False, None, image_size=32, num_layers=1, pooling="avg", **options)
-    reference = keras_vit.ViT(**dict(ARCHITECTURES["Ti/16"], num_layers=1), image_size=32,
+    reference = keras_vit.ViT(**dict(ARCHITECTURE_CONFIGS["Ti/16"], num_layers=1), image_size=32,
                               include_top=False, pooling="avg", **options)
     assert not model.include_top and model.get_config() == dict(reference.get_config(), name="vitti16")
     with pytest.raises(keras_vit.validation.UnknownArgumentError, match=r"ViTTi16\(\).*'mlp_activaton'.*'mlp_activation'"):
@@ -350,6 +350,6 @@ def test_constructor_docstring_example_uses_a_two_by_two_grid(constructor):
 
     from keras_vit.architectures import effective_patch_size
 
-    row = ARCHITECTURES[CONSTRUCTORS[constructor]]
+    row = ARCHITECTURE_CONFIGS[CONSTRUCTORS[constructor]]
     size = int(re.search(r"image_size=(\d+)", getattr(keras_vit, constructor).__doc__).group(1))
     assert size == 2 * effective_patch_size(row["patch_size"], row.get("resnet_layers"))[0]

@@ -43,7 +43,7 @@ from keras_vit.weights.mapping import model_state
 from keras_vit_tools import reference
 
 SUFFIX = ".weights.h5"
-OUTPUT_FORMATS = ("weights",) + presets.FORMATS
+OUTPUT_FORMATS = ("weights",) + presets.PRESET_FORMATS
 # Options that describe the architecture: a preset fixes them itself.
 _ARCHITECTURE_OPTIONS = ("variant", "config", "gelu", "representation_size")
 

@@ -26,7 +26,7 @@ ValueError: `mlp_activation` must be one of ('gelu_tanh', 'gelu', 'quick_gelu').
 
 import dataclasses
 
-from keras_vit.layers.interpolation import FAMILIES
+from keras_vit.layers.interpolation import POSITION_INTERPOLATIONS
 from keras_vit.layers.norms import check_norm_kind
 from keras_vit.layers.sincos import STYLES
 from keras_vit.validation import (
@@ -214,10 +214,10 @@ class EncoderConfig(_Record):
             grid, no weight; `"sincos_mocov3"`, `"sincos_big_vision"` other
             layouts, see `keras_vit.layers.sincos`).
         position_interpolation: how a learned position embedding is resized
-            for another grid: a family of
-            `keras_vit.layers.interpolation.FAMILIES`, default "official"
-            (corner-aligned linear); "vit", "clip", "siglip", "mae",
-            "dinov2", ... resize as transformers does for that family.
+            for another grid: a name of
+            `keras_vit.layers.interpolation.POSITION_INTERPOLATIONS`, default
+            "official" (corner-aligned linear); "vit", "clip", "siglip",
+            "mae", "dinov2", ... resize as transformers does for that family.
         patch_dropout_rate: float in [0, 1), default 0: in training, drop
             this fraction of the patch tokens of each image after the
             position embedding (`keras_vit.layers.PatchDropout`, FLIP /
@@ -244,7 +244,9 @@ class EncoderConfig(_Record):
         if self.class_token is not None:
             check_bool(self.class_token, "class_token")
         check_choice(self.position_embedding, POSITION_EMBEDDINGS, "position_embedding")
-        check_choice(self.position_interpolation, tuple(FAMILIES), "position_interpolation")
+        check_choice(
+            self.position_interpolation, tuple(POSITION_INTERPOLATIONS), "position_interpolation"
+        )
         self._set("patch_dropout_rate", check_rate(self.patch_dropout_rate, "patch_dropout_rate"))
 
 

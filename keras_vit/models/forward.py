@@ -31,7 +31,8 @@ from keras_vit.layers.norms import block_norm
 from keras_vit.layers.seeds import derive_seed
 from keras_vit.validation import check_choice
 
-OUTPUT_FORMATS = ("NHWC", "NLC")
+# The layouts of the patch tokens a feature holds (timm's `output_fmt`).
+FEATURE_LAYOUTS = ("NHWC", "NLC")
 
 
 class Stages:
@@ -368,7 +369,7 @@ def split_tokens(s, tokens, patches, output_fmt="NHWC"):
     Returns:
         `(patch tokens, prefix tokens (batch, prefix, D))`.
     """
-    check_choice(output_fmt, OUTPUT_FORMATS, "output_fmt")
+    check_choice(output_fmt, FEATURE_LAYOUTS, "output_fmt")
     layer = TokenGrid(s.num_prefix_tokens, output_fmt == "NHWC", dtype=s.embedding.dtype_policy)
     return layer([tokens, patches])
 
@@ -376,7 +377,7 @@ def split_tokens(s, tokens, patches, output_fmt="NHWC"):
 def intermediates(s, images, indices=None, norm=False, output_fmt="NHWC",
                   return_prefix_tokens=False, intermediates_only=False, training=None):
     """`ViT.forward_intermediates` on the `Stages` `s` (see there)."""
-    check_choice(output_fmt, OUTPUT_FORMATS, "output_fmt")
+    check_choice(output_fmt, FEATURE_LAYOUTS, "output_fmt")
     taps = block_indices(len(s.blocks), indices)
     x, patches = embed(s, stem(s, images, training=training), training=training)
     x, features = run_blocks(s, x, taps, training=training, stop_early=intermediates_only)

@@ -8,7 +8,7 @@ docstring template serves them all, as keras.applications does.
 """
 
 from keras_vit.architectures import (  # noqa: F401 (public here too)
-    ARCHITECTURES,
+    ARCHITECTURE_CONFIGS,
     CONSTRUCTORS,
     architecture_name,
     get_variant,
@@ -203,4 +203,5 @@ def R50ViTL32(include_top=True, weights=None, feature_blocks=None, **kwargs):
     return build_variant("R50ViTL32", include_top, weights, feature_blocks, **kwargs)
 
 
-__all__ = ["ARCHITECTURES", "CONSTRUCTORS", "architecture_name", "build_variant"] + list(CONSTRUCTORS)
+__all__ = ["ARCHITECTURE_CONFIGS", "CONSTRUCTORS", "architecture_name", "build_variant"]
+__all__ += list(CONSTRUCTORS)

@@ -119,7 +119,7 @@ def resolve(weights, architecture):
         return _existing(weights, weights, architecture), None
     valid = ", ".join(repr(n) for n in names) or (
         "none registered" if architecture else "none (registered weights exist "
-        "only for the architectures of `keras_vit.models.ARCHITECTURES`)"
+        "only for the architectures of `keras_vit.models.ARCHITECTURE_CONFIGS`)"
     )
     raise ValueError(
         f"Unknown weights name {weights!r} for architecture {architecture!r}. "
