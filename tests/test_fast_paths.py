@@ -10,6 +10,7 @@ import pytest
 
 import keras_vit
 from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared, to_numpy
+from keras_vit.execution import tf_xla
 from keras_vit.layers import kernels, onednn
 
 # 8 mantissa bits: a relative error of 2^-8 per rounding, a few roundings deep.
@@ -144,8 +145,8 @@ def test_tensorflow_predicts_bfloat16_outside_xla():
     bf16 = keras_vit.ViT(**TINY, classes=5, dtype="bfloat16")
     mixed = keras_vit.ViT(**TINY, classes=5, dtype="mixed_bfloat16")
     on_tf = keras.backend.backend() == "tensorflow"
-    assert f32._xla_inference() == on_tf
-    assert not bf16._xla_inference() and not mixed._xla_inference()
+    assert tf_xla.uses_xla(f32) == on_tf
+    assert not tf_xla.uses_xla(bf16) and not tf_xla.uses_xla(mixed)
 
 
 @pytest.mark.parametrize("policy", ["bfloat16", "mixed_bfloat16"])

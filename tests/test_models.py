@@ -9,6 +9,7 @@ import scipy.ndimage
 
 import keras_vit
 from conftest import TINY, to_numpy
+from keras_vit.execution import tf_xla
 from keras_vit.models import ARCHITECTURE_CONFIGS, CONSTRUCTORS
 
 # Official parameter counts, 1000-way head, no pre-logits (vit_jax
@@ -303,23 +304,23 @@ def test_inference_is_xla_compiled_on_a_tensorflow_cpu(rng, backend, monkeypatch
     # few units in the sixth digit (3.9e-6 relative seen on a Zen 5 CPU).
     tolerance = dict(rtol=1e-5, atol=1e-5)
     if backend != "tensorflow":
-        assert not model._xla_inference()
+        assert not tf_xla.uses_xla(model)
         np.testing.assert_allclose(model.predict(x, verbose=0), eager, **tolerance)
         return
     import tensorflow as tf
 
     on_cpu = not tf.config.list_logical_devices("GPU")
-    assert model._xla_inference() == on_cpu
+    assert tf_xla.uses_xla(model) == on_cpu
     if on_cpu:
         assert True in _jit_flags_of_predict_function(model, monkeypatch)
     np.testing.assert_allclose(model.predict(x, verbose=0), eager, **tolerance)
     assert model.jit_compile is False or not on_cpu  # training keeps Keras' choice
     # A user's explicit choice is kept.
     model.compile(jit_compile=False)
-    assert not model._xla_inference()
+    assert not tf_xla.uses_xla(model)
     assert True not in _jit_flags_of_predict_function(model, monkeypatch)
     model.compile()
-    assert model._xla_inference() == on_cpu
+    assert tf_xla.uses_xla(model) == on_cpu
 
 
 def test_for_inference_resizes_the_position_embedding_once(rng):

@@ -3,8 +3,10 @@
 `ViT` is an architecture: its constructor turns arguments into a graph. The
 `weights` argument is served by two calls into `keras_vit.weights`, before
 and after the graph is built (`describe_weights` fixes the defaults the
-checkpoint implies, `load_weights` loads it); how the model runs on a
-backend lives in `keras_vit.models.base`.
+checkpoint implies, `load_weights` loads it); the input checks and the
+calls into saving, LoRA and execution policy are inherited from
+`keras_vit.models.base`, how the model runs on a backend lives in
+`keras_vit.execution`.
 """
 
 import keras
@@ -384,11 +386,9 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
           standardisation of their convolutions).
         - On torch, where the projections run on oneDNN, each projection
           kernel is reordered to oneDNN's blocked layout once, on first
-          use, instead of on every call (`onednn.pack_for_inference`;
-          B/16 `predict` 1.11x faster in bfloat16 and 1.04x in float32 at
-          batch 1, 1.05x and 1.06x at batch 8, interleaved with the
-          original; outputs bit-equal). The packed copies take as much memory again as
-          those kernels.
+          use, instead of on every call (`onednn.pack_for_inference`,
+          outputs bit-equal; docs/performance.md has the gain). The packed
+          copies take as much memory again as those kernels.
 
         The copy gives the original's outputs up to float rounding. It is not
         trainable: fine-tune the original (a hybrid copy's convolutions no
