@@ -63,7 +63,7 @@ import tempfile
 from keras_vit import export_int8
 from keras_vit.layers import kernels
 from keras_vit.serving import (  # noqa: F401  (re-exported)
-    FORMATS,
+    EXPORT_FORMATS,
     RUNTIMES,
     load_exported,
     require,
@@ -75,7 +75,7 @@ from keras_vit.validation import check_positive_int, pair
 BACKEND_FORMATS = {
     "jax": ("tf_saved_model", "onnx", "openvino"),
     "tensorflow": ("tf_saved_model", "onnx", "openvino", "litert"),
-    "torch": FORMATS,
+    "torch": EXPORT_FORMATS,
 }
 # File name endings the exporters require ("" for the SavedModel folder).
 SUFFIXES = {
@@ -162,7 +162,7 @@ def check_format(format, backend=None):
     """Checks that `format` is known and that `backend` can produce it.
 
     Args:
-        format: one of `FORMATS`.
+        format: one of `EXPORT_FORMATS`.
         backend: a Keras backend name; default the current one.
 
     Returns:
@@ -179,8 +179,8 @@ def check_format(format, backend=None):
     import keras
 
     backend = backend or keras.backend.backend()
-    if format not in FORMATS:
-        raise ValueError(f"`format` must be one of {FORMATS}. Received: format={format!r}")
+    if format not in EXPORT_FORMATS:
+        raise ValueError(f"`format` must be one of {EXPORT_FORMATS}. Received: format={format!r}")
     if backend not in BACKEND_FORMATS:
         raise ValueError(
             f"Export needs the jax, tensorflow or torch backend. Received: backend={backend!r}"
@@ -290,7 +290,7 @@ def export_model(model, path, format, image_size=None, batch_size=None, verbose=
             (`model.quantize("int8")`).
         path: output path, ending as `SUFFIXES[format]` (`.onnx`, `.xml`,
             `.tflite`, `.pt2`; a folder for "tf_saved_model").
-        format: one of `FORMATS` that the current backend produces
+        format: one of `EXPORT_FORMATS` that the current backend produces
             (`BACKEND_FORMATS`).
         image_size: None (the model's) or int or `(height, width)`.
         batch_size: None (dynamic) or an int.

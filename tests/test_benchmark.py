@@ -11,13 +11,13 @@ from keras_vit_tools import benchmark, benchmark_report
 
 def test_architectures_are_the_library_table():
     """The benchmark's (patch, hidden, layers, heads, mlp) rows are keras_vit's variants."""
-    from keras_vit.architectures import ARCHITECTURES
+    from keras_vit.architectures import ARCHITECTURE_CONFIGS
 
     # B/14 (DINOv2's high-resolution size) is B/16 with 14-pixel patches.
     assert benchmark.ARCHS["B/14"] == (14, *benchmark.ARCHS["B/16"][1:])
     for name, row in benchmark.ARCHS.items():
         if name not in ("tiny", "B/14"):
-            arch = ARCHITECTURES[name]
+            arch = ARCHITECTURE_CONFIGS[name]
             assert row == tuple(arch[k] for k in (
                 "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")), name
 

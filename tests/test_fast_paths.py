@@ -10,6 +10,7 @@ import pytest
 
 import keras_vit
 from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared, to_numpy
+from keras_vit.execution import tf_xla
 from keras_vit.layers import kernels, onednn
 
 # 8 mantissa bits: a relative error of 2^-8 per rounding, a few roundings deep.
@@ -144,8 +145,8 @@ def test_tensorflow_predicts_bfloat16_outside_xla():
     bf16 = keras_vit.ViT(**TINY, classes=5, dtype="bfloat16")
     mixed = keras_vit.ViT(**TINY, classes=5, dtype="mixed_bfloat16")
     on_tf = keras.backend.backend() == "tensorflow"
-    assert f32._xla_inference() == on_tf
-    assert not bf16._xla_inference() and not mixed._xla_inference()
+    assert tf_xla.uses_xla(f32) == on_tf
+    assert not tf_xla.uses_xla(bf16) and not tf_xla.uses_xla(mixed)
 
 
 @pytest.mark.parametrize("policy", ["bfloat16", "mixed_bfloat16"])
@@ -169,10 +170,10 @@ def test_real_weights_keep_their_top1_in_bfloat16_predict(policy):
     import skimage.data
 
     batch = np.stack([imagenet_preprocess(skimage.data.chelsea()), imagenet_preprocess(skimage.data.coffee())])
-    reference = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False)
+    reference = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu")
     expected = reference.predict(batch, verbose=0)
     assert expected.argmax(-1)[0] in (281, 282, 285) and expected.argmax(-1)[1] == 967
-    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False, dtype=policy)
+    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu", dtype=policy)
     got = np.asarray(model.predict(batch, verbose=0), "float32")
     np.testing.assert_array_equal(got.argmax(-1), expected.argmax(-1))
     np.testing.assert_allclose(got, expected, atol=3e-2)

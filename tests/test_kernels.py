@@ -9,6 +9,7 @@ import pytest
 
 from conftest import TINY, to_numpy
 from keras_vit import ViT, layers
+from keras_vit.execution import tf_xla
 from keras_vit.layers import kernels, onednn
 
 
@@ -204,7 +205,7 @@ def test_predict_groups_heads_where_xla_compiles_it(rng, monkeypatch):
     assert bool(calls) == (backend == "jax")
     calls.clear()
     np.testing.assert_allclose(model.predict(x, verbose=0), eager, atol=1e-5)
-    xla_predict = backend == "jax" or (backend == "tensorflow" and model._xla_inference())
+    xla_predict = backend == "jax" or (backend == "tensorflow" and tf_xla.uses_xla(model))
     assert bool(calls) == xla_predict
     assert not kernels._XLA_COMPILED.on
 

@@ -145,6 +145,51 @@ def test_functions_are_short():
 def test_inspection_module_does_not_shadow_the_standard_library():
     assert not (PACKAGE / "inspect.py").exists()
     import keras_vit
-    import keras_vit.inspect  # the former name still imports
 
-    assert keras_vit.inspect is keras_vit.inspection
+    assert not hasattr(keras_vit, "inspect") and "keras_vit.inspect" not in sys.modules
+
+
+# The libraries a backend brings; `keras.src` is Keras' private backend code.
+BACKEND_MODULES = ("torch", "jax", "jaxlib", "tensorflow", "keras.src")
+
+
+def _backend_code(path):
+    """`line: what` of each use of backend code in a module: an import of a
+    backend library, a read of `sys.modules`, a call of `...backend()`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        if any(n == m or n.startswith(m + ".") for n in names for m in BACKEND_MODULES):
+            found.append(f"{node.lineno}: imports {names}")
+        if any(n in ("keras.backend.backend", "keras.config.backend") for n in names):
+            found.append(f"{node.lineno}: imports the backend's name")
+        if isinstance(node, ast.Attribute) and node.attr == "modules" and getattr(node.value, "id", None) == "sys":
+            found.append(f"{node.lineno}: reads sys.modules")
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "backend":
+            found.append(f"{node.lineno}: calls {ast.unparse(node.func)}()")
+    return found
+
+
+def test_backend_code_finder_finds_it(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text(
+        "import sys\nimport keras\nfrom jax import numpy\n"
+        "def f():\n    import torch.nn\n    if keras.backend.backend() == 'jax':\n"
+        "        return sys.modules.get('tensorflow')\n"
+    )
+    assert sorted(int(line.split(":")[0]) for line in _backend_code(module)) == [3, 5, 6, 7]
+
+
+def test_models_are_backend_free():
+    """keras_vit.models describes architectures: backend code lives in
+    keras_vit.execution (and the kernels), reached through functions."""
+    found = {
+        str(path.relative_to(ROOT)): _backend_code(path)
+        for path in sorted((PACKAGE / "models").rglob("*.py"))
+    }
+    assert len(found) >= 8
+    assert {path: uses for path, uses in found.items() if uses} == {}

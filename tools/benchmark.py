@@ -127,7 +127,7 @@ DEFAULT_WORKLOADS = ("infer-b16-bs1", "infer-b16-bs8", "train-s16-bs16")
 SMOKE_WORKLOADS = ("infer-tiny-bs2", "train-tiny-bs2")
 GPU_WORKLOADS = ("infer-b16-bs64", "infer-l16-bs64", "train-b16-bs32", "train-l16-bs32")
 DTYPES = ("float32", "bfloat16")
-# (patch, hidden, layers, heads, mlp), as keras_vit's ARCHITECTURES (a test
+# (patch, hidden, layers, heads, mlp), as keras_vit's ARCHITECTURE_CONFIGS (a test
 # keeps them equal; importing keras_vit here would load Keras into every
 # worker, HF's included). "tiny" is for --smoke.
 ARCHS = {

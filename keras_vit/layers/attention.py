@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_vit.layers import kernels
 from keras_vit.layers.calls import call_sublayer
+from keras_vit.layers.norms import check_norm_kind
 from keras_vit.layers.qk_norm import QKNorm
 from keras_vit.layers.seeds import check_seed
 from keras_vit.validation import check_bool, check_positive_float, check_positive_int, check_rate
@@ -46,6 +47,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         qk_norm: None (default) or a float, the epsilon of a LayerNorm of
             the queries and of the keys over `head_dim` before their product
             (`QKNorm`, sublayer `qk_norm`; ViT-22B, timm's `qk_norm=True`).
+        qk_norm_kind: the kind of that norm, a name of
+            `keras_vit.layers.norms.NORMS`, default "layernorm".
         seed: None (default: drawn from Keras' global generator, which
             `keras.utils.set_random_seed` seeds) or an int, the seed of the
             attention dropout.
@@ -80,10 +83,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         bias_initializer="zeros",
         seed=None,
         qk_norm=None,
+        qk_norm_kind="layernorm",
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.qk_norm_epsilon = None if qk_norm is None else check_positive_float(qk_norm, "qk_norm")
+        self.qk_norm_kind = check_norm_kind(qk_norm_kind)
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.head_dim = check_positive_int(head_dim, "head_dim")
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
@@ -119,7 +124,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.out.build((None, None, self.num_heads, self.head_dim))
         self.qk_norm = None
         if self.qk_norm_epsilon is not None:
-            self.qk_norm = QKNorm(self.qk_norm_epsilon, dtype=self.dtype_policy, name="qk_norm")
+            self.qk_norm = QKNorm(
+                self.qk_norm_epsilon, norm_kind=self.qk_norm_kind, dtype=self.dtype_policy, name="qk_norm"
+            )
             self.qk_norm.build((None, None, self.num_heads, self.head_dim))
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=self.seed, dtype=self.dtype_policy
@@ -135,6 +142,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             dropout_rate=config.attention_dropout_rate,
             qkv_bias=config.qkv_bias,
             qk_norm=config.layer_norm_epsilon if config.qk_norm else None,
+            qk_norm_kind=config.norm_kind,
             **kwargs,
         )
 
@@ -207,6 +215,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "qkv_bias": self.qkv_bias,
                 "seed": self.seed,
                 "qk_norm": self.qk_norm_epsilon,
+                "qk_norm_kind": self.qk_norm_kind,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

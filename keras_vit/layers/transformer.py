@@ -7,6 +7,7 @@ from keras_vit.layers import kernels
 from keras_vit.layers.attention import MultiHeadSelfAttention, tokens_shape
 from keras_vit.layers.calls import call_sublayer
 from keras_vit.layers.config import MLP_ACTIVATIONS, BlockConfig, expose_records
+from keras_vit.layers.norms import block_norm
 from keras_vit.layers.seeds import check_seed, derive_seed
 from keras_vit.layers.swiglu import SwiGluMlp
 from keras_vit.validation import check_choice, check_positive_int, check_rate
@@ -24,27 +25,21 @@ class MlpBlock(keras.layers.Layer):
             timm/DeiT) or "quick_gelu" (`x * sigmoid(1.702 x)`, OpenAI CLIP).
         seed: None (default: drawn from Keras' global generator) or an int,
             the seed of the dropout.
-        gelu_approximate: the earlier keyword: True means "gelu_tanh",
-            False "gelu"; None (default) leaves `activation` as given.
 
     Example:
 
     >>> import numpy as np
     >>> tuple(MlpBlock(mlp_dim=16)(np.zeros((1, 3, 8), "float32")).shape)
     (1, 3, 8)
-    >>> MlpBlock(mlp_dim=16, gelu_approximate=False).activation
+    >>> MlpBlock(mlp_dim=16, activation="gelu").activation
     'gelu'
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, activation="gelu_tanh", seed=None,
-                 gelu_approximate=None, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, activation="gelu_tanh", seed=None, **kwargs):
         super().__init__(**kwargs)
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
-        options = BlockConfig.explicit({"gelu_approximate": gelu_approximate})
-        self.activation = check_choice(
-            options.get("mlp_activation", activation), MLP_ACTIVATIONS, "activation"
-        )
+        self.activation = check_choice(activation, MLP_ACTIVATIONS, "activation")
         self.seed = check_seed(seed)
 
     @classmethod
@@ -53,11 +48,6 @@ class MlpBlock(keras.layers.Layer):
         return cls(
             mlp_dim, dropout_rate=config.dropout_rate, activation=config.mlp_activation, **kwargs
         )
-
-    @property
-    def gelu_approximate(self):
-        """True for the tanh GELU, False for the erf GELU, None otherwise."""
-        return {"gelu_tanh": True, "gelu": False}.get(self.activation)
 
     def build(self, input_shape):
         dense = dict(
@@ -121,10 +111,10 @@ class TransformerBlock(keras.layers.Layer):
     `init_values`): weights `attention_scale` and `mlp_scale`.
 
     The options every block of a model shares come as one record,
-    `block_config` (a `keras_vit.layers.config.BlockConfig`: norm epsilon,
-    MLP activation, query/key/value biases, LayerScale, dropout rates);
-    each of its fields is also accepted as a keyword (and read back as an
-    attribute, `block.qkv_bias`), as is the earlier `gelu_approximate`.
+    `block_config` (a `keras_vit.layers.config.BlockConfig`: norm kind and
+    epsilon, MLP activation, query/key/value biases, LayerScale, dropout
+    rates); each of its fields is also accepted as a keyword (and read back as an
+    attribute, `block.qkv_bias`).
     `get_config` holds the record as one dict under "block_config".
 
     Args:
@@ -141,7 +131,7 @@ class TransformerBlock(keras.layers.Layer):
             `keras.utils.set_random_seed` seeds), with an int they are
             derived from it (`keras_vit.layers.seeds.derive_seed`).
         **kwargs: fields of `BlockConfig` (they replace those of
-            `block_config`), `gelu_approximate`, and Keras' layer keywords.
+            `block_config`) and Keras' layer keywords.
 
     Call arguments:
         x: `(batch, tokens, D)`.
@@ -169,7 +159,7 @@ class TransformerBlock(keras.layers.Layer):
 
     def __init__(self, num_heads, mlp_dim, block_config=None, stochastic_depth_rate=0.0,
                  seed=None, **kwargs):
-        options = {k: kwargs.pop(k) for k in list(kwargs) if k in BlockConfig.keywords()}
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in BlockConfig.field_names()}
         super().__init__(**kwargs)
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
@@ -193,8 +183,7 @@ class TransformerBlock(keras.layers.Layer):
                 f"Received: hidden_size={dim}, num_heads={self.num_heads}"
             )
         config = self.block_config
-        norm = dict(epsilon=config.layer_norm_epsilon, dtype=self.dtype_policy)
-        self.norm_0 = keras.layers.LayerNormalization(name="LayerNorm_0", **norm)
+        self.norm_0 = block_norm(config, "LayerNorm_0", dtype=self.dtype_policy)
         self.attention = MultiHeadSelfAttention.for_block(
             config,
             self.num_heads,
@@ -203,7 +192,7 @@ class TransformerBlock(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="MultiHeadDotProductAttention_1",
         )
-        self.norm_2 = keras.layers.LayerNormalization(name="LayerNorm_2", **norm)
+        self.norm_2 = block_norm(config, "LayerNorm_2", dtype=self.dtype_policy)
         self.mlp = (SwiGluMlp if config.mlp_kind == "swiglu" else MlpBlock).for_block(
             config,
             self.mlp_dim,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from keras_vit import labels
 from keras_vit.architectures import VARIANTS, architecture_name, effective_patch_size
-from keras_vit.layers.config import flatten_config
+from keras_vit.layers.config import BlockConfig
 from keras_vit.weights import canonical as C
 from keras_vit.weights import registry
 from keras_vit.weights.files import check_file, read_state_dict
@@ -119,7 +119,7 @@ def resolve(weights, architecture):
         return _existing(weights, weights, architecture), None
     valid = ", ".join(repr(n) for n in names) or (
         "none registered" if architecture else "none (registered weights exist "
-        "only for the architectures of `keras_vit.models.ARCHITECTURES`)"
+        "only for the architectures of `keras_vit.models.ARCHITECTURE_CONFIGS`)"
     )
     raise ValueError(
         f"Unknown weights name {weights!r} for architecture {architecture!r}. "
@@ -180,7 +180,8 @@ def _facts(shapes, kind):
 def _keras_archive_info(path):
     """What a `.keras` archive's own `config.json` says: everything."""
     with zipfile.ZipFile(path) as archive:
-        config = flatten_config(json.loads(archive.read("config.json")).get("config", {}))
+        config = json.loads(archive.read("config.json")).get("config", {})
+    activation = BlockConfig.from_arguments(config.get("block_config"), **config).mlp_activation
     image_size = config.get("image_size")
     if isinstance(image_size, list):
         image_size = image_size[0] if image_size[0] == image_size[1] else tuple(image_size)
@@ -188,7 +189,7 @@ def _keras_archive_info(path):
     return WeightsInfo(
         image_size=image_size,
         classes=config.get("classes") if config.get("include_top", True) else None,
-        gelu_approximate=config.get("gelu_approximate"),
+        gelu_approximate={"gelu_tanh": True, "gelu": False}.get(activation),
         representation_size=config.get("representation_size"),
         channels=shape[-1] if shape else None,
         preprocessing=config.get("preprocessing"),

@@ -89,7 +89,7 @@ def export_family(config):
     first family that recognises it, its options checked.
 
     Args:
-        config: a flat model config (`keras_vit.layers.config.flatten_config`).
+        config: a flat model config (its option records' fields as top-level keys).
 
     Raises:
         ValueError: for a model transformers cannot represent.
@@ -137,7 +137,7 @@ def write(directory, config, params, class_names, preprocessing_record):
 
     Args:
         directory: an existing folder.
-        config: the keras_vit model's flat config (`flatten_config`).
+        config: the keras_vit model's flat config (record fields as top-level keys).
         params: its weights in the canonical layout (`mapping.model_state`).
         class_names: one name per class, in head order (None for a
             model without a head).
