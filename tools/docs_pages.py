@@ -126,9 +126,9 @@ def _preprocessing_text(record):
 
 def card(record, constructor):
     """The Markdown card of one `WeightsRecord`."""
-    from keras_vit.architectures import ARCHITECTURES, effective_patch_size
+    from keras_vit.architectures import ARCHITECTURE_CONFIGS, effective_patch_size
 
-    arch = ARCHITECTURES[record.architecture]
+    arch = ARCHITECTURE_CONFIGS[record.architecture]
     patch = f"patch {arch['patch_size']}"
     if "resnet_layers" in arch:
         pixels = effective_patch_size(arch["patch_size"], arch["resnet_layers"])[0]
