@@ -5,8 +5,8 @@ import math
 import keras
 from keras import ops
 
-from keras_vit.layers import kernels
-from keras_vit.layers.calls import call_sublayer
+from keras_vit import kernels
+from keras_vit.kernels import call_sublayer
 from keras_vit.layers.qk_norm import QKNorm
 from keras_vit.layers.seeds import check_seed
 from keras_vit.validation import check_bool, check_positive_float, check_positive_int, check_rate
@@ -74,7 +74,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     some timm and transformers checkpoints); the output keeps its bias.
 
     The ordinary call runs the projections as 2D matrix products and the
-    attention through `keras_vit.layers.kernels.attention` (the backend's
+    attention through `keras_vit.kernels.attention` (the backend's
     fused kernel where it is the fastest). `attention_probs()` computes the
     softmax explicitly (in float32) for inspection; attention dropout, when
     training with a non-zero rate, takes the explicit path too. Quantized or
@@ -192,38 +192,19 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             **kwargs,
         )
 
-    def _plain_projections(self):
-        return all(
-            kernels.runs_plain(layer)
-            for layer in (self.query, self.key, self.value, self.out)
-        )
-
     def _project(self, x, query_tokens=None):
-        q, k, v = self._project_heads(x, x if query_tokens is None else x[:, :query_tokens])
+        queries = x if query_tokens is None else x[:, :query_tokens]
+        # (batch, tokens, D) by (D, heads, head_dim).
+        q = kernels.project(self.query, queries)
+        k = kernels.project(self.key, x)
+        v = kernels.project(self.value, x)
         if self.qk_norm is not None:
             q, k = call_sublayer(self.qk_norm, q, k)
         return q, k, v
 
-    def _project_heads(self, x, queries):
-        if not self._plain_projections():
-            return self.query(queries), self.key(x), self.value(x)
-        heads = []
-        for layer, inputs in ((self.query, queries), (self.key, x), (self.value, x)):
-            bias = None if layer.bias is None else ops.cast(layer.bias, self.compute_dtype)
-            # (batch, tokens, D) by (D, heads, head_dim).
-            heads.append(kernels.dense(inputs, ops.cast(layer.kernel, self.compute_dtype), bias))
-        return tuple(heads)
-
     def _output(self, context):
-        if not self._plain_projections():
-            return self.out(context)
         # (batch, tokens, heads, head_dim) by (heads, head_dim, D).
-        return kernels.dense(
-            context,
-            ops.cast(self.out.kernel, self.compute_dtype),
-            ops.cast(self.out.bias, self.compute_dtype),
-            axes=2,
-        )
+        return kernels.project(self.out, context, axes=2)
 
     def _probs(self, q, k, mask=None):
         # The softmax runs in float32 whatever the compute dtype.

@@ -3,9 +3,9 @@
 import keras
 from keras import ops
 
-from keras_vit.layers import kernels
+from keras_vit import kernels
+from keras_vit.kernels import call_sublayer
 from keras_vit.layers.attention import MultiHeadSelfAttention, tokens_shape
-from keras_vit.layers.calls import call_sublayer
 from keras_vit.layers.config import MLP_ACTIVATIONS, BlockConfig, expose_records
 from keras_vit.layers.seeds import check_seed, derive_seed
 from keras_vit.layers.swiglu import SwiGluMlp
@@ -74,21 +74,10 @@ class MlpBlock(keras.layers.Layer):
         )
         self.built = True
 
-    def _dense(self, layer, x, activation=None):
-        if not kernels.runs_plain(layer):
-            y = layer(x)
-            return y if activation is None else kernels.activation(y, activation)
-        return kernels.dense(
-            x,
-            ops.cast(layer.kernel, self.compute_dtype),
-            ops.cast(layer.bias, self.compute_dtype),
-            activation=activation,
-        )
-
     def call(self, x, training=None):
-        x = self._dense(self.dense_0, x, self.activation)
+        x = kernels.project(self.dense_0, x, self.activation)
         x = call_sublayer(self.dropout, x, training=training)
-        x = self._dense(self.dense_1, x)
+        x = kernels.project(self.dense_1, x)
         return call_sublayer(self.dropout, x, training=training)
 
     def compute_output_shape(self, input_shape):
@@ -250,8 +239,8 @@ class TransformerBlock(keras.layers.Layer):
         return self._forward(x, training, output_tokens, attention_mask)
 
     def _forward(self, x, training, output_tokens=None, attention_mask=None):
-        # The sublayers through `call_sublayer`: on torch, Keras' `__call__`
-        # bookkeeping was ~5 % of an eager B/16 forward pass at batch 1.
+        # The sublayers through `call_sublayer`: on torch's eager path Keras'
+        # `__call__` bookkeeping costs more than a small sublayer computes.
         y = call_sublayer(self.norm_0, x)
         y = call_sublayer(
             self.attention, y, training=training, query_tokens=output_tokens,

@@ -46,7 +46,7 @@ import types
 
 import keras
 
-from keras_vit.layers import kernels
+from keras_vit import kernels
 from keras_vit.models.jax_guard import JaxStateGuard
 from keras_vit.saving import atomic_path, gathered_variables
 

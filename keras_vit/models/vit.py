@@ -11,7 +11,7 @@ import keras
 import numpy as np
 
 from keras_vit.architectures import CLASS_TOKEN_READERS
-from keras_vit.layers import onednn
+from keras_vit import kernels
 from keras_vit.layers.interpolation import interpolate_position_embedding
 from keras_vit.layers.config import RECORDS, BlockConfig, expose_records, record_keywords
 from keras_vit.layers.seeds import check_seed
@@ -448,7 +448,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
                 value = keras.ops.convert_to_numpy(value)
             variable.assign(np.asarray(value, variable.dtype))
         copy.trainable = False
-        onednn.pack_for_inference(copy.weights)
+        kernels.pack_for_inference(copy.weights)
         return copy
 
     def _inference_config(self, config):
