@@ -263,8 +263,8 @@ def _check_quantization(model, format, backend, quantize):
         )
     if format == "onnx":
         warnings.warn(
-            "ONNX Runtime runs a Keras-quantized model by emulating its int8 layers "
-            "(measured 25x slower than the float model, ViT-B/16). For a fast int8 "
+            "ONNX Runtime runs a Keras-quantized model by emulating its int8 layers, "
+            "far slower than the float model (docs/performance.md). For a fast int8 "
             f"model, {fast}.",
             UserWarning,
             stacklevel=3,
