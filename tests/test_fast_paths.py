@@ -384,7 +384,15 @@ def _check_gradients(override, args):
 # --- the hardware rules, every branch ----------------------------------------
 
 
-def test_cpu_isa_reads_flags_and_onednn_cap(monkeypatch):
+@pytest.fixture
+def fresh_isa():
+    """`hardware.cpu_isa` detected anew (its cache cleared) during and after the test."""
+    hardware._cpu_isa.cache_clear()
+    yield
+    hardware._cpu_isa.cache_clear()
+
+
+def test_cpu_isa_reads_flags_and_onednn_cap(monkeypatch, fresh_isa):
     avx512 = {"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"}
     assert hardware._flags_isa(avx512) == "avx512"
     assert hardware._flags_isa({"avx2", "fma", "avx512f"}) == "avx2"  # AVX-512 F alone is not enough
@@ -398,8 +406,10 @@ def test_cpu_isa_reads_flags_and_onednn_cap(monkeypatch):
             monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
         else:
             monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+        hardware._cpu_isa.cache_clear()  # read once per process, as oneDNN does
         assert hardware.cpu_isa() == isa, cap
     monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    hardware._cpu_isa.cache_clear()
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
     assert hardware.cpu_isa() == "avx2"  # a cap never raises the CPU's own ISA
 

@@ -361,7 +361,7 @@ def test_dense_fast_path_matches_plain_ops(rng, shape, with_bias):
     default = {"jax": "xla_dense", "tensorflow": "fused_bias_gelu"}.get(BACKEND)
     if BACKEND == "torch":
         default = "onednn" if _onednn_here() else "torch_linear"
-    assert paths == [default]
+    assert set(paths) == {default}  # (jax calls it twice: once more for the gradients)
     with taken() as paths, kernels.export_mode():
         kernels.dense(x, kernel)
     assert paths == []

@@ -61,8 +61,14 @@ def cpu_isa():
     """"avx512", "avx2" or "baseline": the vector ISA the CPU's math libraries may use."""
     if "cpu_isa" in _ASSUMED:
         return _ASSUMED["cpu_isa"]
-    return _capped(_flags_isa(cpu_flags()), os.environ.get("ONEDNN_MAX_CPU_ISA")
-                   or os.environ.get("DNNL_MAX_CPU_ISA"))
+    return _cpu_isa()
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_isa():
+    # oneDNN reads its cap once, when it loads: so does this.
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+    return _capped(_flags_isa(cpu_flags()), cap)
 
 
 def device():
