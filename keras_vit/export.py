@@ -21,7 +21,7 @@ the model's unless `image_size` asks for another: a keras_vit model is then
 exported through `model.for_inference(image_size)`, with its position
 embedding resized once (hybrids also get their kernels standardised once).
 
-While a model is traced, `keras_vit.layers.kernels.export_mode()` makes the
+While a model is traced, `keras_vit.kernels.export_mode()` makes the
 layers emit plain matrix products and 4D attention products, which every
 exporter converts, instead of the backend-specific fast paths.
 
@@ -61,7 +61,7 @@ import sys
 import tempfile
 
 from keras_vit import export_int8
-from keras_vit.layers import kernels
+from keras_vit import kernels
 from keras_vit.serving import (  # noqa: F401  (re-exported)
     EXPORT_FORMATS,
     RUNTIMES,
@@ -263,8 +263,8 @@ def _check_quantization(model, format, backend, quantize):
         )
     if format == "onnx":
         warnings.warn(
-            "ONNX Runtime runs a Keras-quantized model by emulating its int8 layers "
-            "(measured 25x slower than the float model, ViT-B/16). For a fast int8 "
+            "ONNX Runtime runs a Keras-quantized model by emulating its int8 layers, "
+            "far slower than the float model (docs/performance.md). For a fast int8 "
             f"model, {fast}.",
             UserWarning,
             stacklevel=3,

@@ -17,7 +17,7 @@ from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared, to_nu
 
 import keras_vit
 from keras_vit import cli, export, serving
-from keras_vit.layers import kernels
+from keras_vit import kernels
 from keras_vit.layers.resnet import GroupNorm, MaxPool2D
 
 BACKEND = keras.backend.backend()

@@ -12,6 +12,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 PACKAGE = ROOT / "keras_vit"
@@ -149,47 +151,106 @@ def test_inspection_module_does_not_shadow_the_standard_library():
     assert not hasattr(keras_vit, "inspect") and "keras_vit.inspect" not in sys.modules
 
 
-# The libraries a backend brings; `keras.src` is Keras' private backend code.
-BACKEND_MODULES = ("torch", "jax", "jaxlib", "tensorflow", "keras.src")
+# Folders of keras_vit whose modules say what they compute in `keras.ops` alone:
+# no backend library, no branch on the backend, no private Keras API.
+BACKEND_FREE_FOLDERS = ("layers", "models")
+# Where private APIs of other libraries may be used: the kernels package and the
+# modules whose point is a runtime (export, serving, saving, training, distribution).
+PRIVATE_API_HOMES = ("kernels", "export", "export_int8", "serving", "saving", "training", "distribution")
+PRIVATE_APIS = ("keras.src", "torch.ops", "torch.nn.modules.module", "torch._C")
+BACKEND_LIBRARIES = ("torch", "jax", "jaxlib", "tensorflow")
 
 
-def _backend_code(path):
-    """`line: what` of each use of backend code in a module: an import of a
-    backend library, a read of `sys.modules`, a call of `...backend()`."""
+def _dotted(node):
+    """`a.b.c` for a Name/Attribute chain, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return ".".join([node.id, *reversed(parts)])
+    return None
+
+
+def _module_references(tree):
+    """`(line, dotted name)` of every import and whole attribute chain in `tree`, in order."""
+    inner = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        names = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
+            found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        if any(n == m or n.startswith(m + ".") for n in names for m in BACKEND_MODULES):
-            found.append(f"{node.lineno}: imports {names}")
-        if any(n in ("keras.backend.backend", "keras.config.backend") for n in names):
-            found.append(f"{node.lineno}: imports the backend's name")
-        if isinstance(node, ast.Attribute) and node.attr == "modules" and getattr(node.value, "id", None) == "sys":
-            found.append(f"{node.lineno}: reads sys.modules")
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "backend":
-            found.append(f"{node.lineno}: calls {ast.unparse(node.func)}()")
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+        elif isinstance(node, ast.Attribute) and id(node) not in inner and _dotted(node):
+            found.append((node.lineno, _dotted(node)))
+    return sorted(found)
+
+
+def _starts(name, prefixes):
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def backend_code(path):
+    """Lines of `path` that import a backend library, branch on the backend or
+    use a private Keras API."""
+    tree = ast.parse(path.read_text())
+    found = []
+    for line, name in _module_references(tree):
+        if _starts(name, BACKEND_LIBRARIES) or _starts(name, ("keras.src",)):
+            found.append(f"{line}: {name}")
+        elif name in ("keras.backend.backend", "keras.config.backend", "backend.backend"):
+            found.append(f"{line}: {name}()")
+        elif _starts(name, ("sys.modules",)):
+            found.append(f"{line}: {name}")
     return found
 
 
-def test_backend_code_finder_finds_it(tmp_path):
-    module = tmp_path / "m.py"
-    module.write_text(
-        "import sys\nimport keras\nfrom jax import numpy\n"
-        "def f():\n    import torch.nn\n    if keras.backend.backend() == 'jax':\n"
-        "        return sys.modules.get('tensorflow')\n"
+def private_api_uses(path):
+    tree = ast.parse(path.read_text())
+    return [f"{line}: {name}" for line, name in _module_references(tree) if _starts(name, PRIVATE_APIS)]
+
+
+def test_the_checks_find_backend_code(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import keras\nimport torch.nn.functional as F\nfrom jax import numpy\n"
+        "from keras.src.backend import get_keras_mask\n"
+        "def f():\n    if keras.backend.backend() == 'torch':\n        return torch.ops.mkldnn.x\n"
+        "    return keras.ops.add\n"
     )
-    assert sorted(int(line.split(":")[0]) for line in _backend_code(module)) == [3, 5, 6, 7]
+    assert backend_code(sample) == [
+        "2: torch.nn.functional", "3: jax.numpy", "4: keras.src.backend.get_keras_mask",
+        "6: keras.backend.backend()", "7: torch.ops.mkldnn.x",
+    ]
+    assert private_api_uses(sample) == ["4: keras.src.backend.get_keras_mask", "7: torch.ops.mkldnn.x"]
 
 
-def test_models_are_backend_free():
-    """keras_vit.models describes architectures: backend code lives in
-    keras_vit.execution (and the kernels), reached through functions."""
-    found = {
-        str(path.relative_to(ROOT)): _backend_code(path)
-        for path in sorted((PACKAGE / "models").rglob("*.py"))
+def check_backend_free(folders=BACKEND_FREE_FOLDERS):
+    """`{path: [offending lines]}` of the modules under `folders` that hold backend code."""
+    return {
+        str(path.relative_to(ROOT)): lines
+        for folder in folders
+        for path in sorted((PACKAGE / folder).rglob("*.py"))
+        if (lines := backend_code(path))
     }
-    assert len(found) >= 8
-    assert {path: uses for path, uses in found.items() if uses} == {}
+
+
+@pytest.mark.parametrize("folder", BACKEND_FREE_FOLDERS)
+def test_folder_holds_no_backend_code(folder):
+    """These folders say what they compute in `keras.ops`; backend-specific fast
+    paths live in keras_vit/kernels, registered over the portable form."""
+    assert (PACKAGE / folder).is_dir()
+    assert check_backend_free([folder]) == {}
+
+
+def test_private_apis_stay_inside_their_homes():
+    homes = [PACKAGE / home for home in PRIVATE_API_HOMES]
+    outside = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if any(path == h.with_suffix(".py") or h in path.parents for h in homes):
+            continue
+        if uses := private_api_uses(path):
+            outside[str(path.relative_to(ROOT))] = uses
+    assert outside == {}
+    # The fence holds something: the kernels use torch's and Keras' private APIs.
+    assert private_api_uses(PACKAGE / "kernels" / "torch_backend.py")

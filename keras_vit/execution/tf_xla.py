@@ -14,7 +14,7 @@ docs/performance.md holds the measurements behind each choice.
 
 import keras
 
-from keras_vit.layers import kernels
+from keras_vit import kernels
 
 
 def record_jit_compile(model, jit_compile):

@@ -1,4 +1,10 @@
-"""Backend-agnostic Keras layers of the Vision Transformer."""
+"""The Keras layers of the Vision Transformer.
+
+They say what they compute in `keras.ops` and import no backend library;
+their projections, attention and sublayer calls go through `keras_vit.kernels`,
+which takes a backend's fast path where one pays on the machine at hand and
+the portable `keras.ops` form otherwise (docs/performance.md).
+"""
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.interpolation import interpolate_position_embedding

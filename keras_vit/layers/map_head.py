@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from keras_vit.layers import kernels
+from keras_vit import kernels
 from keras_vit.layers.config import MLP_ACTIVATIONS
 from keras_vit.layers.norms import check_norm_kind, norm_layer
 from keras_vit.layers.transformer import MlpBlock
@@ -149,7 +149,7 @@ class _ProbeAttention(keras.layers.Layer):
     """Multi-head attention of a query sequence to a key/value sequence.
 
     The weights of `MultiHeadSelfAttention` (`query`, `key`, `value`, `out`
-    `EinsumDense`s); the products run through `kernels.dense` and
+    `EinsumDense`s); the products run through `kernels.project` and
     `kernels.attention` as there, so that exporters see plain matrix products.
     Built and owned by `MapHead` (not serialised on its own).
     """
@@ -181,25 +181,12 @@ class _ProbeAttention(keras.layers.Layer):
         self.out.build((None, None, self.num_heads, self.head_dim))
         self.built = True
 
-    def _project(self, layer, x):
-        if not kernels.runs_plain(layer):
-            return layer(x)
-        bias = None if layer.bias is None else ops.cast(layer.bias, self.compute_dtype)
-        return kernels.dense(x, ops.cast(layer.kernel, self.compute_dtype), bias)
-
     def call(self, queries, tokens):
-        q = self._project(self.query, queries)
-        k = self._project(self.key, tokens)
-        v = self._project(self.value, tokens)
+        q = kernels.project(self.query, queries)
+        k = kernels.project(self.key, tokens)
+        v = kernels.project(self.value, tokens)
         context = kernels.attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim))
-        if not kernels.runs_plain(self.out):
-            return self.out(context)
-        return kernels.dense(
-            context,
-            ops.cast(self.out.kernel, self.compute_dtype),
-            ops.cast(self.out.bias, self.compute_dtype),
-            axes=2,
-        )
+        return kernels.project(self.out, context, axes=2)
 
     def compute_output_shape(self, queries_shape, tokens_shape=None):
         return tuple(queries_shape)

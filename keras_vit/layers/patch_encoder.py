@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit.layers import kernels
+from keras_vit import kernels
 from keras_vit.layers.config import POSITION_EMBEDDINGS
 from keras_vit.layers.interpolation import check_family, resize_grid
 from keras_vit.layers.sincos import sincos_position_embedding

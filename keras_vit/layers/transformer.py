@@ -3,9 +3,9 @@
 import keras
 from keras import ops
 
-from keras_vit.layers import kernels
+from keras_vit import kernels
+from keras_vit.kernels import call_sublayer
 from keras_vit.layers.attention import MultiHeadSelfAttention, tokens_shape
-from keras_vit.layers.calls import call_sublayer
 from keras_vit.layers.config import MLP_ACTIVATIONS, BlockConfig, expose_records
 from keras_vit.layers.norms import block_norm
 from keras_vit.layers.seeds import check_seed, derive_seed
@@ -64,21 +64,10 @@ class MlpBlock(keras.layers.Layer):
         )
         self.built = True
 
-    def _dense(self, layer, x, activation=None):
-        if not kernels.runs_plain(layer):
-            y = layer(x)
-            return y if activation is None else kernels.activation(y, activation)
-        return kernels.dense(
-            x,
-            ops.cast(layer.kernel, self.compute_dtype),
-            ops.cast(layer.bias, self.compute_dtype),
-            activation=activation,
-        )
-
     def call(self, x, training=None):
-        x = self._dense(self.dense_0, x, self.activation)
+        x = kernels.project(self.dense_0, x, self.activation)
         x = call_sublayer(self.dropout, x, training=training)
-        x = self._dense(self.dense_1, x)
+        x = kernels.project(self.dense_1, x)
         return call_sublayer(self.dropout, x, training=training)
 
     def compute_output_shape(self, input_shape):
@@ -141,6 +130,10 @@ class TransformerBlock(keras.layers.Layer):
             tokens' queries, attention outputs and MLP (their keys and
             values are still attended to): what a model whose head reads
             only its prefix tokens needs from its last block.
+        attention_mask: None (default) or a boolean tensor, True where a
+            query may attend to a key: `(batch, tokens)` (a key-padding
+            mask), `(batch, tokens, tokens)` or `(batch, 1 or heads, tokens,
+            tokens)`; see `MultiHeadSelfAttention`.
 
     Returns:
         `(batch, tokens, D)` (`(batch, n, D)` with `output_tokens=n`).
@@ -153,6 +146,9 @@ class TransformerBlock(keras.layers.Layer):
     (1, 5, 8)
     >>> tuple(block(np.zeros((1, 5, 8), "float32"), output_tokens=1).shape)
     (1, 1, 8)
+    >>> padding = np.array([[True, True, True, False, False]])
+    >>> tuple(block(np.zeros((1, 5, 8), "float32"), attention_mask=padding).shape)
+    (1, 5, 8)
     >>> block.qkv_bias, block.get_config()["block_config"]["qkv_bias"]
     (False, False)
     """
@@ -224,16 +220,21 @@ class TransformerBlock(keras.layers.Layer):
         )
         return x * ops.floor(keep + noise) / keep
 
-    def call(self, x, training=None, output_tokens=None):
+    def call(self, x, training=None, output_tokens=None, attention_mask=None):
         if training and self.block_config.remat:
-            return keras.remat(lambda x: self._forward(x, training, output_tokens))(x)
-        return self._forward(x, training, output_tokens)
+            return keras.remat(
+                lambda x: self._forward(x, training, output_tokens, attention_mask)
+            )(x)
+        return self._forward(x, training, output_tokens, attention_mask)
 
-    def _forward(self, x, training, output_tokens=None):
-        # The sublayers through `call_sublayer`: on torch, Keras' `__call__`
-        # bookkeeping was ~5 % of an eager B/16 forward pass at batch 1.
+    def _forward(self, x, training, output_tokens=None, attention_mask=None):
+        # The sublayers through `call_sublayer`: on torch's eager path Keras'
+        # `__call__` bookkeeping costs more than a small sublayer computes.
         y = call_sublayer(self.norm_0, x)
-        y = call_sublayer(self.attention, y, training=training, query_tokens=output_tokens)
+        y = call_sublayer(
+            self.attention, y, training=training, query_tokens=output_tokens,
+            attention_mask=attention_mask,
+        )
         y = call_sublayer(self.dropout, y, training=training)
         if output_tokens is not None:
             # Only these tokens' residual stream goes on; the others were
@@ -243,14 +244,14 @@ class TransformerBlock(keras.layers.Layer):
         y = call_sublayer(self.mlp, call_sublayer(self.norm_2, x), training=training)
         return x + self._drop_path(self._scale(y, self.mlp_scale), training)
 
-    def attention_probs(self, x):
+    def attention_probs(self, x, attention_mask=None):
         """The block's attention probabilities for input `x` (float32)."""
-        return self.attention.attention_probs(self.norm_0(x))
+        return self.attention.attention_probs(self.norm_0(x), attention_mask=attention_mask)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
-    def compute_output_spec(self, x, training=None, output_tokens=None):
+    def compute_output_spec(self, x, training=None, output_tokens=None, attention_mask=None):
         return keras.KerasTensor(tokens_shape(x.shape, output_tokens), dtype=self.compute_dtype)
 
     def get_config(self):

@@ -12,8 +12,8 @@ calls into saving, LoRA and execution policy are inherited from
 import keras
 import numpy as np
 
+from keras_vit import kernels
 from keras_vit.architectures import CLASS_TOKEN_READERS, gelu_activation
-from keras_vit.layers import onednn
 from keras_vit.layers.interpolation import interpolate_position_embedding
 from keras_vit.layers.config import RECORDS, BlockConfig, expose_records, record_keywords
 from keras_vit.layers.seeds import check_seed
@@ -386,7 +386,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
           standardisation of their convolutions).
         - On torch, where the projections run on oneDNN, each projection
           kernel is reordered to oneDNN's blocked layout once, on first
-          use, instead of on every call (`onednn.pack_for_inference`,
+          use, instead of on every call (`kernels.pack_for_inference`,
           outputs bit-equal; docs/performance.md has the gain). The packed
           copies take as much memory again as those kernels.
 
@@ -450,7 +450,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
                 value = keras.ops.convert_to_numpy(value)
             variable.assign(np.asarray(value, variable.dtype))
         copy.trainable = False
-        onednn.pack_for_inference(copy.weights)
+        kernels.pack_for_inference(copy.weights)
         return copy
 
     def _inference_config(self, config):
