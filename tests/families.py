@@ -1,13 +1,25 @@
 """The registry of test model families: one tiny configuration each, one builder.
 
-Every model-level test takes its models from `FAMILIES` through
-`make_model`, and `tests/test_model_contract.py` runs the model contract,
-the precision and quantization checks and keras-hub's backbone harness on
-every entry: a new family is tested by adding one entry here.
+Model-level tests take their models from `FAMILIES` through `make_model`,
+and `tests/test_model_contract.py` runs the model contract
+(`tests/model_contract.py`: build, config, `.keras` file, NumPy reference,
+channels-first Keras, export; precision; quantization) on every entry. A new
+family is tested by adding one entry:
 
-Each entry is a tiny model (32 px images, width 16, 1-2 blocks) with the
-options that make a checkpoint family what it is, so each check takes
-milliseconds to a few seconds per backend.
+    "name": Family(config, hybrid=False, reference=True),
+
+- `config`: the constructor arguments that make the family what it is,
+  over `BASE`: `TINY` (32 px images, patch 8, width 16, 2 heads) with one
+  block, `classes=10` and no classifier activation;
+- `hybrid`: True for a `ViTHybrid` (a ResNet stem before the patches),
+  else a `ViT`;
+- `reference`: whether `tests/reference.py`'s NumPy ViT computes the
+  forward pass (it has no MAP head, SwiGLU MLP, sin-cos position
+  embedding, query/key norm or RMSNorm: their numerics are tested against
+  transformers and NumPy in their own files).
+
+Each entry is tiny, so that every check takes a fraction of a second to a
+few seconds per backend.
 """
 
 import dataclasses
@@ -20,18 +32,20 @@ import reference_resnet
 from conftest import TINY
 from keras_vit.weights.mapping import model_state
 
+# What every family starts from. One block: what a second would add (tokens
+# passed from block to block) the model tests check on `TINY` itself, and
+# it costs a third of the contract's time.
+BASE = dict(TINY, num_layers=1, classes=10, classifier_activation=None)
+
 
 @dataclasses.dataclass(frozen=True)
 class Family:
-    """A test family.
+    """A test family: a tiny model of one checkpoint family.
 
     Attributes:
-        config: the constructor arguments (over `TINY`).
+        config: dict, the constructor arguments over `BASE`.
         hybrid: bool, a `ViTHybrid` (else a `ViT`).
-        reference: bool, whether `tests/reference.py` computes the forward
-            pass (its NumPy ViT has no MAP head, SwiGLU MLP, sin-cos
-            position embedding or query/key norm: those are tested against
-            transformers and NumPy in their own files).
+        reference: bool, whether `tests/reference.py` computes the forward pass.
     """
 
     config: dict
@@ -43,9 +57,8 @@ class Family:
         return keras_vit.ViTHybrid if self.hybrid else keras_vit.ViT
 
     def arguments(self, **overrides):
-        """The constructor arguments: `TINY`, the family's, then `overrides`."""
-        base = dict(TINY, classes=10, classifier_activation=None)
-        return {**base, **self.config, **overrides}
+        """The constructor arguments: `BASE`, the family's, then `overrides`."""
+        return {**BASE, **self.config, **overrides}
 
 
 FAMILIES = {
@@ -53,34 +66,31 @@ FAMILIES = {
     "vit": Family({}),
     # DeiT: a distillation token with its own head, the exact erf GELU.
     "deit": Family(dict(distillation_token=True, mlp_activation="gelu")),
-    # timm's register models: no class token, the mean of the patch tokens
-    # (registers excluded) normed alone, LayerScale, no q/k/v bias.
-    "registers": Family(
-        dict(classifier="gap", num_register_tokens=2, pooled_norm=True, layer_scale_init=0.1, qkv_bias=False)
-    ),
-    # Every option of the token prefix at once: class, distillation and
-    # register tokens, with LayerScale and no q/k/v bias.
-    "options": Family(
-        dict(distillation_token=True, num_register_tokens=2, layer_scale_init=0.1, qkv_bias=False)
-    ),
-    # R+ViT: a one-stage ResNet (stride 4) and 2x2 patches, a 4x4 grid.
-    "hybrid": Family(dict(patch_size=2, num_layers=1, resnet_layers=(1,), resnet_width=0.5), hybrid=True),
-    # DINOv2: SwiGLU MLP, LayerScale, a register token, the class token and
-    # the patch mean concatenated for the classifier.
+    # R+ViT: a ResNet stem and one stage (stride 4), 2x2 patches: a 4x4 grid.
+    "hybrid": Family(dict(patch_size=2, resnet_layers=(1,), resnet_width=0.5), hybrid=True),
+    # DINOv2: SwiGLU MLP, LayerScale, a register token (left out of the
+    # mean), the class token and the patch mean concatenated for the head.
     "dinov2": Family(
         dict(mlp_kind="swiglu", layer_scale_init=0.1, num_register_tokens=1, classifier="token_avg"),
         reference=False,
     ),
     # SigLIP: no class token, attention pooling by a learned probe (MAP head).
     "siglip": Family(dict(classifier="map"), reference=False),
-    # OpenAI CLIP: patch embedding without bias, a LayerNorm before the
-    # blocks, quick GELU.
+    # OpenAI CLIP: patch embedding without bias, a norm before the blocks,
+    # quick GELU.
     "clip": Family(dict(pre_norm=True, patch_bias=False, mlp_activation="quick_gelu")),
-    # MAE: fixed 2D sin-cos position embedding, mean pooling normed alone.
+    # MAE: fixed 2D sin-cos position embedding, the patch mean normed alone.
     "mae": Family(dict(position_embedding="sincos", classifier="gap", pooled_norm=True), reference=False),
-    # ViT-22B: LayerNorm of queries and keys, no q/k/v bias.
+    # ViT-22B: a norm of the queries and keys, no q/k/v bias.
     "vit22b": Family(dict(qk_norm=True, qkv_bias=False), reference=False),
+    # AIMv2: RMSNorm everywhere, SwiGLU MLP, no q/k/v bias.
+    "aimv2": Family(dict(norm_kind="rmsnorm", mlp_kind="swiglu", qkv_bias=False), reference=False),
 }
+
+# The options of later checkpoints (register tokens, LayerScale, no q/k/v
+# bias), which tests that run every option of the token prefix at once add
+# to "deit": `make_model("deit", **OPTIONS)`.
+OPTIONS = dict(num_register_tokens=2, layer_scale_init=0.1, qkv_bias=False)
 
 
 def randomize(model, seed=0, scale=0.2):
@@ -99,18 +109,19 @@ def randomize(model, seed=0, scale=0.2):
     return model
 
 
-def make_model(family, seed=0, **overrides):
-    """A model of `family` with random weights (`randomize(model, seed)`).
+def make_model(family, seed=0, scale=0.2, **overrides):
+    """A model of `family` with random weights (`randomize(model, seed, scale)`).
 
     Args:
         family: a key of `FAMILIES`.
         seed: int, the seed of the weights' noise; None keeps the
             initialisers' weights.
+        scale: float, the standard deviation of the noise.
         **overrides: constructor arguments over the family's.
     """
     entry = FAMILIES[family]
     model = entry.model_class(**entry.arguments(**overrides))
-    return model if seed is None else randomize(model, seed)
+    return model if seed is None else randomize(model, seed, scale)
 
 
 def images(batch=2, size=32, seed=1):
@@ -121,6 +132,4 @@ def images(batch=2, size=32, seed=1):
 def reference_outputs(model, x):
     """The outputs of `tests/reference.py`'s NumPy forward pass for `model`'s weights."""
     stem = reference_resnet.stem(model.resnet_layers) if hasattr(model, "resnet_layers") else None
-    return reference.forward(
-        model_state(model), x, model.mlp_activation, model.layer_norm_epsilon, stem=stem
-    )
+    return reference.forward(model_state(model), x, model.mlp_activation, model.layer_norm_epsilon, stem=stem)

@@ -1,21 +1,27 @@
 """The model-level contract every test family passes, on the backend of the suite.
 
-keras-hub's `run_backbone_test` for keras_vit: one helper per concern,
-each driven by a family of `tests/families.py` (test_model_contract.py runs
-them on every family).
+keras-hub's `run_backbone_test` for keras_vit: `run_model_test(family,
+**options)` runs every check below on one family of `tests/families.py`
+(test_model_contract.py runs it on every family), sharing the model and its
+outputs across them; each check is also a function of its own.
 
-- `run_model_test(family, **options)`: the model builds and runs, its config
-  survives JSON, `from_config` and Keras' serialisation, a `.keras` file
-  reloads it with equal outputs, it matches the independent NumPy ViT of
-  `tests/reference.py` (where that covers the family), and it exports
-  (`EXPORT_FORMATS`) with the outputs of `predict`.
-- `run_precision_test(family, policy, how)`: the model under a dtype policy
-  given as `dtype=` or as Keras' global policy.
-- `run_quantization_test(family, mode)`: `model.quantize(mode)`, then
-  `predict`, `.keras` files, presets and export of the quantized model.
+- Basics: the model builds and runs, its config survives JSON,
+  `from_config` and Keras' serialisation (`check_config`), a `.keras` file
+  reloads it with bit-equal outputs (`check_keras_file`), it matches the
+  independent NumPy ViT of `tests/reference.py` where that covers the
+  family, it builds and gives the same outputs under a channels-first Keras
+  (`check_channels_first`), and it exports with the outputs of `predict`
+  (`check_export`).
+- Precision (`check_precision`): every policy of `PRECISION_ATOL`, given as
+  `dtype=` and as Keras' global policy.
+- Quantization (`check_quantization`): `model.quantize(mode)` for each mode of
+  `QUANTIZATION_ERROR`, then `predict`, the config, a `.keras` file, a preset
+  and (where asked) the export of the quantized model.
+
+On jax every new model's first call compiles (`outputs_of`), which is most
+of the contract's time: the checks compile once per model they must run.
 """
 
-import functools
 import gc
 import json
 import os
@@ -30,11 +36,11 @@ from families import FAMILIES, images, make_model, reference_outputs
 from keras_vit import export
 
 BACKEND = keras.backend.backend()
-# The export smoke test's format on each backend: a cheap one, for float
-# models and for Keras-quantized ones (`export.QUANTIZED_FORMATS`);
+# The export smoke test's format on each backend, for float models and for
+# Keras-quantized ones (`export.QUANTIZED_FORMATS`): the cheapest one;
 # tests/test_export.py runs every format.
 EXPORT_FORMATS = {
-    "jax": ("onnx", "tf_saved_model"),
+    "jax": ("tf_saved_model", "tf_saved_model"),
     "tensorflow": ("tf_saved_model", "tf_saved_model"),
     "torch": ("torch", "torch"),
 }
@@ -43,11 +49,22 @@ EXPORT_ATOL = 1e-4
 # Absolute tolerances on the float32 model's softmax probabilities (10
 # classes); "bfloat16" keeps its variables in bfloat16 too.
 PRECISION_ATOL = {"mixed_float16": 5e-3, "mixed_bfloat16": 3e-2, "bfloat16": 5e-2}
-# Relative error of the quantized model's logits; float8 (e4m3) keeps three
-# mantissa bits.
+# The policies under which the model's outputs are compared with float32's.
+# The layer contract (tests/harness.py) compares every layer's under
+# mixed_float16 and mixed_bfloat16; bfloat16 computes as mixed_bfloat16 and
+# also stores the variables in bfloat16.
+PRECISION_OUTPUTS = ("mixed_float16", "bfloat16")
+# Relative error of the quantized model's logits over the initial weights
+# (seeds 0-7 on tensorflow, 0-3 on jax and torch): int8 0.005-0.053; float8
+# (e4m3, three mantissa bits) 0.03-0.30.
 QUANTIZATION_ERROR = {"int8": 0.1, "float8": 0.4}
-# The layers Keras quantizes (its convolutions stay float).
+# The layers Keras quantizes (its convolutions and norms stay float).
 QUANTIZED_TYPES = (keras.layers.Dense, keras.layers.EinsumDense)
+# The family whose quantized model is exported, per mode. The export of a
+# quantized model depends on the family only through which layers are
+# quantized: these hold the most kinds (the MAP head's probe attention; the
+# distillation head).
+QUANTIZED_EXPORT = {"int8": "siglip", "float8": "deit"}
 
 
 def _numpy(x):
@@ -66,6 +83,16 @@ def outputs_of(model, x):
     return _numpy(model(x))
 
 
+def assert_same_variables(model, other):
+    """Every variable of `other` bit-equal to `model`'s, path by path (a layer
+    quantized in place and one built quantized order theirs differently)."""
+    mine = {v.path: v for v in model.variables}
+    theirs = {v.path: v for v in other.variables}
+    assert sorted(theirs) == sorted(mine)
+    for path, variable in mine.items():
+        np.testing.assert_array_equal(_numpy(theirs[path]), _numpy(variable), err_msg=path)
+
+
 def check_config(model):
     """`get_config()` survives JSON, `from_config` and Keras' serialisation.
 
@@ -81,18 +108,37 @@ def check_config(model):
     return again
 
 
-def check_keras_file(model, x, folder):
-    """A `.keras` file reloads the model with bit-equal outputs.
+def check_keras_file(model, x, outputs, folder):
+    """A `.keras` file (`safe_mode` on) reloads the model with the same config
+    and, for `x`, bit-equal `outputs` (or, with `outputs=None`, bit-equal
+    variables: the same config and variables give the same outputs).
 
     Returns:
         The reloaded model.
     """
     path = os.path.join(folder, f"{model.name}.keras")
     model.save(path)
-    loaded = keras.saving.load_model(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
     assert type(loaded) is type(model) and loaded.get_config() == model.get_config()
-    np.testing.assert_array_equal(outputs_of(loaded, x), outputs_of(model, x))
+    if outputs is None:
+        assert_same_variables(model, loaded)
+    else:
+        np.testing.assert_array_equal(outputs_of(loaded, x), outputs)
     return loaded
+
+
+def check_channels_first(family, model, x, outputs, **options):
+    """With Keras' global image format channels-first, the family builds and
+    gives the same outputs for the same NHWC images and weights: keras_vit's
+    models are channels-last whatever the global setting (keras-hub's
+    backbones instead take a `data_format` that follows it)."""
+    keras.config.set_image_data_format("channels_first")
+    try:
+        other = make_model(family, seed=None, **options)
+    finally:
+        keras.config.set_image_data_format("channels_last")
+    other.set_weights(model.get_weights())
+    np.testing.assert_allclose(outputs_of(other, x), outputs, rtol=1e-6, atol=1e-6)
 
 
 def check_export(model, x, folder, atol=EXPORT_ATOL, quantized=False):
@@ -111,33 +157,6 @@ def check_export(model, x, folder, atol=EXPORT_ATOL, quantized=False):
     return outputs, expected
 
 
-def run_model_test(family, **options):
-    """Build, config, `.keras` file, NumPy reference and export of a family.
-
-    Args:
-        family: a key of `tests.families.FAMILIES`.
-        **options: constructor arguments over the family's (e.g.
-            `include_top=False`).
-    """
-    model = make_model(family, **options)
-    x = images()
-    outputs = outputs_of(model, x)
-    assert outputs.shape == (2,) + tuple(model.output.shape[1:]) and np.isfinite(outputs).all()
-    check_config(model)
-    if FAMILIES[family].reference:
-        np.testing.assert_allclose(outputs, reference_outputs(model, x), rtol=0, atol=REFERENCE_ATOL)
-    with tempfile.TemporaryDirectory() as folder:
-        check_keras_file(model, x, folder)
-        check_export(model, x, folder)
-
-
-@functools.lru_cache(maxsize=None)
-def _float32_reference(family):
-    """The weights of a float32 model of `family` and its probabilities, once per process."""
-    model = make_model(family, classifier_activation="softmax")
-    return model.get_weights(), outputs_of(model, images())
-
-
 def _build_under(family, policy, how, **options):
     if how == "argument":
         return make_model(family, seed=None, dtype=policy, **options)
@@ -148,27 +167,7 @@ def _build_under(family, policy, how, **options):
         keras.config.set_dtype_policy("float32")
 
 
-def run_precision_test(family, policy, how="argument"):
-    """A family under a dtype policy, given as `dtype=` or as the global policy.
-
-    - the model's own policy is `policy` (so `compile` wraps the optimizer in
-      a `LossScaleOptimizer` for mixed_float16, and only then), and so is the
-      policy of every layer but one: the classifier's activation (layer
-      `predictions`) computes in float32 by design, so that probabilities come
-      out in float32 whatever the policy, as in keras.applications (keras-hub's
-      `run_precision_test` expects every layer and output in the compute dtype);
-    - the variables are in the policy's variable dtype;
-    - the outputs, float32, are close to the float32 model's with the same
-      weights (with `how="argument"`: the same layers either way);
-    - the config rebuilds the model under the same policy whatever the global one.
-
-    Args:
-        family: a key of `tests.families.FAMILIES`.
-        policy: "mixed_float16", "mixed_bfloat16" or "bfloat16".
-        how: "argument" (`dtype=policy`) or "global"
-            (`keras.config.set_dtype_policy(policy)` while the model is built).
-    """
-    model = _build_under(family, policy, how, classifier_activation="softmax")
+def _check_policies(model, policy):
     wanted = keras.DTypePolicy(policy)
     assert model.dtype_policy.name == policy
     for layer in model._flatten_layers(include_self=False):
@@ -180,21 +179,60 @@ def run_precision_test(family, policy, how="argument"):
         assert (layer.compute_dtype, layer.variable_dtype) == (wanted.compute_dtype, wanted.variable_dtype), layer.name
     for variable in model.weights:
         assert keras.backend.standardize_dtype(variable.dtype) == wanted.variable_dtype, variable.path
-    if how == "argument":  # the same layers either way: their numerics once
-        weights, expected = _float32_reference(family)
-        model.set_weights(weights)
-        outputs = outputs_of(model, images())
-        assert outputs.dtype == "float32"
-        np.testing.assert_allclose(outputs, expected, atol=PRECISION_ATOL[policy])
-    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="sparse_categorical_crossentropy")
-    scaled = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
-    assert scaled == (policy == "mixed_float16"), type(model.optimizer).__name__
-    again = type(model).from_config(model.get_config())
-    assert again.dtype_policy.name == policy
-    assert again.get_layer("encoderblock_0").compute_dtype == wanted.compute_dtype
 
 
-def _quantized_layers(model):
+def _softmax(logits):
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def check_precision(family, weights, x, logits, **options):
+    """The family under each policy of `PRECISION_ATOL`, as `dtype=` and as the global policy.
+
+    - the model's own policy is the policy (so `compile` wraps the optimizer
+      in a `LossScaleOptimizer` for mixed_float16, and only then), and so is
+      the policy of every layer but one: the classifier's activation (layer
+      `predictions`) computes in float32 by design, so that probabilities
+      come out in float32 whatever the policy, as in keras.applications
+      (keras-hub's `run_precision_test` expects every layer and output in
+      the compute dtype);
+    - the variables are in the policy's variable dtype;
+    - the config rebuilds the model under the same policy whatever the
+      global one;
+    - under `PRECISION_OUTPUTS`, the probabilities, float32, are close to
+      the softmax of the float32 model's `logits` with the same `weights`
+      (`dtype=` and the global policy build the same layers: once), for a
+      model with its classifier.
+
+    Args:
+        family: a key of `tests.families.FAMILIES`.
+        weights: the float32 model's weights (`get_weights()`).
+        x: images; `logits`: the float32 model's outputs for them.
+        **options: constructor arguments over the family's.
+    """
+    head = options.get("include_top", True)
+    if head:
+        options = dict(options, classifier_activation="softmax")
+    for policy in PRECISION_ATOL:
+        for how in ("global", "argument"):
+            model = _build_under(family, policy, how, **options)
+            _check_policies(model, policy)
+            model.compile(optimizer=keras.optimizers.SGD(0.01), loss="sparse_categorical_crossentropy")
+            scaled = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+            assert scaled == (policy == "mixed_float16"), (how, type(model.optimizer).__name__)
+            if how == "global":  # rebuilt under float32: the config holds the policy
+                again = type(model).from_config(model.get_config())
+                assert again.dtype_policy.name == policy
+                assert again.get_layer("encoderblock_0").compute_dtype == keras.DTypePolicy(policy).compute_dtype
+        if policy in PRECISION_OUTPUTS and head:
+            model.set_weights(weights)
+            outputs = outputs_of(model, x)
+            assert outputs.dtype == "float32"
+            np.testing.assert_allclose(outputs, _softmax(logits), atol=PRECISION_ATOL[policy], err_msg=policy)
+
+
+def quantized_layers(model):
+    """`{layer path: quantization mode}` of the layers Keras quantizes."""
     return {
         layer.path: layer.quantization_mode
         for layer in model._flatten_layers(include_self=False)
@@ -215,48 +253,78 @@ def quantize(model, mode):
     """`model.quantize(mode)`, without Keras' garbage collections.
 
     Keras runs a full collection each time a layer drops a variable; in a
-    test process holding three backends' objects each takes up to a second,
-    for tiny models whose memory does not matter.
+    test process holding many models each takes up to a second, for tiny
+    models whose memory does not matter.
     """
     with mock.patch.object(gc, "collect"):
         model.quantize(mode)
 
 
-def run_quantization_test(family, mode):
-    """`model.quantize(mode)`, then predict, `.keras` file, preset and export.
+def check_quantization(family, model, mode, x, logits, folder):
+    """`model.quantize(mode)` in place, then predict, config, `.keras` file, preset and export.
 
-    - every Dense and EinsumDense layer is quantized (Keras leaves the
-      convolutions of hybrids float), and the outputs move, but not far;
+    - every Dense and EinsumDense layer is quantized and nothing else (Keras
+      leaves the convolutions of hybrids and the norms float), and the
+      outputs move, but not far;
     - the config holds each quantized layer's policy (a `DTypePolicyMap`)
       and rebuilds the layers quantized;
-    - a `.keras` file and a preset (`save_to_preset`, `keras_vit.from_preset`)
-      of the reloaded model give bit-equal outputs;
-    - the reloaded model exports with `predict`'s outputs.
+    - a `.keras` file reloads the quantized model (bit-equal outputs for
+      int8, bit-equal variables for float8); so does a preset
+      (`save_to_preset`, `keras_vit.from_preset`; bit-equal variables);
+    - for the family of `QUANTIZED_EXPORT[mode]`, the quantized model
+      exports with `predict`'s outputs.
 
     Args:
-        family: a key of `tests.families.FAMILIES`.
+        family: the key of `tests.families.FAMILIES` the float32 `model` is of.
         mode: "int8" or "float8".
+        x: images; `logits`: the float32 model's outputs for them.
+        folder: where to write the files.
     """
-    model = make_model(family)
-    x = images(3)
-    reference = outputs_of(model, x)
     quantize(model, mode)
-    layers = _quantized_layers(model)
+    layers = quantized_layers(model)
     assert layers and set(layers.values()) == {mode}, layers
     others = [layer.path for layer in model._flatten_layers() if layer.quantization_mode and layer.path not in layers]
     assert not others, others
     outputs = outputs_of(model, x)
-    error = np.linalg.norm(outputs - reference) / np.linalg.norm(reference)
-    assert 0 < error < QUANTIZATION_ERROR[mode], error
+    error = np.linalg.norm(outputs - logits) / np.linalg.norm(logits)
+    assert 0 < error < QUANTIZATION_ERROR[mode], (mode, error)
     policy = keras.dtype_policies.deserialize(model.get_config()["dtype"])
     assert isinstance(policy, keras.dtype_policies.DTypePolicyMap) and set(policy) == set(layers)
-    assert _quantized_layers(check_config(model)) == layers
+    assert quantized_layers(check_config(model)) == layers
+    loaded = check_keras_file(model, x, outputs if mode == "int8" else None, folder)
+    assert quantized_layers(loaded) == layers
+    preset = os.path.join(folder, f"preset_{mode}")
+    model.save_to_preset(preset)
+    again = keras_vit.from_preset(preset)
+    assert again.get_config() == model.get_config() and quantized_layers(again) == layers
+    assert_same_variables(model, again)
+    if QUANTIZED_EXPORT[mode] == family:
+        _check_exported(*check_export(model, x, folder, atol=None, quantized=True))
+
+
+def run_model_test(family, **options):
+    """Every check of the contract on one family, sharing its model and outputs.
+
+    Args:
+        family: a key of `tests.families.FAMILIES`.
+        **options: constructor arguments over the family's (e.g.
+            `include_top=False`).
+    """
+    model = make_model(family, **options)
+    x = images(3)
+    logits = outputs_of(model, x)
+    assert logits.shape == (len(x),) + tuple(model.output.shape[1:]) and np.isfinite(logits).all()
+    check_config(model)
+    if FAMILIES[family].reference:
+        np.testing.assert_allclose(logits, reference_outputs(model, x), rtol=0, atol=REFERENCE_ATOL)
+    check_channels_first(family, model, x, logits, **options)
+    weights = model.get_weights()
     with tempfile.TemporaryDirectory() as folder:
-        loaded = check_keras_file(model, x, folder)
-        assert _quantized_layers(loaded) == layers
-        preset = os.path.join(folder, "preset")
-        loaded.save_to_preset(preset)
-        again = keras_vit.from_preset(preset)
-        assert _quantized_layers(again) == layers
-        np.testing.assert_array_equal(outputs_of(again, x), outputs)
-        _check_exported(*check_export(loaded, x, folder, atol=None, quantized=True))
+        check_keras_file(model, x, logits, folder)
+        check_export(model, x, folder)
+        check_precision(family, weights, x, logits, **options)
+        for mode in QUANTIZATION_ERROR:
+            if mode != "int8":  # a float model again, with the same weights
+                model = make_model(family, seed=None, **options)
+                model.set_weights(weights)
+            check_quantization(family, model, mode, x, logits, folder)

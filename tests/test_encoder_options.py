@@ -13,6 +13,7 @@ import pytest
 import keras_vit
 import reference
 from conftest import TINY, to_numpy
+from families import make_model
 from keras_vit import export, pretraining
 from keras_vit.weights.mapping import model_state
 
@@ -29,11 +30,8 @@ OPTIONS = {
 
 
 def _model(options, **extra):
-    model = keras_vit.ViT(**TINY, classes=5, classifier_activation=None, **options, **extra)
-    rng = np.random.default_rng(0)
-    for v in model.weights:  # norms, tokens and heads start at one or zero
-        v.assign(np.asarray(v) + rng.normal(0, 0.3, v.shape).astype("float32"))
-    return model
+    """A two-block ViT of the registry (tests/families.py) with `options`, every weight moved."""
+    return make_model("vit", num_layers=2, classes=5, scale=0.3, **options, **extra)
 
 
 def _images(n=2, size=32):

@@ -14,6 +14,7 @@ import keras
 import numpy as np
 import pytest
 from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared, to_numpy
+from families import BASE, OPTIONS, make_model
 
 import keras_vit
 from keras_vit import cli, export, serving
@@ -25,26 +26,17 @@ FORMATS = export.BACKEND_FORMATS.get(BACKEND, ())
 # "options": the architecture options of later checkpoints (DeiT's
 # distillation token and averaged heads, register tokens, LayerScale, no
 # q/k/v bias) in one model.
-FAMILIES = ("vit", "hybrid", "options")
-OPTIONS = dict(distillation_token=True, num_register_tokens=2, layer_scale_init=0.1, qkv_bias=False)
+# The models exported, from the registry (tests/families.py): "options" is
+# DeiT (distillation token, averaged heads) with the options of later
+# checkpoints (register tokens, LayerScale, no q/k/v bias) in one model.
+MODELS = {"vit": ("vit", {}), "hybrid": ("hybrid", {}), "options": ("deit", OPTIONS)}
+FAMILIES = tuple(MODELS)
 ATOL = 1e-4
 
 
-def _model(family, **overrides):
-    config = dict(TINY, classes=10, classifier_activation=None, **overrides)
-    if family == "hybrid":
-        # Stem only (stride 4) with 2x2 patches: a 4x4 grid at 32 px.
-        model = keras_vit.ViTHybrid(resnet_layers=(), resnet_width=0.5, **dict(config, patch_size=2))
-    elif family == "options":
-        model = keras_vit.ViT(**config, **OPTIONS)
-    else:
-        model = keras_vit.ViT(**config)
-    # The official heads start at zero; random values make every logit count.
-    rng = np.random.default_rng(1)
-    for head in [layer for layer in model.layers if layer.name in ("head", "head_dist")]:
-        head.kernel.assign(rng.normal(size=head.kernel.shape).astype("float32"))
-        head.bias.assign(rng.normal(size=head.bias.shape).astype("float32"))
-    return model
+def _model(name):
+    family, options = MODELS[name]
+    return make_model(family, **options)
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +89,7 @@ def test_onnx_projection_weights_are_initializers(artifacts):
     on_weights = [n for n in graph.node if n.op_type in ("MatMul", "Gemm") and n.input[1] in weights]
     # Per block: query, key and value (tf2onnx merges the three into one
     # product), out and the two MLP layers; plus the patch embedding and head.
-    assert len(on_weights) >= 4 * TINY["num_layers"] + 2, len(on_weights)
+    assert len(on_weights) >= 4 * BASE["num_layers"] + 2, len(on_weights)
 
 
 @pytest.mark.parametrize("format", FORMATS)

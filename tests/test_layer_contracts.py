@@ -1,16 +1,19 @@
 """Every keras_vit layer against two layer contracts, and under a channels-first Keras.
 
+- keras_vit's (`harness.run_layer_test`), on every case of `CASES`: outputs
+  equal to `compute_output_shape`, config round trips, `.keras` saving
+  inside a model, outputs close to float32's under mixed_float16 and
+  mixed_bfloat16 on every backend, and a gradient reaching every weight.
+  The layers of `OWN_CONTRACT` pass it in the named file.
 - Keras' own harness, `keras.src.testing.TestCase.run_layer_test`, which Keras
-  runs on its layers: config and serialisation round trips, build with the
+  runs on its layers, on one case of every public layer class
+  (`KERAS_CASES`): config and serialisation round trips, build with the
   expected number of weights (given explicitly below), symbolic and eager
   calls, a compiled training step, and the output and weight dtypes under
-  mixed_float16 (which it skips on torch's CPU).
-- keras_vit's (`harness.run_layer_test`): outputs equal to
-  `compute_output_shape`, `.keras` saving inside a model, outputs close to
-  float32's under mixed_float16 and mixed_bfloat16 on every backend, and a
-  gradient reaching every weight.
+  mixed_float16 (which Keras skips on torch's CPU, where keras_vit's
+  harness checks them).
 - With `keras.config.set_image_data_format("channels_first")`, every layer
-  still takes and gives NHWC maps, with the same outputs: keras_vit's
+  class still takes and gives NHWC maps, with the same outputs: keras_vit's
   layers are channels-last whatever the global setting.
 
 The numerics of each layer are tested against NumPy in test_layers.py and
@@ -18,15 +21,21 @@ test_resnet_layers.py.
 """
 
 import collections
+import importlib
+import inspect
+import pkgutil
 
 import keras
 import numpy as np
 import pytest
 from keras.src import testing
 
+import keras_vit.layers
 from harness import run_layer_test
 from keras_vit import layers
+from keras_vit.layers.norms import RMSNorm
 from keras_vit.layers.qk_norm import QKNorm
+from keras_vit.layers.rotary import RotaryEmbedding
 
 RNG = np.random.default_rng(0)
 
@@ -122,16 +131,16 @@ CASES = {
     ),
 }
 
-# Layers with several inputs or outputs, which keras_vit's single-tensor
-# harness cannot drive: Keras' harness runs on them below, and the rest of
-# their contract (`.keras` saving, mixed precision, gradients) is tested in
-# the named file.
-MULTI_CASES = {
-    # Stride 8 to 4, 8, 16: one deconvolution (kernel, bias), then per
-    # level a lateral and an output convolution and their LayerNorms (6).
+# Layers whose contract keras_vit's single-tensor harness cannot drive (several
+# inputs or outputs; outputs in float32 whatever the policy) or that pass it
+# in the named file: Keras' harness and the channels-first check run on them
+# here.
+OTHER_CASES = {
+    # Stride 8 to 4 and 16: a deconvolution (kernel, bias) then a max pool;
+    # per level a lateral and an output convolution and their LayerNorms (6).
     "SimpleFeaturePyramid": Case(
-        lambda **kw: layers.SimpleFeaturePyramid(input_stride=8, out_channels=4, strides=(4, 8, 16), **kw),
-        _normal(2, 4, 6, 8), [(2, 8, 12, 4), (2, 4, 6, 4), (2, 2, 3, 4)], (20, 0, 0),
+        lambda **kw: layers.SimpleFeaturePyramid(input_stride=8, out_channels=4, strides=(4, 16), **kw),
+        _normal(2, 4, 6, 8), [(2, 8, 12, 4), (2, 2, 3, 4)], (14, 0, 0),
     ),
     "TokenGrid": Case(
         lambda **kw: layers.TokenGrid(2, **kw),
@@ -142,22 +151,53 @@ MULTI_CASES = {
         lambda **kw: QKNorm(**kw), {"query_shape": (2, 5, 2, 4), "key_shape": (2, 3, 2, 4)},
         ((2, 5, 2, 4), (2, 3, 2, 4)), (4, 0, 0),
     ),
+    "RMSNorm": Case(lambda **kw: RMSNorm(epsilon=1e-5, **kw), _normal(2, 5, 8), (2, 5, 8), (1, 0, 0)),
+    # The learned frequencies of the "mixed" variant; the tables are float32
+    # whatever the policy.
+    "RotaryEmbedding": Case(
+        lambda **kw: RotaryEmbedding(head_dim=8, variant="mixed", depth=2, num_heads=2, seed=0, **kw),
+        _normal(2, 2, 3, 16), (2, 2, 6, 2, 8), (1, 0, 0),
+    ),
 }
-OWN_CONTRACT = {"SimpleFeaturePyramid": "test_pyramid.py", "TokenGrid": "test_forward.py", "QKNorm": "test_qk_norm.py"}
+OWN_CONTRACT = {
+    "SimpleFeaturePyramid": "test_pyramid.py",
+    "TokenGrid": "test_forward.py",
+    "QKNorm": "test_qk_norm.py",
+    "RMSNorm": "test_norms.py",
+    "RotaryEmbedding": "test_rotary.py",
+}
+ALL_CASES = {**CASES, **OTHER_CASES}
+# One case of each layer class for Keras' harness and the channels-first
+# check: the one with the most weights.
+KERAS_CASES = sorted(
+    {
+        "Patches", "PatchEncoder-distillation-registers", "MultiHeadSelfAttention-qk-norm", "MlpBlock",
+        "SwiGluMlp", "TransformerBlock-layer-scale", "TokenPooling-token", "PatchDropout", "MapHead",
+        "StdConv2D", "GroupNorm", "MaxPool2D", "BottleneckUnit", "ResNetStage", *OTHER_CASES,
+    }
+)
 
 
-class _KerasTestCase(testing.TestCase):
-    """Keras' `TestCase`, to call its harness from pytest functions."""
-
-    def runTest(self):
-        pass
+def _public_layers():
+    """The public `keras.layers.Layer` classes defined in `keras_vit.layers`'s modules."""
+    found = set()
+    for module in pkgutil.iter_modules(keras_vit.layers.__path__):
+        module = importlib.import_module(f"keras_vit.layers.{module.name}")
+        for name, value in vars(module).items():
+            if (
+                inspect.isclass(value) and issubclass(value, keras.layers.Layer)
+                and value.__module__ == module.__name__ and not name.startswith("_")
+            ):
+                found.add(name)
+    return found
 
 
 def test_every_layer_has_a_case():
-    exported = {name for name in layers.__all__ if isinstance(getattr(layers, name), type)}
-    covered = {case.split("-")[0] for case in {**CASES, **MULTI_CASES}}
-    assert exported | {"QKNorm"} <= covered, f"layers without a contract test: {sorted(exported - covered)}"
-    assert set(MULTI_CASES) == set(OWN_CONTRACT)
+    classes = {case.split("-")[0] for case in KERAS_CASES}
+    assert len(classes) == len(KERAS_CASES), "one case per class for Keras' harness"
+    missing = _public_layers() - classes
+    assert not missing, f"layers without a contract test: {sorted(missing)}"
+    assert {case.split("-")[0] for case in CASES} | set(OWN_CONTRACT) == classes
 
 
 # The key norm's offset shifts every logit of a query alike, as a key bias:
@@ -173,10 +213,24 @@ def test_layer_contract(case):
     assert np.all(np.isfinite(outputs))
 
 
-@pytest.mark.parametrize("case", sorted({**CASES, **MULTI_CASES}))
+class _KerasTestCase(testing.TestCase):
+    """Keras' `TestCase`, to call its harness from pytest functions."""
+
+    __test__ = False
+
+    def runTest(self):
+        pass
+
+
+@pytest.mark.parametrize("case", KERAS_CASES)
 def test_keras_layer_harness(case):
-    make_layer, inputs, expected_shape, (trainable, non_trainable, variables) = {**CASES, **MULTI_CASES}[case]
+    make_layer, inputs, expected_shape, (trainable, non_trainable, variables) = ALL_CASES[case]
     data = dict(input_shape=inputs) if isinstance(inputs, dict) else dict(input_data=inputs)
+    # Keras' training step calls the layer on one input (a layer of two inputs
+    # is trained inside the attention: the "qk-norm" case), and on tensorflow
+    # its generator of `(inputs, outputs)` refuses a list of outputs (the
+    # layers' own tests train them on every backend).
+    several = isinstance(inputs, dict) or (keras.backend.backend() == "tensorflow" and isinstance(expected_shape, list))
     _KerasTestCase().run_layer_test(
         make_layer,
         init_kwargs={},
@@ -184,9 +238,7 @@ def test_keras_layer_harness(case):
         expected_num_trainable_weights=trainable,
         expected_num_non_trainable_weights=non_trainable,
         expected_num_non_trainable_variables=variables,
-        # Keras' training step calls the layer on one input: a layer of two
-        # inputs is trained inside the attention (the "qk-norm" case).
-        run_training_check=not isinstance(inputs, dict),
+        run_training_check=not several,
         **data,
     )
 
@@ -198,11 +250,11 @@ def _inputs(case):
     return inputs if isinstance(inputs, list) else [inputs]
 
 
-@pytest.mark.parametrize("case", sorted({**CASES, **MULTI_CASES}))
+@pytest.mark.parametrize("case", KERAS_CASES)
 def test_channels_first_changes_nothing(case):
     """Under a channels-first Keras the layer takes the same NHWC inputs and
     gives the same outputs (with the same weights)."""
-    case = {**CASES, **MULTI_CASES}[case]
+    case = ALL_CASES[case]
     inputs = _inputs(case)
     call = (lambda layer: layer(*inputs)) if isinstance(case.inputs, dict) else (
         lambda layer: layer(inputs if len(inputs) > 1 else inputs[0]))

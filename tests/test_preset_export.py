@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import TINY, to_numpy
+from conftest import to_numpy
+from families import make_model
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.preprocessing import Preprocessing
 
@@ -29,28 +30,15 @@ def _images(size=32, batch=2):
     return np.random.default_rng(0).uniform(-1, 1, (batch, size, size, 3)).astype("float32")
 
 
-def _randomized(model, seed=0):
-    """Every weight random (the head and tokens are zeros at init)."""
-    rng = np.random.default_rng(seed)
-    for v in model.weights:
-        v.assign(np.asarray(v) + rng.normal(0, 0.2, v.shape).astype("float32"))
-    return model
-
-
 def _model(kind, **extra):
-    args = dict(TINY, classes=3, classifier_activation=None, class_names=NAMES, preprocessing=PREP)
-    args.update(MODELS[kind], **extra)
-    return _randomized(keras_vit.ViT(**args))
+    """A ViT of the registry (tests/families.py) with two blocks and `MODELS[kind]`."""
+    options = dict(MODELS[kind], **extra)
+    return make_model("vit", num_layers=2, classes=3, class_names=NAMES, preprocessing=PREP, **options)
 
 
 @pytest.mark.parametrize("kind", ["plain", "distilled-cls-head", "registers-gap", "hybrid"])
 def test_keras_vit_preset_reloads_exactly(tmp_path, kind):
-    if kind == "hybrid":
-        model = _randomized(keras_vit.ViTHybrid(resnet_layers=(), resnet_width=0.5, image_size=32,
-                                                patch_size=2, hidden_size=16, num_layers=1, num_heads=2,
-                                                mlp_dim=32, classes=3, class_names=NAMES))
-    else:
-        model = _model(kind)
+    model = make_model("hybrid", classes=3, class_names=NAMES) if kind == "hybrid" else _model(kind)
     model.save_to_preset(tmp_path)
     assert sorted(os.listdir(tmp_path)) == ["config.json", "metadata.json", "model.weights.h5"]
     again = keras_vit.from_preset(tmp_path)
@@ -116,8 +104,7 @@ def test_transformers_export_loads_strictly_with_equal_logits(tmp_path, auto_mod
         (lambda: _model("plain", layer_scale_init=0.1), "layer_scale_init=0.1"),
         (lambda: _model("plain", mlp_activation="quick_gelu"), "mlp_activation='quick_gelu'"),
         (lambda: _model("plain", patch_bias=False), "patch_bias=False"),
-        (lambda: keras_vit.ViTHybrid(resnet_layers=(), resnet_width=0.5, image_size=32, patch_size=2,
-                                     hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, classes=3), "hybrid"),
+        (lambda: make_model("hybrid", seed=None), "hybrid"),
     ],
 )
 def test_transformers_export_refuses_what_it_cannot_hold(tmp_path, build, match):

@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import pytest
 from conftest import DEIT_NPZ, imagenet_preprocess, requires_shared
-from families import make_model
+from families import OPTIONS, make_model
 
 import keras_vit
 from keras_vit import cli, export
@@ -44,7 +44,7 @@ def test_int8_keeps_the_real_weights_top1():
 @pytest.mark.parametrize("format", export.QUANTIZED_FORMATS.get(BACKEND, ()))
 def test_quantized_model_exports(format, tmp_path):
     keras.utils.set_random_seed(0)  # the same weights whatever ran before on this worker
-    model = make_model("options")
+    model = make_model("deit", **OPTIONS)
     model.quantize("int8")
     x = np.random.default_rng(0).normal(size=(3, 32, 32, 3)).astype("float32")
     with warnings.catch_warnings(record=True) as caught:
@@ -87,7 +87,7 @@ def _int8_operations(path, format):
 def test_one_call_int8_export(format, tmp_path):
     """The float graph quantized by ONNX Runtime / NNCF; the report is recomputed
     from the float32 and int8 artifacts run in the runtime."""
-    model = make_model("options")
+    model = make_model("deit", **OPTIONS)
     x = np.random.default_rng(0).normal(size=(6, 32, 32, 3)).astype("float32")
     path = model.export(str(tmp_path / f"int8{export.SUFFIXES[format]}"), format=format,
                         quantize="int8", sample_images=x)
@@ -110,7 +110,7 @@ def test_one_call_int8_export(format, tmp_path):
 
 
 def test_one_call_int8_refusals(tmp_path):
-    model = make_model("options")
+    model = make_model("deit", **OPTIONS)
     with pytest.raises(ValueError, match=r"drives for \('onnx', 'openvino'\)"):
         export.export_model(model, str(tmp_path / "m"), "tf_saved_model", quantize="int8")
     with pytest.raises(ValueError, match=r"`quantize` must be None or one of \('int8',\)"):
@@ -129,7 +129,7 @@ def test_one_call_int8_refusals(tmp_path):
 
 def test_cli_int8_export_reports_agreement(tmp_path, capsys):
     saved = str(tmp_path / "tiny.keras")
-    make_model("options").save(saved)
+    make_model("deit", **OPTIONS).save(saved)
     output = str(tmp_path / "tiny.int8.onnx")
     status = cli.main(["export", saved, "--format", "onnx", "--output", output,
                        "--quantize", "int8", "--samples", "4"])

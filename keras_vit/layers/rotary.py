@@ -535,6 +535,11 @@ class RotaryEmbedding(keras.layers.Layer):
             return (2, self.depth, patches, self.num_heads, self.head_dim)
         return (2, patches, self.head_dim)
 
+    def compute_output_spec(self, inputs):
+        # The tables are float32 whatever the compute dtype (`apply_rotary`
+        # casts them where they are used).
+        return keras.KerasTensor(self.compute_output_shape(inputs.shape), dtype="float32")
+
     def get_config(self):
         config = super().get_config()
         config.update(
