@@ -365,6 +365,11 @@ def _refuse_options(config, exported=EXPORTED_OPTIONS, holder="it"):
 def _export_family(config):
     """`(family module, architecture)` of the first family that recognises the
     model config (its options checked), or `(None, None)`."""
+    if config.get("projection_dim") is not None or config.get("l2_normalize", False):
+        raise _refuse(
+            "an embedding head (projection_dim, l2_normalize: a zero-shot classifier of an "
+            "image-text model); save it with format='keras_vit'"
+        )
     for family in EXPORT_FAMILIES:
         architecture = family.export_architecture(config)
         if architecture is not None:

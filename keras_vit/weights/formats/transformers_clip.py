@@ -19,7 +19,8 @@ Facts about the files (`save_pretrained`; `model_type` "clip_vision_model"):
   without bias: `image_embeds` = visual_projection(pooler_output). keras_vit
   holds it as its head (`classes = projection_dim`, no activation) whose
   bias is zero.
-- A two-tower `CLIPModel` directory (`model_type` "clip") holds the vision
+- A two-tower `CLIPModel` directory (`model_type` "clip"; MetaCLIP 2's
+  `MetaClip2Model`, "metaclip_2", alike) holds the vision
   config under `vision_config` and `projection_dim` at the top, the same
   vision tensors under `vision_model.` and `visual_projection.weight`, and
   the text tower (`text_model.`, `text_projection.weight`, `logit_scale`):
@@ -48,10 +49,11 @@ from keras_vit.weights.formats.transformers_common import (
 )
 from keras_vit.weights.rules import RuleTable
 
-MODEL_TYPES = ("clip_vision_model", "clip")
+MODEL_TYPES = ("clip_vision_model", "clip", "metaclip_2")
 ARCHITECTURES = ("CLIPVisionModel", "CLIPVisionModelWithProjection")
-# The two-tower model, read for its vision tower and projection.
-TWO_TOWERS = "CLIPModel"
+# The two-tower models, read for their vision tower and projection
+# (MetaCLIP 2's tensors and config are CLIP's).
+TWO_TOWERS = ("CLIPModel", "MetaClip2Model")
 PREFIX = "vision_model."
 _L = "encoder.layers.{i}."
 # The blocks of CLIP and SigLIP (same names).
@@ -100,8 +102,10 @@ def _unsupported(message):
 
 
 def _architecture(config):
-    known = ARCHITECTURES + (TWO_TOWERS,)
-    architecture = (config.get("architectures") or [known[2 if "vision_config" in config else 0]])[0]
+    known = ARCHITECTURES + TWO_TOWERS
+    two_towers = TWO_TOWERS[config.get("model_type") == "metaclip_2"]
+    default = two_towers if "vision_config" in config else known[0]
+    architecture = (config.get("architectures") or [default])[0]
     if architecture not in known:
         raise _unsupported(f"architecture must be one of {known}. Received: {architecture!r}")
     return architecture

@@ -41,6 +41,11 @@ then fills that grid); with another patch budget, no size.
 The patch channels are not in the tensor's shape, so only 3-channel towers
 load.
 
+A two-tower `Siglip2Model` directory (`model_type` "siglip2") holds the
+vision config under `vision_config` and the same vision tensors under
+`vision_model.`; its text tower, logit scale and bias are ignored here
+(`transformers_image_text` reads them).
+
 Written back (`save_to_preset(format="transformers")`): a model that ends in
 a MAP head without a class token, with `position_interpolation="siglip2"`
 (what tells it from a SigLIP one), a square grid and 3 channels, as
@@ -56,13 +61,15 @@ import dataclasses
 
 from keras_vit.weights import canonical as C
 from keras_vit.weights.formats import transformers_siglip
-from keras_vit.weights.formats.transformers_common import pair, refuse, square, tower_config
+from keras_vit.weights.formats.transformers_common import pair, refuse, square, tower_config, vision_config
 from keras_vit.weights.posemb import square_grid
 from keras_vit.weights.record import Preprocessing
 from keras_vit.weights.rules import RuleTable
 
-MODEL_TYPES = ("siglip2_vision_model",)
+MODEL_TYPES = ("siglip2_vision_model", "siglip2")
 ARCHITECTURES = ("Siglip2VisionModel",)
+# The two-tower model, read for its vision tower (its `vision_config`).
+TWO_TOWERS = "Siglip2Model"
 PREFIX = transformers_siglip.PREFIX
 BODY = (
     ("embeddings.position_embedding.weight", C.POSEMB, "batch"),
@@ -71,7 +78,12 @@ BODY = (
     # Blocks, final norm and MAP head are SigLIP's.
     *(rule for rule in transformers_siglip.BODY if not rule[0].startswith("embeddings.")),
 )
-IGNORED = {}
+# Keys ignored by their end or their start: the rest of a two-tower model.
+IGNORED = {
+    "text_model.": "the text tower of a Siglip2Model",
+    "logit_scale": "the image-text logit scale of a Siglip2Model",
+    "logit_bias": "the image-text logit bias of a Siglip2Model",
+}
 
 
 def _unsupported(message):
@@ -97,9 +109,11 @@ def model_arguments(config):
     >>> args["image_size"], args["pooling"], args["position_interpolation"]
     ((256, 256), 'map', 'siglip2')
     """
-    architecture = (config.get("architectures") or [ARCHITECTURES[0]])[0]
-    if architecture not in ARCHITECTURES:
-        raise _unsupported(f"architecture must be one of {ARCHITECTURES}. Received: {architecture!r}")
+    known = ARCHITECTURES + (TWO_TOWERS,)
+    architecture = (config.get("architectures") or [known["vision_config" in config]])[0]
+    if architecture not in known:
+        raise _unsupported(f"architecture must be one of {known}. Received: {architecture!r}")
+    config = vision_config(config, {})
     channels = config.get("num_channels", 3)
     if channels != 3:
         raise _unsupported(

@@ -1,0 +1,121 @@
+"""Two-tower image-text checkpoints as transformers writes them, built
+offline: a tiny model made at random by transformers for each family (CLIP,
+MetaCLIP 2, SigLIP, SigLIP 2) with a small tokenizer trained here (a
+byte-level BPE for CLIP and MetaCLIP 2 with transformers' `CLIPTokenizer`,
+a SentencePiece model from `sentencepiece`'s trainer for SigLIP, a
+Gemma-style BPE with transformers' `Siglip2Tokenizer` for SigLIP 2) and the
+family's image processor, saved with `save_pretrained` into one folder.
+
+`image_text_dir(family)` builds each folder once per process (a cache), so
+every test module reuses them.
+"""
+
+import functools
+import io
+import math
+import os
+import tempfile
+
+from hub_dirs import randomise_torch
+
+FAMILIES = ("clip", "metaclip_2", "siglip", "siglip2")
+# Texts the tokenizers are trained on: the words of the tests' prompts.
+CORPUS = [
+    "a photo of a cat.", "a photo of a dog.", "a bad photo of the airplane.",
+    "an origami frog.", "a photo of many birds.", "itap of a car.", "a sculpture of a ship.",
+    "a cartoon truck.", "a rendering of a horse.", "art of the deer.", "a photo of a coffee cup.",
+    "a photo of an astronaut.", "a close-up photo of a rocket.", "a photo of the small bird.",
+    "this is a photo of a cat.", "a blurry photo of a person.", "a drawing of the moon.",
+] * 3
+VISION = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, patch_size=8)
+TEXT = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2)
+IMAGE_SIZE = 32
+
+
+def _clip_tokenizer(transformers):
+    return transformers.CLIPTokenizer().train_new_from_iterator(CORPUS, vocab_size=300)
+
+
+def _siglip_tokenizer(transformers, folder):
+    import sentencepiece
+
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(CORPUS), model_writer=model, vocab_size=90, model_type="unigram",
+        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, pad_piece="<pad>", eos_piece="</s>",
+        unk_piece="<unk>", hard_vocab_limit=False, minloglevel=2,
+    )
+    path = os.path.join(folder, "spiece.model")
+    with open(path, "wb") as f:
+        f.write(model.getvalue())
+    return transformers.SiglipTokenizer(path)
+
+
+def _siglip2_tokenizer(transformers):
+    return transformers.Siglip2Tokenizer().train_new_from_iterator(CORPUS, vocab_size=200)
+
+
+def _config(transformers, family, tokenizer):
+    ids = dict(vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
+               pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id)
+    vision = dict(VISION, image_size=IMAGE_SIZE)
+    if family in ("clip", "metaclip_2"):
+        text = dict(TEXT, max_position_embeddings=24, **ids)
+        config_class = transformers.CLIPConfig if family == "clip" else transformers.MetaClip2Config
+        return config_class(text_config=text, vision_config=vision, projection_dim=12)
+    # SigLIP's texts are padded to 64 tokens.
+    text = dict(TEXT, max_position_embeddings=64, projection_size=12, **ids)
+    if family == "siglip":
+        return transformers.SiglipConfig(text_config=text, vision_config=vision)
+    vision.pop("image_size")
+    vision["num_patches"] = (IMAGE_SIZE // VISION["patch_size"]) ** 2
+    return transformers.Siglip2Config(text_config=text, vision_config=vision)
+
+
+def _image_processor(transformers, family):
+    if family in ("clip", "metaclip_2"):
+        return transformers.CLIPImageProcessor(size={"shortest_edge": IMAGE_SIZE},
+                                               crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    if family == "siglip":
+        return transformers.SiglipImageProcessor(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    return transformers.Siglip2ImageProcessor(
+        patch_size=VISION["patch_size"], max_num_patches=(IMAGE_SIZE // VISION["patch_size"]) ** 2
+    )
+
+
+MODELS = {"clip": "CLIPModel", "metaclip_2": "MetaClip2Model", "siglip": "SiglipModel",
+          "siglip2": "Siglip2Model"}
+
+
+def build(family, folder, seed):
+    """Writes a random two-tower `family` checkpoint to `folder`; returns the
+    torch model (eval mode) and its tokenizer."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    if family in ("clip", "metaclip_2"):
+        tokenizer = _clip_tokenizer(transformers)
+    elif family == "siglip":
+        tokenizer = _siglip_tokenizer(transformers, folder)
+    else:
+        tokenizer = _siglip2_tokenizer(transformers)
+    model = getattr(transformers, MODELS[family])(_config(transformers, family, tokenizer))
+    model = randomise_torch(model, seed)
+    with torch.no_grad():
+        # Scores that use the sigmoid's and softmax's range: neither saturated nor flat.
+        model.logit_scale.fill_(math.log(8.0 + seed))
+        if hasattr(model, "logit_bias"):
+            model.logit_bias.fill_(0.25)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    _image_processor(transformers, family).save_pretrained(folder)
+    return model, tokenizer
+
+
+@functools.lru_cache(maxsize=None)
+def image_text_dir(family):
+    """`(folder, torch model, transformers tokenizer)` of `family`, built once."""
+    folder = tempfile.mkdtemp(prefix=f"keras_vit_{family}_")
+    model, tokenizer = build(family, folder, FAMILIES.index(family))
+    return folder, model, tokenizer
