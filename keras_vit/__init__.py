@@ -5,7 +5,7 @@ Works unchanged on the jax, tensorflow and torch backends (`KERAS_BACKEND`).
 
 import sys
 
-from keras_vit import architectures, layers, pretraining
+from keras_vit import architectures, layers, pretraining, text
 from keras_vit.models import (
     ARCHITECTURES,
     R26ViTB32,
@@ -29,6 +29,7 @@ from keras_vit.models import (
 from keras_vit.version import __version__
 from keras_vit.preprocessing import decode_predictions, preprocess_input
 from keras_vit.presets import from_preset
+from keras_vit.image_text import ImageTextModel
 from keras_vit.weights.patch_resample import resample_patch_embedding
 
 # `keras_vit.inspect`, the module's former name (it shadowed the standard

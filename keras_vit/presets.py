@@ -51,8 +51,9 @@ OVERRIDES = (
     "dtype",
     "name",
 )
-# Files worth downloading from a Hub repository (not READMEs, ONNX, ...).
-_HUB_FILES = ("*.json", "*.safetensors", "*.h5", "*.txt")
+# Files worth downloading from a Hub repository (not READMEs, ONNX, ...);
+# `*.model` and `*.spm` are SentencePiece tokenizers (image-text models).
+_HUB_FILES = ("*.json", "*.safetensors", "*.h5", "*.txt", "*.model", "*.spm")
 _TORCH_FILES = ("pytorch_model.bin", "pytorch_model*.bin", "pytorch_model.bin.index.json")
 
 

@@ -75,6 +75,12 @@ class Tokenizer:
     def __call__(self, texts, sequence_length=None):
         texts = check_texts(texts)
         ids = [self.encode(text) for text in texts]
+        empty = [text for text, sequence in zip(texts, ids) if not sequence]
+        if empty:
+            raise ValueError(
+                f"Each text must give at least one token (this tokenizer adds none around a text). "
+                f"Received: texts with no token: {empty[:3]!r}"
+            )
         longest = max(len(i) for i in ids)
         length = self.max_length if self.padding == "max_length" else longest
         if sequence_length is not None:
