@@ -120,6 +120,28 @@ class TextEncoder(keras.Model):
                                    dtype=dtype)(x)
         return x
 
+    def export(self, filepath, format="onnx", verbose=None, input_signature=None, sequence_length=None,
+               batch_size=None):
+        """`keras.Model.export` through `keras_vit.text.export` ("onnx",
+        "openvino"): inputs `token_ids` and `padding_mask` `(batch, length)`
+        int32, the length fixed (`sequence_length`, default `max_length`),
+        the batch dynamic unless `batch_size` (or `input_signature`, one
+        `keras.InputSpec` of shape `(batch, length)`) fixes them."""
+        from keras_vit.text import export
+
+        if input_signature is not None:
+            spec = input_signature[0] if isinstance(input_signature, (list, tuple)) else input_signature
+            spec = spec[0] if isinstance(spec, (list, tuple)) else spec
+            shape = tuple(getattr(spec, "shape", ()) or ())
+            if len(shape) != 2:
+                raise ValueError(
+                    "`input_signature` must be a keras.InputSpec of shape (batch, length). "
+                    f"Received: input_signature={input_signature!r}"
+                )
+            batch_size, sequence_length = shape
+        return export.export_text_encoder(self, filepath, format, sequence_length=sequence_length,
+                                          batch_size=batch_size, verbose=bool(verbose))
+
     @property
     def embedding_dim(self):
         """The width of the output: `projection_dim`, else `hidden_size`."""

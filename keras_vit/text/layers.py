@@ -117,7 +117,7 @@ class AttentionMask(keras.layers.Layer):
         length = padding_mask.shape[1] if padding_mask.shape[1] is not None else ops.shape(padding_mask)[1]
         if not self.causal:
             return ops.logical_and(keys, ops.ones((1, length, 1), "bool"))
-        positions = ops.arange(length)
+        positions = ops.arange(0, length)
         earlier = ops.greater_equal(positions[:, None], positions[None, :])
         return ops.logical_and(keys, earlier[None])
 
@@ -173,7 +173,7 @@ class TextPooling(keras.layers.Layer):
         index = ops.argmax(token_ids, axis=-1)
         # The chosen row as a one-hot product: a gather every exporter converts.
         length = tokens.shape[1] if tokens.shape[1] is not None else ops.shape(tokens)[1]
-        pick = ops.cast(ops.equal(ops.arange(length)[None, :], ops.cast(index, "int32")[:, None]), tokens.dtype)
+        pick = ops.cast(ops.equal(ops.arange(0, length)[None, :], ops.cast(index, "int32")[:, None]), tokens.dtype)
         return ops.einsum("bt,btd->bd", pick, tokens)
 
     def compute_output_shape(self, input_shape):
