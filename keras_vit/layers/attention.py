@@ -18,6 +18,50 @@ def tokens_shape(shape, count):
     return shape if count is None else (shape[0], count, *shape[2:])
 
 
+def as_attention_mask(mask, query_tokens=None):
+    """A layer's `attention_mask` as `(batch, 1|heads, queries, keys)` booleans.
+
+    Args:
+        mask: None, or a boolean (or integer: nonzero means True) tensor,
+            True where a query may attend to a key: `(batch, tokens)` (a
+            key-padding mask: every query may attend to the keys marked),
+            `(batch, tokens, tokens)`, or `(batch, 1 or heads, tokens, tokens)`.
+        query_tokens: None or an int `n`: only the first `n` queries' rows
+            are kept.
+
+    Returns:
+        None or a boolean tensor of rank 4.
+
+    Example:
+
+    >>> import numpy as np
+    >>> tuple(as_attention_mask(np.ones((2, 5), bool)).shape)
+    (2, 1, 1, 5)
+    >>> tuple(as_attention_mask(np.ones((2, 5, 5), bool), query_tokens=1).shape)
+    (2, 1, 1, 5)
+    """
+    if mask is None:
+        return None
+    mask = ops.convert_to_tensor(mask)
+    dtype = keras.backend.standardize_dtype(mask.dtype)
+    rank = len(mask.shape)
+    if rank not in (2, 3, 4) or not (dtype == "bool" or "int" in dtype):
+        raise ValueError(
+            "`attention_mask` must be a boolean (or 0/1 integer) tensor of shape "
+            "(batch, tokens), (batch, tokens, tokens) or (batch, 1 or heads, tokens, tokens). "
+            f"Received: attention_mask with shape={tuple(mask.shape)}, dtype={dtype}"
+        )
+    if dtype != "bool":
+        mask = ops.not_equal(mask, 0)
+    if rank == 2:
+        return mask[:, None, None, :]
+    if rank == 3:
+        mask = mask[:, None]
+    if query_tokens is not None and mask.shape[2] != 1:
+        mask = mask[:, :, :query_tokens]
+    return mask
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head self-attention (paper eq. 2, App. A).
@@ -34,7 +78,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     fused kernel where it is the fastest). `attention_probs()` computes the
     softmax explicitly (in float32) for inspection; attention dropout, when
     training with a non-zero rate, takes the explicit path too. Quantized or
-    LoRA-enabled projections are called as the Keras layers they are.
+    LoRA-enabled projections are called as the Keras layers they are. The
+    softmax is taken in float32 whatever the compute dtype.
 
     Args:
         num_heads: int, number of heads.
@@ -56,6 +101,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         query_tokens: None (default: every token) or an int `n`: only the
             first `n` tokens' queries are computed (each still attends to
             every token), and only their outputs returned.
+        attention_mask: None (default: every token attends to every token)
+            or a boolean tensor, True where a query may attend to a key:
+            `(batch, tokens)` (a key-padding mask), `(batch, tokens, tokens)`
+            or `(batch, 1 or heads, tokens, tokens)` (a causal mask, for
+            one). 0/1 integers are read as booleans. A token that may attend
+            to no token gets a zero attention output.
 
     Returns:
         `(batch, tokens, D)` (`(batch, n, D)` with `query_tokens=n`).
@@ -68,6 +119,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     (1, 5, 8)
     >>> tuple(layer(np.zeros((1, 5, 8), "float32"), query_tokens=1).shape)
     (1, 1, 8)
+    >>> causal = np.tril(np.ones((1, 5, 5), bool))
+    >>> tuple(layer(np.zeros((1, 5, 8), "float32"), attention_mask=causal).shape)
+    (1, 5, 8)
     """
 
     def __init__(
@@ -171,30 +225,29 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             axes=2,
         )
 
-    def _probs(self, q, k):
+    def _probs(self, q, k, mask=None):
         # The softmax runs in float32 whatever the compute dtype.
-        logits = ops.einsum("bqhk,bthk->bhqt", q, k)
-        logits = ops.cast(logits, "float32") / math.sqrt(self.head_dim)
-        return ops.softmax(logits, axis=-1)
+        return kernels.attention_probs(q, k, scale=1.0 / math.sqrt(self.head_dim), mask=mask)
 
-    def attention_probs(self, x):
+    def attention_probs(self, x, attention_mask=None):
         """Attention probabilities `(batch, heads, tokens, tokens)`, float32."""
         q, k, _ = self._project(x)
-        return self._probs(q, k)
+        return self._probs(q, k, as_attention_mask(attention_mask))
 
-    def call(self, x, training=None, query_tokens=None):
+    def call(self, x, training=None, query_tokens=None, attention_mask=None):
+        mask = as_attention_mask(attention_mask, query_tokens)
         q, k, v = self._project(x, query_tokens)
         if training and self.dropout_rate > 0:
-            probs = call_sublayer(self.dropout, self._probs(q, k), training=training)
+            probs = call_sublayer(self.dropout, self._probs(q, k, mask), training=training)
             context = ops.einsum("bhqt,bthk->bqhk", ops.cast(probs, v.dtype), v)
         else:
-            context = kernels.attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim))
+            context = kernels.attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim), mask=mask)
         return self._output(context)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
-    def compute_output_spec(self, x, training=None, query_tokens=None):
+    def compute_output_spec(self, x, training=None, query_tokens=None, attention_mask=None):
         return keras.KerasTensor(tokens_shape(x.shape, query_tokens), dtype=self.compute_dtype)
 
     def get_config(self):

@@ -52,6 +52,7 @@ import contextlib
 import math
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_vit.layers import onednn
@@ -352,15 +353,17 @@ def runs_plain(layer):
     return layer.quantization_mode is None and not getattr(layer, "lora_enabled", False)
 
 
-def _attention_torch(q, k, v, scale):
+def _attention_torch(q, k, v, scale, mask=None):
     import torch.nn.functional as F
 
     # Strided (batch, heads, tokens, dim) views: the CPU flash kernel and the
     # GPU kernels read them in place, where `keras.ops.dot_product_attention`
     # copies all three to contiguous tensors first; its output comes back
-    # contiguous in (batch, tokens, heads, dim) order.
+    # contiguous in (batch, tokens, heads, dim) order. A boolean `attn_mask`
+    # has the meaning of `mask` (True: may attend); a query that may attend
+    # to no key gets zeros.
     out = F.scaled_dot_product_attention(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=scale
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale
     )
     return out.transpose(1, 2)
 
@@ -390,13 +393,17 @@ def _heads_first(x, tokens_last=False):
     return ops.reshape(x, (-1, *shape))
 
 
-def attention(q, k, v, scale=None):
+def attention(q, k, v, scale=None, mask=None):
     """Softmax attention, `softmax(q k^T * scale) v`, per head.
 
     Args:
         q, k, v: tensors `(batch, tokens, heads, head_dim)`; `k` and `v` may
             have another number of tokens than `q`.
         scale: float, default `1 / sqrt(head_dim)`.
+        mask: None (default: every query attends to every key) or a boolean
+            tensor broadcastable to `(batch, heads, queries, keys)`: True
+            where a query may attend to a key. A query that may attend to no
+            key gets zeros.
 
     Returns:
         A tensor `(batch, tokens, heads, head_dim)` in the dtype of `v`.
@@ -407,33 +414,106 @@ def attention(q, k, v, scale=None):
     >>> q = np.random.default_rng(0).normal(size=(1, 5, 2, 4)).astype("float32")
     >>> tuple(attention(q, q, q).shape)
     (1, 5, 2, 4)
+    >>> causal = np.tril(np.ones((5, 5), bool))
+    >>> y = keras.ops.convert_to_numpy(attention(q, q, q, mask=causal))
+    >>> bool(np.allclose(y[0, 0], q[0, 0], atol=1e-6))  # the first query sees only itself
+    True
     """
     q = ops.convert_to_tensor(q)
     k = ops.convert_to_tensor(k)
     v = ops.convert_to_tensor(v)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
+    mask = _attention_mask(mask)
     if exporting():
-        return _attention_portable(q, k, v, scale)
+        return _attention_portable(q, k, v, scale, mask)
     if not _use_fused_attention():
-        return _attention_matmuls(q, k, v, scale)
+        return _attention_matmuls(q, k, v, scale, mask)
     if keras.backend.backend() == "torch":
-        return _attention_torch(q, k, v, scale)
-    return ops.dot_product_attention(q, k, v, scale=scale)
+        return _attention_torch(q, k, v, scale, mask)
+    out = ops.dot_product_attention(q, k, v, scale=scale, mask=mask)
+    return out if mask is None else _zero_unattended(out, mask)
 
 
-def _attention_matmuls(q, k, v, scale):
+def _attention_mask(mask):
+    """`mask` as a boolean tensor of rank 4 (leading axes added), or None."""
+    if mask is None:
+        return None
+    mask = ops.convert_to_tensor(mask)
+    if keras.backend.standardize_dtype(mask.dtype) != "bool" or len(mask.shape) > 4:
+        raise ValueError(
+            "`mask` must be a boolean tensor broadcastable to (batch, heads, queries, keys). "
+            f"Received: mask with dtype={keras.backend.standardize_dtype(mask.dtype)}, "
+            f"shape={tuple(mask.shape)}"
+        )
+    while len(mask.shape) < 4:
+        mask = ops.expand_dims(mask, 0)
+    return mask
+
+
+def _zero_unattended(out, mask):
+    """`out` `(batch, queries, heads, dim)` with zeros for queries that attend to no key."""
+    attends = ops.transpose(ops.any(mask, axis=-1), (0, 2, 1))
+    return out * ops.cast(ops.expand_dims(attends, -1), out.dtype)
+
+
+def attention_probs(q, k, scale=None, mask=None):
+    """The attention probabilities `softmax(q k^T * scale)`, float32.
+
+    What `attention` multiplies the values by, for inspection and for
+    attention dropout: the same masking (`mask` as in `attention`; a query
+    that may attend to no key gets zeros).
+
+    Args:
+        q, k: tensors `(batch, tokens, heads, head_dim)`.
+        scale: float, default `1 / sqrt(head_dim)`.
+        mask: None or a boolean tensor broadcastable to
+            `(batch, heads, queries, keys)`.
+
+    Returns:
+        A float32 tensor `(batch, heads, queries, keys)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> q = np.ones((1, 3, 1, 4), "float32")
+    >>> p = attention_probs(q, q, mask=np.tril(np.ones((3, 3), bool)))
+    >>> keras.ops.convert_to_numpy(p)[0, 0, :2].tolist()  # queries 0 and 1
+    [[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]]
+    """
+    q = ops.convert_to_tensor(q)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    logits = ops.einsum("bqhd,bthd->bhqt", q, ops.convert_to_tensor(k))
+    return _masked_softmax(ops.cast(logits, "float32") * scale, _attention_mask(mask))
+
+
+def _masked_softmax(logits, mask):
+    """The softmax of float32 `logits` over the keys where `mask` allows them.
+
+    A finite floor rather than -inf: a row with no allowed key would
+    otherwise be NaN, and so would the gradients flowing through it.
+    """
+    if mask is None:
+        return ops.softmax(logits, axis=-1)
+    floor = float(np.finfo("float32").min)
+    probs = ops.softmax(ops.where(mask, logits, floor), axis=-1)
+    return ops.where(mask, probs, 0.0)
+
+
+def _attention_matmuls(q, k, v, scale, mask=None):
     if _fold_scale(q, scale):
         q, scale = q * ops.cast(scale, q.dtype), 1.0
     static = tuple(q.shape)
     dynamic = ops.shape(q)
     tokens = static[1] if static[1] is not None else dynamic[1]
     heads = (_heads_first(q), _heads_first(k, tokens_last=True), _heads_first(v))
-    group = _head_group(q, k)
+    # Groups of heads split the logits along an axis the mask may broadcast over.
+    group = _head_group(q, k) if mask is None else None
     if group:
         context = _grouped_attention(*heads, scale, group)
     else:
-        context = _attention_heads(*heads, scale)
+        context = _attention_heads(*heads, scale, mask, static[2])
     context = ops.reshape(context, (-1, static[2], tokens, static[3]))
     return ops.transpose(context, (0, 2, 1, 3))
 
@@ -454,13 +534,22 @@ def _fold_scale(q, scale):
     return keras.backend.standardize_dtype(q.dtype) == "float32" or math.frexp(scale)[0] == 0.5
 
 
-def _attention_heads(q, k, v, scale):
-    """`(heads, tokens, dim)`, `(heads, dim, tokens)`, `(heads, tokens, dim)` -> context."""
+def _attention_heads(q, k, v, scale, mask=None, num_heads=None):
+    """`(heads, tokens, dim)`, `(heads, dim, tokens)`, `(heads, tokens, dim)` -> context.
+
+    `mask` (rank 4, broadcastable to `(batch, num_heads, queries, keys)`)
+    applies to the logits seen as `(batch, num_heads, queries, keys)`.
+    """
     logits = _matmul(q, k)
     probs = ops.cast(logits, "float32")
     if scale != 1.0:
         probs = probs * scale
-    probs = ops.softmax(probs, axis=-1)
+    if mask is None:
+        probs = ops.softmax(probs, axis=-1)
+    else:
+        shape = ops.shape(probs)
+        probs = ops.reshape(probs, (-1, num_heads, shape[1], shape[2]))
+        probs = ops.reshape(_masked_softmax(probs, mask), shape)
     return ops.cast(_matmul(ops.cast(probs, v.dtype), v), v.dtype)
 
 
@@ -506,12 +595,12 @@ def _grouped_attention(q, k, v, scale, group):
     return ops.reshape(context, (-1, *context.shape[2:]))
 
 
-def _attention_portable(q, k, v, scale):
+def _attention_portable(q, k, v, scale, mask=None):
     # (batch, heads, tokens, dim) products: every backend and exporter has a
     # batched MatMul for them, and the batch axis is never merged.
     logits = ops.matmul(
         ops.transpose(q, (0, 2, 1, 3)), ops.transpose(k, (0, 2, 3, 1))
     )
-    probs = ops.softmax(ops.cast(logits, "float32") * scale, axis=-1)
+    probs = _masked_softmax(ops.cast(logits, "float32") * scale, mask)
     context = ops.matmul(ops.cast(probs, v.dtype), ops.transpose(v, (0, 2, 1, 3)))
     return ops.transpose(context, (0, 2, 1, 3))

@@ -151,6 +151,10 @@ class TransformerBlock(keras.layers.Layer):
             tokens' queries, attention outputs and MLP (their keys and
             values are still attended to): what a model whose head reads
             only its prefix tokens needs from its last block.
+        attention_mask: None (default) or a boolean tensor, True where a
+            query may attend to a key: `(batch, tokens)` (a key-padding
+            mask), `(batch, tokens, tokens)` or `(batch, 1 or heads, tokens,
+            tokens)`; see `MultiHeadSelfAttention`.
 
     Returns:
         `(batch, tokens, D)` (`(batch, n, D)` with `output_tokens=n`).
@@ -163,6 +167,9 @@ class TransformerBlock(keras.layers.Layer):
     (1, 5, 8)
     >>> tuple(block(np.zeros((1, 5, 8), "float32"), output_tokens=1).shape)
     (1, 1, 8)
+    >>> padding = np.array([[True, True, True, False, False]])
+    >>> tuple(block(np.zeros((1, 5, 8), "float32"), attention_mask=padding).shape)
+    (1, 5, 8)
     >>> block.qkv_bias, block.get_config()["block_config"]["qkv_bias"]
     (False, False)
     """
@@ -235,16 +242,21 @@ class TransformerBlock(keras.layers.Layer):
         )
         return x * ops.floor(keep + noise) / keep
 
-    def call(self, x, training=None, output_tokens=None):
+    def call(self, x, training=None, output_tokens=None, attention_mask=None):
         if training and self.block_config.remat:
-            return keras.remat(lambda x: self._forward(x, training, output_tokens))(x)
-        return self._forward(x, training, output_tokens)
+            return keras.remat(
+                lambda x: self._forward(x, training, output_tokens, attention_mask)
+            )(x)
+        return self._forward(x, training, output_tokens, attention_mask)
 
-    def _forward(self, x, training, output_tokens=None):
+    def _forward(self, x, training, output_tokens=None, attention_mask=None):
         # The sublayers through `call_sublayer`: on torch, Keras' `__call__`
         # bookkeeping was ~5 % of an eager B/16 forward pass at batch 1.
         y = call_sublayer(self.norm_0, x)
-        y = call_sublayer(self.attention, y, training=training, query_tokens=output_tokens)
+        y = call_sublayer(
+            self.attention, y, training=training, query_tokens=output_tokens,
+            attention_mask=attention_mask,
+        )
         y = call_sublayer(self.dropout, y, training=training)
         if output_tokens is not None:
             # Only these tokens' residual stream goes on; the others were
@@ -254,14 +266,14 @@ class TransformerBlock(keras.layers.Layer):
         y = call_sublayer(self.mlp, call_sublayer(self.norm_2, x), training=training)
         return x + self._drop_path(self._scale(y, self.mlp_scale), training)
 
-    def attention_probs(self, x):
+    def attention_probs(self, x, attention_mask=None):
         """The block's attention probabilities for input `x` (float32)."""
-        return self.attention.attention_probs(self.norm_0(x))
+        return self.attention.attention_probs(self.norm_0(x), attention_mask=attention_mask)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
-    def compute_output_spec(self, x, training=None, output_tokens=None):
+    def compute_output_spec(self, x, training=None, output_tokens=None, attention_mask=None):
         return keras.KerasTensor(tokens_shape(x.shape, output_tokens), dtype=self.compute_dtype)
 
     def get_config(self):
