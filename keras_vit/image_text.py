@@ -65,7 +65,8 @@ class ImageTextModel:
     ...                       mlp_dim=8, include_top=False, pooling="token", projection_dim=6)
     >>> text = keras_vit.text.TextEncoder(vocabulary_size=5, max_length=8, hidden_size=8, num_layers=1,
     ...                                   num_heads=2, mlp_dim=8, eos_token_id=1, projection_dim=6)
-    >>> itm = ImageTextModel(image, text, keras_vit.text.load_tokenizer(folder, 8), logit_scale=10.0)
+    >>> itm = ImageTextModel(image, text, keras_vit.text.load_tokenizer(folder, 8, pad_token="<pad>"),
+    ...                      logit_scale=10.0)
     >>> itm.similarity(np.zeros((2, 16, 16, 3), "float32"), ["a cat", "a dog", "cat"]).shape
     (2, 3)
     >>> itm.zero_shot_classifier(["cat", "dog"], templates=["a {}"]).class_names

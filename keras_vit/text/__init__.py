@@ -6,6 +6,12 @@ checkpoint's tokenizer from its own files (HF `tokenizers`,
 `sentencepiece`); `IMAGENET_TEMPLATES` are the CLIP paper's prompts for
 ImageNet-style zero-shot classification. `keras_vit.ImageTextModel` puts a
 text tower beside an image tower.
+
+Example:
+
+>>> from keras_vit.text import IMAGENET_TEMPLATES, prompts
+>>> prompts("goldfish", IMAGENET_TEMPLATES[:2])
+['a bad photo of a goldfish.', 'a photo of many goldfish.']
 """
 
 from keras_vit.text.encoder import TextEncoder

@@ -225,12 +225,14 @@ def _json_tokenizer(path, config, max_length, padding, lowercase):
         _template(tokenizer, config)
     # A tokenizer without a pad token pads with its end-of-sequence token.
     pad = _token_string(config.get("pad_token")) or _token_string(config.get("eos_token"))
-    pad_id = tokenizer.token_to_id(pad) if pad is not None else None
-    if pad_id is None:
+    if pad is None:
         raise ValueError(
-            f"{path!r}: its pad token {pad!r} (tokenizer_config.json's pad_token, else "
-            "eos_token) is not in the vocabulary."
+            f"{path!r} has no pad token: tokenizer_config.json names no pad_token or eos_token. "
+            "Give `pad_token`."
         )
+    pad_id = tokenizer.token_to_id(pad)
+    if pad_id is None:
+        raise ValueError(f"{path!r}: its pad token {pad!r} is not in the vocabulary.")
     return JsonTokenizer(tokenizer, pad_id, max_length, padding, _padding_side(config))
 
 
@@ -269,7 +271,7 @@ def _sentencepiece_tokenizer(path, config, max_length, padding):
     )
 
 
-def load_tokenizer(directory, max_length, padding="longest", lowercase=False):
+def load_tokenizer(directory, max_length, padding="longest", lowercase=False, pad_token=None):
     """The tokenizer of a checkpoint directory (see the module docstring).
 
     Args:
@@ -280,6 +282,8 @@ def load_tokenizer(directory, max_length, padding="longest", lowercase=False):
         lowercase: bool, default False: lowercase texts before a
             `tokenizer.json`'s own normaliser (transformers' SigLIP 2
             tokenizer does).
+        pad_token: None (default: `tokenizer_config.json`'s `pad_token`,
+            else its `eos_token`) or the string of the pad token.
 
     Returns:
         A `JsonTokenizer` or `SiglipTokenizer`.
@@ -296,13 +300,15 @@ def load_tokenizer(directory, max_length, padding="longest", lowercase=False):
     >>> raw = tokenizers.Tokenizer(model)
     >>> raw.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
     >>> raw.save(os.path.join(folder, "tokenizer.json"))
-    >>> tokenizer = load_tokenizer(folder, max_length=8)
+    >>> tokenizer = load_tokenizer(folder, max_length=8, pad_token="<pad>")
     >>> tokenizer(["a cat", "cat"])["token_ids"].tolist()
     [[1, 2], [2, 0]]
     """
     max_length = check_positive_int(max_length, "max_length")
     check_choice(padding, PADDINGS, "padding")
     config = _read_config(directory)
+    if pad_token is not None:
+        config["pad_token"] = pad_token
     json_path = os.path.join(directory, "tokenizer.json")
     spiece_path = os.path.join(directory, "spiece.model")
     if os.path.isfile(json_path):
