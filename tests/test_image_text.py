@@ -158,3 +158,58 @@ def test_a_vision_tower_alone_is_not_an_image_text_model(tmp_path):
     model.vision_model.save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="two-tower"):
         keras_vit.ImageTextModel.from_preset(tmp_path)
+
+
+def test_zero_shot_command_ranks_the_classes(tmp_path, capsys):
+    import skimage.data
+    from PIL import Image
+
+    from keras_vit.cli_zero_shot import load_pixels
+    from keras_vit_tools import commands
+
+    photo = tmp_path / "chelsea.png"
+    Image.fromarray(skimage.data.chelsea()).save(photo)
+    folder = image_text_dir("siglip")[0]
+    status = commands.keras_vit(["zero-shot", str(photo), "--preset", folder, "--classes", *CLASSES[:3],
+                                 "--top", "2"])
+    lines = capsys.readouterr().out.splitlines()
+    assert status == 0 and lines[0] == str(photo) and len(lines) == 3
+    classifier = _model("siglip").zero_shot_classifier(CLASSES[:3])
+    probabilities = classifier.predict(load_pixels(photo, classifier)[None], verbose=0)[0]
+    best = np.argsort(-probabilities)[:2]
+    assert [line.split() for line in lines[1:]] == [[f"{probabilities[i]:.4f}", CLASSES[i]] for i in best]
+    assert commands.keras_vit(["zero-shot", str(tmp_path / "none.png"), "--preset", folder,
+                               "--classes", "cat"]) == 2
+
+
+GUIDE = "docs/guides/zero_shot.md"
+
+
+def test_zero_shot_guide_runs(tmp_path, monkeypatch):
+    """The guide's blocks, in order in one namespace, as a reader pastes them;
+    each python block runs here or says why not."""
+    import contextlib
+    import io
+    import re
+
+    from conftest import ROOT
+
+    text = (ROOT / GUIDE).read_text(encoding="utf-8")
+    blocks = re.findall(r"(?:(<!-- docs-test: [^\n]*-->)\n)?```python\n(.*?)```", text, flags=re.S)
+    marker = f"<!-- docs-test: run by tests/test_image_text.py::test_zero_shot_guide_runs -->"
+    assert all(m == marker or m.startswith("<!-- docs-test: skip (") for m, _ in blocks)
+    codes = [code for m, code in blocks if m == marker]
+    assert len(codes) == 4
+    monkeypatch.chdir(tmp_path)
+    namespace = {"__name__": "__docs__"}
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        for code in codes:
+            exec(compile(code, GUIDE, "exec"), namespace)
+    lines = printed.getvalue().splitlines()
+    assert lines[0] == "(2, 2) True" and lines[-1] == "True", lines
+    assert lines[3].startswith("int8 onnx: top-1 agrees with float32 on ")
+    classifier = namespace["classifier"]
+    again = keras_vit.from_preset(tmp_path / "cat-dog-rocket-cup")
+    np.testing.assert_array_equal(again.predict(namespace["pixels"], verbose=0),
+                                  classifier.predict(namespace["pixels"], verbose=0))
+    assert (tmp_path / "zero_shot.onnx").exists() and (tmp_path / "text.onnx").exists()
