@@ -241,10 +241,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         self.stochastic_depth_rate = check_rate(stochastic_depth_rate, "stochastic_depth_rate")
         self.block_config = BlockConfig.from_arguments(block_config, **options)
         self.encoder_config = RECORDS["encoder_config"].from_arguments(encoder_config, **options)
-        self._set_options(distillation_token, distillation_head, num_register_tokens, pooled_norm)
-        self.projection_dim, self.l2_normalize = check_embedding(
-            projection_dim, l2_normalize, include_top, pooling
-        )
+        self._set_options(distillation_token, distillation_head, num_register_tokens, pooled_norm,
+                          projection_dim, l2_normalize)
 
         # What the checkpoint fixes (resolution, classes, GELU, channels).
         info = WeightsInfo() if weights is None else describe_weights(weights, self.architecture_config())
@@ -332,8 +330,10 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         """The head's class names (a tuple), or None."""
         return self._class_names
 
-    def _set_options(self, distillation_token, distillation_head, num_register_tokens, pooled_norm):
-        """The prefix-token and final-norm options (DeiT, timm, transformers), checked."""
+    def _set_options(self, distillation_token, distillation_head, num_register_tokens, pooled_norm,
+                     projection_dim=None, l2_normalize=False):
+        """The prefix-token, final-norm and embedding options (DeiT, timm,
+        transformers, image-text models), checked."""
         self.distillation_head = check_tokens(
             self.classifier, self.pooling, distillation_token, distillation_head,
             num_register_tokens, self.representation_size,
@@ -341,6 +341,9 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         self.distillation_token, self.num_register_tokens = distillation_token, num_register_tokens
         check_class_token_reader(self.classifier, self.pooling, self.include_top, self.has_class_token)
         self.pooled_norm = check_bool(pooled_norm, "pooled_norm")
+        self.projection_dim, self.l2_normalize = check_embedding(
+            projection_dim, l2_normalize, self.include_top, self.pooling
+        )
 
     def _set_metadata(self, class_names, preprocessing, info):
         # The registered weights' lists, when the head is theirs.

@@ -22,6 +22,7 @@ import tempfile
 
 import numpy as np
 
+from keras_vit.layers import kernels
 from keras_vit.validation import check_choice, check_positive_int
 
 FORMATS = ("onnx", "openvino")
@@ -80,7 +81,7 @@ def export_text_encoder(model, path, format="onnx", sequence_length=None, batch_
     backend = keras.backend.backend()
     image_export.require(image_export.EXPORTERS[(backend, format)], f"format={format!r} on the {backend} backend")
     shape = (batch_size, length)
-    with image_export.kernels.export_mode(), image_export._quiet(verbose):
+    with kernels.export_mode(), image_export._quiet(verbose):
         if backend == "torch":
             _export_torch(model, path, format, shape)
         elif format == "onnx" or backend == "jax":
