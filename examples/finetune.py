@@ -59,6 +59,7 @@ import keras  # noqa: E402
 
 import keras_vit  # noqa: E402
 from keras_vit import training  # noqa: E402
+from keras_vit.architectures import GELU_FLAVOURS  # noqa: E402
 from keras_vit.training import data, datasets  # noqa: E402
 
 # A small ViT for the offline demo: 4 layers of width 64 over a 2x2 grid of
@@ -276,7 +277,7 @@ def model_config(args):
     constructor = getattr(keras_vit, args.model, None)
     if constructor is None or not hasattr(constructor, "architecture"):
         raise SystemExit(f"--model {args.model!r} is not a keras_vit constructor (e.g. ViTB16).")
-    return keras_vit.ARCHITECTURES[constructor.architecture]
+    return keras_vit.ARCHITECTURE_CONFIGS[constructor.architecture]
 
 
 def build_model(args, classes):
@@ -289,7 +290,7 @@ def build_model(args, classes):
             raise SystemExit("--gelu: a preset fixes its GELU; leave --gelu auto with --preset.")
         return keras_vit.from_preset(args.preset, **common)
     if args.gelu != "auto":
-        common["gelu_approximate"] = args.gelu == "tanh"
+        common["mlp_activation"] = GELU_FLAVOURS[args.gelu]
     if args.model in ("demo", "smoke"):
         return keras_vit.ViT(**model_config(args), weights=args.weights, name=f"vit_{args.model}", **common)
     return getattr(keras_vit, args.model)(weights=args.weights, **common)

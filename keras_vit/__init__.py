@@ -3,11 +3,9 @@
 Works unchanged on the jax, tensorflow and torch backends (`KERAS_BACKEND`).
 """
 
-import sys
-
-from keras_vit import architectures, layers, pretraining, text
+from keras_vit import architectures, inspection, layers, pretraining, text
 from keras_vit.models import (
-    ARCHITECTURES,
+    ARCHITECTURE_CONFIGS,
     R26ViTB32,
     R26ViTS32,
     R50ViTB16,
@@ -31,13 +29,6 @@ from keras_vit.preprocessing import decode_predictions, preprocess_input
 from keras_vit.presets import from_preset
 from keras_vit.image_text import ImageTextModel
 from keras_vit.weights.patch_resample import resample_patch_embedding
-
-# `keras_vit.inspect`, the module's former name (it shadowed the standard
-# library's `inspect` inside the package), stays importable.
-from keras_vit import inspection  # noqa: E402
-
-inspect = inspection
-sys.modules[__name__ + ".inspect"] = inspection
 
 
 def __getattr__(name):

@@ -91,12 +91,8 @@ def _build_model(name, weights, gelu):
             f"keras-vit: unknown model {name!r}; choose one of {', '.join(CONSTRUCTORS)}"
         )
     constructor = getattr(models, name)
-    gelu_approximate = None if gelu is None else GELU_FLAVOURS[gelu]
-    return constructor(
-        weights=weights,
-        gelu_approximate=gelu_approximate,
-        classifier_activation=None,
-    )
+    options = {} if gelu is None else {"mlp_activation": GELU_FLAVOURS[gelu]}
+    return constructor(weights=weights, classifier_activation=None, **options)
 
 
 def _summary(model, logits, distances, rollout_grid, similarity):
@@ -251,7 +247,7 @@ def resolve_model(spec, weights=None, gelu=None, image_size=None):
         )
     options = {"weights": weights}
     if gelu is not None:
-        options["gelu_approximate"] = GELU_FLAVOURS[gelu]
+        options["mlp_activation"] = GELU_FLAVOURS[gelu]
     if image_size is not None:
         options["image_size"] = image_size
     return constructor(**options)

@@ -126,7 +126,7 @@ class ImageTextModel:
                 "SiglipModel, Siglip2Model): its config.json has no `model_type`."
             )
         config = read_json(os.path.join(directory, "config.json"))
-        family = image_text_format.family(config)
+        tower = image_text_format.text_tower(config)
         overrides = {} if dtype is None else {"dtype": dtype}
         text_encoder = TextEncoder(**image_text_format.text_arguments(config), **overrides)
         state, path = shards.read_state(directory)
@@ -134,9 +134,9 @@ class ImageTextModel:
         scale, bias = image_text_format.logits(state, config, path)
         del state
         padding, max_length = image_text_format.pipeline_padding(config)
-        tokenizer = load_tokenizer(directory, max_length, padding, lowercase=family.lowercase)
+        tokenizer = load_tokenizer(directory, max_length, padding, lowercase=tower.lowercase)
         image_encoder = presets.from_preset(directory, **overrides)
-        return cls(image_encoder, text_encoder, tokenizer, scale, bias, family.activation)
+        return cls(image_encoder, text_encoder, tokenizer, scale, bias, tower.activation)
 
     @property
     def preprocessing(self):

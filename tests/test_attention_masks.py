@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from conftest import to_numpy
-from keras_vit.layers import kernels
+from kernel_helpers import BACKEND, only, value_and_grads
+from keras_vit import kernels
+from keras_vit.kernels import registry
 from keras_vit.layers import MultiHeadSelfAttention, TransformerBlock
 
 
@@ -62,16 +64,12 @@ def _masks(batch, heads, tokens, rng):
 MASK_NAMES = ["causal", "padding", "per_head", "a query with no key"]
 
 
-@pytest.fixture(params=["fused", "explicit", "export"])
-def attention_path(request, monkeypatch):
-    """Each implementation of `kernels.attention`: the backend's fused one, the
-    batched products and the exporters' form."""
-    if request.param == "export":
-        with kernels.export_mode():
-            yield request.param
-        return
-    monkeypatch.setattr(kernels, "_use_fused_attention", lambda: request.param == "fused")
-    yield request.param
+@pytest.fixture(params=[o.name for o in registry.registered("attention", BACKEND)] + ["portable", "export"])
+def attention_path(request):
+    """Each implementation of `kernels.attention` on the backend: its fast
+    paths, the portable form and the exporters' form."""
+    with kernels.export_mode() if request.param == "export" else only(request.param):
+        yield request.param
 
 
 @pytest.mark.parametrize("name", MASK_NAMES)
@@ -92,12 +90,10 @@ def test_masked_attention_matches_numpy(rng, attention_path, name, dtype):
 
 @pytest.mark.parametrize("name", MASK_NAMES)
 def test_masked_attention_gradients_match_numpy(rng, attention_path, name):
-    from test_kernels import _value_and_grads
-
     q, k, v = (rng.normal(size=(2, 5, 2, 4)).astype("float32") for _ in range(3))
     mask = _masks(2, 2, 5, rng)[name]
     weights = rng.normal(size=q.shape).astype("float32")
-    got, grads = _value_and_grads(
+    got, grads = value_and_grads(
         lambda q, k, v: kernels.attention(q, k, v, scale=0.4, mask=mask), [q, k, v], weights
     )
     f64 = [a.astype("float64") for a in (q, k, v)]
@@ -220,8 +216,6 @@ def test_block_causal_mask_makes_each_token_blind_to_later_ones(rng, export):
 def test_block_gradients_with_a_mask_that_hides_a_whole_row(rng):
     """Gradients through a masked block are finite, and none reaches a padded
     token from the real ones' loss."""
-    from test_kernels import _value_and_grads
-
     block = _block(rng)
     x = rng.normal(size=(2, 5, 8)).astype("float32")
     mask = np.ones((2, 5, 5), bool)
@@ -229,7 +223,7 @@ def test_block_gradients_with_a_mask_that_hides_a_whole_row(rng):
     mask[1, :, 3:] = False  # and nobody attends to tokens 3, 4 of sample 1
     weights = np.zeros((2, 5, 8), "float32")
     weights[1, :3] = rng.normal(size=(3, 8))
-    _, (grad,) = _value_and_grads(lambda x: block(x, attention_mask=mask), [x], weights)
+    _, (grad,) = value_and_grads(lambda x: block(x, attention_mask=mask), [x], weights)
     assert np.isfinite(grad).all()
     assert np.abs(grad[1, :3]).max() > 1e-4
     # Tokens 3, 4 of sample 1 feed no loss term: no key, no residual path to it.

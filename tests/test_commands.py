@@ -84,8 +84,8 @@ def test_usage_errors_import_no_heavy_library():
 def test_the_parsers_lists_are_keras_vits():
     assert commands.GELU_FLAVOURS == tuple(architectures.GELU_FLAVOURS)
     assert commands.NORMALIZATIONS == tuple(preprocessing.MODES)
-    assert commands.EXPORT_FORMATS == tuple(export.FORMATS)
-    assert commands.PRESET_FORMATS == tuple(presets.FORMATS)
+    assert commands.EXPORT_FORMATS == tuple(export.EXPORT_FORMATS)
+    assert commands.PRESET_FORMATS == tuple(presets.PRESET_FORMATS)
     assert commands.OPENVINO_PRECISIONS == tuple(serving.OPENVINO_PRECISIONS)
 
 

@@ -86,7 +86,7 @@ def test_folder_finetune_from_a_checkpoint_takes_its_gelu_and_scaling(tmp_path):
     data = write_folder(tmp_path / "photos")
     base = tmp_path / "base"
     keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
-                  classes=5, gelu_approximate=False,
+                  classes=5, mlp_activation="gelu",
                   preprocessing=Preprocessing.from_mode("imagenet", image_size=32)).save_to_preset(base)
     example = load_example()
     args = ["--data", str(data), "--preset", str(base), "--image-size", "16", "--batch-size", "8",
@@ -97,7 +97,7 @@ def test_folder_finetune_from_a_checkpoint_takes_its_gelu_and_scaling(tmp_path):
     with pytest.warns(UserWarning, match="head is zero-initialised"):
         results = example.main(args)
     model = keras_vit.from_preset(tmp_path / "out")
-    assert model.gelu_approximate is False and model.preprocessing.mode == "imagenet"
+    assert model.mlp_activation == "gelu" and model.preprocessing.mode == "imagenet"
     assert model.classes == 3 and model.class_names == ("blue", "green", "red")
     # The held-out images, chosen as image_folder_source chooses them.
     from keras_vit.training.datasets import image_folder_source
@@ -126,7 +126,7 @@ def test_gelu_flag_reaches_the_model_and_is_refused_with_a_preset(tmp_path):
     import keras
 
     with keras.StatelessScope(initialize_variables=False):
-        assert example.build_model(args, 3).gelu_approximate is False
+        assert example.build_model(args, 3).mlp_activation == "gelu"
     args = example.parse_args(["--data", str(tmp_path), "--preset", str(tmp_path), "--gelu", "tanh"])
     with pytest.raises(SystemExit, match="a preset fixes its GELU"):
         example.build_model(args, 3)

@@ -63,7 +63,7 @@ def test_int8_keeps_the_real_weights_top1():
     import skimage.data
 
     x = np.stack([imagenet_preprocess(getattr(skimage.data, name)()) for name in PHOTOS])
-    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False, classifier_activation=None)
+    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu", classifier_activation=None)
     reference = model.predict(x, verbose=0)
     model.quantize("int8")
     quantized = model.predict(x, verbose=0)
@@ -192,7 +192,7 @@ def test_one_call_int8_keeps_the_real_weights_top1(format, tmp_path):
     import skimage.data
 
     x = np.stack([imagenet_preprocess(getattr(skimage.data, name)()) for name in PHOTOS])
-    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False, classifier_activation=None)
+    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu", classifier_activation=None)
     reference = model.predict(x, verbose=0).argmax(-1)
     path = export.export_model(model, str(tmp_path / f"deit{export.SUFFIXES[format]}"), format,
                                quantize="int8", sample_images=x)

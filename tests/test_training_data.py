@@ -136,12 +136,3 @@ def test_load_source_specs(tmp_path):
     assert tuple(x.shape) == (8, 8, 3) and x.dtype == tf.uint8 and 0 <= int(y) < 10
     (train_x, _), (test_x, _) = datasets.digits_arrays()
     assert len(train_x) + len(test_x) == 1797 and digits.num_examples == len(test_x)
-
-
-def test_former_module_name_still_imports():
-    import importlib
-
-    from keras_vit.training import sources
-
-    assert sources is datasets
-    assert importlib.import_module("keras_vit.training.sources") is datasets

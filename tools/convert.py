@@ -36,14 +36,14 @@ import keras
 import numpy as np
 
 from keras_vit import architectures, presets
-from keras_vit.architectures import GELU_FLAVOURS
+from keras_vit.architectures import GELU_FLAVOURS, gelu_activation
 from keras_vit.models import ViT, ViTHybrid
 from keras_vit.weights import describe_weights, loader, readers
 from keras_vit.weights.mapping import model_state
 from keras_vit_tools import reference
 
 SUFFIX = ".weights.h5"
-OUTPUT_FORMATS = ("weights",) + presets.FORMATS
+OUTPUT_FORMATS = ("weights",) + presets.PRESET_FORMATS
 # Options that describe the architecture: a preset fixes them itself.
 _ARCHITECTURE_OPTIONS = ("variant", "config", "gelu", "representation_size")
 
@@ -93,14 +93,14 @@ def _from_weights(args):
     representation = args.representation_size
     if representation is None:
         representation = info.representation_size
-    gelu = info.gelu_approximate if args.gelu is None else GELU_FLAVOURS[args.gelu]
+    activation = gelu_activation(info.gelu_approximate) if args.gelu is None else GELU_FLAVOURS[args.gelu]
     build = dict(
         config,
         image_size=args.image_size or info.image_size,
         include_top=bool(classes),
         classes=classes or None,
         representation_size=representation or None,
-        gelu_approximate=True if gelu is None else gelu,
+        mlp_activation=activation or "gelu_tanh",
     )
     model = _model_class(config)(weights=path, **build)
     return model, lambda: readers.read_checkpoint(path, model).params, path
@@ -239,7 +239,7 @@ def convert(args):
     print(
         f"source: {source}\nmodel: {model.name}, image {model.image_size}, "
         f"classes {model.classes if model.include_top else 'none (no head)'}, "
-        f"GELU {'tanh' if model.gelu_approximate else 'erf'}, {model.count_params():,} parameters"
+        f"MLP activation {model.mlp_activation}, {model.count_params():,} parameters"
     )
     _write(model, args, fmt)
     x = np.random.default_rng(args.seed).uniform(-1, 1, (args.batch_size, *model.image_size, 3))

@@ -5,8 +5,9 @@ import math
 import keras
 from keras import ops
 
-from keras_vit.layers import kernels
-from keras_vit.layers.calls import call_sublayer
+from keras_vit import kernels
+from keras_vit.kernels import call_sublayer
+from keras_vit.layers.norms import check_norm_kind
 from keras_vit.layers.qk_norm import QKNorm
 from keras_vit.layers.seeds import check_seed
 from keras_vit.validation import check_bool, check_positive_float, check_positive_int, check_rate
@@ -74,7 +75,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     some timm and transformers checkpoints); the output keeps its bias.
 
     The ordinary call runs the projections as 2D matrix products and the
-    attention through `keras_vit.layers.kernels.attention` (the backend's
+    attention through `keras_vit.kernels.attention` (the backend's
     fused kernel where it is the fastest). `attention_probs()` computes the
     softmax explicitly (in float32) for inspection; attention dropout, when
     training with a non-zero rate, takes the explicit path too. Quantized or
@@ -91,6 +92,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         qk_norm: None (default) or a float, the epsilon of a LayerNorm of
             the queries and of the keys over `head_dim` before their product
             (`QKNorm`, sublayer `qk_norm`; ViT-22B, timm's `qk_norm=True`).
+        qk_norm_kind: the kind of that norm, a name of
+            `keras_vit.layers.norms.NORMS`, default "layernorm".
         seed: None (default: drawn from Keras' global generator, which
             `keras.utils.set_random_seed` seeds) or an int, the seed of the
             attention dropout.
@@ -134,10 +137,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         bias_initializer="zeros",
         seed=None,
         qk_norm=None,
+        qk_norm_kind="layernorm",
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.qk_norm_epsilon = None if qk_norm is None else check_positive_float(qk_norm, "qk_norm")
+        self.qk_norm_kind = check_norm_kind(qk_norm_kind)
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.head_dim = check_positive_int(head_dim, "head_dim")
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
@@ -173,7 +178,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.out.build((None, None, self.num_heads, self.head_dim))
         self.qk_norm = None
         if self.qk_norm_epsilon is not None:
-            self.qk_norm = QKNorm(self.qk_norm_epsilon, dtype=self.dtype_policy, name="qk_norm")
+            self.qk_norm = QKNorm(
+                self.qk_norm_epsilon, norm_kind=self.qk_norm_kind, dtype=self.dtype_policy, name="qk_norm"
+            )
             self.qk_norm.build((None, None, self.num_heads, self.head_dim))
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=self.seed, dtype=self.dtype_policy
@@ -189,41 +196,23 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             dropout_rate=config.attention_dropout_rate,
             qkv_bias=config.qkv_bias,
             qk_norm=config.layer_norm_epsilon if config.qk_norm else None,
+            qk_norm_kind=config.norm_kind,
             **kwargs,
         )
 
-    def _plain_projections(self):
-        return all(
-            kernels.runs_plain(layer)
-            for layer in (self.query, self.key, self.value, self.out)
-        )
-
     def _project(self, x, query_tokens=None):
-        q, k, v = self._project_heads(x, x if query_tokens is None else x[:, :query_tokens])
+        queries = x if query_tokens is None else x[:, :query_tokens]
+        # (batch, tokens, D) by (D, heads, head_dim).
+        q = kernels.project(self.query, queries)
+        k = kernels.project(self.key, x)
+        v = kernels.project(self.value, x)
         if self.qk_norm is not None:
             q, k = call_sublayer(self.qk_norm, q, k)
         return q, k, v
 
-    def _project_heads(self, x, queries):
-        if not self._plain_projections():
-            return self.query(queries), self.key(x), self.value(x)
-        heads = []
-        for layer, inputs in ((self.query, queries), (self.key, x), (self.value, x)):
-            bias = None if layer.bias is None else ops.cast(layer.bias, self.compute_dtype)
-            # (batch, tokens, D) by (D, heads, head_dim).
-            heads.append(kernels.dense(inputs, ops.cast(layer.kernel, self.compute_dtype), bias))
-        return tuple(heads)
-
     def _output(self, context):
-        if not self._plain_projections():
-            return self.out(context)
         # (batch, tokens, heads, head_dim) by (heads, head_dim, D).
-        return kernels.dense(
-            context,
-            ops.cast(self.out.kernel, self.compute_dtype),
-            ops.cast(self.out.bias, self.compute_dtype),
-            axes=2,
-        )
+        return kernels.project(self.out, context, axes=2)
 
     def _probs(self, q, k, mask=None):
         # The softmax runs in float32 whatever the compute dtype.
@@ -260,6 +249,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "qkv_bias": self.qkv_bias,
                 "seed": self.seed,
                 "qk_norm": self.qk_norm_epsilon,
+                "qk_norm_kind": self.qk_norm_kind,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

@@ -4,6 +4,7 @@ SigLIP, SigLIP 2) on keras_vit's Transformer blocks."""
 import keras
 
 from keras_vit.layers.config import BlockConfig, expose_records
+from keras_vit.layers.norms import norm_layer
 from keras_vit.layers.transformer import TransformerBlock
 from keras_vit.text.layers import TEXT_POOLINGS, AttentionMask, TextEmbedding, TextPooling
 from keras_vit.validation import (
@@ -12,6 +13,7 @@ from keras_vit.validation import (
     check_choice,
     check_int,
     check_keywords,
+    check_positive_float,
     check_positive_int,
 )
 
@@ -25,7 +27,7 @@ class TextEncoder(keras.Model):
     (`embedding`), pass through `num_layers` pre-LayerNorm Transformer blocks
     (`encoderblock_{i}`, keras_vit's `TransformerBlock`, the layout of the
     image towers) that attend to no padding and, with `causal`, to no later
-    token (`attention_mask`), a final LayerNorm (`encoder_norm`), the
+    token (`attention_mask`), a final norm (`encoder_norm`), the
     pooling of one token (`pool`, see `keras_vit.text.layers.TEXT_POOLINGS`)
     and a linear projection (`projection`) into the embedding space shared
     with the image tower:
@@ -55,6 +57,9 @@ class TextEncoder(keras.Model):
         projection_dim: None (no projection: the pooled token is the
             output) or int, default None.
         projection_bias: bool, default False: a bias on the projection.
+        final_norm_epsilon: None (default: the blocks' `layer_norm_epsilon`)
+            or float > 0: the final norm's epsilon (keras-hub's CLIP text
+            encoder: 1e-6 after blocks of 1e-5).
         block_config: None, a `keras_vit.layers.config.BlockConfig` or its
             config dict: the blocks' options (norm epsilon, MLP activation,
             ...), each field also a keyword of its own.
@@ -82,9 +87,10 @@ class TextEncoder(keras.Model):
 
     def __init__(self, vocabulary_size, max_length, hidden_size=512, num_layers=12, num_heads=8,
                  mlp_dim=2048, causal=True, pooling="eos", eos_token_id=None, projection_dim=None,
-                 projection_bias=False, block_config=None, name="text_encoder", dtype=None, **kwargs):
-        options = {k: kwargs.pop(k) for k in list(kwargs) if k in BlockConfig.keywords()}
-        check_keywords(kwargs, argument_names(TextEncoder.__init__) + BlockConfig.keywords() + ("trainable",),
+                 projection_bias=False, final_norm_epsilon=None, block_config=None, name="text_encoder",
+                 dtype=None, **kwargs):
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in BlockConfig.field_names()}
+        check_keywords(kwargs, argument_names(TextEncoder.__init__) + BlockConfig.field_names() + ("trainable",),
                        type(self).__name__)
         self.vocabulary_size = check_positive_int(vocabulary_size, "vocabulary_size")
         self.max_length = check_positive_int(max_length, "max_length")
@@ -98,6 +104,9 @@ class TextEncoder(keras.Model):
         self.projection_dim = check_positive_int(projection_dim, "projection_dim", allow_none=True)
         self.projection_bias = check_bool(projection_bias, "projection_bias")
         self.block_config = BlockConfig.from_arguments(block_config, **options)
+        if final_norm_epsilon is not None:
+            final_norm_epsilon = check_positive_float(final_norm_epsilon, "final_norm_epsilon")
+        self.final_norm_epsilon = final_norm_epsilon
         token_ids = keras.Input((None,), dtype="int32", name="token_ids")
         padding_mask = keras.Input((None,), dtype="int32", name="padding_mask")
         outputs = self._build_graph(token_ids, padding_mask, dtype)
@@ -111,9 +120,8 @@ class TextEncoder(keras.Model):
             block = TransformerBlock(self.num_heads, self.mlp_dim, block_config=self.block_config,
                                      name=f"encoderblock_{i}", dtype=dtype)
             x = block(x, attention_mask=mask)
-        x = keras.layers.LayerNormalization(
-            epsilon=self.block_config.layer_norm_epsilon, name="encoder_norm", dtype=dtype
-        )(x)
+        epsilon = self.final_norm_epsilon or self.block_config.layer_norm_epsilon
+        x = norm_layer(self.block_config.norm_kind, epsilon, "encoder_norm", dtype)(x)
         x = TextPooling(self.pooling, self.eos_token_id, name="pool", dtype=dtype)([x, token_ids])
         if self.projection_dim is not None:
             x = keras.layers.Dense(self.projection_dim, use_bias=self.projection_bias, name="projection",
@@ -160,6 +168,7 @@ class TextEncoder(keras.Model):
             "eos_token_id": self.eos_token_id,
             "projection_dim": self.projection_dim,
             "projection_bias": self.projection_bias,
+            "final_norm_epsilon": self.final_norm_epsilon,
             "block_config": self.block_config.get_config(),
             "name": self.name,
             "trainable": self.trainable,

@@ -22,7 +22,7 @@ import tempfile
 
 import numpy as np
 
-from keras_vit.layers import kernels
+from keras_vit import kernels
 from keras_vit.validation import check_choice, check_positive_int
 
 FORMATS = ("onnx", "openvino")

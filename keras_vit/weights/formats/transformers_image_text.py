@@ -1,7 +1,10 @@
 """transformers two-tower image-text directories (CLIP, MetaCLIP 2, SigLIP,
 SigLIP 2) -> the text tower, its tokenizer settings and the logit scale and
-bias; the image tower is read by the family's vision module
-(`transformers_clip`, `transformers_siglip`, `transformers_siglip2`).
+bias. The image tower is read by the vision family registered for the
+directory's `model_type` (`transformers.TRANSFORMERS_FAMILIES`: `ClipFamily`,
+`SiglipFamily`, `Siglip2Family` read the two-tower classes' vision side);
+this module holds one `TextTower` record per two-tower class
+(`TEXT_TOWERS`), found through that family's `transformers_class`.
 
 Facts about the files (`save_pretrained` of `CLIPModel`, `MetaClip2Model`,
 `SiglipModel`, `Siglip2Model`; `model_type` "clip", "metaclip_2",
@@ -32,30 +35,30 @@ Facts about the files (`save_pretrained` of `CLIPModel`, `MetaClip2Model`,
   `padding=True` (CLIP) or `padding="max_length", max_length=64` (SigLIP).
 """
 
-import dataclasses
 import math
+from typing import NamedTuple
 
 from keras_vit.weights import canonical as C
+from keras_vit.weights.formats.conventions import torch_linear, torch_norm
+from keras_vit.weights.formats.transformers import TRANSFORMERS_FAMILIES
 from keras_vit.weights.formats.transformers_clip import BLOCKS
-from keras_vit.weights.formats.transformers_common import ACTIVATIONS
+from keras_vit.weights.formats.transformers_family import ACTIVATIONS, split_ignored
 from keras_vit.weights.rules import RuleTable
 
-_CLIP_TEXT = dict(vocab_size=49408, hidden_size=512, intermediate_size=2048, num_hidden_layers=12,
-                  num_attention_heads=8, max_position_embeddings=77, hidden_act="quick_gelu",
-                  layer_norm_eps=1e-5, eos_token_id=49407, attention_dropout=0.0)
-_SIGLIP_TEXT = dict(vocab_size=32000, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
-                    num_attention_heads=12, max_position_embeddings=64, hidden_act="gelu_pytorch_tanh",
-                    layer_norm_eps=1e-6, eos_token_id=49407, attention_dropout=0.0, projection_size=None)
+# The text config classes' defaults (CLIPTextConfig, SiglipTextConfig).
+CLIP_TEXT_DEFAULTS = dict(vocab_size=49408, hidden_size=512, intermediate_size=2048, num_hidden_layers=12,
+                          num_attention_heads=8, max_position_embeddings=77, hidden_act="quick_gelu",
+                          layer_norm_eps=1e-5, eos_token_id=49407, attention_dropout=0.0)
+SIGLIP_TEXT_DEFAULTS = dict(vocab_size=32000, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+                            num_attention_heads=12, max_position_embeddings=64, hidden_act="gelu_pytorch_tanh",
+                            layer_norm_eps=1e-6, eos_token_id=49407, attention_dropout=0.0, projection_size=None)
 
 
-@dataclasses.dataclass(frozen=True)
-class ImageTextFamily:
-    """What a two-tower family is, as transformers defines it.
+class TextTower(NamedTuple):
+    """The text side of a transformers two-tower class, and how its zero-shot
+    pipeline feeds and scores texts.
 
     Attributes:
-        model_type: the two-tower `model_type`.
-        architecture: its transformers class.
-        vision_model_type: the `model_type` of its vision tower's module.
         causal: the text tower's causal mask.
         pooling: "eos" or "last" (see `keras_vit.text.layers.TEXT_POOLINGS`).
         legacy_eos: whether `eos_token_id == 2` means OpenAI's "argmax" rule.
@@ -67,12 +70,9 @@ class ImageTextFamily:
         activation: the pipeline's scores, "softmax" or "sigmoid".
         lowercase: texts lowercased before the tokenizer (transformers'
             SigLIP 2 tokenizer).
-        text_defaults: the text config class's defaults.
+        defaults: the text config class's defaults.
     """
 
-    model_type: str
-    architecture: str
-    vision_model_type: str
     causal: bool
     pooling: str
     legacy_eos: bool
@@ -81,34 +81,34 @@ class ImageTextFamily:
     max_length: object
     activation: str
     lowercase: bool
-    text_defaults: dict
+    defaults: dict
 
 
 _CLIP = dict(causal=True, pooling="eos", projection="text_projection", padding="longest",
-             max_length=None, activation="softmax", lowercase=False, text_defaults=_CLIP_TEXT)
+             max_length=None, activation="softmax", lowercase=False, defaults=CLIP_TEXT_DEFAULTS)
 _SIGLIP = dict(causal=False, pooling="last", legacy_eos=False, projection="head", padding="max_length",
-               max_length=64, activation="sigmoid", text_defaults=_SIGLIP_TEXT)
-FAMILIES = {
-    "clip": ImageTextFamily("clip", "CLIPModel", "clip", legacy_eos=True, **_CLIP),
-    "metaclip_2": ImageTextFamily("metaclip_2", "MetaClip2Model", "clip", legacy_eos=False, **_CLIP),
-    "siglip": ImageTextFamily("siglip", "SiglipModel", "siglip", lowercase=False, **_SIGLIP),
-    "siglip2": ImageTextFamily("siglip2", "Siglip2Model", "siglip2", lowercase=True, **_SIGLIP),
+               max_length=64, activation="sigmoid", defaults=SIGLIP_TEXT_DEFAULTS)
+# By transformers class, as the vision families name them (`TRANSFORMERS_CLASSES`).
+TEXT_TOWERS = {
+    "CLIPModel": TextTower(legacy_eos=True, **_CLIP),
+    "MetaClip2Model": TextTower(legacy_eos=False, **_CLIP),
+    "SiglipModel": TextTower(lowercase=False, **_SIGLIP),
+    "Siglip2Model": TextTower(lowercase=True, **_SIGLIP),
 }
 _T = "text_model."
 TEXT_BODY = (
     ("embeddings.token_embedding.weight", "embedding/token_embedding"),
     ("embeddings.position_embedding.weight", "embedding/position_embedding"),
     *BLOCKS,
-    ("final_layer_norm.weight", C.ENCODER_NORM + "scale"),
-    ("final_layer_norm.bias", C.ENCODER_NORM + "bias"),
+    *torch_norm("final_layer_norm", C.ENCODER_NORM),
 )
 PROJECTIONS = {
     "text_projection": (("text_projection.weight", "projection/kernel", "linear"),),
-    "head": ((_T + "head.weight", "projection/kernel", "linear"), (_T + "head.bias", "projection/bias")),
+    "head": torch_linear(_T + "head", "projection/"),
 }
 LOGIT_SCALE, LOGIT_BIAS = "logit_scale", "logit_bias"
 IGNORED = {
-    "vision_model.": "the image tower (read by the family's vision module)",
+    "vision_model.": "the image tower (read by the vision family)",
     "visual_projection.": "the image tower's projection (read with the image tower)",
     "position_ids": "the position indices buffer, not a weight",
     LOGIT_SCALE: "the logit scale (read beside the towers)",
@@ -120,43 +120,47 @@ def _unsupported(message):
     return ValueError(f"Cannot build this transformers image-text model: {message}")
 
 
-def family(config):
-    """The `ImageTextFamily` of a two-tower `config.json` dict.
+def two_tower_class(config):
+    """The transformers two-tower class of a `config.json` dict.
 
     Raises:
-        ValueError: for another model type (a vision tower alone included)
-            or architecture.
+        ValueError: for a model type or architecture no vision family reads,
+            or a class without a text tower (a vision tower alone).
 
     Example:
 
-    >>> family({"model_type": "siglip2"}).activation
+    >>> two_tower_class({"model_type": "siglip2"})
+    'Siglip2Model'
+    """
+    hf_class = TRANSFORMERS_FAMILIES.find(config).transformers_class(config)
+    if hf_class not in TEXT_TOWERS:
+        raise _unsupported(
+            f"the class must be a two-tower one, {tuple(TEXT_TOWERS)} (image and text). "
+            f"Received: {hf_class!r} (model_type={config.get('model_type')!r})"
+        )
+    return hf_class
+
+
+def text_tower(config):
+    """The `TextTower` of a two-tower `config.json` dict (`two_tower_class`).
+
+    Example:
+
+    >>> text_tower({"model_type": "siglip2"}).activation
     'sigmoid'
     """
-    model_type = config.get("model_type")
-    if model_type not in FAMILIES:
-        raise _unsupported(
-            f"`model_type` must be one of {tuple(FAMILIES)} (a two-tower directory: image and "
-            f"text). Received: model_type={model_type!r}"
-        )
-    row = FAMILIES[model_type]
-    architecture = (config.get("architectures") or [row.architecture])[0]
-    if architecture != row.architecture:
-        raise _unsupported(
-            f"architecture must be {row.architecture!r} for model_type={model_type!r}. "
-            f"Received: {architecture!r}"
-        )
-    return row
+    return TEXT_TOWERS[two_tower_class(config)]
 
 
 def text_config(config):
-    """The text tower's config: `text_config` over the family's defaults."""
-    return {**family(config).text_defaults, **(config.get("text_config") or {})}
+    """The text tower's config: `text_config` over the class's defaults."""
+    return {**text_tower(config).defaults, **(config.get("text_config") or {})}
 
 
-def _pooling(row, text):
-    if row.pooling == "eos" and row.legacy_eos and text["eos_token_id"] == 2:
+def _pooling(tower, text):
+    if tower.pooling == "eos" and tower.legacy_eos and text["eos_token_id"] == 2:
         return "argmax"
-    return row.pooling
+    return tower.pooling
 
 
 def text_arguments(config):
@@ -169,7 +173,7 @@ def text_arguments(config):
     >>> args["pooling"], args["causal"], args["projection_dim"], args["mlp_activation"]
     ('argmax', True, 256, 'quick_gelu')
     """
-    row = family(config)
+    tower = text_tower(config)
     text = text_config(config)
     act = text["hidden_act"]
     if act not in ACTIVATIONS:
@@ -177,7 +181,7 @@ def text_arguments(config):
     eos = text["eos_token_id"]
     if isinstance(eos, (list, tuple)):
         raise _unsupported(f"the text tower pools one `eos_token_id`. Received: eos_token_id={eos!r}")
-    if row.projection == "text_projection":
+    if tower.projection == "text_projection":
         projection = dict(projection_dim=int(config.get("projection_dim", 512)), projection_bias=False)
     else:
         projection = dict(projection_dim=int(text.get("projection_size") or text["hidden_size"]),
@@ -189,8 +193,8 @@ def text_arguments(config):
         num_layers=text["num_hidden_layers"],
         num_heads=text["num_attention_heads"],
         mlp_dim=text["intermediate_size"],
-        causal=row.causal,
-        pooling=_pooling(row, text),
+        causal=tower.causal,
+        pooling=_pooling(tower, text),
         eos_token_id=eos,
         layer_norm_epsilon=float(text["layer_norm_eps"]),
         mlp_activation=ACTIVATIONS[act],
@@ -201,7 +205,7 @@ def text_arguments(config):
 
 def text_table(config):
     """The `RuleTable` of the text tower of a two-tower directory."""
-    return RuleTable(TEXT_BODY).prefixed(_T) + RuleTable(PROJECTIONS[family(config).projection])
+    return RuleTable(TEXT_BODY).prefixed(_T) + RuleTable(PROJECTIONS[text_tower(config).projection])
 
 
 def read_text(state, config, path):
@@ -212,13 +216,7 @@ def read_text(state, config, path):
         config: the `config.json` dict.
         path: the file it came from, for messages.
     """
-    kept, ignored = {}, {}
-    for key, value in state.items():
-        reason = next((r for p, r in IGNORED.items() if key.startswith(p) or key.endswith(p)), None)
-        if reason:
-            ignored[key] = reason
-        else:
-            kept[key] = value
+    kept, ignored = split_ignored(state, IGNORED)
     heads = text_config(config)["num_attention_heads"]
     params, unknown = text_table(config).to_canonical(kept, heads)
     params.update({k: kept[k] for k in unknown})  # reported as unexpected
@@ -230,13 +228,13 @@ def logits(state, config, path):
     logit bias (0 for CLIP and MetaCLIP 2), as Python floats.
 
     Raises:
-        ValueError: naming the file when a tensor the family has is absent.
+        ValueError: naming the file when a tensor the class has is absent.
     """
-    row = family(config)
-    names = (LOGIT_SCALE,) + ((LOGIT_BIAS,) if row.activation == "sigmoid" else ())
+    hf_class = two_tower_class(config)
+    names = (LOGIT_SCALE,) + ((LOGIT_BIAS,) if TEXT_TOWERS[hf_class].activation == "sigmoid" else ())
     missing = [n for n in names if n not in state]
     if missing:
-        raise ValueError(f"Cannot load {path!r}: a {row.architecture} has {missing}, the file has not.")
+        raise ValueError(f"Cannot load {path!r}: a {hf_class} has {missing}, the file has not.")
     scale = math.exp(float(state[LOGIT_SCALE].reshape(-1)[0]))
     bias = float(state[LOGIT_BIAS].reshape(-1)[0]) if LOGIT_BIAS in names else 0.0
     return scale, bias
@@ -245,6 +243,6 @@ def logits(state, config, path):
 def pipeline_padding(config):
     """`(padding, max_length)` of the texts, as transformers' zero-shot
     pipeline pads them (max_length: the pipeline's, else the tower's context)."""
-    row = family(config)
+    tower = text_tower(config)
     context = text_config(config)["max_position_embeddings"]
-    return row.padding, min(row.max_length or context, context)
+    return tower.padding, min(tower.max_length or context, context)
