@@ -2,19 +2,13 @@
 texts in one space (CLIP, MetaCLIP 2, SigLIP, SigLIP 2), for zero-shot
 classification and retrieval."""
 
-import os
-
 import numpy as np
 
-from keras_vit import presets
+from keras_vit import image_text_presets
 from keras_vit.text.encoder import TextEncoder
 from keras_vit.text.templates import prompts
-from keras_vit.text.tokenizer import Tokenizer, check_texts, load_tokenizer
+from keras_vit.text.tokenizer import Tokenizer, check_texts
 from keras_vit.validation import check_choice, check_positive_int
-from keras_vit.weights import shards
-from keras_vit.weights.files import read_json
-from keras_vit.weights.formats import transformers_image_text as image_text_format
-from keras_vit.weights.loader import load_checkpoint
 from keras_vit.zero_shot import ACTIVATIONS, zero_shot_classifier
 
 DEFAULT_TEMPLATES = ("a photo of a {}.",)
@@ -95,18 +89,23 @@ class ImageTextModel:
 
     @classmethod
     def from_preset(cls, handle, dtype=None):
-        """An image-text model from a two-tower checkpoint directory.
+        """An image-text model from a two-tower preset directory.
 
-        Reads transformers' CLIP (`CLIPModel`), MetaCLIP 2
-        (`MetaClip2Model`), SigLIP (`SiglipModel`) and SigLIP 2
-        (`Siglip2Model`) directories, local or `hf://org/name[@revision]`:
-        the image tower as `keras_vit.from_preset` reads it (with the
+        Reads, local or `hf://org/name[@revision]`
+        (`keras_vit.image_text_presets`):
+
+        - transformers' CLIP (`CLIPModel`), MetaCLIP 2 (`MetaClip2Model`),
+          SigLIP (`SiglipModel`) and SigLIP 2 (`Siglip2Model`) directories,
+          texts padded as transformers' zero-shot pipeline pads them (CLIP:
+          to the longest text; SigLIP: to 64 tokens);
+        - keras-hub's `CLIPBackbone` and `SigLIPBackbone` presets saved with
+          their preprocessor, texts padded as that preprocessor pads them;
+        - keras_vit's own (`save_to_preset`).
+
+        The image tower is read as `keras_vit.from_preset` reads it (with the
         checkpoint's preprocessing), the text tower and logit scale and bias
         from the same weights, strictly (every tensor loaded or ignored by
-        name), and the tokenizer from the directory's own files
-        (`keras_vit.text.tokenizer`), padding texts as transformers'
-        zero-shot pipeline does (CLIP: to the longest text; SigLIP: to 64
-        tokens).
+        name), and the tokenizer from the preset's own files.
 
         Args:
             handle: a directory or an `hf://` handle.
@@ -119,24 +118,14 @@ class ImageTextModel:
             ValueError: for a directory that is not a two-tower checkpoint
                 of these families, or whose files do not match.
         """
-        directory = presets.resolve(handle)
-        if presets.detect_layout(directory) != "transformers":
-            raise ValueError(
-                f"{handle!r} is not a transformers two-tower directory (CLIPModel, MetaClip2Model, "
-                "SiglipModel, Siglip2Model): its config.json has no `model_type`."
-            )
-        config = read_json(os.path.join(directory, "config.json"))
-        tower = image_text_format.text_tower(config)
-        overrides = {} if dtype is None else {"dtype": dtype}
-        text_encoder = TextEncoder(**image_text_format.text_arguments(config), **overrides)
-        state, path = shards.read_state(directory)
-        load_checkpoint(text_encoder, image_text_format.read_text(state, config, path))
-        scale, bias = image_text_format.logits(state, config, path)
-        del state
-        padding, max_length = image_text_format.pipeline_padding(config)
-        tokenizer = load_tokenizer(directory, max_length, padding, lowercase=tower.lowercase)
-        image_encoder = presets.from_preset(directory, **overrides)
-        return cls(image_encoder, text_encoder, tokenizer, scale, bias, tower.activation)
+        return cls(*image_text_presets.read_parts(handle, dtype))
+
+    def save_to_preset(self, directory):
+        """Writes the model as a keras_vit image-text preset directory, which
+        `ImageTextModel.from_preset` reads back on any backend: both towers,
+        the tokenizer (its vocabulary file as its library writes it) and the
+        logit scale and bias (see `keras_vit.image_text_presets`)."""
+        image_text_presets.write(self, directory)
 
     @property
     def preprocessing(self):

@@ -57,6 +57,11 @@ class TextEncoder(keras.Model):
         projection_dim: None (no projection: the pooled token is the
             output) or int, default None.
         projection_bias: bool, default False: a bias on the projection.
+        mask_padding: bool, default True: no token attends to padding (the
+            padding mask, as transformers applies the tokenizer's attention
+            mask); False: every token attends to every other, padding
+            included, as keras-hub's CLIP and SigLIP text encoders (which
+            take no mask) do.
         final_norm_epsilon: None (default: the blocks' `layer_norm_epsilon`)
             or float > 0: the final norm's epsilon (keras-hub's CLIP text
             encoder: 1e-6 after blocks of 1e-5).
@@ -87,8 +92,8 @@ class TextEncoder(keras.Model):
 
     def __init__(self, vocabulary_size, max_length, hidden_size=512, num_layers=12, num_heads=8,
                  mlp_dim=2048, causal=True, pooling="eos", eos_token_id=None, projection_dim=None,
-                 projection_bias=False, final_norm_epsilon=None, block_config=None, name="text_encoder",
-                 dtype=None, **kwargs):
+                 projection_bias=False, mask_padding=True, final_norm_epsilon=None, block_config=None,
+                 name="text_encoder", dtype=None, **kwargs):
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in BlockConfig.field_names()}
         check_keywords(kwargs, argument_names(TextEncoder.__init__) + BlockConfig.field_names() + ("trainable",),
                        type(self).__name__)
@@ -103,6 +108,7 @@ class TextEncoder(keras.Model):
         self.eos_token_id = eos_token_id
         self.projection_dim = check_positive_int(projection_dim, "projection_dim", allow_none=True)
         self.projection_bias = check_bool(projection_bias, "projection_bias")
+        self.mask_padding = check_bool(mask_padding, "mask_padding")
         self.block_config = BlockConfig.from_arguments(block_config, **options)
         if final_norm_epsilon is not None:
             final_norm_epsilon = check_positive_float(final_norm_epsilon, "final_norm_epsilon")
@@ -115,7 +121,7 @@ class TextEncoder(keras.Model):
     def _build_graph(self, token_ids, padding_mask, dtype):
         x = TextEmbedding(self.vocabulary_size, self.max_length, self.hidden_size, name="embedding",
                           dtype=dtype)(token_ids)
-        mask = AttentionMask(self.causal, name="attention_mask", dtype=dtype)(padding_mask)
+        mask = AttentionMask(self.causal, self.mask_padding, name="attention_mask", dtype=dtype)(padding_mask)
         for i in range(self.num_layers):
             block = TransformerBlock(self.num_heads, self.mlp_dim, block_config=self.block_config,
                                      name=f"encoderblock_{i}", dtype=dtype)
@@ -168,6 +174,7 @@ class TextEncoder(keras.Model):
             "eos_token_id": self.eos_token_id,
             "projection_dim": self.projection_dim,
             "projection_bias": self.projection_bias,
+            "mask_padding": self.mask_padding,
             "final_norm_epsilon": self.final_norm_epsilon,
             "block_config": self.block_config.get_config(),
             "name": self.name,

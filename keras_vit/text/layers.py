@@ -92,6 +92,9 @@ class AttentionMask(keras.layers.Layer):
 
     Args:
         causal: bool, default False.
+        mask_padding: bool, default True; False: the padding mask is not
+            applied (every token attends to the padding too), as keras-hub's
+            and big_vision's text encoders, which take no mask, attend.
 
     Call arguments:
         padding_mask: `(batch, length)`, nonzero on tokens, 0 on padding.
@@ -108,12 +111,16 @@ class AttentionMask(keras.layers.Layer):
     [[[1, 0, 0], [1, 1, 0], [1, 1, 0]]]
     """
 
-    def __init__(self, causal=False, **kwargs):
+    def __init__(self, causal=False, mask_padding=True, **kwargs):
         super().__init__(**kwargs)
         self.causal = check_bool(causal, "causal")
+        self.mask_padding = check_bool(mask_padding, "mask_padding")
 
     def call(self, padding_mask):
-        keys = ops.not_equal(padding_mask, 0)[:, None, :]
+        keys = ops.not_equal(padding_mask, 0)
+        if not self.mask_padding:
+            keys = ops.logical_or(keys, ops.logical_not(keys))
+        keys = keys[:, None, :]
         length = padding_mask.shape[1] if padding_mask.shape[1] is not None else ops.shape(padding_mask)[1]
         if not self.causal:
             return ops.logical_and(keys, ops.ones((1, length, 1), "bool"))
@@ -127,7 +134,7 @@ class AttentionMask(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config["causal"] = self.causal
+        config.update({"causal": self.causal, "mask_padding": self.mask_padding})
         return config
 
 

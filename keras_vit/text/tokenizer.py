@@ -68,9 +68,27 @@ class Tokenizer:
         self.padding = check_choice(padding, PADDINGS, "padding")
         self.padding_side = check_choice(padding_side, SIDES, "padding_side")
 
+    # The vocabulary file a tokenizer writes beside its config (`save_files`).
+    FILE = None
+
     def encode(self, text):
         """The token ids of one text, special tokens included, truncated."""
         raise NotImplementedError(f"{type(self).__name__} must define `encode`.")
+
+    def get_config(self):
+        """The constructor's arguments but the tokenizer library's object
+        (written to `FILE` by `save_files`)."""
+        return {"pad_id": self.pad_id, "max_length": self.max_length, "padding": self.padding,
+                "padding_side": self.padding_side}
+
+    def save_files(self, directory):
+        """Writes the vocabulary file `FILE` into `directory`."""
+        raise NotImplementedError(f"{type(self).__name__} must define `save_files`.")
+
+    @classmethod
+    def from_files(cls, directory, config):
+        """The tokenizer of `get_config()`'s dict and the `FILE` in `directory`."""
+        raise NotImplementedError(f"{cls.__name__} must define `from_files`.")
 
     def __call__(self, texts, sequence_length=None):
         texts = check_texts(texts)
@@ -129,6 +147,8 @@ class JsonTokenizer(Tokenizer):
         pad_id, max_length, padding, padding_side: as `Tokenizer`.
     """
 
+    FILE = "tokenizer.json"
+
     def __init__(self, tokenizer, pad_id, max_length, padding="longest", padding_side="right"):
         super().__init__(pad_id, max_length, padding, padding_side)
         tokenizer.no_padding()
@@ -137,6 +157,15 @@ class JsonTokenizer(Tokenizer):
 
     def encode(self, text):
         return self.tokenizer.encode(text).ids
+
+    def save_files(self, directory):
+        self.tokenizer.save(os.path.join(directory, self.FILE))
+
+    @classmethod
+    def from_files(cls, directory, config):
+        import tokenizers
+
+        return cls(tokenizers.Tokenizer.from_file(os.path.join(directory, cls.FILE)), **config)
 
 
 class SiglipTokenizer(Tokenizer):
@@ -153,6 +182,8 @@ class SiglipTokenizer(Tokenizer):
         pad_id, max_length, padding, padding_side: as `Tokenizer`.
     """
 
+    FILE = "spiece.model"
+
     def __init__(self, processor, eos_id, unk_token, special_tokens, pad_id, max_length,
                  padding="max_length", padding_side="right", lowercase=True):
         super().__init__(pad_id, max_length, padding, padding_side)
@@ -165,6 +196,17 @@ class SiglipTokenizer(Tokenizer):
         names = sorted(self.special_tokens, key=len, reverse=True)
         # Special tokens strip the whitespace around them (`lstrip`/`rstrip`).
         self._split = re.compile(r"\s*(" + "|".join(re.escape(n) for n in names) + r")\s*") if names else None
+
+    def get_config(self):
+        return dict(super().get_config(), eos_id=self.eos_id, unk_token=self.unk_token,
+                    special_tokens=self.special_tokens, lowercase=self.lowercase)
+
+    def save_files(self, directory):
+        write_sentencepiece(self.processor, os.path.join(directory, self.FILE))
+
+    @classmethod
+    def from_files(cls, directory, config):
+        return cls(read_sentencepiece(os.path.join(directory, cls.FILE)), **config)
 
     def canonicalize(self, text):
         """big_vision's SigLIP text rule: lowercase, no punctuation, single spaces."""
@@ -189,6 +231,21 @@ class SiglipTokenizer(Tokenizer):
                 ids.extend(self.processor.piece_to_id(p) for p in self._pieces(part))
         ids = ids[: self.max_length - 1]
         return ids if ids and ids[-1] == self.eos_id else ids + [self.eos_id]
+
+
+def read_sentencepiece(path):
+    """A `sentencepiece.SentencePieceProcessor` of the model file `path`."""
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor()
+    processor.Load(os.fspath(path))
+    return processor
+
+
+def write_sentencepiece(processor, path):
+    """Writes a `SentencePieceProcessor`'s model to `path`."""
+    with open(path, "wb") as f:
+        f.write(processor.serialized_model_proto())
 
 
 def _token_string(value):
@@ -252,10 +309,7 @@ def _template(tokenizer, config):
 
 
 def _sentencepiece_tokenizer(path, config, max_length, padding):
-    import sentencepiece
-
-    processor = sentencepiece.SentencePieceProcessor()
-    processor.Load(path)
+    processor = read_sentencepiece(path)
     names = {key: _token_string(config.get(key, default)) for key, default in
              (("eos_token", "</s>"), ("unk_token", "<unk>"), ("pad_token", "</s>"))}
     ids = {}

@@ -12,7 +12,7 @@
   `transformers_vit_mae`), processor files in `transformers_processor`;
 - `keras_hub`: keras-hub presets, through the registry of its families
   (`KERAS_HUB_FAMILIES`): one `keras_hub_family.KerasHubFamily` subclass per
-  module (`keras_hub_vit`, `keras_hub_dinov2`, `keras_hub_siglip`);
+  module (`keras_hub_vit`, `keras_hub_dinov2`, `keras_hub_siglip`, `keras_hub_clip`);
 - `keras_vit`: keras_vit's own `.weights.h5` / `.keras` files.
 
 The tables are written with the rules of the PyTorch and Keras naming
