@@ -19,16 +19,17 @@ def test_text_embedding_adds_token_and_position_rows():
     np.testing.assert_allclose(outputs, tokens[IDS] + positions[None, :6], rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("mask_padding", [True, False])
 @pytest.mark.parametrize("causal", [False, True])
-def test_attention_mask_hides_padding_and_later_tokens(causal):
+def test_attention_mask_hides_padding_and_later_tokens(causal, mask_padding):
     padding = (IDS > 0).astype("int32")
-    mask = to_numpy(AttentionMask(causal)(padding))
-    expected = np.broadcast_to(padding[:, None, :] > 0, (2, 6, 6))
+    mask = to_numpy(AttentionMask(causal, mask_padding)(padding))
+    expected = np.broadcast_to(padding[:, None, :] > 0 if mask_padding else True, (2, 6, 6))
     if causal:
         expected = expected & np.tril(np.ones((6, 6), bool))
     np.testing.assert_array_equal(mask, expected)
-    layer = AttentionMask.from_config(AttentionMask(causal).get_config())
-    assert layer.causal == causal
+    layer = AttentionMask.from_config(AttentionMask(causal, mask_padding).get_config())
+    assert (layer.causal, layer.mask_padding) == (causal, mask_padding)
 
 
 @pytest.mark.parametrize("mode, rows", [("eos", [3, 2]), ("argmax", [2, 1]), ("last", [5, 5])])
@@ -53,13 +54,15 @@ def _encoder(**kw):
 
 
 def test_text_encoder_saves_and_reloads(tmp_path):
-    encoder = _encoder(qkv_bias=False, mlp_activation="quick_gelu")
+    encoder = _encoder(qkv_bias=False, mlp_activation="quick_gelu", mask_padding=False, final_norm_epsilon=1e-3)
     inputs = [IDS, (IDS > 0).astype("int32")]
     expected = encoder.predict(inputs, verbose=0)
     assert TextEncoder.from_config(encoder.get_config()).get_config() == encoder.get_config()
     encoder.save(tmp_path / "text.keras")
     again = keras.saving.load_model(tmp_path / "text.keras")
     assert isinstance(again, TextEncoder) and again.block_config.qkv_bias is False
+    assert again.get_layer("encoder_norm").epsilon == 1e-3 and not again.get_layer("attention_mask").mask_padding
+    assert _encoder().get_layer("encoder_norm").epsilon == 1e-6
     np.testing.assert_allclose(again.predict(inputs, verbose=0), expected, rtol=0, atol=1e-6)
 
 
