@@ -26,6 +26,7 @@ transformers' zero-shot pipeline pads) or "max_length" (every text to
 truncated, the special tokens kept (transformers' `truncation=True`).
 """
 
+import abc
 import os
 import re
 import string
@@ -42,7 +43,7 @@ LEFT_PADDING_CLASSES = ("Siglip2Tokenizer", "GemmaTokenizer", "GemmaTokenizerFas
 _SPIECE_UNDERLINE = "\u2581"
 
 
-class Tokenizer:
+class Tokenizer(abc.ABC):
     """Texts to padded token ids and a padding mask (the base of the readers).
 
     Args:
@@ -71,9 +72,9 @@ class Tokenizer:
     # The vocabulary file a tokenizer writes beside its config (`save_files`).
     FILE = None
 
+    @abc.abstractmethod
     def encode(self, text):
         """The token ids of one text, special tokens included, truncated."""
-        raise NotImplementedError(f"{type(self).__name__} must define `encode`.")
 
     def get_config(self):
         """The constructor's arguments but the tokenizer library's object
@@ -81,14 +82,14 @@ class Tokenizer:
         return {"pad_id": self.pad_id, "max_length": self.max_length, "padding": self.padding,
                 "padding_side": self.padding_side}
 
+    @abc.abstractmethod
     def save_files(self, directory):
         """Writes the vocabulary file `FILE` into `directory`."""
-        raise NotImplementedError(f"{type(self).__name__} must define `save_files`.")
 
     @classmethod
+    @abc.abstractmethod
     def from_files(cls, directory, config):
         """The tokenizer of `get_config()`'s dict and the `FILE` in `directory`."""
-        raise NotImplementedError(f"{cls.__name__} must define `from_files`.")
 
     def __call__(self, texts, sequence_length=None):
         texts = check_texts(texts)
