@@ -137,7 +137,8 @@ def write(model, directory):
     module docstring); `read_parts` reads it back on any backend.
 
     Raises:
-        ValueError: for a tokenizer this layout cannot hold (nothing is written).
+        ValueError: for a tokenizer or image tower this layout cannot hold
+            (nothing is written).
 
     Example:
 
@@ -160,6 +161,11 @@ def write(model, directory):
     if kind not in TOKENIZERS:
         raise ValueError(
             f"An image-text preset holds the tokenizers {tuple(TOKENIZERS)}. Received: a {kind}"
+        )
+    if not callable(getattr(model.image_encoder, "save_to_preset", None)):
+        raise ValueError(
+            "An image-text preset holds a keras_vit image tower (its save_to_preset). "
+            f"Received: image_encoder={model.image_encoder!r}"
         )
     directory = os.fspath(directory)
     for folder in (IMAGE_FOLDER, TOKENIZER_FOLDER):
