@@ -325,6 +325,10 @@ def export_command(args):
 
 def run(args):
     """Runs the command of parsed `keras-vit` arguments; returns the exit status."""
+    if args.command == "zero-shot":
+        from keras_vit.cli_zero_shot import zero_shot_command
+
+        return zero_shot_command(args)
     return {"inspect": inspect_command, "export": export_command}[args.command](args)
 
 

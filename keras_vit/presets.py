@@ -51,8 +51,9 @@ OVERRIDES = (
     "dtype",
     "name",
 )
-# Files worth downloading from a Hub repository (not READMEs, ONNX, ...).
-_HUB_FILES = ("*.json", "*.safetensors", "*.h5", "*.txt")
+# Files worth downloading from a Hub repository (not READMEs, ONNX, ...);
+# `*.model` and `*.spm` are SentencePiece tokenizers (image-text models).
+_HUB_FILES = ("*.json", "*.safetensors", "*.h5", "*.txt", "*.model", "*.spm")
 _TORCH_FILES = ("pytorch_model.bin", "pytorch_model*.bin", "pytorch_model.bin.index.json")
 
 
@@ -190,8 +191,8 @@ def _keras_vit_source(directory):
     model_class = config.get("class_name")
     if model_class not in ("ViT", "ViTHybrid"):
         raise ValueError(
-            f"{directory!r}: config.json must describe a keras_vit ViT or ViTHybrid. "
-            f"Received: class_name={model_class!r}"
+            f"{directory!r}: config.json must describe a keras_vit ViT or ViTHybrid (an image-text "
+            f"preset loads with keras_vit.ImageTextModel.from_preset). Received: class_name={model_class!r}"
         )
     args = dict(config["config"])
     args.pop("trainable", None)

@@ -26,6 +26,8 @@ import json
 import os
 import sys
 
+from keras_vit_tools.zero_shot_command import zero_shot_parser
+
 # Copies of keras_vit's lists (see the module docstring).
 GELU_FLAVOURS = ("tanh", "erf")  # keras_vit.architectures.GELU_FLAVOURS
 NORMALIZATIONS = ("inception", "imagenet")  # keras_vit.preprocessing.MODES
@@ -155,13 +157,14 @@ def _export_parser(commands):
 
 
 def keras_vit_parser():
-    """The parser of `keras-vit` (`inspect`, `export`)."""
+    """The parser of `keras-vit` (`inspect`, `export`, `zero-shot`)."""
     parser = argparse.ArgumentParser(
         prog="keras-vit", description="Vision Transformer tools for Keras 3."
     )
     commands = parser.add_subparsers(dest="command", required=True)
     _inspect_parser(commands)
     _export_parser(commands)
+    zero_shot_parser(commands)
     return parser
 
 

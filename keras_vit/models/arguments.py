@@ -116,6 +116,19 @@ def check_head(classifier, pooling, representation_size, classifier_activation):
     return check_activation(classifier_activation)
 
 
+def check_embedding(projection_dim, l2_normalize, include_top, pooling):
+    """Checks the embedding options of the pooled features; returns them."""
+    check_positive_int(projection_dim, "projection_dim", allow_none=True)
+    check_bool(l2_normalize, "l2_normalize")
+    if not include_top and pooling is None and (projection_dim is not None or l2_normalize):
+        raise ValueError(
+            "`projection_dim` and `l2_normalize` act on pooled features, but "
+            "include_top=False with pooling=None returns the tokens. Received: "
+            f"projection_dim={projection_dim!r}, l2_normalize={l2_normalize!r}, pooling=None"
+        )
+    return projection_dim, bool(l2_normalize)
+
+
 def check_tokens(classifier, pooling, distillation_token, distillation_head, num_register_tokens,
                   representation_size):
     """Checks the prefix-token options; returns the resolved `distillation_head`."""

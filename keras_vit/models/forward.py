@@ -15,7 +15,8 @@ new symbolic inputs (a feature model inside another model). The steps:
 3. `run_blocks`: the Transformer blocks, tapping chosen block outputs;
 4. `final_norm`: the encoder's final norm (none when the norm is applied
    to the pooled features, `pooled_norm=True`);
-5. `head`: pooling, pre-logits, classifier(s) and activation.
+5. `head`: pooling, the embedding's projection and unit-length scaling
+   (image-text models), pre-logits, classifier(s) and activation.
 
 `Stages` holds the model's layers by step; `stages(model)` returns it.
 """
@@ -51,8 +52,9 @@ class Stages:
         blocks: the `TransformerBlock`s, in order.
         norm: None or the encoder's final norm (`encoder_norm`).
         fc_norm: None or the norm of the pooled features.
-        head_layers: `{name: layer}` of the head (pooling, `pre_logits`,
-            `head`, `head_dist`, ...), as the model has them.
+        head_layers: `{name: layer}` of the head (pooling, `projection`,
+            `l2_normalize`, `pre_logits`, `head`, `head_dist`, ...), as the
+            model has them.
         num_prefix_tokens: class, distillation and register tokens.
     """
 
@@ -139,14 +141,28 @@ def _pool(model, mode, dtype):
     return TokenPooling(mode, model.num_prefix_tokens, name="pool", dtype=dtype)
 
 
+def _embedding_layers(model, dtype):
+    """The projection and unit-length scaling of the pooled features (image-text models)."""
+    layers = {}
+    if model.projection_dim is not None:
+        layers["projection"] = keras.layers.Dense(
+            model.projection_dim, use_bias=False, name="projection", dtype=dtype
+        )
+    if model.l2_normalize:
+        layers["l2_normalize"] = keras.layers.UnitNormalization(name="l2_normalize", dtype=dtype)
+    return layers
+
+
 def _head_layers(model, dtype):
     layers = {}
     if not model.include_top:
         if model.pooling is not None:
             layers["pool"] = _pool(model, model.pooling, dtype)
+            layers.update(_embedding_layers(model, dtype))
         return layers
     # "gap" is the "avg" pooling; the other classifiers pool as they are named.
     layers["pool"] = _pool(model, {"gap": "avg"}.get(model.classifier, model.classifier), dtype)
+    layers.update(_embedding_layers(model, dtype))
     if model.representation_size is not None:
         layers["pre_logits"] = keras.layers.Dense(
             model.representation_size, activation="tanh", name="pre_logits", dtype=dtype
@@ -327,8 +343,9 @@ def head(s, tokens, pre_logits=False, activation=True):
     Args:
         s: the `Stages`.
         tokens: the output of `final_norm`.
-        pre_logits: return the pooled features (after `fc_norm` and the
-            pre-logits layer) instead of the classifier's output.
+        pre_logits: return the pooled features (after `fc_norm`, the
+            embedding's projection and scaling and the pre-logits layer)
+            instead of the classifier's output.
         activation: apply the classifier's activation (False: logits).
 
     Returns:
@@ -341,6 +358,9 @@ def head(s, tokens, pre_logits=False, activation=True):
     x = layers["pool"](tokens)
     if s.fc_norm is not None:
         x = s.fc_norm(x)
+    for name in ("projection", "l2_normalize"):
+        if name in layers:
+            x = layers[name](x)
     if not s.include_top:
         return x
     if "pre_logits" in layers:
@@ -497,7 +517,8 @@ class ForwardPass:
         Args:
             tokens: `(batch, prefix + h * w, D)`, after the encoder's norm.
             pre_logits: bool, default False: return the pooled features
-                (after `fc_norm` and the pre-logits layer) instead.
+                (after `fc_norm`, the embedding's projection and scaling and
+                the pre-logits layer) instead.
             activation: bool, default True; False returns the logits (the
                 classifier's output before its activation).
 

@@ -28,6 +28,7 @@ from keras_vit.models.arguments import (
     check_class_names,
     check_class_token_reader,
     check_images,
+    check_embedding,
 )
 from keras_vit.models.base import ModelBase
 from keras_vit.validation import (
@@ -126,6 +127,16 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
             `fc_norm`) to the pooled features instead of to every token
             (timm's `fc_norm`); with `include_top=False, pooling=None` the
             tokens come out unnormalised.
+        projection_dim: None (default) or int: a linear projection without
+            bias of the pooled features to this width (layer `projection`),
+            before the head: the image embedding of a contrastive image-text
+            model (CLIP's `visual_projection`). Needs pooling (a head, or
+            `pooling` set).
+        l2_normalize: bool, default False: scale the pooled (and projected)
+            features to unit length (layer `l2_normalize`) before the head,
+            as image-text models compare embeddings; a head then scores
+            cosine similarities (`ImageTextModel.zero_shot_classifier`).
+            Needs pooling.
         class_names: None, a sequence of `classes` strings (head order), or
             the name of a list in `keras_vit.labels.LISTS` ("imagenet1k",
             "imagenet21k"). Default: the registered `weights`' list when the
@@ -207,6 +218,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         distillation_head=None,
         num_register_tokens=0,
         pooled_norm=False,
+        projection_dim=None,
+        l2_normalize=False,
         class_names=None,
         preprocessing=None,
         seed=None,
@@ -232,7 +245,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         self.stochastic_depth_rate = check_rate(stochastic_depth_rate, "stochastic_depth_rate")
         self.block_config = BlockConfig.from_arguments(block_config, **options)
         self.encoder_config = RECORDS["encoder_config"].from_arguments(encoder_config, **options)
-        self._set_options(distillation_token, distillation_head, num_register_tokens, pooled_norm)
+        self._set_options(distillation_token, distillation_head, num_register_tokens, pooled_norm,
+                          projection_dim, l2_normalize)
 
         # What the checkpoint fixes (resolution, classes, GELU, channels).
         info = WeightsInfo() if weights is None else describe_weights(weights, self.architecture_config())
@@ -320,8 +334,10 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         """The head's class names (a tuple), or None."""
         return self._class_names
 
-    def _set_options(self, distillation_token, distillation_head, num_register_tokens, pooled_norm):
-        """The prefix-token and final-norm options (DeiT, timm, transformers), checked."""
+    def _set_options(self, distillation_token, distillation_head, num_register_tokens, pooled_norm,
+                     projection_dim=None, l2_normalize=False):
+        """The prefix-token, final-norm and embedding options (DeiT, timm,
+        transformers, image-text models), checked."""
         self.distillation_head = check_tokens(
             self.classifier, self.pooling, distillation_token, distillation_head,
             num_register_tokens, self.representation_size,
@@ -329,6 +345,9 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         self.distillation_token, self.num_register_tokens = distillation_token, num_register_tokens
         check_class_token_reader(self.classifier, self.pooling, self.include_top, self.has_class_token)
         self.pooled_norm = check_bool(pooled_norm, "pooled_norm")
+        self.projection_dim, self.l2_normalize = check_embedding(
+            projection_dim, l2_normalize, self.include_top, self.pooling
+        )
 
     def _set_metadata(self, class_names, preprocessing, info):
         # The registered weights' lists, when the head is theirs.
@@ -487,6 +506,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
             "distillation_head": self.distillation_head,
             "num_register_tokens": self.num_register_tokens,
             "pooled_norm": self.pooled_norm,
+            "projection_dim": self.projection_dim,
+            "l2_normalize": self.l2_normalize,
             "class_names": self._class_names_arg,
             "preprocessing": None if self.preprocessing is None else self.preprocessing.get_config(),
             "seed": self.seed,

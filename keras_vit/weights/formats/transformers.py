@@ -27,6 +27,7 @@ from keras_vit.weights.files import read_json, write_json
 from keras_vit.weights.formats.families import FamilyRegistry
 from keras_vit.weights.formats.transformers_clip import ClipFamily
 from keras_vit.weights.formats.transformers_dinov2 import Dinov2Family
+from keras_vit.weights.formats.transformers_family import refuse
 from keras_vit.weights.formats.transformers_siglip import SiglipFamily
 from keras_vit.weights.formats.transformers_siglip2 import Siglip2Family
 from keras_vit.weights.formats.transformers_vit import ViTFamily
@@ -101,6 +102,11 @@ def export_family(config):
     >>> family.NAME, hf_class
     ('CLIP vision model', 'CLIPVisionModel')
     """
+    if config.get("projection_dim") is not None or config.get("l2_normalize", False):
+        raise refuse(
+            "an embedding head (projection_dim, l2_normalize: a zero-shot classifier of an "
+            "image-text model); save it with format='keras_vit'"
+        )
     for family in TRANSFORMERS_FAMILIES:
         hf_class = family.export_class(config)
         if hf_class is not None:

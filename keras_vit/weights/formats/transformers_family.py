@@ -191,6 +191,26 @@ def check_structure(config, hf_class, structure):
             raise refuse(f"{hf_class} {why}. Received: {option}={actual!r}")
 
 
+def split_ignored(state, ignored):
+    """`(kept, {ignored key: why})` of a state dict and `{end or start: why}`:
+    a key is ignored when it ends or starts with one of `ignored`'s keys.
+
+    Example:
+
+    >>> split_ignored({"a.position_ids": 0, "text_model.x": 1, "w": 2},
+    ...               {"position_ids": "a buffer", "text_model.": "the text tower"})[0]
+    {'w': 2}
+    """
+    kept, reasons = {}, {}
+    for key, value in state.items():
+        reason = next((r for p, r in ignored.items() if key.endswith(p) or key.startswith(p)), None)
+        if reason:
+            reasons[key] = reason
+        else:
+            kept[key] = value
+    return kept, reasons
+
+
 class TransformersFamily(abc.ABC):
     """One family of transformers ViTs, read into and written from keras_vit.
 
@@ -301,14 +321,7 @@ class TransformersFamily(abc.ABC):
         """`(kept, ignored)`: a state dict without the `IGNORED` keys (by
         their end, a buffer under any prefix, or their start, a two-tower
         model's text tower), and `{ignored key: why}`."""
-        kept, ignored = {}, {}
-        for key, value in state.items():
-            reason = next((r for p, r in self.IGNORED.items() if key.endswith(p) or key.startswith(p)), None)
-            if reason:
-                ignored[key] = reason
-            else:
-                kept[key] = value
-        return kept, ignored
+        return split_ignored(state, self.IGNORED)
 
     def complete(self, params, ignored, config):
         """Adds the weights the files leave implicit to `params`, or moves

@@ -41,6 +41,11 @@ then fills that grid); with another patch budget, no size.
 The patch channels are not in the tensor's shape, so only 3-channel towers
 load.
 
+A two-tower `Siglip2Model` directory (`model_type` "siglip2") holds the
+vision config under `vision_config` and the same vision tensors under
+`vision_model.`; its text tower, logit scale and bias are ignored here
+(`transformers_image_text` reads them).
+
 Written back (`save_to_preset(format="transformers")`): a model that ends in
 a MAP head without a class token, with `position_interpolation="siglip2"`
 (what tells it from a SigLIP one), a square grid and 3 channels, as
@@ -76,8 +81,12 @@ class Siglip2Family(SiglipFamily):
     """
 
     NAME = "SigLIP2 vision model"
-    MODEL_TYPES = ("siglip2_vision_model",)
-    TRANSFORMERS_CLASSES = {"Siglip2VisionModel": TransformersClass("siglip2_vision_model", PREFIX)}
+    MODEL_TYPES = ("siglip2_vision_model", "siglip2")
+    TRANSFORMERS_CLASSES = {
+        "Siglip2VisionModel": TransformersClass("siglip2_vision_model", PREFIX),
+        # The two-tower model, read for its vision tower (its `vision_config`).
+        "Siglip2Model": TransformersClass("siglip2", PREFIX),
+    }
     DEFAULTS = dict(SiglipFamily.DEFAULTS, num_patches=256)
     BODY = (
         POSITIONS,
@@ -85,7 +94,12 @@ class Siglip2Family(SiglipFamily):
         ("embeddings.patch_embedding.bias", C.EMBEDDING + "bias"),
         *ENCODER,
     )
-    IGNORED = {}
+    # The rest of a two-tower model.
+    IGNORED = {
+        "text_model.": "the text tower of a Siglip2Model",
+        "logit_scale": "the image-text logit scale of a Siglip2Model",
+        "logit_bias": "the image-text logit bias of a Siglip2Model",
+    }
     # SigLIP's options, with SigLIP2's own position-table resize.
     EXPORTED_OPTIONS = dict(SiglipFamily.EXPORTED_OPTIONS, position_interpolation=("siglip2",))
 
