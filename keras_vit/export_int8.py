@@ -153,9 +153,10 @@ def top1_agreement(reference, outputs):
 
 
 # The model-input range of images with no preprocessing record to say it:
-# every scaling keras_vit knows maps [0, 255] pixels inside it ([-1, 1],
-# ImageNet's mean/std about [-2.1, 2.6], CLIP's [-1.8, 2.1]).
-DEFAULT_INPUT_RANGE = (-3.0, 3.0)
+# every scaling keras_vit knows maps [0, 255] pixels well inside it ([-1, 1],
+# ImageNet's mean/std about [-2.1, 2.6], CLIP's [-1.8, 2.1]); raw pixels
+# reach far beyond.
+DEFAULT_INPUT_RANGE = (-5.0, 5.0)
 
 
 def input_range(preprocessing=None):
