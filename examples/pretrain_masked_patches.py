@@ -41,6 +41,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from tools.front_end import THREADS_HELP, configure_threads  # noqa: E402
+
 import keras  # noqa: E402
 
 import keras_vit  # noqa: E402
@@ -112,6 +114,7 @@ def build_parser():
     a("--model-parallel", type=int, default=2, help="devices per model replica with --distribution model_parallel (jax)")
     a("--run-dir", default=None, help="folder for backups, weights, CSV and TensorBoard logs; default runs/<dataset>_<model>_mpp")
     a("--seed", type=int, default=0, help="random seed (data order, initialisation, corruption)")
+    a("--threads", type=int, default=None, help=THREADS_HELP)
     a("--verbose", type=int, default=1, choices=(0, 1, 2), help="fit verbosity: 1 progress bar, 2 one line per epoch")
     a("--smoke", action="store_true", help="tiny model and a few steps on digits, for tests (seconds)")
     return p
@@ -130,8 +133,10 @@ def resolve(args):
     else:
         table = PAPER
     for key, value in table.items():
-        if getattr(args, key) is None:
+        if getattr(args, key) is None and key != "warmup_steps":
             setattr(args, key, value)
+    if args.warmup_steps is None:  # the table's, at most a fifth of the run
+        args.warmup_steps = training.default_warmup_steps(args.total_steps, table["warmup_steps"])
     if args.model is None:
         args.model = "smoke" if args.smoke else "demo"
     if args.run_dir is None:
@@ -188,6 +193,7 @@ def pipelines(args, step_batch):
 
 def main(argv=None):
     args = resolve(parse_args(argv))
+    configure_threads(args.threads)
     keras.utils.set_random_seed(args.seed)
     if args.dtype_policy:
         keras.config.set_dtype_policy(args.dtype_policy)

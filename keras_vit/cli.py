@@ -187,7 +187,15 @@ def classify_command(args):
 
 
 def report(differences, tolerance):
-    """Prints `max |...|` lines as `keras-vit-convert` does; returns the exit status."""
+    """Prints `max |...|` lines as `keras-vit-convert` does; returns the exit status.
+
+    Example:
+
+    >>> report({"onnx runtime - model.predict": 3e-6}, tolerance=1e-4)
+    max |onnx runtime - model.predict| = 3e-06
+    OK (tolerance 0.0001)
+    0
+    """
     failed = False
     for check, diff in differences.items():
         bad = not diff <= tolerance
