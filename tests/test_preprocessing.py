@@ -256,3 +256,19 @@ def test_center_crop_rejects_bad_arguments(kwargs, message):
         center_crop(np.zeros((10, 10, 3), "uint8"), **arguments)
     with pytest.raises(ValueError, match="images"):
         center_crop(np.zeros((10, 10), "uint8"), 8)
+
+
+def test_pixels_that_look_scaled_already_get_a_warning():
+    """[0, 1] floats (`load_img(...) / 255`, `skimage.img_as_float`) scaled as
+    [0, 255] become a near-constant image: a warning says so."""
+    import warnings
+
+    photo = np.random.default_rng(0).uniform(0, 255, (2, 8, 8, 3)).astype("float32")
+    with pytest.warns(UserWarning, match=r"values in \[0, 1\] \(max 0\.99.*Multiply \[0, 1\] images by 255"):
+        preprocess_input(photo / 255.0)
+    with pytest.warns(UserWarning, match=r"negative values \(min -0\.9"):
+        preprocess_input(photo / 127.5 - 1)  # preprocessed twice
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for fine in (photo, photo.astype("uint8"), np.zeros((1, 4, 4, 3), "float32")):
+            preprocess_input(fine)
