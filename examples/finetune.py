@@ -508,6 +508,8 @@ def fit(args, dist, accumulation, datasets, class_names):
 
 def main(argv=None):
     args = parse_args(argv)
+    args.smoke_data = args.smoke and args.data is not None
+    check_paths(args)  # before the libraries load: a typo answers at once
     threads = configure_threads(args.threads)
     quiet_imports("tensorflow", "keras_vit")
     import keras
