@@ -140,3 +140,18 @@ def test_backbones_out_to_transformers_are_checked_there(tmp_path, capsys, famil
     assert main(argv) == 0, capsys.readouterr()
     printed = capsys.readouterr().out
     assert "max |transformers (torch) - source model|" in printed and printed.rstrip().endswith("OK (tolerance 0.0001)")
+
+
+def test_a_checkpoint_file_names_its_own_architecture(tmp_path, rng, capsys):
+    """Without --variant the architecture is read from the file's tensors
+    (the resolver every command shares), here ViT-Ti/16 at 32 px."""
+    params = official_params(rng, image_size=32, patch_size=16, hidden_size=192, num_layers=12,
+                             num_heads=3, mlp_dim=768, classes=4)
+    np.savez(tmp_path / "ti.npz", **params)
+    output = tmp_path / "ti.weights.h5"
+    assert main(["--weights", str(tmp_path / "ti.npz"), "--output", str(output), "--batch-size", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "model: vitti16, image (32, 32), classes 4, GELU tanh" in printed and "OK (tolerance" in printed
+    assert main(["--weights", str(tmp_path / "ti.npz"), "--output", str(output), "--gelu", "erf",
+                 "--batch-size", "1"]) == 0
+    assert "GELU erf" in capsys.readouterr().out  # the flag reaches the model
