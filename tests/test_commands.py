@@ -42,10 +42,13 @@ ENTRY_POINTS = {
 
 
 def _probe(entry_point, *argv, timeout=120):
+    # A user's terminal: TensorFlow, imported in this process, sets its log
+    # threshold in the environment the subprocess would inherit.
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     result = subprocess.run(
         [sys.executable, "-c", PROBE, entry_point, *argv],
         cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        env=dict(env, PYTHONPATH=str(ROOT)),
     )
     import json
 
