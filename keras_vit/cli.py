@@ -81,18 +81,18 @@ def _summary(model, logits, distances, rollout_grid, similarity):
         probs = np.asarray(logits, "float32")[0]
         if getattr(model, "classifier_activation", None) is None:
             probs = ops.convert_to_numpy(ops.softmax(ops.convert_to_tensor(probs)))
-        k = min(5, len(probs))
-        top = np.argsort(probs)[::-1][:k]
+        count = min(5, len(probs))
+        top = np.argsort(probs)[::-1][:count]
         names = {}
         try:
             own = model if model.class_names is not None else None
-            decoded = decode_predictions(probs[None], top=k, model=own)[0]
-            names = {int(k): f" {name}" for k, (_, name, _) in zip(top, decoded)}
+            decoded = decode_predictions(probs[None], top=count, model=own)[0]
+            names = {int(i): f" {name}" for i, (_, name, _) in zip(top, decoded)}
         except ValueError:  # neither the model's own names nor an ImageNet head
             pass
         lines.append(
-            f"top-{k} classes: "
-            + ", ".join(f"{int(k)}{names.get(int(k), '')} ({probs[k]:.3f})" for k in top)
+            f"top-{count} classes: "
+            + ", ".join(f"{int(i)}{names.get(int(i), '')} ({probs[i]:.3f})" for i in top)
         )
     lines.append("mean attention distance (pixels), per layer: min / mean / max over heads")
     for i, row in enumerate(distances):
