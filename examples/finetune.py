@@ -372,11 +372,12 @@ def model_config(args):
     constructor = getattr(keras_vit, args.model, None)
     if constructor is None or not hasattr(constructor, "architecture"):
         raise SystemExit(f"--model {args.model!r} is not a keras_vit constructor (e.g. ViTB16).")
-    return keras_vit.ARCHITECTURES[constructor.architecture]
+    return keras_vit.ARCHITECTURE_CONFIGS[constructor.architecture]
 
 
 def build_model(args, classes):
     import keras_vit
+    from keras_vit.architectures import GELU_FLAVOURS
 
     common = dict(
         image_size=args.image_size, classes=classes, classifier_activation=None,
@@ -387,7 +388,7 @@ def build_model(args, classes):
             raise SystemExit("--gelu: a preset fixes its GELU; leave --gelu auto with --preset.")
         return keras_vit.from_preset(args.preset, **common)
     if args.gelu != "auto":
-        common["mlp_activation"] = {"tanh": "gelu_tanh", "erf": "gelu"}[args.gelu]
+        common["mlp_activation"] = GELU_FLAVOURS[args.gelu]
     if args.model in ("demo", "smoke"):
         return keras_vit.ViT(**model_config(args), weights=args.weights, name=f"vit_{args.model}", **common)
     return getattr(keras_vit, args.model)(weights=args.weights, **common)

@@ -151,7 +151,7 @@ def model_config(args):
     constructor = getattr(keras_vit, args.model, None)
     if constructor is None or not hasattr(constructor, "architecture"):
         raise SystemExit(f"--model {args.model!r} is not a keras_vit constructor (e.g. ViTB16).")
-    return keras_vit.ARCHITECTURES[constructor.architecture]
+    return keras_vit.ARCHITECTURE_CONFIGS[constructor.architecture]
 
 
 def build_encoder(args):

@@ -122,7 +122,7 @@ def build_backbone(args, pretrained):
         image_size=args.image_size,
         include_top=False,
         weights=args.weights if pretrained else None,
-        gelu_approximate=False,  # DeiT's exact GELU; the .npz does not say
+        mlp_activation="gelu",  # DeiT's exact GELU; the .npz does not say
         seed=args.seed,
     )
 

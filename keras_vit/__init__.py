@@ -3,11 +3,9 @@
 Works unchanged on the jax, tensorflow and torch backends (`KERAS_BACKEND`).
 """
 
-import sys
-
-from keras_vit import architectures, layers, pretraining
+from keras_vit import architectures, inspection, layers, pretraining
 from keras_vit.models import (
-    ARCHITECTURES,
+    ARCHITECTURE_CONFIGS,
     R26ViTB32,
     R26ViTS32,
     R50ViTB16,
@@ -32,13 +30,6 @@ from keras_vit.presets import from_preset
 from keras_vit.classification import Prediction, classify, load_images
 from keras_vit.resolver import load_model
 from keras_vit.weights.patch_resample import resample_patch_embedding
-
-# `keras_vit.inspect`, the module's former name (it shadowed the standard
-# library's `inspect` inside the package), stays importable.
-from keras_vit import inspection  # noqa: E402
-
-inspect = inspection
-sys.modules[__name__ + ".inspect"] = inspection
 
 
 def __getattr__(name):

@@ -30,13 +30,12 @@ POOLINGS = (None, "token", "avg", "max", "map", "token_avg")
 # The classifiers and poolings that read a class token.
 CLASS_TOKEN_READERS = ("token", "token_avg")
 
-# The GELU flavours by their command-line names, as `gelu_approximate`
-# values: tanh (the official code and checkpoints) or the exact erf form
-# (timm, DeiT).
-GELU_FLAVOURS = {"tanh": True, "erf": False}
+# The GELU flavours by their command-line names (`--gelu`), as
+# `mlp_activation` values: tanh (the official code and checkpoints) or the
+# exact erf form (timm, DeiT).
+GELU_FLAVOURS = {"tanh": "gelu_tanh", "erf": "gelu"}
 
 _CONFIG_KEYS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
-_HYBRID_KEYS = ("resnet_layers", "resnet_width")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,8 +121,24 @@ VARIANTS = (
 
 # Views of the table: architecture name -> model arguments, and
 # constructor name -> architecture name.
-ARCHITECTURES = {v.architecture: dict(v.config) for v in VARIANTS}
+ARCHITECTURE_CONFIGS = {v.architecture: dict(v.config) for v in VARIANTS}
 CONSTRUCTORS = {v.constructor: v.architecture for v in VARIANTS}
+
+
+def gelu_activation(approximate):
+    """The `mlp_activation` of a GELU known only as tanh-approximated or not.
+
+    Checkpoint records say no more (`gelu_approximate`: True, False, or
+    None where the file does not tell).
+
+    Example:
+
+    >>> gelu_activation(True), gelu_activation(False), gelu_activation(None)
+    ('gelu_tanh', 'gelu', None)
+    """
+    if approximate is None:
+        return None
+    return GELU_FLAVOURS["tanh" if approximate else "erf"]
 
 
 def get_variant(name):
@@ -148,7 +163,7 @@ def get_variant(name):
     for variant in VARIANTS:
         if name in (variant.architecture, variant.constructor):
             return variant
-    choices = ", ".join(list(ARCHITECTURES) + list(CONSTRUCTORS))
+    choices = ", ".join(list(ARCHITECTURE_CONFIGS) + list(CONSTRUCTORS))
     raise ValueError(
         f"`name` must be an architecture or constructor name ({choices}). "
         f"Received: name={name!r}"
@@ -219,7 +234,7 @@ def architecture_name(config):
     'B/16'
     """
     wanted = _normal(config)
-    for name, row in ARCHITECTURES.items():
+    for name, row in ARCHITECTURE_CONFIGS.items():
         if _normal(row) == wanted:
             return name
     return None

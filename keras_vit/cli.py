@@ -28,7 +28,8 @@ from keras import ops
 from keras_vit import inspection, plots
 from keras_vit.classification import classify, load_images
 from keras_vit.preprocessing import Preprocessing, decode_predictions
-from keras_vit.resolver import GELU_ACTIVATIONS, load_model
+from keras_vit.architectures import GELU_FLAVOURS
+from keras_vit.resolver import load_model
 
 
 def command_model(args, source=None):
@@ -41,7 +42,7 @@ def command_model(args, source=None):
     source = args.model if source is None else source
     options = {}
     if args.gelu is not None:
-        options["mlp_activation"] = GELU_ACTIVATIONS[args.gelu]
+        options["mlp_activation"] = GELU_FLAVOURS[args.gelu]
     if source is None:
         weights = args.weights
         if weights is not None and not os.path.isfile(weights) and os.path.splitext(weights)[1]:

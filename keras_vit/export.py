@@ -26,7 +26,7 @@ The artifacts name their input `images` and their output by what it holds:
 activation) or `features` (no head); ONNX and OpenVINO graphs carry these
 names (`output_name`).
 
-While a model is traced, `keras_vit.layers.kernels.export_mode()` makes the
+While a model is traced, `keras_vit.kernels.export_mode()` makes the
 layers emit plain matrix products and 4D attention products, which every
 exporter converts, instead of the backend-specific fast paths.
 
@@ -66,9 +66,9 @@ import sys
 import tempfile
 
 from keras_vit import export_int8
-from keras_vit.layers import kernels
+from keras_vit import kernels
 from keras_vit.serving import (  # noqa: F401  (re-exported)
-    FORMATS,
+    EXPORT_FORMATS,
     RUNTIMES,
     load_exported,
     require,
@@ -80,7 +80,7 @@ from keras_vit.validation import check_positive_int, pair
 BACKEND_FORMATS = {
     "jax": ("tf_saved_model", "onnx", "openvino"),
     "tensorflow": ("tf_saved_model", "onnx", "openvino", "litert"),
-    "torch": FORMATS,
+    "torch": EXPORT_FORMATS,
 }
 # File name endings the exporters require ("" for the SavedModel folder).
 SUFFIXES = {
@@ -189,7 +189,7 @@ def check_format(format, backend=None):
     """Checks that `format` is known and that `backend` can produce it.
 
     Args:
-        format: one of `FORMATS`.
+        format: one of `EXPORT_FORMATS`.
         backend: a Keras backend name; default the current one.
 
     Returns:
@@ -206,8 +206,8 @@ def check_format(format, backend=None):
     import keras
 
     backend = backend or keras.backend.backend()
-    if format not in FORMATS:
-        raise ValueError(f"`format` must be one of {FORMATS}. Received: format={format!r}")
+    if format not in EXPORT_FORMATS:
+        raise ValueError(f"`format` must be one of {EXPORT_FORMATS}. Received: format={format!r}")
     if backend not in BACKEND_FORMATS:
         raise ValueError(
             f"Export needs the jax, tensorflow or torch backend. Received: backend={backend!r}"
@@ -290,8 +290,8 @@ def _check_quantization(model, format, backend, quantize):
         )
     if format == "onnx":
         warnings.warn(
-            "ONNX Runtime runs a Keras-quantized model by emulating its int8 layers "
-            "(measured 25x slower than the float model, ViT-B/16). For a fast int8 "
+            "ONNX Runtime runs a Keras-quantized model by emulating its int8 layers, "
+            "far slower than the float model (docs/performance.md). For a fast int8 "
             f"model, {fast}.",
             UserWarning,
             stacklevel=3,
@@ -317,7 +317,7 @@ def export_model(model, path, format, image_size=None, batch_size=None, verbose=
             (`model.quantize("int8")`).
         path: output path, ending as `SUFFIXES[format]` (`.onnx`, `.xml`,
             `.tflite`, `.pt2`; a folder for "tf_saved_model").
-        format: one of `FORMATS` that the current backend produces
+        format: one of `EXPORT_FORMATS` that the current backend produces
             (`BACKEND_FORMATS`).
         image_size: None (the model's) or int or `(height, width)`.
         batch_size: None (dynamic) or an int.

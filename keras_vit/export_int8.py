@@ -18,9 +18,9 @@ representative calibration set from the user and gave no measured speed
 advantage worth that here, so it is not offered.
 
 Keras' own `model.quantize("int8")` exported to ONNX is the slow route: ONNX
-Runtime emulates its int8 layers with float operations (measured 0.6 img/s
-against 13 for the float model, ViT-B/16); `export_model` warns about it and
-names this path instead.
+Runtime emulates its int8 layers with float operations, far slower than the
+float model (docs/performance.md); `export_model` warns about it and names
+this path instead.
 """
 
 import os

@@ -12,7 +12,7 @@ the weights strictly (`keras_vit.weights.loader`):
 | keras_vit | `config.json` registered as `keras_vit>...` | Keras (`model.weights.h5`) |
 | transformers ViT / DeiT / DINOv2 / CLIP / SigLIP / ViTMAE | `config.json` with `model_type` | `weights.formats.transformers` (+ one `transformers_<family>` module each) |
 | timm Hub | `config.json` with `architecture` | `weights.formats.timm` |
-| keras-hub ViT / DINOv2 / SigLIP | `config.json` registered as `keras_hub>...` | keras-hub, `weights.formats.keras_hub` (+ `keras_hub_dinov2`, `keras_hub_siglip`) |
+| keras-hub ViT / DINOv2 / SigLIP | `config.json` registered as `keras_hub>...` | keras-hub, `weights.formats.keras_hub` (+ one `keras_hub_<family>` module each) |
 
 `model.save_to_preset(directory, format)` (`keras_vit.weights.writers`)
 writes `format="keras_vit"` (reloaded exactly by `from_preset` on every
@@ -32,7 +32,7 @@ from keras_vit.weights.files import read_json as _read_json
 from keras_vit.weights.formats import keras_hub, timm, transformers
 from keras_vit.weights.mapping import model_state
 from keras_vit.weights.record import Preprocessing
-from keras_vit.weights.writers import FORMATS, KERAS_WEIGHTS, save_to_preset  # noqa: F401
+from keras_vit.weights.writers import KERAS_WEIGHTS, PRESET_FORMATS, save_to_preset  # noqa: F401
 
 HF_SCHEME = "hf://"
 LAYOUTS = ("keras_vit", "transformers", "timm", "keras_hub")

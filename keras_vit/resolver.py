@@ -22,11 +22,9 @@ import difflib
 import os
 import warnings
 
-from keras_vit.architectures import ARCHITECTURES, CONSTRUCTORS, get_variant
+from keras_vit.architectures import ARCHITECTURE_CONFIGS, CONSTRUCTORS, get_variant
 from keras_vit.weights.record import Preprocessing
 
-# The `--gelu` flags of the command lines and the activation each names.
-GELU_ACTIVATIONS = {"tanh": "gelu_tanh", "erf": "gelu"}
 # The generic model classes a source may name besides the table's constructors.
 MODEL_CLASSES = ("ViT", "ViTHybrid")
 CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".h5")
@@ -72,7 +70,7 @@ def numerics_unrecorded(path):
 
 
 def _closest(name):
-    names = list(CONSTRUCTORS) + list(MODEL_CLASSES) + list(ARCHITECTURES)
+    names = list(CONSTRUCTORS) + list(MODEL_CLASSES) + list(ARCHITECTURE_CONFIGS)
     match = difflib.get_close_matches(name, names, n=1)
     return f" Did you mean {match[0]!r}?" if match else ""
 
@@ -201,7 +199,7 @@ def load_model(source, weights=None, preprocessing=None, **overrides):
     elif os.path.isfile(source):
         model = _from_file(source, weights, overrides)
         _unrecorded_warning(source, overrides, preprocessing)
-    elif source in MODEL_CLASSES or source in CONSTRUCTORS or source in ARCHITECTURES:
+    elif source in MODEL_CLASSES or source in CONSTRUCTORS or source in ARCHITECTURE_CONFIGS:
         model = _constructor(source)(weights=weights, **overrides)
     elif os.sep in source or "/" in source or os.path.splitext(source)[1]:
         raise ValueError(

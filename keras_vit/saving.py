@@ -5,8 +5,9 @@ while saving leaves a truncated file where the last good checkpoint was.
 `atomic_path` writes to a temporary file in the same folder and renames it
 over the target only once the write has finished and reached the disk; the
 rename is atomic on POSIX and Windows file systems. keras_vit models save
-this way (`keras_vit.models.base.ModelBase`), and so do the callbacks
-of `keras_vit.training.run_callbacks`.
+this way (`save_model` and `save_weights`, which their `save` and
+`save_weights` methods call), and so do the callbacks of
+`keras_vit.training.run_callbacks`.
 """
 
 import contextlib
@@ -130,3 +131,62 @@ def gathered_variables(variables):
     finally:
         for variable, original in zip(split, originals):
             variable._value = original
+
+
+def saved_variables(model):
+    """Every variable a save of `model` writes: its own, its metrics' and its optimizer's."""
+    variables = list(model.variables) + list(getattr(model, "metrics_variables", []))
+    if getattr(model, "optimizer", None) is not None:
+        variables += list(model.optimizer.variables)
+    return variables
+
+
+def save_model(model, save, filepath, overwrite=True, **kwargs):
+    """`save(filepath, ...)`, Keras' `Model.save` of `model`, made atomic.
+
+    A `.keras` file that may be overwritten is written beside the target and
+    renamed over it (`atomic_path`); Keras handles every other case itself
+    (its prompt before overwriting, the legacy formats). The variables split
+    over jax processes are gathered first (`gathered_variables`).
+
+    Args:
+        model: the model being saved.
+        save: Keras' own `save`, bound to the model.
+        filepath, overwrite, **kwargs: as `keras.Model.save` takes them.
+
+    Returns:
+        What `save` returns.
+    """
+    if not overwrite or not str(filepath).endswith(".keras"):
+        return save(filepath, overwrite=overwrite, **kwargs)
+    with gathered_variables(saved_variables(model)), atomic_path(filepath) as temporary:
+        return save(temporary, overwrite=True, **kwargs)
+
+
+def save_weights(model, save, filepath, overwrite=True, max_shard_size=None):
+    """`save(filepath, ...)`, Keras' `Model.save_weights` of `model`, made atomic.
+
+    Written to a temporary file and renamed, unless Keras must ask before
+    overwriting or shards the weights over several files; the variables
+    split over jax processes are gathered first.
+
+    Args:
+        model: the model being saved.
+        save: Keras' own `save_weights`, bound to the model.
+        filepath, overwrite, max_shard_size: as `keras.Model.save_weights`
+            takes them.
+
+    Example:
+
+    >>> import keras, pathlib, tempfile
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> target = pathlib.Path(tempfile.mkdtemp()) / "m.weights.h5"
+    >>> save_weights(model, model.save_weights, target)
+    >>> sorted(p.name for p in target.parent.iterdir())
+    ['m.weights.h5']
+    """
+    with gathered_variables(saved_variables(model)):
+        if not overwrite or max_shard_size is not None:
+            return save(filepath, overwrite=overwrite, max_shard_size=max_shard_size)
+        with atomic_path(filepath) as temporary:
+            return save(temporary, overwrite=True)

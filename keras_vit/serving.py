@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-FORMATS = ("tf_saved_model", "onnx", "openvino", "litert", "torch")
+EXPORT_FORMATS = ("tf_saved_model", "onnx", "openvino", "litert", "torch")
 # Python modules each runtime imports, with the pip package that has them.
 RUNTIMES = {
     "tf_saved_model": (("tensorflow", "tensorflow"),),
@@ -51,7 +51,7 @@ def load_exported(path, format, precision=None):
 
     Args:
         path: the artifact written by `export_model` (or `model.export`).
-        format: one of `FORMATS`.
+        format: one of `EXPORT_FORMATS`.
         precision: None (float32) or, for "openvino" only, one of
             `OPENVINO_PRECISIONS`: OpenVINO's `INFERENCE_PRECISION_HINT`.
             OpenVINO's own default is bfloat16 on CPUs with bfloat16 units
@@ -62,8 +62,8 @@ def load_exported(path, format, precision=None):
         A function from a float32 NumPy batch `(batch, H, W, C)` to the
         NumPy outputs.
     """
-    if format not in FORMATS:
-        raise ValueError(f"`format` must be one of {FORMATS}. Received: format={format!r}")
+    if format not in EXPORT_FORMATS:
+        raise ValueError(f"`format` must be one of {EXPORT_FORMATS}. Received: format={format!r}")
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ValueError(f"No exported artifact at `path`. Received: path={path!r}")
@@ -179,7 +179,7 @@ def run_exported(path, format, images, precision=None):
 
     Args:
         path: the artifact.
-        format: one of `FORMATS`.
+        format: one of `EXPORT_FORMATS`.
         images: float32 array `(batch, H, W, C)`, preprocessed as the model
             expects.
         precision: None (float32) or, for "openvino", one of

@@ -11,13 +11,13 @@ from keras_vit_tools import benchmark, benchmark_report
 
 def test_architectures_are_the_library_table():
     """The benchmark's (patch, hidden, layers, heads, mlp) rows are keras_vit's variants."""
-    from keras_vit.architectures import ARCHITECTURES
+    from keras_vit.architectures import ARCHITECTURE_CONFIGS
 
     # B/14 (DINOv2's high-resolution size) is B/16 with 14-pixel patches.
     assert benchmark.ARCHS["B/14"] == (14, *benchmark.ARCHS["B/16"][1:])
     for name, row in benchmark.ARCHS.items():
         if name not in ("tiny", "B/14"):
-            arch = ARCHITECTURES[name]
+            arch = ARCHITECTURE_CONFIGS[name]
             assert row == tuple(arch[k] for k in (
                 "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")), name
 
@@ -166,26 +166,35 @@ def test_kernel_timings_table(tmp_path):
     assert f"### {keras.backend.backend()}: one tiny block" in text
     rows = [line for line in text.splitlines() if line.startswith("| ") and "ms" not in line]
     torch = keras.backend.backend() == "torch"
-    # On torch, the four projection shapes follow: F.linear against oneDNN.
-    assert len(rows) == 5 + 4 * torch and all(float(r.split("|")[2]) > 0 for r in rows[:5])
+    from keras_vit.kernels import registry
+
+    # Each attention path of the backend and the portable form, the MLP, a
+    # LayerNorm, the block; on torch the four projection shapes follow:
+    # F.linear against oneDNN.
+    pieces = len(registry.registered("attention", keras.backend.backend())) + 1 + 3
+    assert [r.split("|")[1].strip() for r in rows[:pieces - 3]][-1] == "attention, portable"
+    assert len(rows) == pieces + 4 * torch and all(float(r.split("|")[2]) > 0 for r in rows[:pieces])
     # A tiny projection can round to 0.0 ms; the speed-up column is always set.
-    assert all(r.split("|")[4].strip().endswith("x") for r in rows[5:])
+    assert all(r.split("|")[4].strip().endswith("x") for r in rows[pieces:])
     assert ("F.linear (default, MKL) vs oneDNN" in text) == torch
 
 
 def test_kernel_timings_predict_rows(tmp_path):
-    """`--predict`: whole-model img/s, on torch for both dense paths and the packed copy."""
+    """`--predict`: whole-model img/s, on torch the library's choice, both dense
+    paths and the packed copy; the switches are restored."""
     from keras_vit_tools import benchmark_kernels
-    from keras_vit.layers import onednn
+    from keras_vit import kernels
 
     prefix = tmp_path / "predict"
     assert benchmark_kernels.main(["--predict", "--arch", "tiny", "--batch", "2", "--reps", "1",
                                    "--output", str(prefix)]) == 0
     rows = [line for line in (tmp_path / "predict.md").read_text().splitlines()
             if line.startswith(f"| {keras.backend.backend()}")]
-    assert len(rows) == (3 if keras.backend.backend() == "torch" else 1)
+    assert len(rows) == (4 if keras.backend.backend() == "torch" else 1)
     assert all(float(r.split("|")[2]) > 0 for r in rows)
-    assert onednn.ENABLED == [True]
+    from keras_vit.kernels import switches
+
+    assert kernels.is_enabled("onednn") and not switches.is_forced("onednn")
 
 
 def test_kernel_timings_head_tokens_rows(tmp_path):
@@ -205,14 +214,14 @@ def test_kernel_timings_attention_rows(tmp_path):
     """`--attention`: XLA's attention (jax, tensorflow), logits or queries scaled and
     groups of heads; torch says why not."""
     from keras_vit_tools import benchmark_kernels
-    from keras_vit.layers import kernels
+    from keras_vit.kernels import xla
 
     prefix = tmp_path / "attention"
     assert benchmark_kernels.main(["--attention", "--arch", "tiny", "--batch", "2", "--reps", "1",
                                    "--tokens", "5,9", "--output", str(prefix)]) == 0
     text = (tmp_path / "attention.md").read_text()
-    assert kernels.GROUPED_ATTENTION_BYTES == 32 * 2**20  # restored
-    assert kernels._fold_scale(np.ones((1, 1, 1, 1), "float32"), 0.3)  # restored
+    assert xla.GROUPED_ATTENTION_BYTES == 32 * 2**20  # restored
+    assert xla.fold_scale(np.ones((1, 1, 1, 1), "float32"), 0.3)  # restored
     if keras.backend.backend() not in ("jax", "tensorflow"):
         assert "only XLA's CPU path (jax, tensorflow) groups heads" in text
         return

@@ -1,6 +1,5 @@
 """The option records (`keras_vit.layers.config`): checks, serialisation as a
-unit, every field a keyword of the models, and configs and `.keras` files of
-the earlier flat layout loading as before."""
+unit, every field a keyword of the models and layers."""
 
 import dataclasses
 import os
@@ -10,11 +9,9 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import ROOT, TINY, to_numpy
+from conftest import TINY, to_numpy
 from keras_vit import layers, presets
-from keras_vit.layers.config import RECORDS, BlockConfig, EncoderConfig, flatten_config
-
-DATA = ROOT / "tests" / "data"
+from keras_vit.layers.config import RECORDS, BlockConfig, EncoderConfig
 
 
 @pytest.mark.parametrize(
@@ -45,10 +42,12 @@ def test_records_are_frozen_and_round_trip():
     assert EncoderConfig.from_config({"patch_bias": False}).patch_bias is False
     with pytest.raises(ValueError, match="no field 'qkv_biass'"):
         BlockConfig.from_config({"qkv_biass": False})
-    with pytest.raises(ValueError, match="gelu_approximate"):
-        BlockConfig.from_arguments(gelu_approximate="tanh")
-    assert BlockConfig.from_arguments(config, gelu_approximate=False).mlp_activation == "gelu"
-    assert BlockConfig.from_arguments(config, gelu_approximate=None) == config
+    assert BlockConfig.from_arguments(config, mlp_activation="gelu").mlp_activation == "gelu"
+    assert BlockConfig.from_arguments(config, classes=3) == config  # not a field: not read
+    with pytest.raises(TypeError, match="gelu_approximate"):
+        BlockConfig(gelu_approximate=False)
+    with pytest.raises(keras_vit.validation.UnknownArgumentError, match="gelu_approximate"):
+        keras_vit.ViT(**TINY, gelu_approximate=False)
 
 
 def test_every_field_is_a_model_keyword_attribute_and_config_entry():
@@ -63,7 +62,7 @@ def test_every_field_is_a_model_keyword_attribute_and_config_entry():
         qkv_bias=False, layer_scale_init=0.1, mlp_activation="gelu"
     ).get_config()
     assert not set(BlockConfig.field_names()) & set(config)  # one unit, no flat copies
-    assert model.qkv_bias is False and model.gelu_approximate is False
+    assert model.qkv_bias is False and model.mlp_activation == "gelu"
     assert all(b.block_config == model.block_config for b in model.encoder_blocks)
     with pytest.raises(keras_vit.validation.UnknownArgumentError, match="qkv_bias"):
         keras_vit.ViT(**TINY, qkv_biass=False)
@@ -80,20 +79,16 @@ def test_a_whole_record_or_keywords_build_the_same_model():
     assert d.block_config == record.replace(qkv_bias=True)
 
 
-def test_preset_overrides_and_flat_config_derive_from_the_records():
+def test_preset_overrides_derive_from_the_records():
     assert set(presets.OVERRIDES) >= {"dropout_rate", "attention_dropout_rate"}
-    assert not set(presets.OVERRIDES) & {"qkv_bias", "layer_scale_init", "mlp_activation"}
-    model = keras_vit.ViT(**TINY, gelu_approximate=False, patch_bias=False)
-    flat = flatten_config(model.get_config())
-    assert flat["gelu_approximate"] is False and flat["patch_bias"] is False
-    assert flat["qkv_bias"] is True and "block_config" not in flat
+    assert not set(presets.OVERRIDES) & {"qkv_bias", "layer_scale_init", "mlp_activation", "norm_kind"}
 
 
-def test_transformer_block_reads_the_earlier_flat_config(rng):
+def test_transformer_block_reads_fields_as_keywords(rng):
     flat = dict(
         name="blk", trainable=True, dtype="float32", num_heads=2, mlp_dim=16,
         dropout_rate=0.1, attention_dropout_rate=0.2, stochastic_depth_rate=0.3,
-        layer_norm_epsilon=1e-5, gelu_approximate=False, qkv_bias=False,
+        layer_norm_epsilon=1e-5, mlp_activation="gelu", qkv_bias=False,
         layer_scale_init=0.5, seed=4,
     )
     block = layers.TransformerBlock.from_config(flat)
@@ -110,25 +105,6 @@ def test_transformer_block_reads_the_earlier_flat_config(rng):
         assert a.path == b.path
         b.assign(a)
     np.testing.assert_array_equal(to_numpy(block(x)), to_numpy(again(x)))
-
-
-def test_keras_file_saved_before_the_records_loads_identically():
-    """`tests/data/vit_flat_config.keras` was saved by the code before the
-    records (flat `qkv_bias`, `gelu_approximate`, ... keys), with the outputs
-    that code computed beside it."""
-    model = keras.saving.load_model(DATA / "vit_flat_config.keras")
-    saved = np.load(DATA / "vit_flat_config_outputs.npz")
-    assert model.block_config == BlockConfig(
-        layer_norm_epsilon=1e-5, mlp_activation="gelu", qkv_bias=False, layer_scale_init=0.5,
-        dropout_rate=0.1, attention_dropout_rate=0.05,
-    )
-    np.testing.assert_allclose(to_numpy(model(saved["images"])), saved["logits"], rtol=0, atol=1e-5)
-    features = keras.Model(model.input, model.get_layer("encoderblock_1").output)
-    np.testing.assert_allclose(to_numpy(features(saved["images"])), saved["block"], rtol=0, atol=1e-5)
-    # The variable paths are those checkpoints and layout maps name.
-    paths = {v.path for v in model.weights}
-    assert "encoderblock_0/MultiHeadDotProductAttention_1/query/kernel" in paths
-    assert "encoderblock_1/attention_scale" in paths and "embedding/reg" in paths
 
 
 def test_keras_file_round_trip_with_records(tmp_path):

@@ -125,12 +125,10 @@ def test_threads_follow_the_flag_the_environment_or_the_cores(monkeypatch):
 
 
 def test_the_parsers_lists_are_keras_vits():
-    from keras_vit import resolver
-
-    assert commands.GELU_FLAVOURS == tuple(resolver.GELU_ACTIVATIONS)
+    assert commands.GELU_FLAVOURS == tuple(architectures.GELU_FLAVOURS)
     assert commands.NORMALIZATIONS == tuple(preprocessing.MODES)
-    assert commands.EXPORT_FORMATS == tuple(export.FORMATS)
-    assert commands.PRESET_FORMATS == tuple(presets.FORMATS)
+    assert commands.EXPORT_FORMATS == tuple(export.EXPORT_FORMATS)
+    assert commands.PRESET_FORMATS == tuple(presets.PRESET_FORMATS)
     assert commands.OPENVINO_PRECISIONS == tuple(serving.OPENVINO_PRECISIONS)
 
 

@@ -47,7 +47,7 @@ def test_real_weights_convert_and_reload(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "max |reloaded .weights.h5 - source model| = 0\n" in printed
     assert "max |NumPy reference (float64) - source model|" in printed
-    assert "GELU erf" in printed and printed.rstrip().endswith("OK (tolerance 0.0001)")
+    assert "MLP activation gelu," in printed and printed.rstrip().endswith("OK (tolerance 0.0001)")
     # Independently of any loader: the file holds exactly the official tensors.
     written = h5_arrays(output)
     official = np.load(DEIT_NPZ)
@@ -66,7 +66,7 @@ def test_tiny_checkpoint_with_keras_file(tmp_path, rng):
     argv = ["--config", TINY_ARCH, "--weights", str(tmp_path / "tiny.npz"), "--output", str(output), "--keras"]
     assert main(argv) == 0
     loaded = keras.saving.load_model(tmp_path / "out" / "tiny.keras")
-    assert loaded.representation_size == 12 and loaded.gelu_approximate
+    assert loaded.representation_size == 12 and loaded.mlp_activation == "gelu_tanh"
     head = keras.Model(loaded.input, loaded.get_layer("head").output)
     x = images(rng)
     np.testing.assert_allclose(to_numpy(head(x)), reference.forward(params, x), rtol=0, atol=2e-5)
@@ -94,7 +94,7 @@ def test_presets_in_and_out(tmp_path, capsys):
     pytest.importorskip("transformers")
     import keras_vit
 
-    source = keras_vit.ViT(**TINY, classes=3, distillation_token=True, gelu_approximate=False)
+    source = keras_vit.ViT(**TINY, classes=3, distillation_token=True, mlp_activation="gelu")
     for v in source.weights:
         v.assign(np.asarray(v) + np.random.default_rng(0).normal(0, 0.2, v.shape).astype("float32"))
     source.save_to_preset(tmp_path / "in")
@@ -128,7 +128,7 @@ def test_backbones_out_to_transformers_are_checked_there(tmp_path, capsys, famil
         "dinov2": dict(include_top=False, pooling="token", layer_scale_init=0.5),
         "clip": dict(include_top=False, pooling="token", pre_norm=True, patch_bias=False,
                      pooled_norm=True, mlp_activation="quick_gelu", layer_norm_epsilon=1e-5),
-        "mae": dict(include_top=False, position_embedding="sincos", gelu_approximate=False),
+        "mae": dict(include_top=False, position_embedding="sincos", mlp_activation="gelu"),
         "siglip2": dict(classifier="map", include_top=False, pooling="map", position_interpolation="siglip2"),
     }[family]
     source = keras_vit.ViT(**TINY, **options)

@@ -21,8 +21,8 @@ WITHOUT_EXAMPLES = {
     "keras_vit.weights.formats": "a package: its modules have the examples",
     "keras_vit.layers": "re-exports",
     "keras_vit.training": "re-exports",
-    "keras_vit.models.base": "execution policy, tested in test_models.py and test_failures.py",
-    "keras_vit.models.jax_guard": "trainer internals, tested by fault injection in test_failures.py",
+    "keras_vit.execution": "a package: its modules have the examples",
+    "keras_vit.execution.jax_state": "trainer internals, tested by fault injection in test_failures.py",
     "keras_vit.training.datasets": "needs datasets; tested in test_training_data.py",
 }
 

@@ -126,7 +126,7 @@ def test_real_weights_few_shot_digits():
     from sklearn.datasets import load_digits
 
     model = keras_vit.ViTTi16(
-        weights=str(DEIT_NPZ), gelu_approximate=False, include_top=False, pooling="token"
+        weights=str(DEIT_NPZ), mlp_activation="gelu", include_top=False, pooling="token"
     )
 
     def features(digits):

@@ -17,7 +17,7 @@ from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared, to_nu
 
 import keras_vit
 from keras_vit import cli, export, serving
-from keras_vit.layers import kernels
+from keras_vit import kernels
 from keras_vit.layers.resnet import GroupNorm, MaxPool2D
 
 BACKEND = keras.backend.backend()
@@ -225,7 +225,7 @@ def test_real_weights_export(tmp_path):
 
     format = REAL_WEIGHTS_FORMAT[BACKEND]
 
-    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False, classifier_activation=None)
+    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu", classifier_activation=None)
     x = np.stack([imagenet_preprocess(skimage.data.chelsea()), imagenet_preprocess(skimage.data.coffee())])
     path = export.export_model(model, str(tmp_path / f"deit{export.SUFFIXES[format]}"), format)
     diff, outputs, expected = export.verify_export(path, format, model, x)

@@ -1,7 +1,7 @@
 """Nothing lost when a call fails: fault injection, input checks, random streams, atomic saving.
 
 Every test runs on the backend of the suite; the jax trainer is the one that
-detaches variables while it runs (`keras_vit.models.jax_guard`), the others
+detaches variables while it runs (`keras_vit.execution.jax_state`), the others
 must keep the same guarantees.
 """
 

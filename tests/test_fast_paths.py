@@ -1,8 +1,10 @@
-"""The measured fast paths of `keras_vit.layers.kernels`, per backend: which
-path runs (bfloat16 projections on oneDNN or with float32 accumulation, the
-fused attention kernel at high-resolution token counts, tensorflow's bfloat16
-inference outside XLA) and that it computes what the plain float32 path does,
-within bfloat16's precision."""
+"""The fast paths of `keras_vit.kernels`, per backend: every registered path
+against the portable form (values and gradients, parametrized over the
+registry), the hardware rules on every branch, which path runs (bfloat16
+projections on oneDNN or with float32 accumulation, the fused attention kernel
+at high-resolution token counts, tensorflow's bfloat16 inference outside XLA)
+and that it computes what the plain float32 path does, within bfloat16's
+precision."""
 
 import keras
 import numpy as np
@@ -10,7 +12,10 @@ import pytest
 
 import keras_vit
 from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared, to_numpy
-from keras_vit.layers import kernels, onednn
+from kernel_helpers import BACKEND, taken
+from keras_vit import kernels
+from keras_vit.execution import tf_xla
+from keras_vit.kernels import hardware, jax_backend, torch_backend
 
 # 8 mantissa bits: a relative error of 2^-8 per rounding, a few roundings deep.
 BF16_RTOL = 3e-2
@@ -26,8 +31,9 @@ def _dense_path(x, kernel, bias):
     """A string naming the product `kernels.dense` runs for these operands."""
     backend = keras.backend.backend()
     if backend == "torch":
-        tensors = [keras.ops.convert_to_tensor(t) for t in (x, kernel, bias)]
-        return "onednn" if onednn.applies(*tensors) else "F.linear"
+        with taken() as paths:
+            kernels.dense(x, kernel, bias)
+        return {"onednn": "onednn", "torch_linear": "F.linear"}[paths[0]]
     if backend == "jax":
         import jax
 
@@ -50,26 +56,27 @@ def test_bfloat16_dense_close_to_float32_on_its_fast_path(rng, shape):
     np.testing.assert_allclose(got, expected, rtol=BF16_RTOL, atol=BF16_RTOL * np.abs(expected).max())
     expected_path = {"jax": "float32 accumulation", "tensorflow": "matmul"}.get(keras.backend.backend())
     if keras.backend.backend() == "torch":
-        expected_path = "onednn" if _bf16_onednn_available() else "F.linear"
+        on_avx512 = hardware.cpu_isa() == "avx512"
+        expected_path = "onednn" if _bf16_onednn_available() and on_avx512 else "F.linear"
     assert _dense_path(*bf16) == expected_path
 
 
-def test_jax_bfloat16_products_keep_bfloat16_results_off_the_cpu(rng, monkeypatch):
+def test_jax_bfloat16_products_keep_bfloat16_results_off_the_cpu(rng):
     """The float32 result is for XLA's CPU backend; on an accelerator (here
     forced) the product stays bfloat16 and computes the same within its precision."""
     if keras.backend.backend() != "jax":
         pytest.skip("the product's result type is a jax choice; torch and tensorflow keep bfloat16 operands' type")
     import jax
 
-    assert kernels._wide_bfloat16() == (jax.default_backend() == "cpu")
+    assert hardware.device() == jax.default_backend() == "cpu"
     x = rng.normal(size=(2, 9, 64)).astype("float32")
     kernel = rng.normal(size=(64, 48)).astype("float32") / 8
     bias = rng.normal(size=(48,)).astype("float32")
     bf16 = [keras.ops.cast(t, "bfloat16") for t in (x, kernel, bias)]
     wide = to_numpy(keras.ops.cast(kernels.dense(*bf16, activation="gelu_tanh"), "float32"))
-    monkeypatch.setattr(kernels, "_wide_bfloat16", lambda: False)
-    assert _dense_path(*bf16) == "matmul"
-    out = kernels.dense(*bf16, activation="gelu_tanh")
+    with hardware.assume(device="gpu"):
+        assert _dense_path(*bf16) == "matmul"
+        out = kernels.dense(*bf16, activation="gelu_tanh")
     assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
     narrow = to_numpy(keras.ops.cast(out, "float32"))
     np.testing.assert_allclose(narrow, wide, rtol=BF16_RTOL, atol=BF16_RTOL * np.abs(wide).max())
@@ -93,7 +100,9 @@ def test_bfloat16_onednn_gradients_match_plain_ops(rng):
     for dtype in (torch.float32, torch.bfloat16):
         tensors = [torch.tensor(a, dtype=dtype, requires_grad=True) for a in (x, kernel, bias)]
         fn = kernels.dense if dtype == torch.bfloat16 else (lambda a, k, b: a @ k + b)
-        (fn(*tensors).float() * weights).sum().backward()
+        with kernels.forced("onednn"), taken() as paths:
+            (fn(*tensors).float() * weights).sum().backward()
+        assert paths == (["onednn"] if dtype == torch.bfloat16 else [])
         grads[dtype] = [t.grad.float().numpy() for t in tensors]
     for got, expected in zip(grads[torch.bfloat16], grads[torch.float32]):
         np.testing.assert_allclose(got, expected, rtol=BF16_RTOL, atol=BF16_RTOL * np.abs(expected).max())
@@ -124,8 +133,9 @@ def test_attention_path_at_high_resolution_token_counts(rng, tokens, dtype):
         assert "aten::_scaled_dot_product_flash_attention_for_cpu" in ops, sorted(ops)
         assert "aten::_scaled_dot_product_attention_math" not in ops
     else:
-        assert not kernels._use_fused_attention()
-        out = kernels.attention(*tensors)
+        with taken() as paths:
+            out = kernels.attention(*tensors)
+        assert paths == ["xla_attention"]
         if backend == "jax":
             import jax
 
@@ -144,8 +154,8 @@ def test_tensorflow_predicts_bfloat16_outside_xla():
     bf16 = keras_vit.ViT(**TINY, classes=5, dtype="bfloat16")
     mixed = keras_vit.ViT(**TINY, classes=5, dtype="mixed_bfloat16")
     on_tf = keras.backend.backend() == "tensorflow"
-    assert f32._xla_inference() == on_tf
-    assert not bf16._xla_inference() and not mixed._xla_inference()
+    assert tf_xla.uses_xla(f32) == on_tf
+    assert not tf_xla.uses_xla(bf16) and not tf_xla.uses_xla(mixed)
 
 
 @pytest.mark.parametrize("policy", ["bfloat16", "mixed_bfloat16"])
@@ -169,33 +179,31 @@ def test_real_weights_keep_their_top1_in_bfloat16_predict(policy):
     import skimage.data
 
     batch = np.stack([imagenet_preprocess(skimage.data.chelsea()), imagenet_preprocess(skimage.data.coffee())])
-    reference = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False)
+    reference = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu")
     expected = reference.predict(batch, verbose=0)
     assert expected.argmax(-1)[0] in (281, 282, 285) and expected.argmax(-1)[1] == 967
-    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False, dtype=policy)
+    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu", dtype=policy)
     got = np.asarray(model.predict(batch, verbose=0), "float32")
     np.testing.assert_array_equal(got.argmax(-1), expected.argmax(-1))
     np.testing.assert_allclose(got, expected, atol=3e-2)
 
 
-def test_half_precision_layer_norm_on_torch_matches_the_layer(rng, monkeypatch):
+def test_half_precision_layer_norm_on_torch_matches_the_layer(rng):
     """torch's kernel on the half-precision tensors, without keras' float32
     round trip, where the weights share the input's dtype; the layer itself otherwise."""
     if keras.backend.backend() != "torch":
         pytest.skip("torch only: jax and tensorflow fuse keras' casts into the norm when they compile")
-    from keras_vit.layers import calls
-
     for policy in ("bfloat16", "float16", "mixed_bfloat16"):
         norm = keras.layers.LayerNormalization(dtype=policy, epsilon=1e-6)
         norm.build((2, 7, 64))
         norm.gamma.assign(rng.normal(size=64))
         norm.beta.assign(rng.normal(size=64))
         x = keras.ops.cast(rng.normal(size=(2, 7, 64)) * 3 + 1, policy.removeprefix("mixed_"))
-        fast = kernels.half_layer_norm(norm, x)
+        fast = torch_backend.half_layer_norm(norm, x, (), {})
         if policy.startswith("mixed"):
-            assert fast is None  # float32 weights: keras' own path
+            assert fast is NotImplemented  # float32 weights: keras' own path
             continue
-        assert fast is not None and fast.dtype == x.dtype
+        assert fast.dtype == x.dtype
         expected = to_numpy(keras.ops.cast(norm(x), "float32"))
         got = to_numpy(keras.ops.cast(fast, "float32"))
         # The same float32 arithmetic rounded once; summation order may move a tie by one unit.
@@ -203,15 +211,266 @@ def test_half_precision_layer_norm_on_torch_matches_the_layer(rng, monkeypatch):
         np.testing.assert_allclose(got, expected, rtol=ulp, atol=ulp)
         assert np.mean(got == expected) > 0.99
         # A block's sublayer call takes it.
-        seen = []
-        with monkeypatch.context() as patch:
-            patch.setattr(kernels, "half_layer_norm", lambda layer, t: seen.append(layer) or fast)
-            assert calls.call_sublayer(norm, x) is fast and seen == [norm]
-        assert kernels.half_layer_norm(norm, keras.ops.cast(x, "float32")) is None
+        with taken() as paths:
+            y = kernels.call_sublayer(norm, x)
+        assert paths == ["half_layer_norm"]
+        np.testing.assert_array_equal(to_numpy(keras.ops.cast(y, "float32")), got)
+        assert torch_backend.half_layer_norm(norm, keras.ops.cast(x, "float32"), (), {}) is NotImplemented
 
         class Subclass(keras.layers.LayerNormalization):
             pass
 
         other = Subclass(dtype=policy)
         other.build((2, 7, 64))
-        assert kernels.half_layer_norm(other, x) is None  # its call may compute something else
+        assert torch_backend.half_layer_norm(other, x, (), {}) is NotImplemented  # its call may differ
+
+
+# --- every registered fast path against the portable form --------------------
+
+from keras_vit.kernels import portable, registry  # noqa: E402
+from kernel_helpers import only, value_and_grads  # noqa: E402
+
+
+def _cast(a, dtype):
+    return keras.ops.cast(keras.ops.convert_to_tensor(a), dtype)
+
+
+def _dense_cases(rng):
+    """(args, gradients?) of `dense`: layouts, dtypes, biases, activations."""
+    layouts = [((6, 8), (8, 12), 1), ((2, 5, 8), (8, 12), 1), ((2, 5, 8), (8, 2, 3), 1),
+               ((2, 5, 2, 3), (2, 3, 8), 2)]
+    for dtype in ("float32", "bfloat16"):
+        for x_shape, k_shape, axes in layouts:
+            out = k_shape[axes:]
+            for bias in (None, rng.normal(size=out).astype("float32")):
+                for activation in (None, "gelu_tanh", "gelu", "quick_gelu"):
+                    # The activations on the plain layout, with a bias, in float32 and bfloat16.
+                    if activation and (axes != 1 or len(k_shape) != 2 or bias is None):
+                        continue
+                    x = rng.normal(size=x_shape).astype("float32")
+                    kernel = rng.normal(scale=0.3, size=k_shape).astype("float32")
+                    args = [_cast(x, dtype), _cast(kernel, dtype),
+                            None if bias is None else _cast(bias, dtype), axes, activation]
+                    yield args, dtype == "float32" and activation in (None, "gelu_tanh")
+
+
+def _attention_cases(rng):
+    causal = np.tril(np.ones((1, 1, 6, 6), bool))
+    no_key = np.broadcast_to(causal, (2, 3, 6, 6)).copy()
+    no_key[1, 2, 3] = False
+    padding = (np.arange(6)[None] < np.array([[6], [4]]))[:, None, None, :]
+    for dtype in ("float32", "bfloat16"):
+        for mask, scale in ((None, 0.125), (None, 0.3), (causal, 0.3), (padding, 0.125), (no_key, 0.3)):
+            q, k, v = (rng.normal(size=(2, 6, 3, 8)).astype("float32") for _ in range(3))
+            mask_t = None if mask is None else keras.ops.convert_to_tensor(mask)
+            yield [_cast(q, dtype), _cast(k, dtype), _cast(v, dtype), scale, mask_t], dtype == "float32"
+
+
+def _gelu_cases(rng):
+    for dtype in ("float32", "bfloat16"):
+        for approximate in (True, False):
+            yield [_cast(rng.normal(size=(3, 7)) * 3, dtype), approximate], False
+
+
+def _call_sublayer_cases(rng):
+    for policy in ("float32", "bfloat16", "float16", "mixed_bfloat16"):
+        norm = keras.layers.LayerNormalization(dtype=policy, epsilon=1e-6)
+        norm.build((2, 7, 16))
+        norm.gamma.assign(rng.normal(size=16))
+        x = _cast(rng.normal(size=(2, 7, 16)) * 3 + 1, policy.removeprefix("mixed_"))
+        yield [norm, x, (), {}], False
+    dropout = keras.layers.Dropout(0.5)
+    dropout.build((2, 7, 16))
+    yield [dropout, _cast(rng.normal(size=(2, 7, 16)), "float32"), (), {"training": False}], False
+    mlp = keras_vit.layers.MlpBlock(mlp_dim=8)
+    mlp.build((2, 7, 16))
+    yield [mlp, _cast(rng.normal(size=(2, 7, 16)), "float32"), (), {"training": False}], False
+
+
+def _pack_cases(rng):
+    layer = keras.layers.Dense(6)
+    layer.build((None, 4))
+    yield [layer.weights], False
+
+
+CASES = {"dense": _dense_cases, "attention": _attention_cases, "gelu": _gelu_cases,
+         "call_sublayer": _call_sublayer_cases, "pack_for_inference": _pack_cases}
+PORTABLE = {
+    "dense": portable.dense,
+    "attention": portable.attention,
+    "gelu": portable.gelu,
+    "call_sublayer": portable.call_sublayer,
+    "pack_for_inference": portable.pack_for_inference,
+}
+
+
+def _close(got, expected, dtype):
+    if got is None or expected is None:
+        assert got is expected is None
+        return
+    got, expected = (to_numpy(keras.ops.cast(t, "float32")) for t in (got, expected))
+    if dtype == "float32":
+        np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-5)
+    else:  # a bfloat16 rounding or two apart (a fused GELU rounds once)
+        np.testing.assert_allclose(got, expected, atol=3e-2 * max(1.0, np.abs(expected).max()), rtol=2e-2)
+
+
+def _dtype_of(args):
+    tensor = next((a for a in args if hasattr(a, "dtype") and hasattr(a, "shape")), None)
+    return "float32" if tensor is None else keras.backend.standardize_dtype(tensor.dtype)
+
+
+@pytest.mark.parametrize("override", registry.registered(backend=BACKEND), ids=lambda o: f"{o.op}-{o.name}")
+def test_every_fast_path_computes_what_the_portable_form_does(rng, override):
+    """Each path the backend registers, called on every case of its op that it
+    computes (its hardware rule aside), against the portable form: values, and
+    gradients in float32; at least one case must be its; the dispatcher takes
+    it where it is forced and the others are disabled."""
+    computed = 0
+    for args, gradients in CASES[override.op](rng):
+        got = override.function(*args)
+        if got is NotImplemented:
+            continue
+        computed += 1
+        dtype = _dtype_of(args)
+        if override.op == "pack_for_inference":
+            got = expected = None
+        else:
+            expected = PORTABLE[override.op](*args)
+        _close(got, expected, dtype)
+        if gradients:
+            _check_gradients(override, args)
+        if computed == 1 and not override.export:
+            with only(override.name, override.op):
+                dispatched = getattr(kernels, override.op)(*_call_form(override.op, args))
+            if got is not None:
+                np.testing.assert_array_equal(to_numpy(keras.ops.cast(dispatched, "float32")),
+                                              to_numpy(keras.ops.cast(got, "float32")))
+    assert computed, f"{override.name} computed none of the {override.op} cases"
+
+
+def _call_form(op, args):
+    """The public function's arguments for an override's `args`."""
+    if op == "call_sublayer":
+        layer, x, positional, keywords = args
+        return (layer, x, *positional) if not keywords else (layer, x, *positional, *keywords.values())
+    return args
+
+
+def _check_gradients(override, args):
+    """Gradients through the override equal those through the portable form."""
+    tensors = [a for a in args[:3] if a is not None]
+    n = len(tensors)
+    rest_positions = [i for i, a in enumerate(args[:3]) if a is None]
+
+    def rebuild(fn):
+        def call(*ts):
+            full, it = [], iter(ts)
+            for i in range(3):
+                full.append(None if i in rest_positions else next(it))
+            return fn(*full, *args[3:])
+
+        return call
+
+    arrays = [to_numpy(t) for t in tensors]
+    out = to_numpy(PORTABLE[override.op](*args))
+    weights = np.random.default_rng(1).normal(size=out.shape).astype("float32")
+    got, got_grads = value_and_grads(rebuild(override.function), arrays, weights)
+    expected, expected_grads = value_and_grads(rebuild(PORTABLE[override.op]), arrays, weights)
+    assert len(got_grads) == n
+    for g, e in zip(got_grads, expected_grads):
+        np.testing.assert_allclose(g, e, atol=5e-5, rtol=1e-4)
+
+
+# --- the hardware rules, every branch ----------------------------------------
+
+
+@pytest.fixture
+def fresh_isa():
+    """`hardware.cpu_isa` detected anew (its cache cleared) during and after the test."""
+    hardware._cpu_isa.cache_clear()
+    yield
+    hardware._cpu_isa.cache_clear()
+
+
+def test_cpu_isa_reads_flags_and_onednn_cap(monkeypatch, fresh_isa):
+    avx512 = {"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"}
+    assert hardware._flags_isa(avx512) == "avx512"
+    assert hardware._flags_isa({"avx2", "fma", "avx512f"}) == "avx2"  # AVX-512 F alone is not enough
+    assert hardware._flags_isa({"avx", "sse4_2"}) == "baseline"
+    assert hardware._flags_isa({"neon", "asimd"}) == "baseline"
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset(avx512))
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    for cap, isa in ((None, "avx512"), ("AVX2", "avx2"), ("avx2_vnni_2", "avx2"),
+                     ("AVX512_CORE_AMX", "avx512"), ("SSE41", "baseline"), ("ALL", "avx512")):
+        if cap is None:
+            monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+        else:
+            monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+        hardware._cpu_isa.cache_clear()  # read once per process, as oneDNN does
+        assert hardware.cpu_isa() == isa, cap
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    hardware._cpu_isa.cache_clear()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
+    assert hardware.cpu_isa() == "avx2"  # a cap never raises the CPU's own ISA
+
+
+def test_assumed_hardware_nests_and_is_checked():
+    with hardware.assume(cpu_isa="avx2"):
+        with hardware.assume(device="gpu"):
+            assert (hardware.cpu_isa(), hardware.device()) == ("avx2", "gpu")
+        assert hardware.cpu_isa() == "avx2" and hardware.device() == "cpu"
+    with pytest.raises(ValueError, match="cpu_isa.*Received: cpu_isa='avx3'"):
+        with hardware.assume(cpu_isa="avx3"):
+            pass
+    with pytest.raises(ValueError, match="device"):
+        with hardware.assume(device="npu"):
+            pass
+
+
+@pytest.mark.parametrize("isa", hardware.ISAS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_onednn_pays_on_avx512_only(isa, dtype):
+    """torch's oneDNN projections: taken on an AVX-512 CPU, not on an AVX2-only
+    or older one, in float32 and bfloat16 alike (the rule is a plain function
+    of the hardware, so it is checked on every backend)."""
+    x = np.ones((2, 2), dtype if dtype == "float32" else "float32")
+    with hardware.assume(cpu_isa=isa):
+        assert torch_backend.onednn_pays(x) == (isa == "avx512")
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+def test_torch_dense_follows_the_rule_end_to_end(rng, isa):
+    """On torch, the same call takes oneDNN on an (assumed) AVX-512 CPU and
+    `F.linear` on an AVX2-only one, with the same numbers."""
+    if BACKEND != "torch":
+        pytest.skip("the oneDNN projections are torch's")
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    kernel = rng.normal(size=(8, 12)).astype("float32")
+    with hardware.assume(cpu_isa=isa), taken() as paths:
+        got = to_numpy(kernels.dense(x, kernel))
+    assert paths == (["onednn"] if isa == "avx512" else ["torch_linear"])
+    np.testing.assert_allclose(got, x @ kernel, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_xla_backends_choose_attention_by_device(rng, device):
+    """jax and tensorflow: the batched products on a CPU, the fused kernel on an
+    accelerator; torch's fused attention runs on any device."""
+    q = rng.normal(size=(1, 5, 2, 4)).astype("float32")
+    with hardware.assume(device=device), taken() as paths:
+        kernels.attention(q, q, q)
+    if BACKEND == "torch":
+        assert paths == ["sdpa"]
+    else:
+        assert paths == (["xla_attention"] if device == "cpu" else ["fused_attention"])
+    assert hardware.on_cpu() == (hardware.device() == "cpu")
+
+
+def test_jax_products_widen_bfloat16_on_a_cpu_only():
+    a = keras.ops.ones((2, 2), "bfloat16")
+    if BACKEND != "jax":
+        pytest.skip("the float32 accumulation of bfloat16 products is jax's")
+    assert str(jax_backend.matmul(a, a).dtype) == "float32"
+    with hardware.assume(device="gpu"):
+        assert str(jax_backend.matmul(a, a).dtype) == "bfloat16"

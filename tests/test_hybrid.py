@@ -9,11 +9,11 @@ import keras_vit
 import reference
 import reference_resnet
 import synthetic
-from keras_vit.models import ARCHITECTURES, CONSTRUCTORS, ViTHybrid
+from keras_vit.models import ARCHITECTURE_CONFIGS, CONSTRUCTORS, ViTHybrid
 from keras_vit.architectures import architecture_name
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
-HYBRIDS = sorted(n for n, a in CONSTRUCTORS.items() if "resnet_layers" in ARCHITECTURES[a])
+HYBRIDS = sorted(n for n, a in CONSTRUCTORS.items() if "resnet_layers" in ARCHITECTURE_CONFIGS[a])
 
 # Counted from the parameter shapes of the official Flax model (vit_jax
 # models_vit.VisionTransformer under jax.eval_shape, see docs/checkpoints.md):
@@ -57,7 +57,7 @@ def test_every_hybrid_variant_is_checked():
 def test_official_parameter_counts(constructor):
     arch = CONSTRUCTORS[constructor]
     grid, counts = OFFICIAL[arch]
-    hidden = ARCHITECTURES[arch]["hidden_size"]
+    hidden = ARCHITECTURE_CONFIGS[arch]["hidden_size"]
     for column, expected in counts.items():
         kwargs = dict(HEADS[column])
         if kwargs.get("representation_size") == "hidden":
@@ -70,7 +70,7 @@ def test_official_parameter_counts(constructor):
             assert model.grid_size == (grid, grid)
             pos = model.get_layer("embedding").pos_embedding
             assert tuple(pos.shape) == (1, 1 + grid * grid, hidden)
-        config = {k: getattr(model, k) for k in ARCHITECTURES[arch]}
+        config = {k: getattr(model, k) for k in ARCHITECTURE_CONFIGS[arch]}
         assert architecture_name(config) == arch
         del model
         keras.utils.clear_session()
@@ -308,7 +308,7 @@ def test_loads_synthetic_official_checkpoint(rng, tmp_path):
 def test_registered_hybrid_weights():
     from keras_vit.weights.registry import list_records
 
-    records = {r.key: r for r in list_records() if "resnet_layers" in ARCHITECTURES[r.architecture]}
+    records = {r.key: r for r in list_records() if "resnet_layers" in ARCHITECTURE_CONFIGS[r.architecture]}
     # docs/checkpoints.md §1: the original paper's hybrid files and the
     # recommended AugReg hybrids with their ImageNet-1k fine-tunes.
     assert set(records) == {

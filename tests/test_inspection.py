@@ -25,7 +25,7 @@ CAT_SIZE = (96, 144)
 
 
 def _random_tiny(**kwargs):
-    config = dict(TINY, gelu_approximate=False)
+    config = dict(TINY, mlp_activation="gelu")
     config.update(kwargs)
     model = keras_vit.ViT(**config)
     rng = np.random.default_rng(1)
@@ -279,7 +279,7 @@ def test_plots_write_png_files(tmp_path):
 @pytest.fixture(scope="module")
 def deit():
     return keras_vit.ViTTi16(
-        weights=str(DEIT_NPZ), gelu_approximate=False, classifier_activation=None
+        weights=str(DEIT_NPZ), mlp_activation="gelu", classifier_activation=None
     )
 
 

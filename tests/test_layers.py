@@ -158,7 +158,8 @@ def test_attention_without_qkv_bias(rng):
 def test_transformer_block_matches_paper_equations(rng, approximate):
     x = rng.normal(size=(2, 5, 8)).astype("float32")
     block = layers.TransformerBlock(
-        num_heads=2, mlp_dim=16, layer_norm_epsilon=1e-6, gelu_approximate=approximate, name="blk"
+        num_heads=2, mlp_dim=16, layer_norm_epsilon=1e-6,
+        mlp_activation="gelu_tanh" if approximate else "gelu", name="blk",
     )
     block(x)
     randomise(block, rng)
@@ -198,7 +199,7 @@ def test_gelu_flavours_differ():
     x = np.linspace(-3, 3, 50, dtype="float32")[None, None]
     outs = []
     for approximate in (True, False):
-        mlp = layers.MlpBlock(mlp_dim=50, gelu_approximate=approximate)
+        mlp = layers.MlpBlock(mlp_dim=50, activation="gelu_tanh" if approximate else "gelu")
         mlp.build((1, 1, 50))
         mlp.dense_0.kernel.assign(np.eye(50, dtype="float32"))
         mlp.dense_0.bias.assign(np.zeros(50, "float32"))

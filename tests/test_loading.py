@@ -35,7 +35,7 @@ def test_big_vision_and_timm_layouts_give_identical_logits(tmp_path, rng):
     files.append(str(tmp_path / "timm.safetensors"))
     save_file(to_timm(params, TINY["num_heads"]), files[-1])
     x = images(rng)
-    logits = [to_numpy(tiny_model(weights=f, gelu_approximate=True)(x)) for f in files]
+    logits = [to_numpy(tiny_model(weights=f, mlp_activation="gelu_tanh")(x)) for f in files]
     np.testing.assert_array_equal(logits[1], logits[0])
     np.testing.assert_array_equal(logits[2], logits[0])
 
@@ -45,9 +45,9 @@ def test_real_weights_npz_and_safetensors_agree_and_classify():
     import skimage.data
 
     batch = np.stack([imagenet_preprocess(skimage.data.chelsea()), imagenet_preprocess(skimage.data.coffee())])
-    npz = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False, classifier_activation=None)
+    npz = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu", classifier_activation=None)
     timm = keras_vit.ViTTi16(weights=str(DEIT_SAFETENSORS), classifier_activation=None)
-    assert timm.gelu_approximate is False  # timm files imply the erf GELU
+    assert timm.mlp_activation == "gelu"  # timm files imply the erf GELU
     logits = to_numpy(npz(batch))
     np.testing.assert_array_equal(to_numpy(timm(batch)), logits)
     top1 = logits.argmax(-1)
@@ -119,11 +119,11 @@ def test_keras_weights_round_trip_and_adapt(tmp_path, rng):
 def test_registry_name_is_fetched(monkeypatch, tmp_path, rng):
     import dataclasses
 
-    from keras_vit.architectures import ARCHITECTURES
+    from keras_vit.architectures import ARCHITECTURE_CONFIGS
     from keras_vit.weights import download, registry
 
     arch = {k: v for k, v in TINY.items() if k != "image_size"}
-    monkeypatch.setitem(ARCHITECTURES, "T/8", arch)
+    monkeypatch.setitem(ARCHITECTURE_CONFIGS, "T/8", arch)
     record = dataclasses.replace(
         next(iter(registry.WEIGHTS.values())),
         architecture="T/8", name="tiny-test", image_size=32, classes=10,
@@ -135,7 +135,7 @@ def test_registry_name_is_fetched(monkeypatch, tmp_path, rng):
     monkeypatch.setattr(download, "fetch", lambda r, **kw: fetched.append(r) or write_npz(tmp_path, params))
     model = keras_vit.ViT(weights="tiny-test", classifier_activation=None, **arch)
     assert fetched == [record]
-    assert (model.image_size, model.classes, model.gelu_approximate) == ((32, 32), 10, False)
+    assert (model.image_size, model.classes, model.mlp_activation) == ((32, 32), 10, "gelu")
     np.testing.assert_array_equal(to_numpy(model.get_layer("head").bias), params["head/bias"])
 
 

@@ -115,7 +115,7 @@ def test_merged_equals_unmerged_and_is_a_plain_model(tmp_path):
     np.testing.assert_allclose(model.predict(x, verbose=0), unmerged, rtol=0, atol=1e-5)
     plain = keras_vit.ViT(**TINY, classes=CLASSES, classifier_activation=None)
     assert [v.path for v in model.weights] == [v.path for v in plain.weights]
-    assert all(keras_vit.layers.kernels.runs_plain(l) for l in lora.projection_layers(model).values())
+    assert all(keras_vit.kernels.runs_plain(l) for l in lora.projection_layers(model).values())
     path = tmp_path / "merged.weights.h5"
     model.save_weights(path)
     plain.load_weights(path)

@@ -62,8 +62,8 @@ def test_real_weights_keep_their_top1_under_mixed_precision(policy):
     import skimage.data
 
     batch = np.stack([imagenet_preprocess(skimage.data.chelsea()), imagenet_preprocess(skimage.data.coffee())])
-    reference = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False)
+    reference = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu")
     expected = to_numpy(reference(batch)).argmax(-1)
     assert expected[0] in (281, 282, 285) and expected[1] == 967, expected
-    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False, dtype=policy)
+    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu", dtype=policy)
     np.testing.assert_array_equal(to_numpy(model(batch)).argmax(-1), expected)

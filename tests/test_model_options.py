@@ -21,7 +21,7 @@ OPTIONS = {
     "distilled-cls-head": dict(distillation_token=True, distillation_head=False),
     "registers-gap-fcnorm": dict(classifier="gap", num_register_tokens=3, pooled_norm=True,
                                  layer_scale_init=1e-5, qkv_bias=False),
-    "cls-registers": dict(num_register_tokens=2, gelu_approximate=False),
+    "cls-registers": dict(num_register_tokens=2, mlp_activation="gelu"),
 }
 
 
@@ -41,7 +41,7 @@ def _images(size=32):
 def test_options_match_the_numpy_reference(kind):
     model = _model(OPTIONS[kind])
     x = _images()
-    expected = reference.forward(model_state(model), x, model.gelu_approximate, model.layer_norm_epsilon)
+    expected = reference.forward(model_state(model), x, model.mlp_activation, model.layer_norm_epsilon)
     np.testing.assert_allclose(to_numpy(model(x)), expected, rtol=0, atol=2e-5)
     assert model.num_prefix_tokens == model.get_layer("embedding").num_prefix_tokens
 
@@ -94,7 +94,7 @@ def test_bad_arguments_name_themselves(arguments, match):
 
 
 def test_named_class_lists_and_registered_weights_metadata():
-    from keras_vit.architectures import ARCHITECTURES
+    from keras_vit.architectures import ARCHITECTURE_CONFIGS
     from keras_vit.weights.describe import describe_weights
 
     model = keras_vit.ViT(**TINY, classes=1000, class_names="imagenet1k")
@@ -102,7 +102,7 @@ def test_named_class_lists_and_registered_weights_metadata():
     preds = np.zeros((1, 1000), "float32")
     preds[0, 281] = 1.0
     assert keras_vit.decode_predictions(preds, top=1, model=model) == [[(281, "tabby", 1.0)]]
-    info = describe_weights("imagenet21k+imagenet2012", ARCHITECTURES["B/16"])
+    info = describe_weights("imagenet21k+imagenet2012", ARCHITECTURE_CONFIGS["B/16"])
     assert info.class_names == "imagenet1k" and info.preprocessing.mode == "inception"
     assert info.preprocessing.image_size == (384, 384)
 

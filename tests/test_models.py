@@ -9,7 +9,8 @@ import scipy.ndimage
 
 import keras_vit
 from conftest import TINY, to_numpy
-from keras_vit.models import ARCHITECTURES, CONSTRUCTORS
+from keras_vit.execution import tf_xla
+from keras_vit.models import ARCHITECTURE_CONFIGS, CONSTRUCTORS
 
 # Official parameter counts, 1000-way head, no pre-logits (vit_jax
 # models_test.py MODEL_SIZES at 224; at 384 counted from the official Flax
@@ -25,7 +26,7 @@ OFFICIAL_PARAMS = {
     "L/32": (306_535_400, 306_632_680),
     "H/14": (632_045_800, 632_651_240),
 }
-PLAIN = sorted(name for name, arch in CONSTRUCTORS.items() if "resnet_layers" not in ARCHITECTURES[arch])
+PLAIN = sorted(name for name, arch in CONSTRUCTORS.items() if "resnet_layers" not in ARCHITECTURE_CONFIGS[arch])
 
 
 def test_every_plain_variant_has_an_official_count():
@@ -47,7 +48,7 @@ def test_variant_parameter_count(constructor, size_index, size):
 
 
 # Full-size models with real variables, small enough to build in a second.
-SMALL = [n for n in PLAIN if ARCHITECTURES[CONSTRUCTORS[n]]["hidden_size"] <= 384]
+SMALL = [n for n in PLAIN if ARCHITECTURE_CONFIGS[CONSTRUCTORS[n]]["hidden_size"] <= 384]
 
 
 @pytest.mark.parametrize("constructor", SMALL)
@@ -74,7 +75,7 @@ def test_imagenet21k_head_with_pre_logits_count():
 @pytest.mark.parametrize("constructor", PLAIN)
 def test_variant_trains_every_weight(constructor):
     """Each variant's shapes, one block deep, at 2x2 patches: all weights learn."""
-    arch = ARCHITECTURES[CONSTRUCTORS[constructor]]
+    arch = ARCHITECTURE_CONFIGS[CONSTRUCTORS[constructor]]
     patch = arch["patch_size"]
     model = getattr(keras_vit, constructor)(
         image_size=2 * patch, classes=3, classifier_activation=None, num_layers=1
@@ -217,7 +218,7 @@ BAD_ARGUMENTS = [
     (dict(attention_dropout_rate=-0.5), "attention_dropout_rate"),
     (dict(stochastic_depth_rate=2), "stochastic_depth_rate"),
     (dict(layer_norm_epsilon=-1e-6), "layer_norm_epsilon"),
-    (dict(gelu_approximate="tanh"), "gelu_approximate"),
+    (dict(mlp_activation="tanh"), "mlp_activation"),
     (dict(representation_size=0), "representation_size"),
     (dict(classifier_activation="sofmax"), "classifier_activation"),
 ]
@@ -237,6 +238,35 @@ def test_wrong_number_of_channels_at_call_time():
     model = keras_vit.ViT(**TINY, classes=2)
     with pytest.raises(ValueError, match="3"):
         model(np.zeros((1, 32, 32, 1), "float32"))
+
+
+def test_named_constructors_are_functions_of_the_table():
+    """One greppable `def` per table row in variants.py, in the table's order."""
+    import ast
+    import pathlib
+
+    from keras_vit.architectures import VARIANTS
+    from keras_vit.models import variants
+
+    tree = ast.parse(pathlib.Path(variants.__file__).read_text())
+    defs = [node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name[:1].isupper()]
+    assert defs == [variant.constructor for variant in VARIANTS]
+    for variant in VARIANTS:
+        function = getattr(keras_vit, variant.constructor)
+        assert function is getattr(variants, variant.constructor)
+        assert function.architecture == variant.architecture
+        assert f"Builds {variant.constructor}, the {variant.architecture} " in function.__doc__
+
+
+def test_named_constructors_take_every_record_field_like_vit():
+    options = dict(mlp_activation="quick_gelu", norm_kind="rmsnorm", qkv_bias=False,
+                   layer_scale_init=0.1, patch_bias=False, pre_norm=True)
+    model = keras_vit.ViTTi16(False, None, image_size=32, num_layers=1, pooling="avg", **options)
+    reference = keras_vit.ViT(**dict(ARCHITECTURE_CONFIGS["Ti/16"], num_layers=1), image_size=32,
+                              include_top=False, pooling="avg", **options)
+    assert not model.include_top and model.get_config() == dict(reference.get_config(), name="vitti16")
+    with pytest.raises(keras_vit.validation.UnknownArgumentError, match=r"ViTTi16\(\).*'mlp_activaton'.*'mlp_activation'"):
+        keras_vit.ViTTi16(mlp_activaton="gelu")
 
 
 def test_named_constructor_rejects_bad_argument():
@@ -274,23 +304,23 @@ def test_inference_is_xla_compiled_on_a_tensorflow_cpu(rng, backend, monkeypatch
     # few units in the sixth digit (3.9e-6 relative seen on a Zen 5 CPU).
     tolerance = dict(rtol=1e-5, atol=1e-5)
     if backend != "tensorflow":
-        assert not model._xla_inference()
+        assert not tf_xla.uses_xla(model)
         np.testing.assert_allclose(model.predict(x, verbose=0), eager, **tolerance)
         return
     import tensorflow as tf
 
     on_cpu = not tf.config.list_logical_devices("GPU")
-    assert model._xla_inference() == on_cpu
+    assert tf_xla.uses_xla(model) == on_cpu
     if on_cpu:
         assert True in _jit_flags_of_predict_function(model, monkeypatch)
     np.testing.assert_allclose(model.predict(x, verbose=0), eager, **tolerance)
     assert model.jit_compile is False or not on_cpu  # training keeps Keras' choice
     # A user's explicit choice is kept.
     model.compile(jit_compile=False)
-    assert not model._xla_inference()
+    assert not tf_xla.uses_xla(model)
     assert True not in _jit_flags_of_predict_function(model, monkeypatch)
     model.compile()
-    assert model._xla_inference() == on_cpu
+    assert tf_xla.uses_xla(model) == on_cpu
 
 
 def test_for_inference_resizes_the_position_embedding_once(rng):
@@ -321,6 +351,6 @@ def test_constructor_docstring_example_uses_a_two_by_two_grid(constructor):
 
     from keras_vit.architectures import effective_patch_size
 
-    row = ARCHITECTURES[CONSTRUCTORS[constructor]]
+    row = ARCHITECTURE_CONFIGS[CONSTRUCTORS[constructor]]
     size = int(re.search(r"image_size=(\d+)", getattr(keras_vit, constructor).__doc__).group(1))
     assert size == 2 * effective_patch_size(row["patch_size"], row.get("resnet_layers"))[0]

@@ -133,13 +133,13 @@ def test_real_weights_keep_their_classes_at_patch_8_and_32():
     import keras
 
     batch = _photos()
-    reference = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False)
+    reference = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu")
     expected = reference.predict(batch, verbose=0).argmax(-1)
     # Patch 8 at 224: a 28 x 28 grid (the kernel shrinks: least squares).
     patch8 = keras_vit.ViTTi16(weights=str(DEIT_SAFETENSORS), patch_size=8)
     assert patch8.grid_size == (28, 28)
     np.testing.assert_array_equal(patch8.predict(batch, verbose=0).argmax(-1), expected)
     # Patch 32 on the image at 448: the kernel grows (exact per patch).
-    patch32 = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False, patch_size=32, image_size=448)
+    patch32 = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu", patch_size=32, image_size=448)
     large = to_numpy(keras.ops.image.resize(batch, (448, 448), interpolation="bilinear"))
     np.testing.assert_array_equal(patch32.predict(large, verbose=0).argmax(-1), expected)

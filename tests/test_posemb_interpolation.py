@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from keras_vit.layers.interpolation import (
-    FAMILIES,
+    POSITION_INTERPOLATIONS,
     interpolate_position_embedding,
     resize_grid,
     resize_matrix,
@@ -110,7 +110,7 @@ def test_matches_the_family_s_transformers_code(family):
 
 
 def test_every_family_has_a_reference():
-    assert set(FAMILIES) - set(REFERENCES) == {"official"}
+    assert set(POSITION_INTERPOLATIONS) - set(REFERENCES) == {"official"}
 
 
 def test_the_kernels_differ_where_the_families_do():

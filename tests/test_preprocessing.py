@@ -195,7 +195,7 @@ def test_real_weights_classify_photos():
     # the expected classes: the cat -> 281/282/285 (~0.85 together), the
     # coffee -> 967 espresso (~0.85).
     skimage_data = pytest.importorskip("skimage.data")
-    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False)
+    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu")
     deit = types.SimpleNamespace(preprocessing_mode="imagenet")
     photos = (skimage_data.chelsea(), skimage_data.coffee())
     expected = ((281, 282, 285), (967,))

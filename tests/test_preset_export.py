@@ -16,8 +16,8 @@ from keras_vit.preprocessing import Preprocessing
 NAMES = ("cat", "dog", "eel")
 PREP = Preprocessing.from_mode("imagenet", image_size=32, crop_fraction=0.875).get_config()
 MODELS = {
-    "plain": dict(gelu_approximate=False),
-    "tanh-nobias": dict(gelu_approximate=True, qkv_bias=False, layer_norm_epsilon=1e-5),
+    "plain": dict(mlp_activation="gelu"),
+    "tanh-nobias": dict(mlp_activation="gelu_tanh", qkv_bias=False, layer_norm_epsilon=1e-5),
     "distilled": dict(distillation_token=True),
     "distilled-cls-head": dict(distillation_token=True, distillation_head=False),
     "registers-gap": dict(classifier="gap", num_register_tokens=3, pooled_norm=True, layer_scale_init=1e-5),
@@ -93,7 +93,7 @@ def test_transformers_export_loads_strictly_with_equal_logits(tmp_path, auto_mod
     assert not info["missing_keys"]
     assert not info["unexpected_keys"] and not info["mismatched_keys"]
     config = json.load(open(tmp_path / "config.json"))
-    assert config["hidden_act"] == ("gelu_pytorch_tanh" if model.gelu_approximate else "gelu")
+    assert config["hidden_act"] == ("gelu_pytorch_tanh" if model.mlp_activation == "gelu_tanh" else "gelu")
     assert reloaded.config.id2label == {0: "cat", 1: "dog", 2: "eel"}
     x = _images()
     with torch.no_grad():

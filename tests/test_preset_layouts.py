@@ -13,8 +13,11 @@ from keras_vit import presets
 from keras_vit.preprocessing import Preprocessing, preprocess_input
 from keras_vit.weights import shards
 from keras_vit.weights.formats import keras_hub as keras_hub_format
+from keras_vit.weights.formats import keras_hub_family
 from keras_vit.weights.formats import timm as timm_format
 from keras_vit.weights.formats import transformers as hf_format
+from keras_vit.weights.formats import transformers_processor
+from keras_vit.weights.formats.transformers_vit import ViTFamily
 
 TINY_HF = dict(image_size=32, patch_size=8, hidden_size=16, num_hidden_layers=2,
                num_attention_heads=2, intermediate_size=32, num_labels=3)
@@ -47,10 +50,8 @@ def test_transformers_table_reads_every_tensor_and_writes_it_back(hf_dirs, archi
     state, path = shards.read_state(folder)
     assert path.endswith("model.safetensors")
     config = json.load(open(os.path.join(folder, "config.json")))
-    args, found = hf_format.model_arguments(config)
-    assert found == architecture
-    _, prefix, head = hf_format.ARCHITECTURES[architecture]
-    table = hf_format.table(prefix, head)
+    assert hf_format.TRANSFORMERS_FAMILIES.find(config).transformers_class(config) == architecture
+    table = ViTFamily().rule_table(architecture)
     params, unknown = table.to_canonical(state, num_heads=2)
     assert unknown == []
     assert params["Transformer/encoderblock_1/MultiHeadDotProductAttention_1/query/kernel"].shape == (16, 2, 8)
@@ -71,8 +72,7 @@ def test_transformers_in_memory_names_read_as_the_saved_ones(hf_dirs, architectu
     # memory and renames when saving; a raw `state_dict()` must read the same.
     folder, memory = hf_dirs[architecture]
     saved, _ = shards.read_state(folder)
-    _, prefix, head = hf_format.ARCHITECTURES[architecture]
-    table = hf_format.table(prefix, head)
+    table = ViTFamily().rule_table(architecture)
     from_file, _ = table.to_canonical(saved, 2)
     from_memory, unknown = table.to_canonical(memory, 2)
     assert unknown == [] and sorted(from_memory) == sorted(from_file)
@@ -82,15 +82,15 @@ def test_transformers_in_memory_names_read_as_the_saved_ones(hf_dirs, architectu
 
 def test_transformers_config_arguments(hf_dirs):
     config = json.load(open(os.path.join(hf_dirs["DeiTForImageClassificationWithTeacher"][0], "config.json")))
-    args, _ = hf_format.model_arguments(dict(config, hidden_act="gelu_new", qkv_bias=False,
-                                             id2label={"0": "cat", "1": "dog", "2": "eel"}))
-    assert args["gelu_approximate"] is True and args["qkv_bias"] is False
+    args = hf_format.model_arguments(dict(config, hidden_act="gelu_new", qkv_bias=False,
+                                          id2label={"0": "cat", "1": "dog", "2": "eel"}))
+    assert args["mlp_activation"] == "gelu_tanh" and args["qkv_bias"] is False
     assert args["distillation_token"] and args["distillation_head"]
     assert args["layer_norm_epsilon"] == 1e-12 and args["classes"] == 3
     assert args["class_names"] == ["cat", "dog", "eel"]
-    plain, _ = hf_format.model_arguments(json.load(open(os.path.join(hf_dirs["ViTModel"][0], "config.json"))))
+    plain = hf_format.model_arguments(json.load(open(os.path.join(hf_dirs["ViTModel"][0], "config.json"))))
     assert plain["include_top"] is False and plain["distillation_token"] is False
-    assert plain["gelu_approximate"] is False
+    assert plain["mlp_activation"] == "gelu"
     assert "class_names" not in plain  # LABEL_i names are no names
 
 
@@ -124,7 +124,7 @@ def test_transformers_preprocessing_matches_the_image_processor(tmp_path, proces
         kwargs.update(crop_size={"height": 32, "width": 32})
     cls(**kwargs).save_pretrained(tmp_path)
     config = json.load(open(tmp_path / "preprocessor_config.json"))
-    record = hf_format.preprocessing(config)
+    record = transformers_processor.preprocessing(config)
     assert record.image_size == (32, 32)
     image = np.random.default_rng(0).integers(0, 256, (32, 32, 3)).astype("uint8")
     expected = cls.from_pretrained(tmp_path)(image, return_tensors="np")["pixel_values"][0]
@@ -136,9 +136,9 @@ def test_transformers_preprocessing_matches_the_image_processor(tmp_path, proces
 def test_transformers_preprocessor_round_trip():
     record = Preprocessing(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
                            image_size=224, resize=(256, 256), interpolation="bicubic")
-    config = hf_format.export_preprocessor(record)
+    config = transformers_processor.export_preprocessor(record)
     assert config["image_processor_type"] == "DeiTImageProcessor" and config["resample"] == 3
-    back = hf_format.preprocessing(config)
+    back = transformers_processor.preprocessing(config)
     assert back.image_size == (224, 224) and back.resize == (256, 256)
     np.testing.assert_allclose(back.mean, record.mean)
     np.testing.assert_allclose(back.std, record.std)
@@ -167,7 +167,7 @@ def test_transformers_preprocessor_round_trip():
 def test_timm_architecture_table(name, expected):
     args, _ = timm_format.model_arguments({"architecture": name, "num_classes": 10, "pretrained_cfg": {}})
     assert {k: args[k] for k in expected} == expected
-    assert args["gelu_approximate"] is False and args["layer_norm_epsilon"] == 1e-6
+    assert args["mlp_activation"] == "gelu" and args["layer_norm_epsilon"] == 1e-6
 
 
 @pytest.mark.parametrize(
@@ -218,11 +218,11 @@ def test_keras_hub_image_converter_statistics(tmp_path):
                             "offset": [-0.485 / 0.229, -0.456 / 0.224, -0.406 / 0.225],
                             "interpolation": "bicubic", "crop_to_aspect_ratio": True}}
     (tmp_path / "image_converter.json").write_text(json.dumps(converter))
-    prep = keras_hub_format.preprocessing(str(tmp_path))
+    prep = keras_hub_family.preprocessing(str(tmp_path))
     assert prep.mode == "imagenet" and prep.image_size == (32, 32) and prep.resize == 32
     converter["config"].update(scale=1 / 127.5, offset=-1.0)
     (tmp_path / "image_converter.json").write_text(json.dumps(converter))
-    assert keras_hub_format.preprocessing(str(tmp_path)).mode == "inception"
+    assert keras_hub_family.preprocessing(str(tmp_path)).mode == "inception"
 
 
 @pytest.mark.parametrize(

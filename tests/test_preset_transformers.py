@@ -60,7 +60,7 @@ def test_tiny_model_runs_in_processor_and_pipeline(tmp_path):
 
     prep = Preprocessing.from_mode("imagenet", image_size=32)
     model = _randomized(keras_vit.ViT(**TINY, classes=3, classifier_activation=None,
-                                      gelu_approximate=False, class_names=NAMES, preprocessing=prep))
+                                      mlp_activation="gelu", class_names=NAMES, preprocessing=prep))
     model.save_to_preset(tmp_path, format="transformers")
     config = json.load(open(tmp_path / "preprocessor_config.json"))
     assert config["image_mean"] == list(prep.mean) and config["size"] == {"height": 32, "width": 32}
@@ -97,7 +97,7 @@ def test_deit_tiny_from_its_npz_runs_in_pipeline(tmp_path):
     import skimage.data
     from PIL import Image
 
-    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), gelu_approximate=False, classifier_activation=None)
+    model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu", classifier_activation=None)
     model.save_to_preset(tmp_path, format="transformers", preprocessing="imagenet", class_names="imagenet1k")
     labels = json.load(open(tmp_path / "config.json"))["id2label"]
     assert labels["285"] == "Egyptian_cat" and labels["967"] == "espresso"

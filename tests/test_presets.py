@@ -60,7 +60,7 @@ def test_transformers_directories_give_transformers_outputs(hf, case):
     expected = entry["outputs"]["last_hidden_state" if case == "vit-base" else "logits"]
     np.testing.assert_allclose(y, expected, rtol=0, atol=2e-5)
     config = entry["model"].config
-    assert model.gelu_approximate == (config.hidden_act != "gelu")
+    assert model.mlp_activation == ("gelu" if config.hidden_act == "gelu" else "gelu_tanh")
     assert model.layer_norm_epsilon == config.layer_norm_eps
     assert model.qkv_bias == config.qkv_bias
     assert model.distillation_token == case.startswith("deit")

@@ -68,7 +68,7 @@ def test_timm_hub_deit_tiny_matches_transformers(deit):
     model = keras_vit.from_preset(deit["timm_dir"])
     x = deit["pixels"].transpose(0, 2, 3, 1)
     np.testing.assert_allclose(to_numpy(model.predict(x, verbose=0)), deit["logits"], rtol=0, atol=1e-4)
-    assert model.preprocessing.resize == 256 and model.gelu_approximate is False
+    assert model.preprocessing.resize == 256 and model.mlp_activation == "gelu"
 
 
 def test_round_trip_through_transformers_keeps_the_logits(deit, tmp_path):

@@ -7,7 +7,7 @@ import keras
 import pytest
 
 import keras_vit
-from keras_vit.architectures import ARCHITECTURES
+from keras_vit.architectures import ARCHITECTURE_CONFIGS
 from keras_vit.weights import download, registry
 from keras_vit.weights.registry import (
     WEIGHTS,
@@ -39,7 +39,7 @@ def _built_params(record):
         record.classifier,
     )
     if config not in _COUNTS:
-        row = ARCHITECTURES[record.architecture]
+        row = ARCHITECTURE_CONFIGS[record.architecture]
         model_class = (
             keras_vit.models.ViTHybrid if "resnet_layers" in row else keras_vit.ViT
         )
@@ -64,10 +64,10 @@ def test_params_equal_built_model(record):
 
 @pytest.mark.parametrize("record", RECORDS, ids=IDS)
 def test_record_fields(record):
-    assert record.architecture in ARCHITECTURES
+    assert record.architecture in ARCHITECTURE_CONFIGS
     assert WEIGHTS[record.key] is record
     assert record.key == (record.architecture, record.name)
-    row = ARCHITECTURES[record.architecture]
+    row = ARCHITECTURE_CONFIGS[record.architecture]
     if record.representation_size is not None:
         # The pre-logits layer of the original files is D -> D.
         assert record.representation_size == row["hidden_size"]
@@ -160,7 +160,7 @@ def test_unknown_name_error_lists_names_and_architectures():
     message = str(info.value)
     for name in weights_names("B/16"):
         assert repr(name) in message
-    for arch in ARCHITECTURES:
+    for arch in ARCHITECTURE_CONFIGS:
         assert repr(arch) in message
     assert "'imagenet'" in message
     with pytest.raises(ValueError, match="Unknown architecture 'Q/7'"):
@@ -207,9 +207,9 @@ def test_markdown_table():
     for record in RECORDS:
         assert f"({record.urls[0]})" in table
         assert f"{record.params:,}" in table
-    # Grouped by architecture, in the order of ARCHITECTURES.
+    # Grouped by architecture, in the order of ARCHITECTURE_CONFIGS.
     archs = [row.split("|")[1].strip() for row in rows[1:]]
-    order = list(ARCHITECTURES)
+    order = list(ARCHITECTURE_CONFIGS)
     assert archs == sorted(archs, key=order.index)
 
 

@@ -15,7 +15,7 @@ CLASSES = 7
 NAMES = tuple(f"kind_{i}" for i in range(CLASSES))
 FILES = ("weights.h5", "keras", "npz", "safetensors")
 # The GELU each test file was made with (the Keras files: the default tanh).
-GELU = {"weights.h5": True, "keras": True, "npz": True, "safetensors": False}
+GELU = {"weights.h5": "gelu_tanh", "keras": "gelu_tanh", "npz": "gelu_tanh", "safetensors": "gelu"}
 
 
 def _randomized(model, seed=0):
@@ -41,7 +41,7 @@ def _checkpoint(tmp_path, kind):
         save_file(to_timm(params, TINY["num_heads"]), file)
     # The reference: the same file loaded into a model told the class count.
     told = keras_vit.ViT(**TINY, classes=CLASSES, classifier_activation=None, weights=file,
-                         gelu_approximate=GELU[kind])
+                         mlp_activation=GELU[kind])
     return file, to_numpy(told(images(np.random.default_rng(1))))
 
 
@@ -52,7 +52,7 @@ def test_n_way_checkpoint_loads_with_its_head_without_classes(tmp_path, kind):
         # A zero-initialised head would warn: none may.
         warnings.filterwarnings("error", message=".*zero-initialised.*")
         model = keras_vit.ViT(**TINY, classifier_activation=None, weights=file,
-                              gelu_approximate=GELU[kind])
+                              mlp_activation=GELU[kind])
     assert model.classes == CLASSES
     logits = to_numpy(model(images(np.random.default_rng(1))))
     assert np.abs(logits).max() > 0.1  # a trained head, not zeros
@@ -63,7 +63,7 @@ def test_n_way_checkpoint_loads_with_its_head_without_classes(tmp_path, kind):
 def test_class_names_work_with_every_file_type(tmp_path, kind):
     file, expected = _checkpoint(tmp_path, kind)
     model = keras_vit.ViT(**TINY, classes=CLASSES, classifier_activation=None, weights=file,
-                          class_names=list(NAMES), gelu_approximate=GELU[kind])
+                          class_names=list(NAMES), mlp_activation=GELU[kind])
     assert model.class_names == NAMES
     preds = to_numpy(model(images(np.random.default_rng(1))))
     np.testing.assert_allclose(preds, expected, rtol=0, atol=1e-6)
@@ -75,11 +75,11 @@ def test_class_names_work_with_every_file_type(tmp_path, kind):
 def test_keras_archive_brings_its_configuration(tmp_path):
     """A `.keras` file says everything: classes, GELU, class names, preprocessing."""
     prep = Preprocessing.from_mode("imagenet", image_size=32)
-    saved = _randomized(keras_vit.ViT(**TINY, classes=3, gelu_approximate=False,
+    saved = _randomized(keras_vit.ViT(**TINY, classes=3, mlp_activation="gelu",
                                       class_names=["a", "b", "c"], preprocessing=prep))
     saved.save(tmp_path / "m.keras")
     model = keras_vit.ViT(**TINY, weights=str(tmp_path / "m.keras"))
-    assert (model.classes, model.gelu_approximate, model.class_names) == (3, False, ("a", "b", "c"))
+    assert (model.classes, model.mlp_activation, model.class_names) == (3, "gelu", ("a", "b", "c"))
     assert model.preprocessing == prep
     x = images(np.random.default_rng(2))
     np.testing.assert_allclose(to_numpy(model(x)), to_numpy(saved(x)), rtol=0, atol=1e-6)

@@ -27,7 +27,7 @@ def random_model(rng, **kwargs):
     [
         dict(),
         dict(classifier="gap", representation_size=8, classifier_activation=None),
-        dict(include_top=False, pooling="avg", gelu_approximate=False, layer_norm_epsilon=1e-5),
+        dict(include_top=False, pooling="avg", mlp_activation="gelu", layer_norm_epsilon=1e-5),
     ],
 )
 def test_keras_file_round_trip(tmp_path, rng, kwargs):

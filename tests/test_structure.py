@@ -12,6 +12,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 PACKAGE = ROOT / "keras_vit"
@@ -145,6 +147,110 @@ def test_functions_are_short():
 def test_inspection_module_does_not_shadow_the_standard_library():
     assert not (PACKAGE / "inspect.py").exists()
     import keras_vit
-    import keras_vit.inspect  # the former name still imports
 
-    assert keras_vit.inspect is keras_vit.inspection
+    assert not hasattr(keras_vit, "inspect") and "keras_vit.inspect" not in sys.modules
+
+
+# Folders of keras_vit whose modules say what they compute in `keras.ops` alone:
+# no backend library, no branch on the backend, no private Keras API.
+BACKEND_FREE_FOLDERS = ("layers", "models")
+# Where private APIs of other libraries may be used: the kernels package and the
+# modules whose point is a runtime (export, serving, saving, training, distribution).
+PRIVATE_API_HOMES = ("kernels", "export", "export_int8", "serving", "saving", "training", "distribution")
+PRIVATE_APIS = ("keras.src", "torch.ops", "torch.nn.modules.module", "torch._C")
+BACKEND_LIBRARIES = ("torch", "jax", "jaxlib", "tensorflow")
+
+
+def _dotted(node):
+    """`a.b.c` for a Name/Attribute chain, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return ".".join([node.id, *reversed(parts)])
+    return None
+
+
+def _module_references(tree):
+    """`(line, dotted name)` of every import and whole attribute chain in `tree`, in order."""
+    inner = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+        elif isinstance(node, ast.Attribute) and id(node) not in inner and _dotted(node):
+            found.append((node.lineno, _dotted(node)))
+    return sorted(found)
+
+
+def _starts(name, prefixes):
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def backend_code(path):
+    """Lines of `path` that import a backend library, branch on the backend or
+    use a private Keras API."""
+    tree = ast.parse(path.read_text())
+    found = []
+    for line, name in _module_references(tree):
+        if _starts(name, BACKEND_LIBRARIES) or _starts(name, ("keras.src",)):
+            found.append(f"{line}: {name}")
+        elif name in ("keras.backend.backend", "keras.config.backend", "backend.backend"):
+            found.append(f"{line}: {name}()")
+        elif _starts(name, ("sys.modules",)):
+            found.append(f"{line}: {name}")
+    return found
+
+
+def private_api_uses(path):
+    tree = ast.parse(path.read_text())
+    return [f"{line}: {name}" for line, name in _module_references(tree) if _starts(name, PRIVATE_APIS)]
+
+
+def test_the_checks_find_backend_code(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import keras\nimport torch.nn.functional as F\nfrom jax import numpy\n"
+        "from keras.src.backend import get_keras_mask\n"
+        "def f():\n    if keras.backend.backend() == 'torch':\n        return torch.ops.mkldnn.x\n"
+        "    return keras.ops.add\n"
+    )
+    assert backend_code(sample) == [
+        "2: torch.nn.functional", "3: jax.numpy", "4: keras.src.backend.get_keras_mask",
+        "6: keras.backend.backend()", "7: torch.ops.mkldnn.x",
+    ]
+    assert private_api_uses(sample) == ["4: keras.src.backend.get_keras_mask", "7: torch.ops.mkldnn.x"]
+
+
+def check_backend_free(folders=BACKEND_FREE_FOLDERS):
+    """`{path: [offending lines]}` of the modules under `folders` that hold backend code."""
+    return {
+        str(path.relative_to(ROOT)): lines
+        for folder in folders
+        for path in sorted((PACKAGE / folder).rglob("*.py"))
+        if (lines := backend_code(path))
+    }
+
+
+@pytest.mark.parametrize("folder", BACKEND_FREE_FOLDERS)
+def test_folder_holds_no_backend_code(folder):
+    """These folders say what they compute in `keras.ops`; backend-specific fast
+    paths live in keras_vit/kernels, registered over the portable form."""
+    assert (PACKAGE / folder).is_dir()
+    assert check_backend_free([folder]) == {}
+
+
+def test_private_apis_stay_inside_their_homes():
+    homes = [PACKAGE / home for home in PRIVATE_API_HOMES]
+    outside = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if any(path == h.with_suffix(".py") or h in path.parents for h in homes):
+            continue
+        if uses := private_api_uses(path):
+            outside[str(path.relative_to(ROOT))] = uses
+    assert outside == {}
+    # The fence holds something: the kernels use torch's and Keras' private APIs.
+    assert private_api_uses(PACKAGE / "kernels" / "torch_backend.py")

@@ -138,15 +138,6 @@ def test_load_source_specs(tmp_path):
     assert len(train_x) + len(test_x) == 1797 and digits.num_examples == len(test_x)
 
 
-def test_former_module_name_still_imports():
-    import importlib
-
-    from keras_vit.training import sources
-
-    assert sources is datasets
-    assert importlib.import_module("keras_vit.training.sources") is datasets
-
-
 @pytest.mark.parametrize("crop_fraction", [None, 0.875])
 def test_eval_pipeline_resizes_a_photo_as_pillow_and_classify_do(crop_fraction):
     """A photo shrunk to the model's size by the evaluation pipeline is the

@@ -20,7 +20,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit.models.base import torch_process_group_size
+from keras_vit.execution.processes import torch_process_group_size
 from keras_vit.training import multiprocess
 from tests.conftest import ROOT
 

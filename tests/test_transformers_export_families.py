@@ -17,12 +17,11 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
-from hub_dirs import randomise_torch
 from keras_vit.preprocessing import Preprocessing
 from keras_vit.weights import shards
 from keras_vit.weights.formats import transformers as hf_format
+from transformers_cases import Case, assert_outputs_equal, keep_mae_table, keras_outputs, mae_noise, make, reference
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -31,24 +30,22 @@ TOWER = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_atte
              image_size=28, patch_size=7)
 TEXT = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
             vocab_size=64, max_position_embeddings=8)
-# Each class: its config, and the image processor its checkpoints ship.
-CLASSES = {
-    "CLIPVisionModel": (
-        lambda: transformers.CLIPVisionConfig(**TOWER, hidden_act="quick_gelu"),
-        lambda: transformers.CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 28, "width": 28}),
-    ),
-    "CLIPVisionModelWithProjection": (
-        lambda: transformers.CLIPVisionConfig(**TOWER, projection_dim=12, hidden_act="gelu"),
-        lambda: transformers.CLIPImageProcessor(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28}),
-    ),
-    "SiglipVisionModel": (
-        lambda: transformers.SiglipVisionConfig(**TOWER),
-        lambda: transformers.SiglipImageProcessor(size={"height": 28, "width": 28}),
-    ),
-    "ViTMAEModel": (
-        lambda: transformers.ViTMAEConfig(**TOWER, mask_ratio=0.0),
-        lambda: transformers.ViTImageProcessor(size={"height": 28, "width": 28}),
-    ),
+# Each class, and the image processor its checkpoints ship.
+CASES = {
+    "CLIPVisionModel": Case(lambda: transformers.CLIPVisionConfig(**TOWER, hidden_act="quick_gelu")),
+    "CLIPVisionModelWithProjection": Case(
+        lambda: transformers.CLIPVisionConfig(**TOWER, projection_dim=12, hidden_act="gelu"), pooled="image_embeds"),
+    "SiglipVisionModel": Case(lambda: transformers.SiglipVisionConfig(**TOWER)),
+    "ViTMAEModel": Case(lambda: transformers.ViTMAEConfig(**TOWER, mask_ratio=0.0), pooled=None,
+                        prepare=keep_mae_table, inputs=mae_noise),
+}
+PROCESSORS = {
+    "CLIPVisionModel": lambda: transformers.CLIPImageProcessor(
+        size={"shortest_edge": 32}, crop_size={"height": 28, "width": 28}),
+    "CLIPVisionModelWithProjection": lambda: transformers.CLIPImageProcessor(
+        size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28}),
+    "SiglipVisionModel": lambda: transformers.SiglipImageProcessor(size={"height": 28, "width": 28}),
+    "ViTMAEModel": lambda: transformers.ViTImageProcessor(size={"height": 28, "width": 28}),
 }
 # keras_vit arguments of a model shaped like each class, built from scratch.
 TINY = dict(image_size=28, patch_size=7, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32)
@@ -67,49 +64,6 @@ def _images(size=28, seed=0):
     return np.random.default_rng(seed).uniform(-1, 1, (2, size, size, 3)).astype("float32")
 
 
-def _perturb(model, seed):
-    """Moves every tensor off its initial value (norms, tokens, probe included);
-    MAE's fixed sin-cos table is first filled (a model built on the CPU may
-    skip that initialisation) and kept."""
-    mae = isinstance(model, transformers.ViTMAEModel)
-    if mae:
-        model.embeddings.patch_embeddings.projection._is_hf_initialized = False
-        model.embeddings.initialize_weights()
-        table = model.embeddings.position_embeddings.detach().clone()
-        assert float(table[0, 1:].abs().max()) > 0.5  # the sin-cos table, not zeros
-    randomise_torch(model, seed)
-    if mae:
-        with torch.no_grad():
-            model.embeddings.position_embeddings.copy_(table)
-    return model
-
-
-def _transformers_outputs(model, x):
-    """`(pooled output or None, last_hidden_state)` of a transformers tower;
-    ViTMAE gets ascending noise, which keeps its patches in order."""
-    kwargs = {}
-    if isinstance(model, transformers.ViTMAEModel):
-        kwargs["noise"] = torch.arange(16, dtype=torch.float32).expand(len(x), 16)
-    with torch.no_grad():
-        out = model(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)), **kwargs)
-    pooled = getattr(out, "image_embeds", None)
-    pooled = getattr(out, "pooler_output", None) if pooled is None else pooled
-    return None if pooled is None else pooled.numpy(), out.last_hidden_state.numpy()
-
-
-def _keras_outputs(model, x):
-    """`(pooled output or None, token features)` of a keras_vit model."""
-    pooled = None if model.pooling is None and not model.include_top else to_numpy(model(x))
-    return pooled, to_numpy(model.forward_features(x))
-
-
-def _assert_outputs_equal(ours, theirs, atol=1e-4):
-    assert (ours[0] is None) == (theirs[0] is None)
-    if ours[0] is not None:
-        np.testing.assert_allclose(ours[0], theirs[0], rtol=0, atol=atol)
-    np.testing.assert_allclose(ours[1], theirs[1], rtol=0, atol=atol)
-
-
 def _load_strictly(name, folder):
     """transformers' class on `folder`, checking that every key was used and set."""
     with open(os.path.join(folder, "config.json")) as f:
@@ -124,27 +78,27 @@ def _load_strictly(name, folder):
 def made(tmp_path_factory):
     """`{class: folder}`: a random tower of each class, with its processor."""
     out = {}
-    for seed, (name, (config, processor)) in enumerate(CLASSES.items(), start=40):
+    for seed, (name, case) in enumerate(CASES.items(), start=40):
         folder = str(tmp_path_factory.mktemp(name))
-        _perturb(getattr(transformers, name)(config()), seed).save_pretrained(folder)
-        processor().save_pretrained(folder)
+        make(transformers, name, case, seed).save_pretrained(folder)
+        PROCESSORS[name]().save_pretrained(folder)
         out[name] = folder
     return out
 
 
-@pytest.mark.parametrize("name", sorted(CLASSES))
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_towers_write_back_to_their_transformers_class(made, tmp_path, name):
     original = getattr(transformers, name).from_pretrained(made[name]).eval()
     x = _images()
-    expected = _transformers_outputs(original, x)
+    expected = reference(original, CASES[name], x)
     model = keras_vit.from_preset(made[name])
-    _assert_outputs_equal(_keras_outputs(model, x), expected)
+    assert_outputs_equal(keras_outputs(model, CASES[name], x), expected)
     model.save_to_preset(tmp_path, format="transformers")
     again = _load_strictly(name, tmp_path)
-    _assert_outputs_equal(_transformers_outputs(again, x), expected)
+    assert_outputs_equal(reference(again, CASES[name], x), expected)
 
 
-@pytest.mark.parametrize("name", sorted(CLASSES))
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_preprocessing_travels_with_the_written_tower(made, tmp_path, name):
     """The written `preprocessor_config.json` reads back as the same record,
     and transformers' processors of both folders give the same pixels."""
@@ -177,11 +131,11 @@ def test_models_built_with_family_options_write_and_reload(tmp_path, name):
     # The projection of CLIPVisionModelWithProjection has no bias: the head's stays zero.
     model = _randomized(model, 7, keep_zero=("head/bias",))
     x = _images(seed=1)
-    expected = _keras_outputs(model, x)
+    expected = keras_outputs(model, CASES[name], x)
     model.save_to_preset(tmp_path, format="transformers")
-    _assert_outputs_equal(_transformers_outputs(_load_strictly(name, tmp_path), x), expected)
+    assert_outputs_equal(reference(_load_strictly(name, tmp_path), CASES[name], x), expected)
     again = keras_vit.from_preset(str(tmp_path))
-    _assert_outputs_equal(_keras_outputs(again, x), expected, atol=1e-5)
+    assert_outputs_equal(keras_outputs(again, CASES[name], x), expected, atol=1e-5)
     assert again.preprocessing == model.preprocessing
 
 
@@ -230,14 +184,15 @@ def test_two_tower_directories_load_their_vision_tower(tmp_path, name):
     """The model's output is `get_image_features` (CLIP's projected pooled
     output; SigLIP's pooled output), its token features the vision tower's
     last hidden state; the text tower is ignored, each key by name."""
-    reference = _perturb(getattr(transformers, name)(TWO_TOWERS[name]()), 50)
-    reference.save_pretrained(tmp_path)
+    case = Case(TWO_TOWERS[name])
+    two_towers = make(transformers, name, case, 50)
+    two_towers.save_pretrained(tmp_path)
     x = _images(seed=2)
     with torch.no_grad():
-        features = reference.get_image_features(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)))
+        features = two_towers.get_image_features(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)))
     model = keras_vit.from_preset(str(tmp_path))
-    _assert_outputs_equal(_keras_outputs(model, x),
-                          (features.pooler_output.numpy(), features.last_hidden_state.numpy()))
+    assert_outputs_equal(keras_outputs(model, case, x),
+                         (features.pooler_output.numpy(), features.last_hidden_state.numpy()))
     with open(tmp_path / "config.json") as f:
         config = json.load(f)
     state, path = shards.read_state(str(tmp_path))

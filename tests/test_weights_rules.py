@@ -9,8 +9,10 @@ from conftest import ROOT
 from hub_dirs import random_timm_state
 from keras_vit.layers.config import RECORDS, training_fields
 from keras_vit.weights import canonical as C
-from keras_vit.weights.formats import keras_hub, official, timm
+from keras_vit.weights.formats import official, timm
+from keras_vit.weights.formats.keras_hub_vit import ViTFamily as KerasHubViT
 from keras_vit.weights.formats import transformers as hf
+from keras_vit.weights.formats.transformers_vit import ViTFamily
 from keras_vit.weights.mapping import TABLE as KERAS_VIT_TABLE
 from keras_vit.weights.rules import RuleTable
 
@@ -87,13 +89,13 @@ def test_keras_hub_table_counts_blocks_from_one(rng):
         "vit_encoder/transformer_block_1/mha/key/bias": rng.normal(size=(2, 4)),
         "vit_patching_and_embedding/position_embedding/embeddings": rng.normal(size=(5, 8)),
     }
-    params, unknown = keras_hub.TABLE.to_canonical(state, 2)
+    params, unknown = KerasHubViT.TABLE.to_canonical(state, 2)
     assert unknown == []
     assert sorted(params) == sorted(
         [C.block(C.ATTENTION, 0) + "out/kernel", C.block(C.ATTENTION, 0) + "key/bias", C.POSEMB]
     )
     assert params[C.POSEMB].shape == (1, 5, 8)
-    _assert_same(keras_hub.TABLE.from_canonical(params), state)
+    _assert_same(KerasHubViT.TABLE.from_canonical(params), state)
 
 
 def test_official_table_renames_linen_and_flattens_groupnorm(rng):
@@ -117,7 +119,7 @@ def test_official_table_renames_linen_and_flattens_groupnorm(rng):
 
 
 def test_transformers_and_keras_vit_tables_name_the_same_canonical_keys():
-    body = hf.table("vit.", "classifier")
+    body = ViTFamily().rule_table("ViTForImageClassification")
     assert body.source_key(C.POSEMB) == "vit.embeddings.position_embeddings"
     assert body.source_key(C.block(C.MLP_IN, 2) + "kernel") == "vit.encoder.layer.2.intermediate.dense.weight"
     assert KERAS_VIT_TABLE.source_key(C.POSEMB) == "embedding/pos_embedding"
@@ -154,15 +156,15 @@ def test_position_embedding_key_is_spelled_once():
     "name",
     sorted(
         {n for record in RECORDS.values() for n in record.field_names()}
-        - set(hf.EXPORTED_OPTIONS) - set(training_fields())
+        - set(ViTFamily.EXPORTED_OPTIONS) - set(training_fields())
     ),
 )
 def test_transformers_export_refuses_every_option_it_does_not_write(name):
     """Any block or encoder option outside `EXPORTED_OPTIONS`, present or added later,
     is refused when it leaves its default: nothing is written without it."""
-    assert hf.export_architecture({}) == "ViTForImageClassification"
+    assert hf.export_class({}) == "ViTForImageClassification"
     with pytest.raises(ValueError, match=f"{name}="):
-        hf.export_architecture({name: object()})
+        hf.export_class({name: object()})
 
 
 @pytest.mark.parametrize("name", training_fields())
@@ -170,7 +172,7 @@ def test_transformers_export_takes_any_training_option(name):
     """Dropout, remat and patch dropout change training only: the weights are a
     transformers model's whatever their value."""
     value = {"remat": True}.get(name, 0.25)
-    assert hf.export_architecture({name: value}) == "ViTForImageClassification"
+    assert hf.export_class({name: value}) == "ViTForImageClassification"
 
 
 def test_timm_arguments_read_are_timm_arguments():

@@ -37,13 +37,14 @@ Usage:
     python tools/benchmark.py                    # full default run
     python tools/benchmark.py --quick            # fewer repetitions
     python tools/benchmark.py --smoke            # tiny model, seconds
-    python tools/benchmark.py --preset cpu --quick --matmul-size 4096 --name cpu
+    python tools/benchmark.py --preset cpu --rounds 3 --matmul-size 4096 --name cpu-avx512
         # the CPU comparison: 224/384/518 px, bfloat16, OpenVINO, training;
-        # writes docs/benchmark_cpu_DATE.md and .json
-    python tools/benchmark.py --preset gpu --reps 20 --warmup 3 --name gpu
+        # writes docs/results/cpu-avx512.md and .json, the current result
+        # of that setup (a rerun overwrites them)
+    python tools/benchmark.py --preset gpu --reps 20 --warmup 3 --name gpu-h100
         # the accelerator comparison (bfloat16 B/16 and L/16, then float32)
     python tools/benchmark.py --systems keras_vit-jax,hf-sdpa \\
-        --workloads infer-b16-bs8 --dtypes float32 --output docs/benchmark
+        --workloads infer-b16-bs8 --dtypes float32 --output /tmp/benchmark
 """
 
 import argparse
@@ -64,6 +65,9 @@ else:  # `python tools/benchmark.py`: this file's folder is on the path
 
 HERE = pathlib.Path(__file__).resolve().parent
 WORKER = HERE / "benchmark_worker.py"
+# One current result per setup (machine kind and comparison), overwritten
+# by a rerun: the documentation links to these names.
+RESULTS = HERE.parent / "docs" / "results"
 
 SYSTEMS = (
     "keras_vit-jax",
@@ -123,7 +127,7 @@ DEFAULT_WORKLOADS = ("infer-b16-bs1", "infer-b16-bs8", "train-s16-bs16")
 SMOKE_WORKLOADS = ("infer-tiny-bs2", "train-tiny-bs2")
 GPU_WORKLOADS = ("infer-b16-bs64", "infer-l16-bs64", "train-b16-bs32", "train-l16-bs32")
 DTYPES = ("float32", "bfloat16")
-# (patch, hidden, layers, heads, mlp), as keras_vit's ARCHITECTURES (a test
+# (patch, hidden, layers, heads, mlp), as keras_vit's ARCHITECTURE_CONFIGS (a test
 # keeps them equal; importing keras_vit here would load Keras into every
 # worker, HF's included). "tiny" is for --smoke.
 ARCHS = {
@@ -398,8 +402,23 @@ def parse_args(argv):
     parser.add_argument("--output", default="benchmark",
                         help="output path prefix: writes PREFIX.md and PREFIX.json")
     parser.add_argument("--name", default=None,
-                        help="writes docs/benchmark_NAME_DATE.md and .json instead of --output")
+                        help="a setup name such as cpu-avx512 or gpu-h100: writes"
+                        " docs/results/NAME.md and .json, the setup's current result,"
+                        " instead of --output")
     return parser.parse_args(argv)
+
+
+def results_prefix(name):
+    """The output prefix of a setup's current result, `docs/results/NAME`.
+
+    Example:
+
+    >>> results_prefix("cpu-avx512").relative_to(RESULTS.parent.parent).as_posix()
+    'docs/results/cpu-avx512'
+    """
+    if not name or "/" in name or name.startswith("."):
+        raise SystemExit(f"--name must be a plain setup name such as cpu-avx512. Received: {name!r}")
+    return RESULTS / name
 
 
 def _selection(args, workloads):
@@ -468,8 +487,7 @@ def main(argv=None):
         cases = [(w, d, s) for group in PRESETS[args.preset]
                  for w in group[0] for d in group[1] for s in group[2]]
     if args.name:
-        day = report["date"][:10]
-        args.output = str(HERE.parent / "docs" / f"benchmark_{args.name}_{day}")
+        args.output = str(results_prefix(args.name))
     rows = {}
     report["peak"] = {"status": "error", "gflops": {}}
     for round_ in range(args.rounds):

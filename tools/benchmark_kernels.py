@@ -2,21 +2,22 @@
 
 Where `tools/benchmark.py` compares whole models with their peers, this
 shows where a backend spends a block's time: forward and forward+backward of
-the attention (both implementations of `keras_vit.layers.kernels.attention`:
-the backend's fused `dot_product_attention` and batched matrix products),
-the MLP, a LayerNorm and the whole block, compiled as the backend's trainer
-compiles them (XLA on jax and tensorflow, eager on torch). It is the profile
-behind the choice of attention implementation per backend.
+the attention (each registered implementation of `keras_vit.kernels.attention`
+on this backend, forced, and the portable form), the MLP, a LayerNorm and the
+whole block, compiled as the backend's trainer compiles them (XLA on jax and
+tensorflow, eager on torch). It is the profile behind the choice of attention
+implementation per backend.
 
 On torch it also times the block's four projection shapes
 (`(batch * tokens, d_in) x (d_in, d_out)`) through torch's default GEMM
-(`F.linear`, MKL) and through the oneDNN path that `kernels.dense` takes in
-float32 on a CPU, side by side; `--dense` times only those. The two are
-interleaved call by call, so a loaded machine disturbs both alike.
+(`F.linear`, MKL) and through the oneDNN product of the "onednn" fast path,
+side by side; `--dense` times only those. The two are interleaved call by
+call, so a loaded machine disturbs both alike.
 `--predict` instead times `model.predict` of the whole `--arch` model
-(224 px, batch `--batch`), on torch with the oneDNN `dense` off and on and
-on the `for_inference()` copy (kernels kept in oneDNN's layout),
-interleaved; on jax and tensorflow once, for the ratio between backends.
+(224 px, batch `--batch`): on torch the library's choice on this machine,
+"onednn" disabled, "onednn" forced, and the `for_inference()` copy (kernels
+kept in oneDNN's layout) with "onednn" forced, interleaved; on jax and
+tensorflow once, for the ratio between backends.
 `--head-tokens` times `predict_on_batch` and `train_on_batch` of the whole
 model with its last block cut to the class token (the model's call) and on
 every token (its graph), interleaved.
@@ -28,9 +29,9 @@ and how much the rest of the model keeps.
 `--attention` times XLA's CPU attention (`kernels.attention` compiled by
 jax, or by tensorflow as it compiles its predict function; forward and
 forward+backward) at the `--tokens` counts with `--arch`'s heads: the scale
-on the logits, the scale on the queries (`kernels._fold_scale`), and a
-group of heads at a time (`kernels.ATTENTION_GROUP_BYTES`), interleaved:
-the measurements behind `kernels.GROUPED_ATTENTION_BYTES`.
+on the logits, the scale on the queries (`keras_vit.kernels.xla.fold_scale`),
+and a group of heads at a time (`xla.ATTENTION_GROUP_BYTES`), interleaved:
+the measurements behind `xla.GROUPED_ATTENTION_BYTES`.
 `--versus-keras-hub` times, float32 and interleaved in one process,
 keras_vit's whole `--arch` model, its projection products alone (as `--bf16`
 compiles them), keras-hub's model of the same shape (as `tools/benchmark.py`
@@ -138,7 +139,7 @@ def _dense_rows(arch, batch, reps):
     import torch
     import torch.nn.functional as F
 
-    from keras_vit.layers import onednn
+    from keras_vit.kernels import torch_backend
 
     patch, hidden, _, _, mlp = ARCHS[arch]
     rows = batch * (((32 if arch == "tiny" else 224) // patch) ** 2 + 1)
@@ -149,7 +150,7 @@ def _dense_rows(arch, batch, reps):
         w = torch.from_numpy(gen.standard_normal((d_in, d_out), dtype=np.float32))
         b = torch.zeros(d_out, requires_grad=True)
         w.requires_grad_(True)
-        paths = {"default": lambda x, w, b: F.linear(x, w.T, b), "onednn": onednn.autograd_linear()}
+        paths = {"default": lambda x, w, b: F.linear(x, w.T, b), "onednn": torch_backend.autograd_linear()}
         times = {}
         for _ in range(reps):
             for name, fn in paths.items():
@@ -211,36 +212,48 @@ def _interleaved(calls, reps):
 
 def _predict_rows(arch, batch, reps, dtype="float32"):
     """img/s of `model.predict` (median and best of `reps` calls after one warm-up)."""
+    import contextlib
     import statistics
 
     import keras
     import numpy as np
 
-    from keras_vit.layers import onednn
+    from keras_vit import kernels
 
     model, image = _whole_model(arch, dtype=dtype)
     x = np.random.default_rng(0).standard_normal((batch, image, image, 3), dtype=np.float32)
     backend = keras.backend.backend()
-    # torch: (model, oneDNN dense); the `for_inference()` copy keeps its kernels packed.
-    modes = {"": (model, None)}
+    # (model, context): torch's oneDNN projections as the library chooses them
+    # on this machine, off, and forced on; the `for_inference()` copy keeps
+    # its kernels packed in oneDNN's layout.
+    modes = {"": (model, contextlib.nullcontext)}
     if backend == "torch":
-        modes = {"F.linear": (model, False), "oneDNN dense": (model, True),
-                 "oneDNN, for_inference() copy": (model.for_inference(), True)}
-    previous = onednn.ENABLED[0]
+        chosen = "oneDNN" if _onednn_chosen(dtype) else "F.linear"
+        modes = {f"library's choice ({chosen})": (model, contextlib.nullcontext),
+                 "F.linear": (model, lambda: kernels.disabled("onednn")),
+                 "oneDNN": (model, lambda: kernels.forced("onednn")),
+                 "oneDNN, for_inference() copy": (model.for_inference(), lambda: kernels.forced("onednn"))}
 
-    def predict(runner, fast):
-        onednn.ENABLED[0] = previous if fast is None else fast
-        runner.predict(x, batch_size=batch, verbose=0)
+    def predict(runner, context):
+        with context():
+            runner.predict(x, batch_size=batch, verbose=0)
 
-    try:
-        times = _interleaved({name: lambda m=mode: predict(*m) for name, mode in modes.items()}, reps)
-    finally:
-        onednn.ENABLED[0] = previous
+    times = _interleaved({name: lambda m=mode: predict(*m) for name, mode in modes.items()}, reps)
     lines = [f"### {backend}: {arch} {image} px `predict`, batch {batch}, {dtype}, img/s", "",
              "| path | median | best |", "|---|---:|---:|"]
     for name, t in times.items():
         lines.append(f"| {backend} {name} | {batch / statistics.median(t):.2f} | {batch / min(t):.2f} |")
     return "\n".join(lines) + "\n"
+
+
+def _onednn_chosen(dtype):
+    """Whether torch's "onednn" fast path pays and computes here for `dtype` operands."""
+    import torch
+
+    from keras_vit.kernels import torch_backend
+
+    t = torch.ones(2, 2, dtype=getattr(torch, dtype))
+    return torch_backend.onednn_pays(t) and torch_backend.onednn_computes(t, t, None)
 
 
 def _head_tokens_rows(arch, batch, reps):
@@ -295,7 +308,7 @@ def _projections(backend, shapes, dtype):
     import keras
     import numpy as np
 
-    from keras_vit.layers import kernels
+    from keras_vit import kernels
 
     rng = np.random.default_rng(0)
     cast = lambda a: keras.ops.cast(a, dtype)  # noqa: E731
@@ -421,7 +434,7 @@ def _versus_keras_hub_rows(arch, batch, reps, matmul_size=4096):
 def _xla_attention_calls(backend, q, k, v):
     """`kernels.attention` forward and forward+backward, compiled by XLA and
     traced now (on tensorflow inside `kernels.xla_compiled()`)."""
-    from keras_vit.layers import kernels
+    from keras_vit import kernels
 
     if backend == "jax":
         import jax
@@ -456,7 +469,8 @@ def _attention_rows(arch, batch, reps, token_counts):
     import keras
     import numpy as np
 
-    from keras_vit.layers import kernels
+    from keras_vit import kernels
+    from keras_vit.kernels import xla
 
     backend = keras.backend.backend()
     if backend not in ("jax", "tensorflow"):
@@ -470,18 +484,18 @@ def _attention_rows(arch, batch, reps, token_counts):
              "| tokens | logits (MiB) | heads per group | logits scaled fwd | queries scaled fwd | grouped fwd "
              "| speed-up | logits scaled fwd+bwd | queries scaled fwd+bwd | grouped fwd+bwd | speed-up |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    default, fold = kernels.GROUPED_ATTENTION_BYTES, kernels._fold_scale
+    default, fold = xla.GROUPED_ATTENTION_BYTES, xla.fold_scale
     try:
         for tokens in token_counts:
             q, k, v = (np.random.default_rng(i).standard_normal((batch, tokens, heads, dim), dtype=np.float32)
                        for i in range(3))
             calls, group = {}, None
             for name, (threshold, folded) in settings.items():
-                kernels.GROUPED_ATTENTION_BYTES = threshold
-                kernels._fold_scale = fold if folded else (lambda q, scale: False)
+                xla.GROUPED_ATTENTION_BYTES = threshold
+                xla.fold_scale = fold if folded else (lambda q, scale: False)
                 if threshold == 0:
                     with kernels.xla_compiled():
-                        group = kernels._head_group(q, k)
+                        group = xla.head_group(q, k)
                 calls[(name, "fwd")], calls[(name, "both")] = _xla_attention_calls(backend, q, k, v)
             ms = {key: 1e3 * statistics.median(t) for key, t in _interleaved(calls, reps).items()}
             mib = batch * heads * tokens * tokens * 4 / 2**20
@@ -492,15 +506,43 @@ def _attention_rows(arch, batch, reps, token_counts):
             lines.append("| " + " | ".join(row) + " |")
             print("  " + lines[-1], file=sys.stderr, flush=True)
     finally:
-        kernels.GROUPED_ATTENTION_BYTES, kernels._fold_scale = default, fold
+        xla.GROUPED_ATTENTION_BYTES, xla.fold_scale = default, fold
     return "\n".join(lines) + "\n"
 
 
+def _attention_paths():
+    """`{name: context}`: each attention fast path of this backend alone (forced,
+    the others off), and the portable form."""
+    import keras
+
+    from keras_vit import kernels
+    from keras_vit.kernels import registry
+
+    names = [o.name for o in registry.registered("attention", keras.backend.backend())]
+    paths = {}
+    for name in names:
+        others = [n for n in names if n != name]
+        paths[name] = lambda n=name, o=others: _stacked(kernels.forced(n), kernels.disabled(*o))
+    paths["portable"] = kernels.portable_only
+    return paths
+
+
+def _stacked(*contexts):
+    import contextlib
+
+    stack = contextlib.ExitStack()
+    for context in contexts:
+        stack.enter_context(context)
+    return stack
+
+
 def run(arch, batch, reps, dense_only=False):
+    import contextlib
+
     import keras
     import numpy as np
 
-    from keras_vit.layers import MlpBlock, MultiHeadSelfAttention, TransformerBlock, kernels
+    from keras_vit.layers import MlpBlock, MultiHeadSelfAttention, TransformerBlock
 
     backend = keras.backend.backend()
     dense = _dense_rows(arch, batch, reps) if backend == "torch" else ""
@@ -511,29 +553,24 @@ def run(arch, batch, reps, dense_only=False):
     x = np.random.default_rng(0).standard_normal((batch, tokens, hidden), dtype=np.float32)
     measure = _timer(reps)
     rows = []
-    default = kernels._use_fused_attention
-    cases = [
-        ("attention, fused dot_product_attention", lambda: MultiHeadSelfAttention(heads, hidden // heads), True),
-        ("attention, batched matmuls", lambda: MultiHeadSelfAttention(heads, hidden // heads), False),
-        ("MLP", lambda: MlpBlock(mlp), None),
-        ("LayerNorm", lambda: keras.layers.LayerNormalization(epsilon=1e-6), None),
-        ("block (library default)", lambda: TransformerBlock(heads, mlp), None),
+    cases = [(f"attention, {name}", lambda: MultiHeadSelfAttention(heads, hidden // heads), context)
+             for name, context in _attention_paths().items()]
+    cases += [
+        ("MLP", lambda: MlpBlock(mlp), contextlib.nullcontext),
+        ("LayerNorm", lambda: keras.layers.LayerNormalization(epsilon=1e-6), contextlib.nullcontext),
+        ("block (library default)", lambda: TransformerBlock(heads, mlp), contextlib.nullcontext),
     ]
-    try:
-        for name, make, fused in cases:
-            kernels._use_fused_attention = default if fused is None else (lambda f=fused: f)
-            layer = make()
-            layer.build(x.shape)
+    for name, make, context in cases:
+        layer = make()
+        layer.build(x.shape)
+        # The paths are chosen when a call is traced: build and time inside the context.
+        with context():
             forward, backward = _forward_backward(backend, layer, x)
             fwd_ms, bwd_ms = measure(forward), measure(backward)
-            rows.append((name, fwd_ms, bwd_ms))
-            print(f"  {name}: {fwd_ms:.1f} / {bwd_ms:.1f} ms", file=sys.stderr, flush=True)
-    finally:
-        kernels._use_fused_attention = default
-    chosen = "fused" if default() else "batched matmuls"
+        rows.append((name, fwd_ms, bwd_ms))
+        print(f"  {name}: {fwd_ms:.1f} / {bwd_ms:.1f} ms", file=sys.stderr, flush=True)
     lines = [
-        f"### {backend}: one {arch} block, batch {batch}, {tokens} tokens"
-        f" (library default attention here: {chosen})",
+        f"### {backend}: one {arch} block, batch {batch}, {tokens} tokens",
         "",
         "| piece | forward (ms) | forward + backward (ms) |",
         "|---|---:|---:|",

@@ -39,10 +39,10 @@ except ImportError:  # run from a checkout as a script: tools/ is sys.path[0]
     from front_end import THREADS_HELP, ArgumentParser, configure_threads, quiet_imports
 
 # Copies of keras_vit's lists (see the module docstring).
-GELU_FLAVOURS = ("tanh", "erf")  # keras_vit.resolver.GELU_ACTIVATIONS
+GELU_FLAVOURS = ("tanh", "erf")  # keras_vit.architectures.GELU_FLAVOURS
 NORMALIZATIONS = ("inception", "imagenet")  # keras_vit.preprocessing.MODES
-EXPORT_FORMATS = ("tf_saved_model", "onnx", "openvino", "litert", "torch")  # keras_vit.export.FORMATS
-PRESET_FORMATS = ("keras_vit", "transformers")  # keras_vit.presets.FORMATS
+EXPORT_FORMATS = ("tf_saved_model", "onnx", "openvino", "litert", "torch")  # keras_vit.export.EXPORT_FORMATS
+PRESET_FORMATS = ("keras_vit", "transformers")  # keras_vit.presets.PRESET_FORMATS
 QUANTIZATIONS = ("int8", "float8")
 OPENVINO_PRECISIONS = ("f32", "bf16", "f16")  # keras_vit.serving.OPENVINO_PRECISIONS
 

@@ -37,14 +37,15 @@ import keras
 import numpy as np
 
 from keras_vit import architectures, presets
-from keras_vit.resolver import GELU_ACTIVATIONS, load_model
+from keras_vit.architectures import GELU_FLAVOURS, gelu_activation
+from keras_vit.resolver import load_model
 from keras_vit.weights import describe_weights, loader, readers
 from keras_vit.weights.describe import checkpoint_constructor
 from keras_vit.weights.mapping import model_state
 from keras_vit_tools import reference
 
 SUFFIX = ".weights.h5"
-OUTPUT_FORMATS = ("weights",) + presets.FORMATS
+OUTPUT_FORMATS = ("weights",) + presets.PRESET_FORMATS
 # Options that describe the architecture: a preset fixes them itself.
 _ARCHITECTURE_OPTIONS = ("variant", "config", "gelu", "representation_size")
 
@@ -85,11 +86,6 @@ def _model_class(config):
     return "ViTHybrid" if "resnet_layers" in config else "ViT"
 
 
-def _activation_name(model):
-    flavours = {activation: flag for flag, activation in GELU_ACTIVATIONS.items()}
-    return flavours.get(model.mlp_activation, model.mlp_activation)
-
-
 def _outputs(model, x):
     """Logits (or features): the model's output before its activation."""
     tokens = model.forward_features(x)
@@ -105,15 +101,15 @@ def _from_weights(args):
     representation = args.representation_size
     if representation is None:
         representation = info.representation_size
+    activation = gelu_activation(info.gelu_approximate) if args.gelu is None else GELU_FLAVOURS[args.gelu]
     build = dict(
         config,
         image_size=args.image_size or info.image_size,
         include_top=bool(classes),
         classes=classes or None,
         representation_size=representation or None,
+        mlp_activation=activation or "gelu_tanh",
     )
-    if args.gelu is not None:
-        build["mlp_activation"] = GELU_ACTIVATIONS[args.gelu]
     model = load_model(_model_class(config), weights=path, **build)
     return model, lambda: readers.read_checkpoint(path, model).params, path
 
@@ -251,7 +247,7 @@ def convert(args):
     print(
         f"source: {source}\nmodel: {model.name}, image {model.image_size}, "
         f"classes {model.classes if model.include_top else 'none (no head)'}, "
-        f"GELU {_activation_name(model)}, {model.count_params():,} parameters"
+        f"MLP activation {model.mlp_activation}, {model.count_params():,} parameters"
     )
     _write(model, args, fmt)
     x = np.random.default_rng(args.seed).uniform(-1, 1, (args.batch_size, *model.image_size, 3))

@@ -1,8 +1,15 @@
-"""Backend-agnostic Keras layers of the Vision Transformer."""
+"""The Keras layers of the Vision Transformer.
+
+They say what they compute in `keras.ops` and import no backend library;
+their projections, attention and sublayer calls go through `keras_vit.kernels`,
+which takes a backend's fast path where one pays on the machine at hand and
+the portable `keras.ops` form otherwise (docs/performance.md).
+"""
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.interpolation import interpolate_position_embedding
 from keras_vit.layers.map_head import MapHead
+from keras_vit.layers.norms import NORMS, norm_layer
 from keras_vit.layers.sincos import sincos_position_embedding
 from keras_vit.layers.swiglu import SwiGluMlp, swiglu_hidden_width
 from keras_vit.layers.patch_encoder import PatchEncoder, resize_position_grid
@@ -41,6 +48,8 @@ __all__ = [
     "kept_patches",
     "resize_position_grid",
     "MapHead",
+    "NORMS",
+    "norm_layer",
     "SwiGluMlp",
     "interpolate_position_embedding",
     "sincos_position_embedding",

@@ -5,8 +5,9 @@ import math
 import keras
 from keras import ops
 
-from keras_vit.layers import kernels
-from keras_vit.layers.calls import call_sublayer
+from keras_vit import kernels
+from keras_vit.kernels import call_sublayer
+from keras_vit.layers.norms import check_norm_kind
 from keras_vit.layers.qk_norm import QKNorm
 from keras_vit.layers.seeds import check_seed
 from keras_vit.validation import check_bool, check_positive_float, check_positive_int, check_rate
@@ -16,6 +17,50 @@ def tokens_shape(shape, count):
     """`shape` `(batch, tokens, D)` with `count` tokens (None: as it is)."""
     shape = tuple(shape)
     return shape if count is None else (shape[0], count, *shape[2:])
+
+
+def as_attention_mask(mask, query_tokens=None):
+    """A layer's `attention_mask` as `(batch, 1|heads, queries, keys)` booleans.
+
+    Args:
+        mask: None, or a boolean (or integer: nonzero means True) tensor,
+            True where a query may attend to a key: `(batch, tokens)` (a
+            key-padding mask: every query may attend to the keys marked),
+            `(batch, tokens, tokens)`, or `(batch, 1 or heads, tokens, tokens)`.
+        query_tokens: None or an int `n`: only the first `n` queries' rows
+            are kept.
+
+    Returns:
+        None or a boolean tensor of rank 4.
+
+    Example:
+
+    >>> import numpy as np
+    >>> tuple(as_attention_mask(np.ones((2, 5), bool)).shape)
+    (2, 1, 1, 5)
+    >>> tuple(as_attention_mask(np.ones((2, 5, 5), bool), query_tokens=1).shape)
+    (2, 1, 1, 5)
+    """
+    if mask is None:
+        return None
+    mask = ops.convert_to_tensor(mask)
+    dtype = keras.backend.standardize_dtype(mask.dtype)
+    rank = len(mask.shape)
+    if rank not in (2, 3, 4) or not (dtype == "bool" or "int" in dtype):
+        raise ValueError(
+            "`attention_mask` must be a boolean (or 0/1 integer) tensor of shape "
+            "(batch, tokens), (batch, tokens, tokens) or (batch, 1 or heads, tokens, tokens). "
+            f"Received: attention_mask with shape={tuple(mask.shape)}, dtype={dtype}"
+        )
+    if dtype != "bool":
+        mask = ops.not_equal(mask, 0)
+    if rank == 2:
+        return mask[:, None, None, :]
+    if rank == 3:
+        mask = mask[:, None]
+    if query_tokens is not None and mask.shape[2] != 1:
+        mask = mask[:, :, :query_tokens]
+    return mask
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -30,11 +75,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     some timm and transformers checkpoints); the output keeps its bias.
 
     The ordinary call runs the projections as 2D matrix products and the
-    attention through `keras_vit.layers.kernels.attention` (the backend's
+    attention through `keras_vit.kernels.attention` (the backend's
     fused kernel where it is the fastest). `attention_probs()` computes the
     softmax explicitly (in float32) for inspection; attention dropout, when
     training with a non-zero rate, takes the explicit path too. Quantized or
-    LoRA-enabled projections are called as the Keras layers they are.
+    LoRA-enabled projections are called as the Keras layers they are. The
+    softmax is taken in float32 whatever the compute dtype.
 
     Args:
         num_heads: int, number of heads.
@@ -46,6 +92,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         qk_norm: None (default) or a float, the epsilon of a LayerNorm of
             the queries and of the keys over `head_dim` before their product
             (`QKNorm`, sublayer `qk_norm`; ViT-22B, timm's `qk_norm=True`).
+        qk_norm_kind: the kind of that norm, a name of
+            `keras_vit.layers.norms.NORMS`, default "layernorm".
         seed: None (default: drawn from Keras' global generator, which
             `keras.utils.set_random_seed` seeds) or an int, the seed of the
             attention dropout.
@@ -56,6 +104,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         query_tokens: None (default: every token) or an int `n`: only the
             first `n` tokens' queries are computed (each still attends to
             every token), and only their outputs returned.
+        attention_mask: None (default: every token attends to every token)
+            or a boolean tensor, True where a query may attend to a key:
+            `(batch, tokens)` (a key-padding mask), `(batch, tokens, tokens)`
+            or `(batch, 1 or heads, tokens, tokens)` (a causal mask, for
+            one). 0/1 integers are read as booleans. A token that may attend
+            to no token gets a zero attention output.
 
     Returns:
         `(batch, tokens, D)` (`(batch, n, D)` with `query_tokens=n`).
@@ -68,6 +122,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     (1, 5, 8)
     >>> tuple(layer(np.zeros((1, 5, 8), "float32"), query_tokens=1).shape)
     (1, 1, 8)
+    >>> causal = np.tril(np.ones((1, 5, 5), bool))
+    >>> tuple(layer(np.zeros((1, 5, 8), "float32"), attention_mask=causal).shape)
+    (1, 5, 8)
     """
 
     def __init__(
@@ -80,10 +137,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         bias_initializer="zeros",
         seed=None,
         qk_norm=None,
+        qk_norm_kind="layernorm",
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.qk_norm_epsilon = None if qk_norm is None else check_positive_float(qk_norm, "qk_norm")
+        self.qk_norm_kind = check_norm_kind(qk_norm_kind)
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.head_dim = check_positive_int(head_dim, "head_dim")
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
@@ -119,7 +178,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.out.build((None, None, self.num_heads, self.head_dim))
         self.qk_norm = None
         if self.qk_norm_epsilon is not None:
-            self.qk_norm = QKNorm(self.qk_norm_epsilon, dtype=self.dtype_policy, name="qk_norm")
+            self.qk_norm = QKNorm(
+                self.qk_norm_epsilon, norm_kind=self.qk_norm_kind, dtype=self.dtype_policy, name="qk_norm"
+            )
             self.qk_norm.build((None, None, self.num_heads, self.head_dim))
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=self.seed, dtype=self.dtype_policy
@@ -135,66 +196,47 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             dropout_rate=config.attention_dropout_rate,
             qkv_bias=config.qkv_bias,
             qk_norm=config.layer_norm_epsilon if config.qk_norm else None,
+            qk_norm_kind=config.norm_kind,
             **kwargs,
         )
 
-    def _plain_projections(self):
-        return all(
-            kernels.runs_plain(layer)
-            for layer in (self.query, self.key, self.value, self.out)
-        )
-
     def _project(self, x, query_tokens=None):
-        q, k, v = self._project_heads(x, x if query_tokens is None else x[:, :query_tokens])
+        queries = x if query_tokens is None else x[:, :query_tokens]
+        # (batch, tokens, D) by (D, heads, head_dim).
+        q = kernels.project(self.query, queries)
+        k = kernels.project(self.key, x)
+        v = kernels.project(self.value, x)
         if self.qk_norm is not None:
             q, k = call_sublayer(self.qk_norm, q, k)
         return q, k, v
 
-    def _project_heads(self, x, queries):
-        if not self._plain_projections():
-            return self.query(queries), self.key(x), self.value(x)
-        heads = []
-        for layer, inputs in ((self.query, queries), (self.key, x), (self.value, x)):
-            bias = None if layer.bias is None else ops.cast(layer.bias, self.compute_dtype)
-            # (batch, tokens, D) by (D, heads, head_dim).
-            heads.append(kernels.dense(inputs, ops.cast(layer.kernel, self.compute_dtype), bias))
-        return tuple(heads)
-
     def _output(self, context):
-        if not self._plain_projections():
-            return self.out(context)
         # (batch, tokens, heads, head_dim) by (heads, head_dim, D).
-        return kernels.dense(
-            context,
-            ops.cast(self.out.kernel, self.compute_dtype),
-            ops.cast(self.out.bias, self.compute_dtype),
-            axes=2,
-        )
+        return kernels.project(self.out, context, axes=2)
 
-    def _probs(self, q, k):
+    def _probs(self, q, k, mask=None):
         # The softmax runs in float32 whatever the compute dtype.
-        logits = ops.einsum("bqhk,bthk->bhqt", q, k)
-        logits = ops.cast(logits, "float32") / math.sqrt(self.head_dim)
-        return ops.softmax(logits, axis=-1)
+        return kernels.attention_probs(q, k, scale=1.0 / math.sqrt(self.head_dim), mask=mask)
 
-    def attention_probs(self, x):
+    def attention_probs(self, x, attention_mask=None):
         """Attention probabilities `(batch, heads, tokens, tokens)`, float32."""
         q, k, _ = self._project(x)
-        return self._probs(q, k)
+        return self._probs(q, k, as_attention_mask(attention_mask))
 
-    def call(self, x, training=None, query_tokens=None):
+    def call(self, x, training=None, query_tokens=None, attention_mask=None):
+        mask = as_attention_mask(attention_mask, query_tokens)
         q, k, v = self._project(x, query_tokens)
         if training and self.dropout_rate > 0:
-            probs = call_sublayer(self.dropout, self._probs(q, k), training=training)
+            probs = call_sublayer(self.dropout, self._probs(q, k, mask), training=training)
             context = ops.einsum("bhqt,bthk->bqhk", ops.cast(probs, v.dtype), v)
         else:
-            context = kernels.attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim))
+            context = kernels.attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim), mask=mask)
         return self._output(context)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
-    def compute_output_spec(self, x, training=None, query_tokens=None):
+    def compute_output_spec(self, x, training=None, query_tokens=None, attention_mask=None):
         return keras.KerasTensor(tokens_shape(x.shape, query_tokens), dtype=self.compute_dtype)
 
     def get_config(self):
@@ -207,6 +249,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "qkv_bias": self.qkv_bias,
                 "seed": self.seed,
                 "qk_norm": self.qk_norm_epsilon,
+                "qk_norm_kind": self.qk_norm_kind,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

@@ -14,8 +14,8 @@ overrides and the argument checks derive from the fields.
 Example:
 
 >>> config = BlockConfig(qkv_bias=False, mlp_activation="quick_gelu")
->>> config.get_config()["qkv_bias"], config.gelu_approximate
-(False, None)
+>>> config.get_config()["qkv_bias"], config.mlp_activation
+(False, 'quick_gelu')
 >>> BlockConfig.from_config(config.get_config()) == config
 True
 >>> BlockConfig(mlp_activation="relu")
@@ -26,7 +26,8 @@ ValueError: `mlp_activation` must be one of ('gelu_tanh', 'gelu', 'quick_gelu').
 
 import dataclasses
 
-from keras_vit.layers.interpolation import FAMILIES
+from keras_vit.layers.interpolation import POSITION_INTERPOLATIONS
+from keras_vit.layers.norms import check_norm_kind
 from keras_vit.layers.sincos import STYLES
 from keras_vit.validation import (
     check_bool,
@@ -46,8 +47,6 @@ MLP_KINDS = ("plain", "swiglu")
 # for each input's grid ("sincos" is MAE's layout; `sincos_<style>` another
 # style of `keras_vit.layers.sincos.STYLES`).
 POSITION_EMBEDDINGS = ("learned", "sincos") + tuple(f"sincos_{s}" for s in STYLES if s != "mae")
-# `gelu_approximate`, the earlier keyword, as an activation name.
-_GELU_NAMES = {True: "gelu_tanh", False: "gelu"}
 # Metadata of the fields that change training only, never the weights: a
 # preset's model may take other values (`keras_vit.presets.OVERRIDES`).
 TRAINING = {"training_only": True}
@@ -60,21 +59,10 @@ def _training(default):
 class _Record:
     """What both records share: serialisation and keyword handling."""
 
-    # Earlier keywords the record still reads: {keyword: function(value) ->
-    # {field: value}}; a value that maps to {} leaves the field unset.
-    ALIASES = {}
-    # Read-only values derived from the fields, exposed beside them.
-    PROPERTIES = ()
-
     @classmethod
     def field_names(cls):
         """The record's fields, in order (each a keyword of `keras_vit.ViT`)."""
         return tuple(f.name for f in dataclasses.fields(cls))
-
-    @classmethod
-    def keywords(cls):
-        """Every keyword `from_arguments` reads: the fields and the aliases."""
-        return cls.field_names() + tuple(cls.ALIASES)
 
     @classmethod
     def training_fields(cls):
@@ -109,34 +97,20 @@ class _Record:
         return cls(**config)
 
     @classmethod
-    def explicit(cls, keywords):
-        """`{field: value}` of the given keywords, aliases translated.
-
-        A keyword that the record does not read is ignored; an alias that
-        means "unset" (`gelu_approximate=None`) gives nothing.
-        """
-        fields = {}
-        for name, value in keywords.items():
-            if name in cls.ALIASES:
-                for field, field_value in cls.ALIASES[name](value).items():
-                    fields.setdefault(field, field_value)
-            elif name in cls.field_names():
-                fields[name] = value
-        return fields
-
-    @classmethod
     def from_arguments(cls, config=None, **keywords):
         """A record from a base (None, a record or its dict) and keywords.
 
         Args:
             config: None (the defaults), a record or its `get_config()` dict.
-            **keywords: fields (or aliases) that replace the base's.
+            **keywords: values of fields, which replace the base's; keywords
+                that are not fields of this record are ignored (a model
+                passes its keywords to each of its records).
 
         Returns:
             A new record; every field checked.
         """
         base = cls() if config is None else cls.from_config(config)
-        fields = cls.explicit(keywords)
+        fields = {name: value for name, value in keywords.items() if name in cls.field_names()}
         return dataclasses.replace(base, **fields) if fields else base
 
     def replace(self, **fields):
@@ -147,29 +121,20 @@ class _Record:
         object.__setattr__(self, name, value)  # the records are frozen
 
 
-def _gelu_alias(value):
-    if value is None:
-        return {}
-    if value not in _GELU_NAMES:
-        raise ValueError(
-            "`gelu_approximate` must be True, False or None. "
-            f"Received: gelu_approximate={value!r}"
-        )
-    return {"mlp_activation": _GELU_NAMES[value]}
-
-
 @dataclasses.dataclass(frozen=True)
 class BlockConfig(_Record):
     """What every Transformer block of a model shares.
 
     Args:
         layer_norm_epsilon: float > 0, default 1e-6 (the official value):
-            the epsilon of every LayerNorm of the encoder.
+            the epsilon of every norm of the encoder.
+        norm_kind: the kind of every norm of the encoder (the blocks',
+            the final one, `pre_norm`, the MAP head's and `qk_norm`): a
+            name of `keras_vit.layers.norms.NORMS`, default "layernorm".
         mlp_activation: the MLP's activation: "gelu_tanh" (default, the
             official code's tanh approximation), "gelu" (exact erf GELU,
             timm/DeiT) or "quick_gelu" (`x * sigmoid(1.702 x)`, OpenAI
-            CLIP). The earlier keyword `gelu_approximate=True/False` means
-            "gelu_tanh"/"gelu".
+            CLIP).
         qkv_bias: bool, default True: biases on the query, key and value
             projections.
         layer_scale_init: None (default) or a positive float: LayerScale on
@@ -182,9 +147,9 @@ class BlockConfig(_Record):
         mlp_kind: "plain" (default: Dense, activation, Dense) or "swiglu" (the
             gated MLP of DINOv2-giant, `SwiGluMlp`; `mlp_activation` does
             not apply to it, its gate is SiLU).
-        qk_norm: bool, default False: LayerNorm of the queries and keys
+        qk_norm: bool, default False: a norm of the queries and keys
             over the head width before their product (ViT-22B, timm's
-            `qk_norm`; `QKNorm`, with `layer_norm_epsilon`).
+            `qk_norm`; `QKNorm`, with `norm_kind` and `layer_norm_epsilon`).
         remat: bool, default False: rematerialise each block in training
             (`keras.remat`: jax.checkpoint, torch.utils.checkpoint,
             tf.recompute_grad): its activations are recomputed in the
@@ -195,15 +160,12 @@ class BlockConfig(_Record):
 
     Example:
 
-    >>> BlockConfig(gelu_approximate=False)
-    Traceback (most recent call last):
-    ...
-    TypeError: BlockConfig.__init__() got an unexpected keyword argument 'gelu_approximate'
-    >>> BlockConfig.from_arguments(gelu_approximate=False).mlp_activation
+    >>> BlockConfig.from_arguments(mlp_activation="gelu", classes=3).mlp_activation
     'gelu'
     """
 
     layer_norm_epsilon: float = 1e-6
+    norm_kind: str = "layernorm"
     mlp_activation: str = "gelu_tanh"
     qkv_bias: bool = True
     layer_scale_init: object = None
@@ -213,11 +175,9 @@ class BlockConfig(_Record):
     qk_norm: bool = False
     remat: bool = _training(False)
 
-    ALIASES = {"gelu_approximate": _gelu_alias}
-    PROPERTIES = ("gelu_approximate",)
-
     def __post_init__(self):
         self._set("layer_norm_epsilon", check_positive_float(self.layer_norm_epsilon, "layer_norm_epsilon"))
+        check_norm_kind(self.norm_kind)
         check_choice(self.mlp_activation, MLP_ACTIVATIONS, "mlp_activation")
         check_bool(self.qkv_bias, "qkv_bias")
         if self.layer_scale_init is not None:
@@ -236,11 +196,6 @@ class BlockConfig(_Record):
                 f"dropout_rate={self.dropout_rate}, attention_dropout_rate={self.attention_dropout_rate}"
             )
 
-    @property
-    def gelu_approximate(self):
-        """True for the tanh GELU, False for the erf GELU, None for another activation."""
-        return {"gelu_tanh": True, "gelu": False}.get(self.mlp_activation)
-
 
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig(_Record):
@@ -249,7 +204,7 @@ class EncoderConfig(_Record):
     Args:
         patch_bias: bool, default True: a bias in the patch embedding
             (OpenAI CLIP's has none).
-        pre_norm: bool, default False: a LayerNorm (layer `pre_norm`) on the
+        pre_norm: bool, default False: a norm (layer `pre_norm`) on the
             tokens before the first block (CLIP's `pre_layrnorm`).
         class_token: None (default: a class token when the classifier is
             "token", none for "gap" and "map") or bool: whether to prepend a
@@ -259,10 +214,10 @@ class EncoderConfig(_Record):
             grid, no weight; `"sincos_mocov3"`, `"sincos_big_vision"` other
             layouts, see `keras_vit.layers.sincos`).
         position_interpolation: how a learned position embedding is resized
-            for another grid: a family of
-            `keras_vit.layers.interpolation.FAMILIES`, default "official"
-            (corner-aligned linear); "vit", "clip", "siglip", "mae",
-            "dinov2", ... resize as transformers does for that family.
+            for another grid: a name of
+            `keras_vit.layers.interpolation.POSITION_INTERPOLATIONS`, default
+            "official" (corner-aligned linear); "vit", "clip", "siglip",
+            "mae", "dinov2", ... resize as transformers does for that family.
         patch_dropout_rate: float in [0, 1), default 0: in training, drop
             this fraction of the patch tokens of each image after the
             position embedding (`keras_vit.layers.PatchDropout`, FLIP /
@@ -289,7 +244,9 @@ class EncoderConfig(_Record):
         if self.class_token is not None:
             check_bool(self.class_token, "class_token")
         check_choice(self.position_embedding, POSITION_EMBEDDINGS, "position_embedding")
-        check_choice(self.position_interpolation, tuple(FAMILIES), "position_interpolation")
+        check_choice(
+            self.position_interpolation, tuple(POSITION_INTERPOLATIONS), "position_interpolation"
+        )
         self._set("patch_dropout_rate", check_rate(self.patch_dropout_rate, "patch_dropout_rate"))
 
 
@@ -298,8 +255,8 @@ RECORDS = {"block_config": BlockConfig, "encoder_config": EncoderConfig}
 
 
 def record_keywords():
-    """Every keyword the records read, over all records (fields and aliases)."""
-    return tuple(name for record in RECORDS.values() for name in record.keywords())
+    """Every keyword the records read: the fields of all records."""
+    return tuple(name for record in RECORDS.values() for name in record.field_names())
 
 
 def training_fields():
@@ -317,30 +274,10 @@ def expose_records(*keys):
     def decorate(cls):
         for key in keys:
             record = RECORDS[key]
-            for name in record.field_names() + record.PROPERTIES:
+            for name in record.field_names():
                 if name not in vars(cls):
                     getter = lambda self, key=key, name=name: getattr(getattr(self, key), name)  # noqa: E731
                     setattr(cls, name, property(getter, doc=f"`{key}.{name}` (read-only)."))
         return cls
 
     return decorate
-
-
-def flatten_config(config):
-    """A model config with each record's fields as top-level keys.
-
-    For readers of the earlier flat layout (`config["qkv_bias"]`): the
-    record dicts are expanded, and `gelu_approximate` is added.
-
-    Example:
-
-    >>> flatten_config({"classes": 3, "block_config": {"qkv_bias": False}})["qkv_bias"]
-    False
-    """
-    flat = {k: v for k, v in config.items() if k not in RECORDS}
-    for key, record in RECORDS.items():
-        values = record.from_arguments(config.get(key), **config)
-        flat.update(values.get_config())
-        if record is BlockConfig:
-            flat["gelu_approximate"] = values.gelu_approximate
-    return flat

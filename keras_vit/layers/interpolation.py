@@ -38,9 +38,10 @@ from keras_vit.validation import check_choice, check_int
 
 MODES = ("linear_corners", "bicubic", "bicubic_antialias", "bilinear_antialias")
 
-# Each family's resize: the mode, whether it runs in float32 whatever the
-# model's dtype, and the offset of the original DINOv2 code.
-FAMILIES = {
+# Each family's resize, by its `position_interpolation` name: the mode,
+# whether it runs in float32 whatever the model's dtype, and the offset of
+# the original DINOv2 code.
+POSITION_INTERPOLATIONS = {
     "official": ("linear_corners", False, 0.0),
     "vit": ("bicubic", False, 0.0),
     "clip": ("bicubic", False, 0.0),
@@ -150,8 +151,8 @@ def resize_matrix(new, old, mode="bicubic", offset=0.0):
 
 
 def _family(family):
-    check_choice(family, tuple(FAMILIES), "family")
-    return FAMILIES[family]
+    check_choice(family, tuple(POSITION_INTERPOLATIONS), "family")
+    return POSITION_INTERPOLATIONS[family]
 
 
 def resize_grid(grid, new_size, family="vit"):
@@ -160,8 +161,8 @@ def resize_grid(grid, new_size, family="vit"):
     Args:
         grid: tensor `(1, gh, gw, D)` with static `gh`, `gw`.
         new_size: `(nh, nw)`, ints or scalar int tensors.
-        family: one of `FAMILIES`: `"official"`, `"vit"`, `"clip"`,
-            `"siglip"`, `"mae"`, `"dinov2"`, `"dinov2_original"`,
+        family: a name of `POSITION_INTERPOLATIONS`: `"official"`, `"vit"`,
+            `"clip"`, `"siglip"`, `"mae"`, `"dinov2"`, `"dinov2_original"`,
             `"dinov2_registers"`, `"timm"`, `"siglip2"`.
 
     Returns:
@@ -237,19 +238,19 @@ def interpolate_position_embedding(
 
 
 def check_family(family, name="position_interpolation"):
-    """Checks that `family` names a resize of `FAMILIES`.
+    """Checks that `family` names a resize of `POSITION_INTERPOLATIONS`.
 
     Example:
 
     >>> check_family("dinov2")
     'dinov2'
     """
-    check_choice(family, tuple(FAMILIES), name)
+    check_choice(family, tuple(POSITION_INTERPOLATIONS), name)
     return family
 
 
 __all__ = [
-    "FAMILIES",
+    "POSITION_INTERPOLATIONS",
     "MODES",
     "check_family",
     "interpolate_position_embedding",

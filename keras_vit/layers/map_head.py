@@ -5,8 +5,9 @@ import math
 import keras
 from keras import ops
 
-from keras_vit.layers import kernels
+from keras_vit import kernels
 from keras_vit.layers.config import MLP_ACTIVATIONS
+from keras_vit.layers.norms import check_norm_kind, norm_layer
 from keras_vit.layers.transformer import MlpBlock
 from keras_vit.validation import check_bool, check_choice, check_positive_float, check_positive_int
 
@@ -40,6 +41,8 @@ class MapHead(keras.layers.Layer):
         qkv_bias: bool, default True: biases on the query, key and value
             projections (the output keeps its bias).
         kernel_initializer: initializer of the projections.
+        norm_kind: the kind of the norm before the MLP, a name of
+            `keras_vit.layers.norms.NORMS`, default "layernorm".
 
     Input shape:
         `(batch, tokens, D)`.
@@ -70,6 +73,7 @@ class MapHead(keras.layers.Layer):
         activation="gelu_tanh",
         qkv_bias=True,
         kernel_initializer="glorot_uniform",
+        norm_kind="layernorm",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -79,6 +83,7 @@ class MapHead(keras.layers.Layer):
         self.activation = check_choice(activation, MLP_ACTIVATIONS, "activation")
         self.qkv_bias = check_bool(qkv_bias, "qkv_bias")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.norm_kind = check_norm_kind(norm_kind)
         self.input_spec = keras.layers.InputSpec(ndim=3)
 
     def build(self, input_shape):
@@ -101,8 +106,8 @@ class MapHead(keras.layers.Layer):
             name="MultiHeadDotProductAttention_0",
         )
         self.attention.build(input_shape)
-        self.norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="LayerNorm_0"
+        self.norm = norm_layer(
+            self.norm_kind, self.layer_norm_epsilon, "LayerNorm_0", dtype=self.dtype_policy
         )
         self.norm.build((None, 1, dim))
         self.mlp = MlpBlock(
@@ -134,6 +139,7 @@ class MapHead(keras.layers.Layer):
                 "activation": self.activation,
                 "qkv_bias": self.qkv_bias,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "norm_kind": self.norm_kind,
             }
         )
         return config
@@ -143,7 +149,7 @@ class _ProbeAttention(keras.layers.Layer):
     """Multi-head attention of a query sequence to a key/value sequence.
 
     The weights of `MultiHeadSelfAttention` (`query`, `key`, `value`, `out`
-    `EinsumDense`s); the products run through `kernels.dense` and
+    `EinsumDense`s); the products run through `kernels.project` and
     `kernels.attention` as there, so that exporters see plain matrix products.
     Built and owned by `MapHead` (not serialised on its own).
     """
@@ -175,25 +181,12 @@ class _ProbeAttention(keras.layers.Layer):
         self.out.build((None, None, self.num_heads, self.head_dim))
         self.built = True
 
-    def _project(self, layer, x):
-        if not kernels.runs_plain(layer):
-            return layer(x)
-        bias = None if layer.bias is None else ops.cast(layer.bias, self.compute_dtype)
-        return kernels.dense(x, ops.cast(layer.kernel, self.compute_dtype), bias)
-
     def call(self, queries, tokens):
-        q = self._project(self.query, queries)
-        k = self._project(self.key, tokens)
-        v = self._project(self.value, tokens)
+        q = kernels.project(self.query, queries)
+        k = kernels.project(self.key, tokens)
+        v = kernels.project(self.value, tokens)
         context = kernels.attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim))
-        if not kernels.runs_plain(self.out):
-            return self.out(context)
-        return kernels.dense(
-            context,
-            ops.cast(self.out.kernel, self.compute_dtype),
-            ops.cast(self.out.bias, self.compute_dtype),
-            axes=2,
-        )
+        return kernels.project(self.out, context, axes=2)
 
     def compute_output_shape(self, queries_shape, tokens_shape=None):
         return tuple(queries_shape)

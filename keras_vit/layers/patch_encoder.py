@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit.layers import kernels
+from keras_vit import kernels
 from keras_vit.layers.config import POSITION_EMBEDDINGS
 from keras_vit.layers.interpolation import check_family, resize_grid
 from keras_vit.layers.sincos import sincos_position_embedding
@@ -89,9 +89,9 @@ class PatchEncoder(keras.layers.Layer):
             weight: "sincos" (MAE), "sincos_mocov3", "sincos_big_vision"
             (`keras_vit.layers.sincos`); its prefix rows are zeros.
         position_interpolation: default "official": how a learned position
-            embedding is resized for another grid, a family of
-            `keras_vit.layers.interpolation.FAMILIES` ("vit", "clip",
-            "siglip", "dinov2", ... as transformers does for each).
+            embedding is resized for another grid, a name of
+            `keras_vit.layers.interpolation.POSITION_INTERPOLATIONS` ("vit",
+            "clip", "siglip", "dinov2", ... as transformers does for each).
         kernel_initializer, bias_initializer, position_initializer,
         class_token_initializer: initializers of the four weights. The
             distillation and register tokens start from N(0, 0.02): equal

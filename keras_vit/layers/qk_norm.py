@@ -1,7 +1,8 @@
-"""`QKNorm`: LayerNorm of the attention queries and keys (ViT-22B)."""
+"""`QKNorm`: a norm of the attention queries and keys (ViT-22B)."""
 
 import keras
 
+from keras_vit.layers.norms import check_norm_kind, norm_layer
 from keras_vit.validation import check_bool, check_positive_float
 
 
@@ -11,18 +12,21 @@ class QKNorm(keras.layers.Layer):
 
     ViT-22B (Dehghani et al. 2023) applies a LayerNorm to the queries and to
     the keys of every head, so that the attention logits cannot grow without
-    bound (its training diverged without); timm's `qk_norm=True`. Each
-    LayerNorm has its own scale (and offset) of shape `(head_dim,)`, shared
-    by the heads: weights `query_norm` and `key_norm` (timm's `attn.q_norm`
-    and `attn.k_norm`).
+    bound (its training diverged without); timm's `qk_norm=True`, which
+    takes the block's kind of norm for them. Each norm has its own scale
+    (and offset) of shape `(head_dim,)`, shared by the heads: weights
+    `query_norm` and `key_norm` (timm's `attn.q_norm` and `attn.k_norm`).
 
     The attention layer calls it between the projections and the dot
     product: `q, k = qk_norm(q, k)`.
 
     Args:
         epsilon: float, default 1e-6 (timm's ViT LayerNorm).
-        center: bool, default True: whether each LayerNorm adds a learned
-            offset (ViT-22B's have none: `center=False`).
+        center: bool, default True: whether each norm adds a learned
+            offset, where its kind has one (ViT-22B's LayerNorms have none:
+            `center=False`).
+        norm_kind: a name of `keras_vit.layers.norms.NORMS`, default
+            "layernorm".
 
     Input shape:
         `query`, `key`: `(batch, tokens, heads, head_dim)` each (the number
@@ -44,10 +48,11 @@ class QKNorm(keras.layers.Layer):
         Parameters", arXiv:2302.05442, §2.
     """
 
-    def __init__(self, epsilon=1e-6, center=True, **kwargs):
+    def __init__(self, epsilon=1e-6, center=True, norm_kind="layernorm", **kwargs):
         super().__init__(**kwargs)
         self.epsilon = check_positive_float(epsilon, "epsilon")
         self.center = check_bool(center, "center")
+        self.norm_kind = check_norm_kind(norm_kind)
 
     def build(self, query_shape, key_shape=None):
         head_dim = query_shape[-1]
@@ -56,9 +61,9 @@ class QKNorm(keras.layers.Layer):
                 "Queries and keys must have the same head width. Received: "
                 f"query shape {tuple(query_shape)}, key shape {tuple(key_shape)}"
             )
-        norm = dict(epsilon=self.epsilon, center=self.center, dtype=self.dtype_policy)
-        self.query_norm = keras.layers.LayerNormalization(name="query_norm", **norm)
-        self.key_norm = keras.layers.LayerNormalization(name="key_norm", **norm)
+        norm = dict(center=self.center, dtype=self.dtype_policy)
+        self.query_norm = norm_layer(self.norm_kind, self.epsilon, "query_norm", **norm)
+        self.key_norm = norm_layer(self.norm_kind, self.epsilon, "key_norm", **norm)
         self.query_norm.build(query_shape)
         self.key_norm.build(key_shape if key_shape is not None else query_shape)
         self.built = True
@@ -71,5 +76,5 @@ class QKNorm(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"epsilon": self.epsilon, "center": self.center})
+        config.update({"epsilon": self.epsilon, "center": self.center, "norm_kind": self.norm_kind})
         return config

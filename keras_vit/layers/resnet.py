@@ -10,7 +10,7 @@ max-pool.
 import keras
 from keras import ops
 
-from keras_vit.layers import kernels
+from keras_vit import kernels
 from keras_vit.validation import (
     check_bool,
     check_int,
@@ -36,7 +36,7 @@ def _check_groups(channels, groups, what):
 class GroupNorm(keras.layers.GroupNormalization):
     """`keras.layers.GroupNormalization` with a 4D graph for exporters.
 
-    Outside `keras_vit.layers.kernels.export_mode()` it is Keras' layer,
+    Outside `keras_vit.kernels.export_mode()` it is Keras' layer,
     unchanged. While a model is traced for an exporter, the statistics are
     taken on a `(batch, height * width, groups, channels // groups)` view
     with products instead of powers: Keras' 5D view and `square` become a 5D
@@ -46,7 +46,7 @@ class GroupNorm(keras.layers.GroupNormalization):
     Example:
 
     >>> import numpy as np
-    >>> from keras_vit.layers import kernels
+    >>> from keras_vit import kernels
     >>> x = np.random.default_rng(0).normal(size=(1, 4, 4, 64)).astype("float32")
     >>> norm = GroupNorm(groups=32, epsilon=1e-6)
     >>> plain = keras.ops.convert_to_numpy(norm(x))
@@ -79,7 +79,7 @@ class GroupNorm(keras.layers.GroupNormalization):
 class MaxPool2D(keras.layers.MaxPooling2D):
     """`keras.layers.MaxPooling2D` (channels last) with a sliced graph for exporters.
 
-    Outside `keras_vit.layers.kernels.export_mode()` it is Keras' layer,
+    Outside `keras_vit.kernels.export_mode()` it is Keras' layer,
     unchanged. While a model is traced for an exporter, the pool is the
     maximum of `pool_size` strided slices of the padded input: jax2onnx
     turns jax's 4D window reduction into an ONNX `MaxPool` over four
@@ -89,7 +89,7 @@ class MaxPool2D(keras.layers.MaxPooling2D):
     Example:
 
     >>> import numpy as np
-    >>> from keras_vit.layers import kernels
+    >>> from keras_vit import kernels
     >>> x = np.arange(2 * 5 * 5 * 3, dtype="float32").reshape(2, 5, 5, 3)
     >>> pool = MaxPool2D(3, strides=2, padding="same")
     >>> with kernels.export_mode():

@@ -3,8 +3,8 @@
 import keras
 from keras import ops
 
-from keras_vit.layers import kernels
-from keras_vit.layers.calls import call_sublayer
+from keras_vit import kernels
+from keras_vit.kernels import call_sublayer
 from keras_vit.layers.seeds import check_seed
 from keras_vit.validation import check_positive_float, check_positive_int, check_rate
 
@@ -99,19 +99,10 @@ class SwiGluMlp(keras.layers.Layer):
         )
         self.built = True
 
-    def _dense(self, layer, x):
-        if not kernels.runs_plain(layer):
-            return layer(x)
-        return kernels.dense(
-            x,
-            ops.cast(layer.kernel, self.compute_dtype),
-            ops.cast(layer.bias, self.compute_dtype),
-        )
-
     def call(self, x, training=None):
-        y = ops.silu(self._dense(self.gate, x)) * self._dense(self.up, x)
+        y = ops.silu(kernels.project(self.gate, x)) * kernels.project(self.up, x)
         y = call_sublayer(self.dropout, y, training=training)
-        return call_sublayer(self.dropout, self._dense(self.down, y), training=training)
+        return call_sublayer(self.dropout, kernels.project(self.down, y), training=training)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

@@ -3,10 +3,11 @@
 import keras
 from keras import ops
 
-from keras_vit.layers import kernels
+from keras_vit import kernels
+from keras_vit.kernels import call_sublayer
 from keras_vit.layers.attention import MultiHeadSelfAttention, tokens_shape
-from keras_vit.layers.calls import call_sublayer
 from keras_vit.layers.config import MLP_ACTIVATIONS, BlockConfig, expose_records
+from keras_vit.layers.norms import block_norm
 from keras_vit.layers.seeds import check_seed, derive_seed
 from keras_vit.layers.swiglu import SwiGluMlp
 from keras_vit.validation import check_choice, check_positive_int, check_rate
@@ -24,27 +25,21 @@ class MlpBlock(keras.layers.Layer):
             timm/DeiT) or "quick_gelu" (`x * sigmoid(1.702 x)`, OpenAI CLIP).
         seed: None (default: drawn from Keras' global generator) or an int,
             the seed of the dropout.
-        gelu_approximate: the earlier keyword: True means "gelu_tanh",
-            False "gelu"; None (default) leaves `activation` as given.
 
     Example:
 
     >>> import numpy as np
     >>> tuple(MlpBlock(mlp_dim=16)(np.zeros((1, 3, 8), "float32")).shape)
     (1, 3, 8)
-    >>> MlpBlock(mlp_dim=16, gelu_approximate=False).activation
+    >>> MlpBlock(mlp_dim=16, activation="gelu").activation
     'gelu'
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, activation="gelu_tanh", seed=None,
-                 gelu_approximate=None, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, activation="gelu_tanh", seed=None, **kwargs):
         super().__init__(**kwargs)
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
-        options = BlockConfig.explicit({"gelu_approximate": gelu_approximate})
-        self.activation = check_choice(
-            options.get("mlp_activation", activation), MLP_ACTIVATIONS, "activation"
-        )
+        self.activation = check_choice(activation, MLP_ACTIVATIONS, "activation")
         self.seed = check_seed(seed)
 
     @classmethod
@@ -53,11 +48,6 @@ class MlpBlock(keras.layers.Layer):
         return cls(
             mlp_dim, dropout_rate=config.dropout_rate, activation=config.mlp_activation, **kwargs
         )
-
-    @property
-    def gelu_approximate(self):
-        """True for the tanh GELU, False for the erf GELU, None otherwise."""
-        return {"gelu_tanh": True, "gelu": False}.get(self.activation)
 
     def build(self, input_shape):
         dense = dict(
@@ -74,21 +64,10 @@ class MlpBlock(keras.layers.Layer):
         )
         self.built = True
 
-    def _dense(self, layer, x, activation=None):
-        if not kernels.runs_plain(layer):
-            y = layer(x)
-            return y if activation is None else kernels.activation(y, activation)
-        return kernels.dense(
-            x,
-            ops.cast(layer.kernel, self.compute_dtype),
-            ops.cast(layer.bias, self.compute_dtype),
-            activation=activation,
-        )
-
     def call(self, x, training=None):
-        x = self._dense(self.dense_0, x, self.activation)
+        x = kernels.project(self.dense_0, x, self.activation)
         x = call_sublayer(self.dropout, x, training=training)
-        x = self._dense(self.dense_1, x)
+        x = kernels.project(self.dense_1, x)
         return call_sublayer(self.dropout, x, training=training)
 
     def compute_output_shape(self, input_shape):
@@ -121,10 +100,10 @@ class TransformerBlock(keras.layers.Layer):
     `init_values`): weights `attention_scale` and `mlp_scale`.
 
     The options every block of a model shares come as one record,
-    `block_config` (a `keras_vit.layers.config.BlockConfig`: norm epsilon,
-    MLP activation, query/key/value biases, LayerScale, dropout rates);
-    each of its fields is also accepted as a keyword (and read back as an
-    attribute, `block.qkv_bias`), as is the earlier `gelu_approximate`.
+    `block_config` (a `keras_vit.layers.config.BlockConfig`: norm kind and
+    epsilon, MLP activation, query/key/value biases, LayerScale, dropout
+    rates); each of its fields is also accepted as a keyword (and read back as an
+    attribute, `block.qkv_bias`).
     `get_config` holds the record as one dict under "block_config".
 
     Args:
@@ -141,7 +120,7 @@ class TransformerBlock(keras.layers.Layer):
             `keras.utils.set_random_seed` seeds), with an int they are
             derived from it (`keras_vit.layers.seeds.derive_seed`).
         **kwargs: fields of `BlockConfig` (they replace those of
-            `block_config`), `gelu_approximate`, and Keras' layer keywords.
+            `block_config`) and Keras' layer keywords.
 
     Call arguments:
         x: `(batch, tokens, D)`.
@@ -151,6 +130,10 @@ class TransformerBlock(keras.layers.Layer):
             tokens' queries, attention outputs and MLP (their keys and
             values are still attended to): what a model whose head reads
             only its prefix tokens needs from its last block.
+        attention_mask: None (default) or a boolean tensor, True where a
+            query may attend to a key: `(batch, tokens)` (a key-padding
+            mask), `(batch, tokens, tokens)` or `(batch, 1 or heads, tokens,
+            tokens)`; see `MultiHeadSelfAttention`.
 
     Returns:
         `(batch, tokens, D)` (`(batch, n, D)` with `output_tokens=n`).
@@ -163,13 +146,16 @@ class TransformerBlock(keras.layers.Layer):
     (1, 5, 8)
     >>> tuple(block(np.zeros((1, 5, 8), "float32"), output_tokens=1).shape)
     (1, 1, 8)
+    >>> padding = np.array([[True, True, True, False, False]])
+    >>> tuple(block(np.zeros((1, 5, 8), "float32"), attention_mask=padding).shape)
+    (1, 5, 8)
     >>> block.qkv_bias, block.get_config()["block_config"]["qkv_bias"]
     (False, False)
     """
 
     def __init__(self, num_heads, mlp_dim, block_config=None, stochastic_depth_rate=0.0,
                  seed=None, **kwargs):
-        options = {k: kwargs.pop(k) for k in list(kwargs) if k in BlockConfig.keywords()}
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in BlockConfig.field_names()}
         super().__init__(**kwargs)
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
@@ -193,8 +179,7 @@ class TransformerBlock(keras.layers.Layer):
                 f"Received: hidden_size={dim}, num_heads={self.num_heads}"
             )
         config = self.block_config
-        norm = dict(epsilon=config.layer_norm_epsilon, dtype=self.dtype_policy)
-        self.norm_0 = keras.layers.LayerNormalization(name="LayerNorm_0", **norm)
+        self.norm_0 = block_norm(config, "LayerNorm_0", dtype=self.dtype_policy)
         self.attention = MultiHeadSelfAttention.for_block(
             config,
             self.num_heads,
@@ -203,7 +188,7 @@ class TransformerBlock(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="MultiHeadDotProductAttention_1",
         )
-        self.norm_2 = keras.layers.LayerNormalization(name="LayerNorm_2", **norm)
+        self.norm_2 = block_norm(config, "LayerNorm_2", dtype=self.dtype_policy)
         self.mlp = (SwiGluMlp if config.mlp_kind == "swiglu" else MlpBlock).for_block(
             config,
             self.mlp_dim,
@@ -235,16 +220,21 @@ class TransformerBlock(keras.layers.Layer):
         )
         return x * ops.floor(keep + noise) / keep
 
-    def call(self, x, training=None, output_tokens=None):
+    def call(self, x, training=None, output_tokens=None, attention_mask=None):
         if training and self.block_config.remat:
-            return keras.remat(lambda x: self._forward(x, training, output_tokens))(x)
-        return self._forward(x, training, output_tokens)
+            return keras.remat(
+                lambda x: self._forward(x, training, output_tokens, attention_mask)
+            )(x)
+        return self._forward(x, training, output_tokens, attention_mask)
 
-    def _forward(self, x, training, output_tokens=None):
-        # The sublayers through `call_sublayer`: on torch, Keras' `__call__`
-        # bookkeeping was ~5 % of an eager B/16 forward pass at batch 1.
+    def _forward(self, x, training, output_tokens=None, attention_mask=None):
+        # The sublayers through `call_sublayer`: on torch's eager path Keras'
+        # `__call__` bookkeeping costs more than a small sublayer computes.
         y = call_sublayer(self.norm_0, x)
-        y = call_sublayer(self.attention, y, training=training, query_tokens=output_tokens)
+        y = call_sublayer(
+            self.attention, y, training=training, query_tokens=output_tokens,
+            attention_mask=attention_mask,
+        )
         y = call_sublayer(self.dropout, y, training=training)
         if output_tokens is not None:
             # Only these tokens' residual stream goes on; the others were
@@ -254,14 +244,14 @@ class TransformerBlock(keras.layers.Layer):
         y = call_sublayer(self.mlp, call_sublayer(self.norm_2, x), training=training)
         return x + self._drop_path(self._scale(y, self.mlp_scale), training)
 
-    def attention_probs(self, x):
+    def attention_probs(self, x, attention_mask=None):
         """The block's attention probabilities for input `x` (float32)."""
-        return self.attention.attention_probs(self.norm_0(x))
+        return self.attention.attention_probs(self.norm_0(x), attention_mask=attention_mask)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
-    def compute_output_spec(self, x, training=None, output_tokens=None):
+    def compute_output_spec(self, x, training=None, output_tokens=None, attention_mask=None):
         return keras.KerasTensor(tokens_shape(x.shape, output_tokens), dtype=self.compute_dtype)
 
     def get_config(self):

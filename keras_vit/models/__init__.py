@@ -1,7 +1,7 @@
 """Vision Transformer models and their named variants."""
 
 from keras_vit.models.variants import (
-    ARCHITECTURES,
+    ARCHITECTURE_CONFIGS,
     CONSTRUCTORS,
     R26ViTB32,
     R26ViTS32,

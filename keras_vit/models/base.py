@@ -1,77 +1,42 @@
-"""How keras_vit models run: what every model class inherits besides its architecture.
+"""What every keras_vit model class inherits besides its architecture.
 
 `ModelBase` is a mixin placed before `keras.Model` in the bases of every
-keras_vit model class (`ViT`, `ViTHybrid` and the pre-training wrappers). It
-holds what depends on the backend and on the data rather than on the
-architecture:
+keras_vit model class (`ViT`, `ViTHybrid` and the pre-training wrappers).
+It checks inputs before any work starts, in `fit`, `evaluate`, `predict`,
+their `*_on_batch` forms and direct calls: a model class says what it takes
+in `_check_input_spec(shape, dtype, name)`, which raises a `ValueError`
+naming the argument, the value and what the model takes. Batches from a
+Python generator are checked one by one as Keras draws them, in Python and
+outside the compiled step: a bad later batch gets the same error on every
+backend, not a reshape error from inside the graph.
 
-- Inputs are checked before any work starts, in `fit`, `evaluate`,
-  `predict`, their `*_on_batch` forms and direct calls: a model class says
-  what it takes in `_check_input_spec(shape, dtype, name)`, which raises a
-  `ValueError` naming the argument, the value and what the model takes.
-  Batches from a Python generator are checked one by one as Keras draws
-  them, in Python and outside the compiled step (which costs nothing
-  there): a bad later batch gets the same error on every backend, not a
-  reshape error from inside the graph.
-- Nothing is lost when such a call fails or is interrupted: the variables
-  keep the values of the moment of failure (for `fit`: of the last completed
-  step), on every backend (`keras_vit.models.jax_guard` for jax, whose
-  trainer detaches them while it runs).
-- Saving is atomic: `save` and `save_weights` write a temporary file and
-  rename it over the target (`keras_vit.saving.atomic_path`), so a process
-  killed while saving leaves the previous file intact.
-- Several processes: saving gathers the weights that a jax model-parallel
-  layout splits over processes (`keras_vit.saving.gathered_variables`), and
-  `fit` refuses to run under a torch process group of several processes,
-  where each would train its own model unsynchronised.
-- On a TensorFlow CPU, inference is compiled with XLA when the choice was
-  left to Keras (`jit_compile="auto"`). Keras' "auto" turns XLA off there;
-  for inference it pays (ViT-B/16, batch 8: 1.34x the images/s of the graph
-  runtime, `tools/benchmark.py`), while training measured faster without it
-  (2.43 against 3.05 images/s for S/16), so only the predict function is
-  compiled. Not under a bfloat16 compute dtype: there the graph runtime's
-  oneDNN matmuls run bfloat16 at twice float32's rate where XLA's CPU dots
-  do not (B/16, batch 2: 2.25x XLA's float32 against 0.93x,
-  `keras_vit.layers.kernels` has the matmul rates). That predict function
-  is traced inside `kernels.xla_compiled()`, so that attention over many
-  tokens takes its heads a group at a time, as on jax. Since the graph
-  runtime's products fuse their GELU, B/16 ran level on both in float32
-  (2-core EPYC, medians of 6 interleaved calls: batch 8 1,435 ms under XLA
-  against 1,418, batch 1 211 against 209); XLA stays the choice.
+The rest is one call each into its own home:
+
+- nothing is lost when a call fails or is interrupted: each trainer call
+  runs inside `keras_vit.execution.jax_state.keep_state` (jax's trainer
+  detaches the variables while it runs);
+- `save` and `save_weights` are atomic and gather the weights a jax
+  layout splits over processes (`keras_vit.saving`);
+- `fit` refuses a torch process group of several processes
+  (`keras_vit.execution.processes`);
+- inference on a TensorFlow CPU is compiled with XLA where `jit_compile`
+  was left to Keras (`keras_vit.execution.tf_xla`);
+- `export` runs keras_vit's exporters (`keras_vit.export`);
+- LoRA: `enable_lora`, `save_lora_weights`, `load_lora_weights` and
+  `merge_lora` (`keras_vit.models.lora`), the methods keras-hub's models
+  have.
 """
 
 import contextlib
-import sys
 import types
 
 import keras
 
-from keras_vit.layers import kernels
-from keras_vit.models.jax_guard import JaxStateGuard
-from keras_vit.saving import atomic_path, gathered_variables
-
-
-def input_spec_of(x):
-    """`(shape, dtype)` of the batches `x` feeds, when known without reading data.
-
-    Arrays and tensors of any library, and `tf.data.Dataset`s (of images, or
-    of tuples whose first element is the images); None otherwise.
-    """
-    tf = sys.modules.get("tensorflow")
-    if tf is not None and isinstance(x, tf.data.Dataset):
-        spec = x.element_spec
-        spec = spec[0] if isinstance(spec, (tuple, list)) and spec else spec
-        if not isinstance(spec, tf.TensorSpec) or spec.shape.rank is None:
-            return None
-        return tuple(spec.shape), spec.dtype.name
-    shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
-    if shape is None or dtype is None or isinstance(x, (dict, list, tuple)):
-        return None
-    try:
-        dtype = keras.backend.standardize_dtype(dtype)
-    except ValueError:
-        dtype = str(dtype)
-    return tuple(shape), dtype
+from keras_vit import saving
+from keras_vit.execution import processes, tf_xla
+from keras_vit.execution.inputs import input_spec_of
+from keras_vit.execution.jax_state import keep_state
+from keras_vit.models import lora
 
 
 def _argument(args, kwargs, name="x"):
@@ -87,38 +52,8 @@ def _replace_argument(args, kwargs, position, name, function):
     return args, kwargs
 
 
-def torch_process_group_size():
-    """Processes in an initialised torch process group (1 when there is none).
-
-    Reads `torch.distributed` only when it was imported: no group can
-    exist otherwise.
-    """
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return 1
-    return dist.get_world_size()
-
-
-def refuse_torch_processes(why):
-    """Raises the error for training over several processes with torch."""
-    raise RuntimeError(
-        f"keras_vit cannot train over several processes on the torch backend ({why}): "
-        "Keras 3 has no torch distribution, so each process would train its "
-        "own copy of the model, unsynchronised. Train in one process (one "
-        "device), or use KERAS_BACKEND=jax (data or model parallel over "
-        "processes) or tensorflow (MultiWorkerMirroredStrategy)."
-    )
-
-
-def _all_variables(model):
-    variables = list(model.variables) + list(getattr(model, "metrics_variables", []))
-    if getattr(model, "optimizer", None) is not None:
-        variables += list(model.optimizer.variables)
-    return variables
-
-
-class ModelBase(JaxStateGuard):
-    """Input checks, failure safety, atomic saving and backend execution policy."""
+class ModelBase:
+    """Input checks, and the calls into saving, execution policy, export and LoRA."""
 
     def _check_input_spec(self, shape, dtype, name="x"):
         """Hook: raises a `ValueError` for inputs the model cannot take."""
@@ -177,67 +112,64 @@ class ModelBase(JaxStateGuard):
         return super().__call__(*args, **kwargs)
 
     def fit(self, *args, **kwargs):
-        if keras.backend.backend() == "torch" and torch_process_group_size() > 1:
-            refuse_torch_processes(f"a torch process group of {torch_process_group_size()} is initialised")
+        processes.check_training_processes()
         self._check_data(_argument(args, kwargs))
         validation = args[7] if len(args) > 7 else kwargs.get("validation_data")
         self._check_validation_data(validation)
         args, kwargs = self._with_checked_generators(args, kwargs, validation=7)
-        with self._state_kept(), self._batch_errors():
+        with keep_state(self), self._batch_errors():
             return super().fit(*args, **kwargs)
 
     def evaluate(self, *args, **kwargs):
         self._check_data(_argument(args, kwargs))
         args, kwargs = self._with_checked_generators(args, kwargs)
-        with self._state_kept(), self._batch_errors():
+        with keep_state(self), self._batch_errors():
             return super().evaluate(*args, **kwargs)
 
     def predict(self, *args, **kwargs):
         self._check_data(_argument(args, kwargs))
         args, kwargs = self._with_checked_generators(args, kwargs)
-        with self._state_kept(), self._batch_errors():
+        with keep_state(self), self._batch_errors():
             return super().predict(*args, **kwargs)
 
     def train_on_batch(self, *args, **kwargs):
         self._check_data(_argument(args, kwargs))
-        with self._state_kept():
+        with keep_state(self):
             return super().train_on_batch(*args, **kwargs)
 
     def test_on_batch(self, *args, **kwargs):
         self._check_data(_argument(args, kwargs))
-        with self._state_kept():
+        with keep_state(self):
             return super().test_on_batch(*args, **kwargs)
 
     def predict_on_batch(self, *args, **kwargs):
         self._check_data(_argument(args, kwargs))
-        with self._state_kept():
+        with keep_state(self):
             return super().predict_on_batch(*args, **kwargs)
 
-    def make_train_function(self, force=False):
-        super().make_train_function(force)
-        self._record_steps("train_function")
-
-    def make_test_function(self, force=False):
-        super().make_test_function(force)
-        self._record_steps("test_function")
-
     def save(self, filepath, overwrite=True, **kwargs):
-        """`keras.Model.save`, written to a temporary file and renamed."""
-        if not overwrite or not str(filepath).endswith(".keras"):
-            return super().save(filepath, overwrite=overwrite, **kwargs)
-        with gathered_variables(_all_variables(self)), atomic_path(filepath) as temporary:
-            return super().save(temporary, overwrite=True, **kwargs)
+        """`keras.Model.save`, written to a temporary file and renamed (`keras_vit.saving`)."""
+        return saving.save_model(self, super().save, filepath, overwrite=overwrite, **kwargs)
 
     def save_weights(self, filepath, overwrite=True, max_shard_size=None):
-        """`keras.Model.save_weights`, written to a temporary file and renamed."""
-        with gathered_variables(_all_variables(self)):
-            if not overwrite or max_shard_size is not None:
-                return super().save_weights(filepath, overwrite=overwrite, max_shard_size=max_shard_size)
-            return self._save_weights_atomically(filepath)
+        """`keras.Model.save_weights`, written to a temporary file and renamed (`keras_vit.saving`)."""
+        return saving.save_weights(self, super().save_weights, filepath, overwrite, max_shard_size)
 
-    def _save_weights_atomically(self, filepath):
-        with atomic_path(filepath) as temporary:
-            return super().save_weights(temporary, overwrite=True)
+    def compile(self, *args, jit_compile="auto", **kwargs):
+        """`keras.Model.compile`; with `jit_compile="auto"`, inference on a
+        tensorflow CPU is compiled with XLA (`keras_vit.execution.tf_xla`)."""
+        tf_xla.record_jit_compile(self, jit_compile)
+        super().compile(*args, jit_compile=jit_compile, **kwargs)
+
+    def compile_from_config(self, config):
+        """Compiles a loaded model as it was saved (Keras skips models whose
+        `compile` is overridden; this one takes Keras' own arguments)."""
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if getattr(self, "optimizer", None) is not None and self.built:
+            self.optimizer.build(self.trainable_variables)
+
+    def make_predict_function(self, force=False):
+        return tf_xla.make_predict_function(self, super().make_predict_function, force)
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
         """`keras.Model.export` through keras_vit's exporters (`keras_vit.export`).
@@ -272,9 +204,7 @@ class ModelBase(JaxStateGuard):
                 "outputs depend on random corruption); export its encoder "
                 "(`task.encoder.export(...)`) or a classifier built from it."
             )
-        from keras_vit.models.lora import lora_layers
-
-        if lora_layers(self):
+        if lora.lora_layers(self):
             # The exported copy (`for_inference`) takes the kernels without the adapters.
             raise ValueError(
                 f"Model {self.name!r} has LoRA adapters: merge them into the kernels with "
@@ -317,74 +247,16 @@ class ModelBase(JaxStateGuard):
         LoRA rank 2 on query, value of 2 projections: 107 trainable parameters of 2,179 (4.91%).
         107
         """
-        from keras_vit.models import lora
-
         return lora.enable_lora(self, rank, targets, alpha=alpha, train_head=train_head, verbose=verbose)
 
     def save_lora_weights(self, filepath):
         """Writes the LoRA adapters alone to a `.lora.h5` file (`keras_vit.models.lora`)."""
-        from keras_vit.models import lora
-
-        lora.save_lora_weights(self, filepath)
+        return lora.save_lora_weights(self, filepath)
 
     def load_lora_weights(self, filepath):
         """Loads adapters saved by `save_lora_weights` (enabling LoRA with the file's rank if needed)."""
-        from keras_vit.models import lora
-
-        lora.load_lora_weights(self, filepath)
+        return lora.load_lora_weights(self, filepath)
 
     def merge_lora(self):
         """Folds the LoRA adapters into the kernels and removes them (for export); returns the model."""
-        from keras_vit.models import lora
-
         return lora.merge_lora(self)
-
-    def compile(self, *args, jit_compile="auto", **kwargs):
-        """`keras.Model.compile`; with `jit_compile="auto"`, inference on a
-        tensorflow CPU is compiled with XLA (see the module docstring)."""
-        self._jit_compile_auto = jit_compile == "auto"
-        super().compile(*args, jit_compile=jit_compile, **kwargs)
-
-    def compile_from_config(self, config):
-        """Compiles a loaded model as it was saved (Keras skips models whose
-        `compile` is overridden; this one takes Keras' own arguments)."""
-        self.compile(**keras.saving.deserialize_keras_object(config))
-        if getattr(self, "optimizer", None) is not None and self.built:
-            self.optimizer.build(self.trainable_variables)
-
-    def _xla_inference(self):
-        """Whether the predict function is XLA-compiled by this policy."""
-        if keras.backend.backend() != "tensorflow":
-            return False
-        if not getattr(self, "_jit_compile_auto", True) or self.run_eagerly:
-            return False
-        import tensorflow as tf
-
-        if self.jit_compile or tf.config.list_logical_devices("GPU"):
-            return False  # Keras has decided already (XLA on accelerators).
-        if any(layer.compute_dtype == "bfloat16" for layer in (self, *self.layers)):
-            return False  # XLA's CPU dots run bfloat16 at float32 speed; oneDNN at 2x.
-        return self.distribute_strategy.num_replicas_in_sync == 1
-
-    def make_predict_function(self, force=False):
-        if not self._xla_inference():
-            super().make_predict_function(force)
-            return self._record_steps("predict_function")
-        chosen = self.jit_compile
-        self.jit_compile = True
-        try:
-            super().make_predict_function(force)
-        finally:
-            self.jit_compile = chosen
-        function = self.predict_function
-        if function is None or getattr(function, "_traced_for_xla", False):
-            return function
-
-        def predict_function(*args, **kwargs):
-            # The layers' kernels emit XLA's fastest form when traced here.
-            with kernels.xla_compiled():
-                return function(*args, **kwargs)
-
-        predict_function._traced_for_xla = True
-        self.predict_function = predict_function
-        return predict_function

@@ -68,7 +68,7 @@ def feature_model(model, feature_blocks=(3, 5, 7, 11), norm=False, prefix_tokens
         feature_blocks: int or sequence of ints, default `(3, 5, 7, 11)`
             (ViT-B's, as in ViTDet/DPT); negative values count from the last
             block. The outputs follow this order.
-        norm: bool, default False: apply the model's final LayerNorm
+        norm: bool, default False: apply the model's final norm
             (`encoder_norm`) to each map (not available when the model
             normalises pooled features, `pooled_norm=True`).
         prefix_tokens: "drop" (default) or "separate": also return each
@@ -99,7 +99,7 @@ def feature_model(model, feature_blocks=(3, 5, 7, 11), norm=False, prefix_tokens
     check_choice(prefix_tokens, PREFIX_MODES, "prefix_tokens")
     if norm and getattr(model, "pooled_norm", False):
         raise ValueError(
-            "`norm=True` needs the model's final LayerNorm on the tokens; this model applies it "
+            "`norm=True` needs the model's final norm on the tokens; this model applies it "
             "to the pooled features (pooled_norm=True). Received: norm=True"
         )
     # The model's image size (a fixed shape, as exporters need); other sizes

@@ -13,7 +13,7 @@ new symbolic inputs (a feature model inside another model). The steps:
    the blocks; `embed_patches` and `embed_tokens` are its two halves, for
    changing the patch embeddings in between (masked-patch pre-training);
 3. `run_blocks`: the Transformer blocks, tapping chosen block outputs;
-4. `final_norm`: the encoder's LayerNorm (none when the norm is applied
+4. `final_norm`: the encoder's final norm (none when the norm is applied
    to the pooled features, `pooled_norm=True`);
 5. `head`: pooling, pre-logits, classifier(s) and activation.
 
@@ -27,10 +27,12 @@ from keras import ops
 
 from keras_vit.layers import PatchDropout, PatchEncoder, Patches, TokenGrid, TokenPooling, TransformerBlock
 from keras_vit.layers.map_head import MapHead
+from keras_vit.layers.norms import block_norm
 from keras_vit.layers.seeds import derive_seed
 from keras_vit.validation import check_choice
 
-OUTPUT_FORMATS = ("NHWC", "NLC")
+# The layouts of the patch tokens a feature holds (timm's `output_fmt`).
+FEATURE_LAYOUTS = ("NHWC", "NLC")
 
 
 class Stages:
@@ -45,10 +47,10 @@ class Stages:
         patches, embedding, dropout: the `Patches`, `PatchEncoder` and
             `Dropout` layers.
         patch_dropout: None or the `PatchDropout` (training only).
-        pre_norm: None or the LayerNorm before the first block.
+        pre_norm: None or the norm before the first block.
         blocks: the `TransformerBlock`s, in order.
-        norm: None or the encoder's final LayerNorm (`encoder_norm`).
-        fc_norm: None or the LayerNorm of the pooled features.
+        norm: None or the encoder's final norm (`encoder_norm`).
+        fc_norm: None or the norm of the pooled features.
         head_layers: `{name: layer}` of the head (pooling, `pre_logits`,
             `head`, `head_dist`, ...), as the model has them.
         num_prefix_tokens: class, distillation and register tokens.
@@ -70,10 +72,6 @@ class Stages:
 def stages(model):
     """The `Stages` of a built `keras_vit.ViT`."""
     return model._forward_stages
-
-
-def _norm(model, name, dtype):
-    return keras.layers.LayerNormalization(epsilon=model.layer_norm_epsilon, name=name, dtype=dtype)
 
 
 def build_stages(model, dtype):
@@ -106,7 +104,7 @@ def build_stages(model, dtype):
             seed=derive_seed(model.seed, "patch_dropout"), name="patch_dropout", dtype=dtype,
         )
     if model.encoder_config.pre_norm:
-        s.pre_norm = _norm(model, "pre_norm", dtype)
+        s.pre_norm = block_norm(model.block_config, "pre_norm", dtype)
     for i in range(model.num_layers):
         # Stochastic depth grows linearly from 0 in the first block.
         rate = model.stochastic_depth_rate * i / max(model.num_layers - 1, 1)
@@ -123,11 +121,11 @@ def build_stages(model, dtype):
         )
     s.head_layers = _head_layers(model, dtype)
     if not model.pooled_norm:
-        s.norm = _norm(model, "encoder_norm", dtype)
+        s.norm = block_norm(model.block_config, "encoder_norm", dtype)
     elif "pool" in s.head_layers:
         # Without pooling (include_top=False, pooling=None) the tokens come
         # out unnormalised, and the model has no norm at all.
-        s.fc_norm = _norm(model, "fc_norm", dtype)
+        s.fc_norm = block_norm(model.block_config, "fc_norm", dtype)
     return s
 
 
@@ -135,7 +133,8 @@ def _pool(model, mode, dtype):
     if mode == "map":  # SigLIP's attention pooling, with the blocks' MLP width and activation
         return MapHead(
             model.num_heads, model.mlp_dim, model.layer_norm_epsilon,
-            model.block_config.mlp_activation, name="pool", dtype=dtype,
+            model.block_config.mlp_activation, norm_kind=model.block_config.norm_kind,
+            name="pool", dtype=dtype,
         )
     return TokenPooling(mode, model.num_prefix_tokens, name="pool", dtype=dtype)
 
@@ -318,7 +317,7 @@ def outputs(s, images, training=None):
 
 
 def final_norm(s, x):
-    """Step 4: the encoder's LayerNorm on every token (identity with `pooled_norm`)."""
+    """Step 4: the encoder's final norm on every token (identity with `pooled_norm`)."""
     return x if s.norm is None else s.norm(x)
 
 
@@ -370,7 +369,7 @@ def split_tokens(s, tokens, patches, output_fmt="NHWC"):
     Returns:
         `(patch tokens, prefix tokens (batch, prefix, D))`.
     """
-    check_choice(output_fmt, OUTPUT_FORMATS, "output_fmt")
+    check_choice(output_fmt, FEATURE_LAYOUTS, "output_fmt")
     layer = TokenGrid(s.num_prefix_tokens, output_fmt == "NHWC", dtype=s.embedding.dtype_policy)
     return layer([tokens, patches])
 
@@ -378,7 +377,7 @@ def split_tokens(s, tokens, patches, output_fmt="NHWC"):
 def intermediates(s, images, indices=None, norm=False, output_fmt="NHWC",
                   return_prefix_tokens=False, intermediates_only=False, training=None):
     """`ViT.forward_intermediates` on the `Stages` `s` (see there)."""
-    check_choice(output_fmt, OUTPUT_FORMATS, "output_fmt")
+    check_choice(output_fmt, FEATURE_LAYOUTS, "output_fmt")
     taps = block_indices(len(s.blocks), indices)
     x, patches = embed(s, stem(s, images, training=training), training=training)
     x, features = run_blocks(s, x, taps, training=training, stop_early=intermediates_only)
@@ -431,7 +430,7 @@ class ForwardPass:
             indices: None (default: every block), an int `n` (the last `n`
                 blocks) or a sequence of block indices (negative values count
                 from the end).
-            norm: bool, default False: apply the encoder's final LayerNorm
+            norm: bool, default False: apply the encoder's final norm
                 to the features (none when the model normalises the pooled
                 features, `pooled_norm=True`).
             output_fmt: "NHWC" (default, `(batch, h, w, D)`) or "NLC"

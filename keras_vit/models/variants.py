@@ -1,22 +1,24 @@
 """The named constructors (`ViTB16`, `R50ViTB16`, ...), one per table row.
 
-Each constructor is generated from its row of
-`keras_vit.architectures.VARIANTS` and carries a docstring made from one
-template, as keras.applications does.
+Each is a thin function over `build_variant`: its row of
+`keras_vit.architectures.VARIANTS` overlaid with the caller's arguments,
+built by `keras_vit.ViT` (or `keras_vit.ViTHybrid` for a ResNet stem). One
+docstring template serves them all, as keras.applications does.
+`tests/test_models.py` checks that the functions here are the table's rows.
 """
 
 from keras_vit.architectures import (  # noqa: F401 (public here too)
-    ARCHITECTURES,
+    ARCHITECTURE_CONFIGS,
     CONSTRUCTORS,
-    VARIANTS,
     architecture_name,
+    get_variant,
     stem_stride,
 )
 from keras_vit.models.arguments import OTHER_NAMES
 from keras_vit.models.features import check_feature_blocks, feature_model
 from keras_vit.models.hybrid import ViTHybrid
 from keras_vit.models.vit import ViT
-from keras_vit.validation import argument_names, check_keywords
+from keras_vit.validation import check_keywords
 from keras_vit.weights.registry import weights_names
 
 _DOC = """Builds {title}, the {arch} Vision Transformer{extra}.
@@ -29,27 +31,22 @@ _DOC = """Builds {title}, the {arch} Vision Transformer{extra}.
             (for {arch}: {weights_names}), or a checkpoint path (official or
             big_vision `.npz`, timm `.safetensors`/`.pth`, keras_vit
             `.weights.h5`).
-        input_shape: optional `(height, width, channels)`.
-        image_size: int or `(height, width)`, alternative to `input_shape`;
-            default 224, or the resolution of the named `weights`.
-        pooling: for `include_top=False`: None (token sequence), "token",
-            "avg" or "max".
-        classes: int, default 1000 or the classes of the named `weights`; a
-            value that differs from the checkpoint's gets a new,
-            zero-initialised head.
-        classifier_activation: default "softmax"; None returns logits.
-        representation_size: None (default) or the width of the Dense+tanh
-            pre-logits layer (present in the original ImageNet-21k files).
-        layer_norm_epsilon: float, default 1e-6.
-        gelu_approximate: None (default: the flavour the weights were trained
-            with; tanh from scratch), True (tanh) or False (exact erf).
         feature_blocks: None (default) or an int / sequence of block indices
             (negative from the last), with `include_top=False`: returns
             `keras_vit.feature_model(model, feature_blocks)` instead, the
             NHWC feature maps of those blocks (dense tasks).
-        **kwargs: any other argument of `keras_vit.{base}` (dropout rates,
-            `name`, `dtype`, ...); another name raises
-            `keras_vit.validation.UnknownArgumentError`, naming the closest.
+        **kwargs: every other argument of `keras_vit.{base}`, with its
+            defaults: `image_size` (default 224, or the resolution of the
+            named `weights`), `input_shape`, `classes` (default 1000 or the
+            classes of the named `weights`; another count gets a new,
+            zero-initialised head), `pooling`, `classifier_activation`,
+            `representation_size`, `name`, `dtype`, ..., and every field of
+            the option records (`mlp_activation`: by default the GELU the
+            weights were trained with, "gelu_tanh" from scratch;
+            `norm_kind`, `layer_norm_epsilon`, `qkv_bias`, dropout rates,
+            ...). The row's `{arch_keys}` hold unless given here.
+            Another name raises `keras_vit.validation.UnknownArgumentError`,
+            naming the closest.
 
     Returns:
         A `keras_vit.{base}` model; with `feature_blocks`, a functional
@@ -83,73 +80,128 @@ def _docstring(variant, model_class):
         summary=summary,
         weights_names=names or "none registered",
         base=model_class.__name__,
+        arch_keys="`, `".join(row),
         func=variant.constructor,
         example_size=example,
         reference="; BiT ResNet: arXiv:1912.11370" if variant.hybrid else "",
     )
 
 
-def make_constructor(variant):
-    """Returns the named constructor of a `keras_vit.architectures.Variant`."""
-    model_class = ViTHybrid if variant.hybrid else ViT
-    row = dict(variant.config)
+def _model_class(variant):
+    return ViTHybrid if variant.hybrid else ViT
 
-    def constructor(
-        include_top=True,
-        weights=None,
-        input_shape=None,
-        image_size=None,
-        pooling=None,
-        classes=None,
-        classifier_activation="softmax",
-        representation_size=None,
-        layer_norm_epsilon=1e-6,
-        gelu_approximate=None,
-        feature_blocks=None,
-        **kwargs,
-    ):
-        check_keywords(kwargs, allowed, variant.constructor, OTHER_NAMES)
-        if feature_blocks is not None and include_top:
-            raise ValueError(
-                "`feature_blocks` gives a model of block feature maps, which has no classifier: "
-                f"pass include_top=False with it. Received: include_top={include_top!r}, "
-                f"feature_blocks={feature_blocks!r}"
-            )
-        config = dict(row, name=variant.constructor.lower())
-        config.update(kwargs)
-        if feature_blocks is not None:
-            # Checked before the (possibly large) model and its weights are built.
-            check_feature_blocks(feature_blocks, config["num_layers"])
-        model = model_class(
-            include_top=include_top,
-            weights=weights,
-            input_shape=input_shape,
-            image_size=image_size,
-            pooling=pooling,
-            classes=classes,
-            classifier_activation=classifier_activation,
-            representation_size=representation_size,
-            layer_norm_epsilon=layer_norm_epsilon,
-            gelu_approximate=gelu_approximate,
-            **config,
-        )
-        if feature_blocks is None:
-            return model
-        return feature_model(model, feature_blocks=feature_blocks)
 
+def build_variant(constructor, include_top=True, weights=None, feature_blocks=None, **kwargs):
+    """The model of a named constructor: its table row, overlaid with `kwargs`.
+
+    Args:
+        constructor: a constructor name of `keras_vit.architectures.CONSTRUCTORS`.
+        include_top, weights, feature_blocks, **kwargs: as the named
+            constructors take them (see `ViTB16`).
+
+    Returns:
+        A `keras_vit.ViT` or `keras_vit.ViTHybrid`; with `feature_blocks`,
+        the functional feature model of `keras_vit.feature_model`.
+    """
+    variant = get_variant(constructor)
+    model_class = _model_class(variant)
     # Misspelt names fail here, under the constructor's own name.
-    allowed = argument_names(constructor) + model_class.argument_names()
-    constructor.__name__ = constructor.__qualname__ = variant.constructor
-    constructor.__module__ = __name__
-    constructor.__doc__ = _docstring(variant, model_class)
-    constructor.architecture = variant.architecture
-    return constructor
+    allowed = ("include_top", "weights", "feature_blocks") + model_class.argument_names()
+    check_keywords(kwargs, allowed, constructor, OTHER_NAMES)
+    if feature_blocks is not None and include_top:
+        raise ValueError(
+            "`feature_blocks` gives a model of block feature maps, which has no classifier: "
+            f"pass include_top=False with it. Received: include_top={include_top!r}, "
+            f"feature_blocks={feature_blocks!r}"
+        )
+    config = dict(variant.config, name=constructor.lower())
+    config.update(kwargs)
+    if feature_blocks is not None:
+        # Checked before the (possibly large) model and its weights are built.
+        check_feature_blocks(feature_blocks, config["num_layers"])
+    model = model_class(include_top=include_top, weights=weights, **config)
+    if feature_blocks is None:
+        return model
+    return feature_model(model, feature_blocks=feature_blocks)
 
 
-for _variant in VARIANTS:
-    globals()[_variant.constructor] = make_constructor(_variant)
-del _variant
+def _named(function):
+    """Gives a named constructor its row's docstring and `architecture`."""
+    variant = get_variant(function.__name__)
+    function.__doc__ = _docstring(variant, _model_class(variant))
+    function.architecture = variant.architecture
+    return function
 
-__all__ = ["ARCHITECTURES", "CONSTRUCTORS", "architecture_name", "make_constructor"] + list(
-    CONSTRUCTORS
-)
+
+@_named
+def ViTTi16(include_top=True, weights=None, feature_blocks=None, **kwargs):
+    return build_variant("ViTTi16", include_top, weights, feature_blocks, **kwargs)
+
+
+@_named
+def ViTS16(include_top=True, weights=None, feature_blocks=None, **kwargs):
+    return build_variant("ViTS16", include_top, weights, feature_blocks, **kwargs)
+
+
+@_named
+def ViTS32(include_top=True, weights=None, feature_blocks=None, **kwargs):
+    return build_variant("ViTS32", include_top, weights, feature_blocks, **kwargs)
+
+
+@_named
+def ViTB8(include_top=True, weights=None, feature_blocks=None, **kwargs):
+    return build_variant("ViTB8", include_top, weights, feature_blocks, **kwargs)
+
+
+@_named
+def ViTB16(include_top=True, weights=None, feature_blocks=None, **kwargs):
+    return build_variant("ViTB16", include_top, weights, feature_blocks, **kwargs)
+
+
+@_named
+def ViTB32(include_top=True, weights=None, feature_blocks=None, **kwargs):
+    return build_variant("ViTB32", include_top, weights, feature_blocks, **kwargs)
+
+
+@_named
+def ViTL16(include_top=True, weights=None, feature_blocks=None, **kwargs):
+    return build_variant("ViTL16", include_top, weights, feature_blocks, **kwargs)
+
+
+@_named
+def ViTL32(include_top=True, weights=None, feature_blocks=None, **kwargs):
+    return build_variant("ViTL32", include_top, weights, feature_blocks, **kwargs)
+
+
+@_named
+def ViTH14(include_top=True, weights=None, feature_blocks=None, **kwargs):
+    return build_variant("ViTH14", include_top, weights, feature_blocks, **kwargs)
+
+
+@_named
+def RViTTi16(include_top=True, weights=None, feature_blocks=None, **kwargs):
+    return build_variant("RViTTi16", include_top, weights, feature_blocks, **kwargs)
+
+
+@_named
+def R26ViTS32(include_top=True, weights=None, feature_blocks=None, **kwargs):
+    return build_variant("R26ViTS32", include_top, weights, feature_blocks, **kwargs)
+
+
+@_named
+def R26ViTB32(include_top=True, weights=None, feature_blocks=None, **kwargs):
+    return build_variant("R26ViTB32", include_top, weights, feature_blocks, **kwargs)
+
+
+@_named
+def R50ViTB16(include_top=True, weights=None, feature_blocks=None, **kwargs):
+    return build_variant("R50ViTB16", include_top, weights, feature_blocks, **kwargs)
+
+
+@_named
+def R50ViTL32(include_top=True, weights=None, feature_blocks=None, **kwargs):
+    return build_variant("R50ViTL32", include_top, weights, feature_blocks, **kwargs)
+
+
+__all__ = ["ARCHITECTURE_CONFIGS", "CONSTRUCTORS", "architecture_name", "build_variant"]
+__all__ += list(CONSTRUCTORS)

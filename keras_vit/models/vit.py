@@ -3,15 +3,17 @@
 `ViT` is an architecture: its constructor turns arguments into a graph. The
 `weights` argument is served by two calls into `keras_vit.weights`, before
 and after the graph is built (`describe_weights` fixes the defaults the
-checkpoint implies, `load_weights` loads it); how the model runs on a
-backend lives in `keras_vit.models.base`.
+checkpoint implies, `load_weights` loads it); the input checks and the
+calls into saving, LoRA and execution policy are inherited from
+`keras_vit.models.base`, how the model runs on a backend lives in
+`keras_vit.execution`.
 """
 
 import keras
 import numpy as np
 
-from keras_vit.architectures import CLASS_TOKEN_READERS
-from keras_vit.layers import onednn
+from keras_vit import kernels
+from keras_vit.architectures import CLASS_TOKEN_READERS, gelu_activation
 from keras_vit.layers.interpolation import interpolate_position_embedding
 from keras_vit.layers.config import RECORDS, BlockConfig, expose_records, record_keywords
 from keras_vit.layers.seeds import check_seed
@@ -49,8 +51,9 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
 
     A functional `keras.Model`: images are cut into patches, embedded with a
     class token and position embedding, passed through `num_layers`
-    pre-LayerNorm Transformer blocks and a final LayerNorm, then classified
-    from the class token (or the mean of the patch tokens). Layer names follow
+    pre-norm Transformer blocks and a final norm (LayerNorm unless
+    `norm_kind` says otherwise), then classified from the class token (or
+    the mean of the patch tokens). Layer names follow
     the official checkpoint (`embedding`, `encoderblock_{i}`, `encoder_norm`,
     `pre_logits`, `head`), so `model.get_layer("encoderblock_3").output`
     gives a feature extractor; `forward_intermediates` gives the features
@@ -62,7 +65,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
     (`head_dist`; the output is the average of both heads' logits, DeiT's
     inference rule; the two heads are the layers `head` and `head_dist`),
     register tokens, query/key/value without biases, LayerScale, and the
-    final LayerNorm applied to the pooled features (`fc_norm`). A model can
+    final norm applied to the pooled features (`fc_norm`). A model can
     carry its checkpoint's class names and preprocessing (`class_names`,
     `preprocessing`), which `keras_vit.decode_predictions(..., model=)` and
     `keras_vit.preprocess_input(..., model=)` use.
@@ -119,7 +122,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         num_register_tokens: int, default 0: register tokens after the class
             (and distillation) token, without position rows; excluded from
             the "avg"/"max"/"gap" pooling.
-        pooled_norm: bool, default False: apply the final LayerNorm (named
+        pooled_norm: bool, default False: apply the final norm (named
             `fc_norm`) to the pooled features instead of to every token
             (timm's `fc_norm`); with `include_top=False, pooling=None` the
             tokens come out unnormalised.
@@ -137,6 +140,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         block_config: None, a `keras_vit.layers.config.BlockConfig` or its
             config dict: the options every Transformer block shares. Each
             field is also a keyword of its own, which replaces the record's:
+            `norm_kind` (the kind of every norm of the encoder, a name of
+            `keras_vit.layers.norms.NORMS`; default "layernorm"),
             `layer_norm_epsilon` (default 1e-6, the official value),
             `mlp_activation` ("gelu_tanh", the official tanh GELU; "gelu",
             the exact erf GELU of timm/DeiT; "quick_gelu", OpenAI CLIP's),
@@ -144,10 +149,9 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
             initial LayerScale value), `dropout_rate` (also after the
             position embedding), `attention_dropout_rate` (default 0),
             `mlp_kind` ("plain" or DINOv2-giant's "swiglu") and `qk_norm`
-            (default False; ViT-22B's LayerNorm of queries and keys).
-            `gelu_approximate=True/False` is the earlier spelling of
-            "gelu_tanh"/"gelu". Unless given, the activation is the one the
-            `weights` were trained with (tanh when building from scratch).
+            (default False; ViT-22B's norm of queries and keys).
+            Unless given, the activation is the one the `weights` were
+            trained with (tanh when building from scratch).
         encoder_config: None, a `keras_vit.layers.config.EncoderConfig` or
             its config dict: the options around the blocks (its docstring
             lists them), each field also a keyword of its own, e.g.
@@ -243,11 +247,11 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         if classes is None:
             classes = info.classes or 1000
         self.classes = check_positive_int(classes, "classes") if include_top else classes
-        activation_given = block_config is not None or "mlp_activation" in BlockConfig.explicit(options)
+        activation_given = block_config is not None or "mlp_activation" in options
         if not activation_given and info.gelu_approximate is not None:
             # The activation the checkpoint was trained with.
-            self.block_config = BlockConfig.from_arguments(
-                self.block_config, gelu_approximate=info.gelu_approximate
+            self.block_config = self.block_config.replace(
+                mlp_activation=gelu_activation(info.gelu_approximate)
             )
         self._set_metadata(class_names, preprocessing, info)
 
@@ -382,11 +386,9 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
           standardisation of their convolutions).
         - On torch, where the projections run on oneDNN, each projection
           kernel is reordered to oneDNN's blocked layout once, on first
-          use, instead of on every call (`onednn.pack_for_inference`;
-          B/16 `predict` 1.11x faster in bfloat16 and 1.04x in float32 at
-          batch 1, 1.05x and 1.06x at batch 8, interleaved with the
-          original; outputs bit-equal). The packed copies take as much memory again as
-          those kernels.
+          use, instead of on every call (`kernels.pack_for_inference`,
+          outputs bit-equal; docs/performance.md has the gain). The packed
+          copies take as much memory again as those kernels.
 
         The copy gives the original's outputs up to float rounding. It is not
         trainable: fine-tune the original (a hybrid copy's convolutions no
@@ -448,7 +450,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
                 value = keras.ops.convert_to_numpy(value)
             variable.assign(np.asarray(value, variable.dtype))
         copy.trainable = False
-        onednn.pack_for_inference(copy.weights)
+        kernels.pack_for_inference(copy.weights)
         return copy
 
     def _inference_config(self, config):

@@ -15,6 +15,7 @@ whatever the backend's rounding of the division.
 """
 
 import sys
+from typing import Callable, NamedTuple
 
 import keras
 import numpy as np
@@ -31,94 +32,47 @@ __all__ = [
 ]
 
 
-class _NumPy:
-    """The handful of array operations the targets need, per array kind."""
+class _ArrayOps(NamedTuple):
+    """The handful of array operations the targets need, for one kind of array.
 
-    @staticmethod
-    def float32(x):
-        return np.asarray(x, "float32")
+    `sum` and `clip` take their arguments positionally (`x, axis` and
+    `x, low, high`), as NumPy, `keras.ops` and TensorFlow all do.
+    """
 
-    reshape = staticmethod(np.reshape)
-    transpose = staticmethod(np.transpose)
-    floor = staticmethod(np.floor)
-    where = staticmethod(np.where)
+    cast: Callable  # (x, dtype name)
+    reshape: Callable
+    transpose: Callable
+    floor: Callable
+    where: Callable
+    sum: Callable
+    clip: Callable
+    dynamic_shape: Callable
 
-    @staticmethod
-    def sum(x, axis):
-        return np.sum(x, axis=axis)
+    def float32(self, x):
+        return self.cast(x, "float32")
 
-    @staticmethod
-    def clip(x, low, high):
-        return np.clip(x, low, high)
+    def int32(self, x):
+        return self.cast(x, "int32")
 
-    @staticmethod
-    def int32(x):
-        return np.asarray(x).astype("int32")
-
-    @staticmethod
-    def shape(x):
-        return tuple(x.shape)
+    def shape(self, x):
+        """The static shape, with the dynamic size where an axis has none."""
+        dynamic = self.dynamic_shape(x)
+        return tuple(s if s is not None else dynamic[i] for i, s in enumerate(x.shape))
 
 
-class _Keras:
-    @staticmethod
-    def float32(x):
-        return ops.cast(x, "float32")
-
-    reshape = staticmethod(ops.reshape)
-    transpose = staticmethod(ops.transpose)
-    floor = staticmethod(ops.floor)
-    where = staticmethod(ops.where)
-
-    @staticmethod
-    def sum(x, axis):
-        return ops.sum(x, axis=axis)
-
-    @staticmethod
-    def clip(x, low, high):
-        return ops.clip(x, low, high)
-
-    @staticmethod
-    def int32(x):
-        return ops.cast(x, "int32")
-
-    @staticmethod
-    def shape(x):
-        static, dynamic = x.shape, ops.shape(x)
-        return tuple(s if s is not None else d for s, d in zip(static, dynamic))
+_NUMPY = _ArrayOps(
+    lambda x, dtype: np.asarray(x).astype(dtype), np.reshape, np.transpose, np.floor, np.where,
+    np.sum, np.clip, np.shape,
+)
+_KERAS = _ArrayOps(
+    ops.cast, ops.reshape, ops.transpose, ops.floor, ops.where, ops.sum, ops.clip, ops.shape,
+)
 
 
 def _tensorflow(tf):
-    class _TensorFlow:
-        @staticmethod
-        def float32(x):
-            return tf.cast(x, tf.float32)
-
-        reshape = staticmethod(tf.reshape)
-        transpose = staticmethod(tf.transpose)
-        floor = staticmethod(tf.floor)
-        where = staticmethod(tf.where)
-
-        @staticmethod
-        def sum(x, axis):
-            return tf.reduce_sum(x, axis=axis)
-
-        @staticmethod
-        def clip(x, low, high):
-            return tf.clip_by_value(x, low, high)
-
-        @staticmethod
-        def int32(x):
-            return tf.cast(x, tf.int32)
-
-        @staticmethod
-        def shape(x):
-            dynamic = tf.shape(x)
-            return tuple(
-                s if s is not None else dynamic[i] for i, s in enumerate(x.shape)
-            )
-
-    return _TensorFlow
+    return _ArrayOps(
+        tf.cast, tf.reshape, tf.transpose, tf.floor, tf.where, tf.reduce_sum, tf.clip_by_value, tf.shape,
+    )
 
 
 def _ops_for(images):
@@ -128,8 +82,8 @@ def _ops_for(images):
     if tf is not None and isinstance(images, tf.Tensor):
         return _tensorflow(tf)
     if ops.is_tensor(images) or isinstance(images, keras.KerasTensor):
-        return _Keras
-    return _NumPy
+        return _KERAS
+    return _NUMPY
 
 
 def _check_bits(bits):

@@ -4,8 +4,7 @@
   (`finetune_optimizer`, `pretrain_optimizer`, `compile_for_finetuning`,
   `masked_patch_optimizer` for self-supervised pre-training).
 - `data`: tf.data training/evaluation pipelines (imported lazily).
-- `datasets`: tfds datasets, image folders, scikit-learn digits
-  (`sources`, its former name, still imports).
+- `datasets`: tfds datasets, image folders, scikit-learn digits.
 - `distribute`: `get_distribution(name)` for tf.distribute strategies,
   TPUs and the jax data/model-parallel distributions.
 - `callbacks`: a resumable run directory (`run_callbacks`), an exact
@@ -20,8 +19,6 @@
 TensorFlow is needed only by `data` and `datasets` (and by the tensorflow
 strategies); the recipes and callbacks are backend-neutral.
 """
-
-import sys
 
 from keras_vit.training.callbacks import (
     SaveFinalWeights,
@@ -50,10 +47,3 @@ from keras_vit.training.recipes import (
     scaled_learning_rate,
 )
 from keras_vit.training.presets import save_trained_preset
-
-# `keras_vit.training.sources`, the module's former name (it read like the
-# checkpoint readers), stays importable.
-from keras_vit.training import datasets  # noqa: E402
-
-sources = datasets
-sys.modules[__name__ + ".sources"] = datasets

@@ -43,7 +43,7 @@ import socket
 import keras
 import numpy as np
 
-from keras_vit.models.base import refuse_torch_processes
+from keras_vit.execution.processes import refuse_torch_processes
 
 ENVIRONMENT = (
     ("KERAS_VIT_COORDINATOR", "KERAS_VIT_NUM_PROCESSES", "KERAS_VIT_PROCESS_ID"),

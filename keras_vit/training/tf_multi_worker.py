@@ -16,8 +16,8 @@ tensorflow/tensorflow#72388), at two places of its TensorFlow trainer:
    replicas alone (`axis=None`).
 
 `install()` wraps both functions; the wrappers change nothing unless the
-strategy is a multi-worker collective strategy, and the patch is removed
-(`uninstall()`) or skipped once Keras no longer needs it.
+strategy is a multi-worker collective strategy; the patch goes once Keras
+no longer needs it.
 """
 
 from keras.src.backend.tensorflow import trainer as _trainer
@@ -69,7 +69,6 @@ def install():
     >>> install()
     >>> _trainer.reduce_per_replica is _reduce_per_replica
     True
-    >>> uninstall()
     """
     if _ORIGINAL:
         return
@@ -78,9 +77,3 @@ def install():
     _trainer.TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build
     _trainer.reduce_per_replica = _reduce_per_replica
 
-
-def uninstall():
-    """Restores Keras's own functions."""
-    if _ORIGINAL:
-        _trainer.TensorFlowTrainer._maybe_symbolic_build = _ORIGINAL.pop("build")
-        _trainer.reduce_per_replica = _ORIGINAL.pop("reduce")

@@ -11,6 +11,8 @@ its own names to these; `{i}` stands for the block index.
 
 import dataclasses
 
+from keras_vit.validation import pair
+
 # Prefix tokens: class, distillation (DeiT), registers.
 CLS = "cls"
 DIST = "dist"
@@ -43,6 +45,10 @@ PRE_LOGITS = "pre_logits/"
 # The attention-pool (MAP) head (`MapHead`: `probe`, `MultiHeadDotProductAttention_0/`,
 # `LayerNorm_0/`, `MlpBlock_0/`).
 MAP_HEAD = "pool/"
+MAP_ATTENTION = MAP_HEAD + "MultiHeadDotProductAttention_0/"
+MAP_NORM = MAP_HEAD + "LayerNorm_0/"
+MAP_MLP_IN = MAP_HEAD + "MlpBlock_0/Dense_0/"
+MAP_MLP_OUT = MAP_HEAD + "MlpBlock_0/Dense_1/"
 HEAD = "head/"
 # DeiT's second head, on the distillation token.
 HEAD_DIST = "head_dist/"
@@ -57,6 +63,37 @@ def block(template, index):
     'Transformer/encoderblock_3/LayerNorm_0/scale'
     """
     return template.replace("{i}", str(index))
+
+
+def encoder_arguments(image_size, patch_size, hidden_size, num_layers, num_heads, mlp_dim, channels=3, **options):
+    """The `ViT` arguments of a checkpoint's encoder (`PresetSource.arguments`).
+
+    Sizes become `(height, width)` pairs; `input_shape` is set only for
+    other than 3 channels; `options` are passed on as they are.
+
+    Raises:
+        ValueError: naming `image_size` or `patch_size` when it is not a
+            positive int or a pair of them.
+
+    Example:
+
+    >>> args = encoder_arguments(32, 8, 16, 2, 2, 64, channels=1, qkv_bias=False)
+    >>> args["patch_size"], args["input_shape"], args["qkv_bias"]
+    ((8, 8), (32, 32, 1), False)
+    """
+    size = pair(image_size, "image_size")
+    args = dict(
+        image_size=size,
+        patch_size=pair(patch_size, "patch_size"),
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        mlp_dim=mlp_dim,
+        **options,
+    )
+    if channels != 3:
+        args["input_shape"] = size + (channels,)
+    return args
 
 
 @dataclasses.dataclass

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 from keras_vit import labels
 from keras_vit.architectures import VARIANTS, architecture_name, effective_patch_size
-from keras_vit.layers.config import flatten_config
+from keras_vit.layers.config import BlockConfig
 from keras_vit.weights import canonical as C
 from keras_vit.weights import registry
 from keras_vit.weights.files import check_file, read_state_dict
 from keras_vit.weights.formats import official, timm
-from keras_vit.weights.readers import FORMATS, checkpoint_format
+from keras_vit.weights.readers import CHECKPOINT_SUFFIXES, checkpoint_format
 from keras_vit.weights.posemb import square_grid
 from keras_vit.weights.record import Preprocessing
 
@@ -54,7 +54,7 @@ def _looks_like_path(weights):
     return (
         os.sep in weights
         or "/" in weights
-        or name.endswith(tuple(FORMATS))
+        or name.endswith(tuple(CHECKPOINT_SUFFIXES))
         or os.path.exists(weights)
     )
 
@@ -83,7 +83,7 @@ def _existing(path, weights, architecture):
         f"from the current working directory, {os.getcwd()!r}). `weights` takes "
         f"None, a registered weights name ({shown}), "
         "or the path of a "
-        f"checkpoint file ({', '.join(sorted(FORMATS))}); a checkpoint "
+        f"checkpoint file ({', '.join(sorted(CHECKPOINT_SUFFIXES))}); a checkpoint "
         "directory or a hf:// handle loads with `keras_vit.from_preset(handle)`."
     )
 
@@ -119,12 +119,12 @@ def resolve(weights, architecture):
         return _existing(weights, weights, architecture), None
     valid = ", ".join(repr(n) for n in names) or (
         "none registered" if architecture else "none (registered weights exist "
-        "only for the architectures of `keras_vit.models.ARCHITECTURES`)"
+        "only for the architectures of `keras_vit.models.ARCHITECTURE_CONFIGS`)"
     )
     raise ValueError(
         f"Unknown weights name {weights!r} for architecture {architecture!r}. "
         f"Valid names: {valid}; or give the path of a checkpoint file "
-        f"({', '.join(sorted(FORMATS))}). Received: weights={weights!r}"
+        f"({', '.join(sorted(CHECKPOINT_SUFFIXES))}). Received: weights={weights!r}"
     )
 
 
@@ -180,7 +180,8 @@ def _facts(shapes, kind):
 def _keras_archive_info(path):
     """What a `.keras` archive's own `config.json` says: everything."""
     with zipfile.ZipFile(path) as archive:
-        config = flatten_config(json.loads(archive.read("config.json")).get("config", {}))
+        config = json.loads(archive.read("config.json")).get("config", {})
+    activation = BlockConfig.from_arguments(config.get("block_config"), **config).mlp_activation
     image_size = config.get("image_size")
     if isinstance(image_size, list):
         image_size = image_size[0] if image_size[0] == image_size[1] else tuple(image_size)
@@ -188,7 +189,7 @@ def _keras_archive_info(path):
     return WeightsInfo(
         image_size=image_size,
         classes=config.get("classes") if config.get("include_top", True) else None,
-        gelu_approximate=config.get("gelu_approximate"),
+        gelu_approximate={"gelu_tanh": True, "gelu": False}.get(activation),
         representation_size=config.get("representation_size"),
         channels=shape[-1] if shape else None,
         preprocessing=config.get("preprocessing"),

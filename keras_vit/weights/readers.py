@@ -16,7 +16,8 @@ import os
 
 from keras_vit.weights.formats import keras_vit, official, timm
 
-FORMATS = {
+# File name endings -> the reader of `read_checkpoint`.
+CHECKPOINT_SUFFIXES = {
     ".npz": "npz",
     ".safetensors": "timm",
     ".pth": "timm",
@@ -30,12 +31,12 @@ FORMATS = {
 def checkpoint_format(path):
     """The reader for `path` from its name ("npz", "timm" or "keras")."""
     name = os.fspath(path).lower()
-    for suffix, kind in FORMATS.items():
+    for suffix, kind in CHECKPOINT_SUFFIXES.items():
         if name.endswith(suffix):
             return kind
     raise ValueError(
         f"Unsupported checkpoint file {os.fspath(path)!r}: the name must end "
-        f"with one of {sorted(FORMATS)}."
+        f"with one of {sorted(CHECKPOINT_SUFFIXES)}."
     )
 
 

@@ -4,7 +4,7 @@ Every difference between checkpoints (resolution, classes, pre-logits layer,
 input range, GELU flavour, licence, expected parameter count) is a field of a
 record, so loaders and models read the table instead of branching on names.
 Records are keyed by `(architecture, name)`, with architecture strings as in
-`keras_vit.architectures.ARCHITECTURES` ("B/16", "R50+B/16", ...).
+`keras_vit.architectures.ARCHITECTURE_CONFIGS` ("B/16", "R50+B/16", ...).
 
 Weights names:
 
@@ -22,7 +22,7 @@ A "-224" suffix always means a 224 px fine-tune; the other fine-tunes are at
 
 from urllib.parse import quote
 
-from keras_vit.architectures import ARCHITECTURES
+from keras_vit.architectures import ARCHITECTURE_CONFIGS
 
 # PREPROCESSING_MODES and CLASSIFIERS are public here too.
 from keras_vit.weights.record import CLASSIFIERS, PREPROCESSING_MODES, WeightsRecord  # noqa: F401
@@ -315,7 +315,7 @@ def get_record(architecture, name):
     record = WEIGHTS.get((architecture, name))
     if record is not None:
         return record
-    known = list(ARCHITECTURES)
+    known = list(ARCHITECTURE_CONFIGS)
     if architecture in known:
         names = weights_names(architecture)
         available = ", ".join(repr(n) for n in names) if names else "none"
@@ -335,7 +335,7 @@ def markdown_table():
     Returns:
         A string: a Markdown table sorted by architecture.
     """
-    order = {a: i for i, a in enumerate(list(ARCHITECTURES))}
+    order = {a: i for i, a in enumerate(list(ARCHITECTURE_CONFIGS))}
     records = sorted(
         WEIGHTS.values(), key=lambda r: order.get(r.architecture, len(order))
     )

@@ -11,20 +11,21 @@ import os
 import keras
 
 from keras_vit import labels
-from keras_vit.layers.config import flatten_config
+from keras_vit.layers.config import RECORDS
 from keras_vit.version import __version__
 from keras_vit.weights.files import write_json
 from keras_vit.weights.formats import transformers
 from keras_vit.weights.mapping import model_state
 from keras_vit.weights.record import Preprocessing
 
-FORMATS = ("keras_vit", "transformers")
+# The directory layouts `save_to_preset` writes.
+PRESET_FORMATS = ("keras_vit", "transformers")
 KERAS_WEIGHTS = "model.weights.h5"
 
 
 def _check_format(format):
-    if format not in FORMATS:
-        raise ValueError(f"`format` must be one of {FORMATS}. Received: format={format!r}")
+    if format not in PRESET_FORMATS:
+        raise ValueError(f"`format` must be one of {PRESET_FORMATS}. Received: format={format!r}")
 
 
 @contextlib.contextmanager
@@ -84,9 +85,18 @@ def _preprocessing(value, model):
     return Preprocessing.from_config(value)
 
 
+def _flat_config(model):
+    """The model's config with its option records' fields as top-level keys,
+    the form the transformers writer reads."""
+    config = model.get_config()
+    for key in RECORDS:
+        config.update(config.pop(key))
+    return config
+
+
 def _names_classes(model, format):
     if format == "transformers":
-        return transformers.names_classes(flatten_config(model.get_config()))
+        return transformers.names_classes(_flat_config(model))
     return model.include_top
 
 
@@ -134,7 +144,7 @@ def _metadata(model, format, preprocessing, class_names):
 def _save_transformers(model, directory, metadata):
     transformers.write(
         directory,
-        flatten_config(model.get_config()),
+        _flat_config(model),
         model_state(model),
         metadata.get("class_names"),
         Preprocessing.from_config(metadata["preprocessing"]),
@@ -198,7 +208,7 @@ def save_to_preset(model, directory, format="keras_vit", preprocessing=None, cla
     """
     _check_format(format)
     if format == "transformers":
-        transformers.export_architecture(flatten_config(model.get_config()))  # refuse before writing
+        transformers.export_class(_flat_config(model))  # refuse before writing
     metadata = _metadata(model, format, preprocessing, class_names)
     os.makedirs(directory, exist_ok=True)
     if format == "keras_vit":

@@ -4,12 +4,20 @@
   layout itself, plus Linen numbering, scanned blocks, big_vision's position
   embedding);
 - `timm`: timm state dicts and timm Hub directories;
-- `transformers`: transformers ViT/DeiT directories, read and written;
-- `keras_hub`: keras-hub ViT presets, and through it `keras_hub_dinov2`
-  (DINOv2 backbones) and `keras_hub_siglip` (SigLIP vision towers);
+- `transformers`: transformers directories, read and written, through the
+  registry of its families (`TRANSFORMERS_FAMILIES`): one
+  `transformers_family.TransformersFamily` subclass per module
+  (`transformers_vit` for ViT/DeiT, `transformers_dinov2`,
+  `transformers_clip`, `transformers_siglip`, `transformers_siglip2`,
+  `transformers_vit_mae`), processor files in `transformers_processor`;
+- `keras_hub`: keras-hub presets, through the registry of its families
+  (`KERAS_HUB_FAMILIES`): one `keras_hub_family.KerasHubFamily` subclass per
+  module (`keras_hub_vit`, `keras_hub_dinov2`, `keras_hub_siglip`);
 - `keras_vit`: keras_vit's own `.weights.h5` / `.keras` files.
 
-Each reads into a `keras_vit.weights.canonical.Checkpoint`;
+The tables are written with the rules of the PyTorch and Keras naming
+conventions (`conventions`); both registries are a `families.FamilyRegistry`.
+Each reader returns a `keras_vit.weights.canonical.Checkpoint`;
 `keras_vit.weights.readers` picks one by file name, `keras_vit.presets` by
 directory layout.
 """

@@ -37,119 +37,78 @@ tensorflow; keras_vit resizes as transformers does on every backend
 antialiases).
 """
 
+from keras_vit.layers.swiglu import swiglu_hidden_width
 from keras_vit.weights import canonical as C
+from keras_vit.weights.formats.conventions import keras_block, keras_dense, keras_norm
+from keras_vit.weights.formats.keras_hub_family import KerasHubFamily
 from keras_vit.weights.rules import RuleTable
 
-REGISTERED = ("keras_hub>DINOV2Backbone",)
 _E = "embeddings/"
 _L = "encoder/layers_{i}/"
-_A = _L + "attention/attention/"
-_SWIGLU = C.BLOCK + "MlpBlock_3/"
 RULES = (
     (_E + "cls_token", C.CLS),
     (_E + "register_tokens", C.REG),
     (_E + "interpolated_position_embeddings", C.POSEMB),
-    (_E + "patch_embeddings/projection/kernel", C.EMBEDDING + "kernel"),
-    (_E + "patch_embeddings/projection/bias", C.EMBEDDING + "bias"),
-    (_L + "norm1/gamma", C.NORM_1 + "scale"),
-    (_L + "norm1/beta", C.NORM_1 + "bias"),
-    *(
-        (_A + f"{source}/{leaf}", C.ATTENTION + f"{name}/{leaf}")
-        for source, name in (("query", "query"), ("key", "key"), ("value", "value"),
-                             ("attention_output", "out"))
-        for leaf in ("kernel", "bias")
-    ),
+    *keras_dense(_E + "patch_embeddings/projection", C.EMBEDDING),
+    *keras_block(_L, "norm1", "attention/attention", "norm2", "mlp/fc1", "mlp/fc2"),
     (_L + "layer_scale1/lambda1", C.ATTENTION_SCALE),
-    (_L + "norm2/gamma", C.NORM_2 + "scale"),
-    (_L + "norm2/beta", C.NORM_2 + "bias"),
-    (_L + "mlp/fc1/kernel", C.MLP_IN + "kernel"),
-    (_L + "mlp/fc1/bias", C.MLP_IN + "bias"),
-    (_L + "mlp/fc2/kernel", C.MLP_OUT + "kernel"),
-    (_L + "mlp/fc2/bias", C.MLP_OUT + "bias"),
     (_L + "layer_scale2/lambda1", C.MLP_SCALE),
     # The SwiGLU MLP (`use_swiglu_ffn`, DINOv2-giant): `weights_in` holds the
     # gate and up projections side by side, `weights_out` is the down one.
-    (_L + "mlp/weights_in/kernel", _SWIGLU + "{part}/kernel", "gate_up"),
-    (_L + "mlp/weights_in/bias", _SWIGLU + "{part}/bias", "gate_up"),
-    (_L + "mlp/weights_out/kernel", _SWIGLU + "down/kernel"),
-    (_L + "mlp/weights_out/bias", _SWIGLU + "down/bias"),
-    ("layernorm/gamma", C.ENCODER_NORM + "scale"),
-    ("layernorm/beta", C.ENCODER_NORM + "bias"),
+    (_L + "mlp/weights_in/kernel", C.MLP_GATE_UP + "kernel", "gate_up"),
+    (_L + "mlp/weights_in/bias", C.MLP_GATE_UP + "bias", "gate_up"),
+    *keras_dense(_L + "mlp/weights_out", C.MLP_DOWN),
+    *keras_norm("layernorm", C.ENCODER_NORM),
 )
-TABLE = RuleTable(RULES)
-IGNORED = {
-    _E + "mask_token": "the mask token of masked pre-training, not used at inference",
-    _E + "position_embeddings": (
-        "the table at `position_embedding_shape`; the forward pass adds its resize to "
-        "`image_shape`, `interpolated_position_embeddings`"
-    ),
-}
-# keras-hub's LayerNorms all have this epsilon, whatever the checkpoint.
-LAYER_NORM_EPSILON = 1e-6
 
 
-def source_name(name):
-    """A variable's name in `RULES` (keras-hub names every DINOv2 weight)."""
-    return name
-
-
-def _unsupported(message):
-    return ValueError(f"Cannot build this keras-hub DINOv2 preset: {message}")
-
-
-def encoder_config(backbone):
-    """The image encoder's `config` dict in a preset's `config.json` dict."""
-    return backbone["config"]
-
-
-def model_arguments(config, input_shape):
-    """keras_vit `ViT` arguments for the `config` of a DINOV2Backbone.
-
-    Args:
-        config: the backbone's `config` dict (`config.json["config"]`).
-        input_shape: `(height, width, channels)` of its `image_shape`.
+class Dinov2Family(KerasHubFamily):
+    """keras-hub's DINOv2 backbone.
 
     Example:
 
-    >>> args = model_arguments({"patch_size": 14, "num_layers": 12, "hidden_dim": 384,
+    >>> args = Dinov2Family().encoder_arguments({"patch_size": 14, "num_layers": 12, "hidden_dim": 384,
     ...     "num_heads": 6, "intermediate_dim": 1536, "num_register_tokens": 4,
     ...     "antialias_in_interpolation": True}, (518, 518, 3))
     >>> args["num_register_tokens"], args["position_interpolation"], args["pooling"]
     (4, 'dinov2_registers', 'token')
     """
-    antialias = bool(config.get("antialias_in_interpolation", False))
-    mlp_dim = int(config["intermediate_dim"])
-    swiglu = bool(config.get("use_swiglu_ffn", False))
-    if swiglu:
-        # keras-hub's `DINOV2SwiGLUFFN` keeps two thirds of `intermediate_dim`,
-        # rounded up to a multiple of 8 (`keras_vit.layers.swiglu_hidden_width`).
-        mlp_dim = (int(mlp_dim * 2 / 3) + 7) // 8 * 8
-    return dict(
-        input_shape=tuple(input_shape),
-        patch_size=int(config["patch_size"]),
-        hidden_size=config["hidden_dim"],
-        num_layers=config["num_layers"],
-        num_heads=config["num_heads"],
-        mlp_dim=mlp_dim,
-        mlp_kind="swiglu" if swiglu else "plain",
-        layer_norm_epsilon=LAYER_NORM_EPSILON,
-        mlp_activation="gelu",
-        layer_scale_init=float(config.get("layer_scale_init_value", 1.0)),
-        num_register_tokens=int(config.get("num_register_tokens", 0)),
-        position_interpolation="dinov2_registers" if antialias else "dinov2",
-        # keras-hub's rate drops the attention probabilities too.
-        dropout_rate=float(config.get("dropout_rate", 0.0)),
-        attention_dropout_rate=float(config.get("dropout_rate", 0.0)),
-        classifier="token",
-        include_top=False,
-        # The class token after the final norm.
-        pooling="token",
-        classifier_activation=None,
-    )
 
+    NAME = "DINOv2 preset"
+    REGISTERED = ("keras_hub>DINOV2Backbone",)
+    TABLE = RuleTable(RULES)
+    IGNORED = {
+        _E + "mask_token": "the mask token of masked pre-training, not used at inference",
+        _E + "position_embeddings": (
+            "the table at `position_embedding_shape`; the forward pass adds its resize to "
+            "`image_shape`, `interpolated_position_embeddings`"
+        ),
+    }
+    # keras-hub's LayerNorms all have this epsilon, whatever the checkpoint.
+    LAYER_NORM_EPSILON = 1e-6
 
-def variable_prefixes(backbone):
-    """`{prefix: None}`: the backbone's variables sit under `<name>_` (the
-    name keras-hub gives its layers once it has read the preset)."""
-    name = encoder_config(backbone).get("name")
-    return {f"{name}_" if name else "": None}
+    def encoder_arguments(self, config, shape):
+        antialias = bool(config.get("antialias_in_interpolation", False))
+        mlp_dim = int(config["intermediate_dim"])
+        swiglu = bool(config.get("use_swiglu_ffn", False))
+        if swiglu:
+            # keras-hub's `DINOV2SwiGLUFFN` keeps two thirds of `intermediate_dim`,
+            # rounded up to a multiple of 8: the width of a ratio of 1.
+            mlp_dim = swiglu_hidden_width(mlp_dim, 1)
+        return dict(
+            self.backbone_arguments(config, shape),
+            mlp_dim=mlp_dim,
+            mlp_kind="swiglu" if swiglu else "plain",
+            layer_norm_epsilon=self.LAYER_NORM_EPSILON,
+            mlp_activation="gelu",
+            layer_scale_init=float(config.get("layer_scale_init_value", 1.0)),
+            num_register_tokens=int(config.get("num_register_tokens", 0)),
+            position_interpolation="dinov2_registers" if antialias else "dinov2",
+            # keras-hub's rate drops the attention probabilities too.
+            dropout_rate=float(config.get("dropout_rate", 0.0)),
+            attention_dropout_rate=float(config.get("dropout_rate", 0.0)),
+            classifier="token",
+            # The class token after the final norm.
+            pooling="token",
+            classifier_activation=None,
+        )

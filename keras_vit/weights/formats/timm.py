@@ -54,61 +54,43 @@ import re
 
 import numpy as np
 
+from keras_vit.validation import pair
 from keras_vit.weights import canonical as C
 from keras_vit.weights import shards
 from keras_vit.weights.files import read_json, read_state_dict
+from keras_vit.weights.formats.conventions import torch_linear, torch_map_head_tail, torch_norm
 from keras_vit.weights.record import Preprocessing
 from keras_vit.weights.rules import RuleTable
 
 BLOCK = "blocks.{i}."
-_POOL_ATTENTION = C.MAP_HEAD + "MultiHeadDotProductAttention_0/"
 TABLE = RuleTable(
     (
         ("cls_token", C.CLS),
         ("dist_token", C.DIST),
         ("reg_token", C.REG),
         ("pos_embed", C.POSEMB),
-        ("patch_embed.proj.weight", C.EMBEDDING + "kernel", "conv"),
-        ("patch_embed.proj.bias", C.EMBEDDING + "bias"),
-        (BLOCK + "norm1.weight", C.NORM_1 + "scale"),
-        (BLOCK + "norm1.bias", C.NORM_1 + "bias"),
-        (BLOCK + "attn.qkv.weight", C.ATTENTION + "{part}/kernel", "qkv_kernel"),
-        (BLOCK + "attn.qkv.bias", C.ATTENTION + "{part}/bias", "qkv_bias"),
-        (BLOCK + "attn.proj.weight", C.ATTENTION + "out/kernel", "heads_out"),
-        (BLOCK + "attn.proj.bias", C.ATTENTION + "out/bias"),
-        (BLOCK + "norm2.weight", C.NORM_2 + "scale"),
-        (BLOCK + "norm2.bias", C.NORM_2 + "bias"),
-        (BLOCK + "mlp.fc1.weight", C.MLP_IN + "kernel", "linear"),
-        (BLOCK + "mlp.fc1.bias", C.MLP_IN + "bias"),
-        (BLOCK + "mlp.fc2.weight", C.MLP_OUT + "kernel", "linear"),
-        (BLOCK + "mlp.fc2.bias", C.MLP_OUT + "bias"),
+        *torch_linear("patch_embed.proj", C.EMBEDDING, "conv"),
+        *torch_norm(BLOCK + "norm1", C.NORM_1),
+        *torch_linear(BLOCK + "attn.qkv", C.ATTENTION + "{part}/", "qkv_kernel", "qkv_bias"),
+        *torch_linear(BLOCK + "attn.proj", C.ATTENTION + "out/", "heads_out"),
+        *torch_norm(BLOCK + "norm2", C.NORM_2),
+        *torch_linear(BLOCK + "mlp.fc1", C.MLP_IN),
+        *torch_linear(BLOCK + "mlp.fc2", C.MLP_OUT),
         (BLOCK + "ls1.gamma", C.ATTENTION_SCALE),
         (BLOCK + "ls2.gamma", C.MLP_SCALE),
-        ("norm_pre.weight", C.PRE_NORM + "scale"),
-        ("norm_pre.bias", C.PRE_NORM + "bias"),
-        ("norm.weight", C.ENCODER_NORM + "scale"),
-        ("norm.bias", C.ENCODER_NORM + "bias"),
+        *torch_norm("norm_pre", C.PRE_NORM),
+        *torch_norm("norm", C.ENCODER_NORM),
+        # timm's `AttentionPoolLatent`: the probe, its query, key and value
+        # (one fused Linear), output, norm and MLP.
         ("attn_pool.latent", C.MAP_HEAD + "probe"),
-        ("attn_pool.q.weight", _POOL_ATTENTION + "query/kernel", "heads_in"),
-        ("attn_pool.q.bias", _POOL_ATTENTION + "query/bias", "heads_bias"),
-        ("attn_pool.kv.weight", _POOL_ATTENTION + "{part}/kernel", "kv_kernel"),
-        ("attn_pool.kv.bias", _POOL_ATTENTION + "{part}/bias", "kv_bias"),
-        ("attn_pool.proj.weight", _POOL_ATTENTION + "out/kernel", "heads_out"),
-        ("attn_pool.proj.bias", _POOL_ATTENTION + "out/bias"),
-        ("attn_pool.norm.weight", C.MAP_HEAD + "LayerNorm_0/scale"),
-        ("attn_pool.norm.bias", C.MAP_HEAD + "LayerNorm_0/bias"),
-        ("attn_pool.mlp.fc1.weight", C.MAP_HEAD + "MlpBlock_0/Dense_0/kernel", "linear"),
-        ("attn_pool.mlp.fc1.bias", C.MAP_HEAD + "MlpBlock_0/Dense_0/bias"),
-        ("attn_pool.mlp.fc2.weight", C.MAP_HEAD + "MlpBlock_0/Dense_1/kernel", "linear"),
-        ("attn_pool.mlp.fc2.bias", C.MAP_HEAD + "MlpBlock_0/Dense_1/bias"),
-        ("pre_logits.fc.weight", C.PRE_LOGITS + "kernel", "linear"),
-        ("pre_logits.fc.bias", C.PRE_LOGITS + "bias"),
-        ("fc_norm.weight", C.POOLED_NORM + "scale"),
-        ("fc_norm.bias", C.POOLED_NORM + "bias"),
-        ("head.weight", C.HEAD + "kernel", "linear"),
-        ("head.bias", C.HEAD + "bias"),
-        ("head_dist.weight", C.HEAD_DIST + "kernel", "linear"),
-        ("head_dist.bias", C.HEAD_DIST + "bias"),
+        *torch_linear("attn_pool.q", C.MAP_ATTENTION + "query/", "heads_in", "heads_bias"),
+        *torch_linear("attn_pool.kv", C.MAP_ATTENTION + "{part}/", "kv_kernel", "kv_bias"),
+        *torch_linear("attn_pool.proj", C.MAP_ATTENTION + "out/", "heads_out"),
+        *torch_map_head_tail("attn_pool.norm", "attn_pool.mlp.fc1", "attn_pool.mlp.fc2"),
+        *torch_linear("pre_logits.fc", C.PRE_LOGITS),
+        *torch_norm("fc_norm", C.POOLED_NORM),
+        *torch_linear("head", C.HEAD),
+        *torch_linear("head_dist", C.HEAD_DIST),
     )
 )
 
@@ -364,7 +346,7 @@ def _unsupported(name, args):
         bad["global_pool"] = args["global_pool"]
     if args.get("global_pool") == "avg" and args.get("class_token"):
         bad["global_pool"] = "avg with a class token"
-    if any(s % p for s, p in zip(_pair(args["img_size"]), _pair(args["patch_size"]))):
+    if any(s % p for s, p in zip(pair(args["img_size"], "img_size"), pair(args["patch_size"], "patch_size"))):
         # timm's patch convolution drops the last pixels (e.g.
         # vit_so400m_patch14_siglip_384; its `_378` twin is the exact one).
         bad["img_size"] = f"{args['img_size']} (not a multiple of patch_size={args['patch_size']})"
@@ -380,10 +362,6 @@ def _unsupported(name, args):
             + " (query/key norms, other blocks, activations or norms are not "
             "ViT options keras_vit reads from timm)."
         )
-
-
-def _pair(value):
-    return tuple(value) if isinstance(value, (list, tuple)) else (value, value)
 
 
 def split_config(config):
@@ -421,15 +399,15 @@ def model_arguments(config):
     pool = args["global_pool"]
     # timm: `fc_norm=None` normalises after pooling for the average pools only.
     fc_norm = (pool == "avg") if args["fc_norm"] is None else bool(args["fc_norm"])
-    size = _pair(args["img_size"])
     classes = args["num_classes"]
-    out = dict(
-        image_size=size,
-        patch_size=_pair(args["patch_size"]),
-        hidden_size=args["embed_dim"],
-        num_layers=args["depth"],
-        num_heads=args["num_heads"],
-        mlp_dim=int(args["embed_dim"] * args["mlp_ratio"]),
+    out = C.encoder_arguments(
+        args["img_size"],
+        args["patch_size"],
+        args["embed_dim"],
+        args["depth"],
+        args["num_heads"],
+        int(args["embed_dim"] * args["mlp_ratio"]),
+        channels=args["in_chans"],
         classifier="map" if pool == "map" else "gap" if pool == "avg" or not args["class_token"] else "token",
         pooled_norm=fc_norm,
         qkv_bias=bool(args["qkv_bias"]),
@@ -446,8 +424,6 @@ def model_arguments(config):
         # transformers' ViT writer accepts.
         out["position_interpolation"] = "timm"
     out.update(_block_options(args, out["include_top"], family))
-    if args["in_chans"] != 3:
-        out["input_shape"] = size + (args["in_chans"],)
     if out["include_top"]:
         out["classes"] = classes
         out["class_names"] = class_names(top, pretrained, classes)
@@ -456,10 +432,7 @@ def model_arguments(config):
 
 def _block_options(args, include_top, family):
     """The activation, `norm_pre` and pooling arguments of timm `args`."""
-    activation = _ACTIVATIONS[args["act_layer"]]
-    out = {"mlp_activation": activation} if activation == "quick_gelu" else {
-        "gelu_approximate": activation == "gelu_tanh"
-    }
+    out = {"mlp_activation": _ACTIVATIONS[args["act_layer"]]}
     if args["pre_norm"]:
         # timm drops the patch embedding's bias when it adds `norm_pre`.
         out.update(pre_norm=True, patch_bias=False)

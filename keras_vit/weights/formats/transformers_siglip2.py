@@ -55,142 +55,122 @@ does not (the processor has neither).
 import dataclasses
 
 from keras_vit.weights import canonical as C
-from keras_vit.weights.formats import transformers_siglip
-from keras_vit.weights.formats.transformers_common import pair, refuse, square, tower_config
+from keras_vit.validation import pair
+from keras_vit.weights.formats.transformers_family import TransformersClass, refuse, square
+from keras_vit.weights.formats.transformers_siglip import ENCODER, POSITIONS, PREFIX, SiglipFamily
 from keras_vit.weights.posemb import square_grid
 from keras_vit.weights.record import Preprocessing
-from keras_vit.weights.rules import RuleTable
-
-MODEL_TYPES = ("siglip2_vision_model",)
-ARCHITECTURES = ("Siglip2VisionModel",)
-PREFIX = transformers_siglip.PREFIX
-BODY = (
-    ("embeddings.position_embedding.weight", C.POSEMB, "batch"),
-    ("embeddings.patch_embedding.weight", C.EMBEDDING + "kernel", "patch_linear"),
-    ("embeddings.patch_embedding.bias", C.EMBEDDING + "bias"),
-    # Blocks, final norm and MAP head are SigLIP's.
-    *(rule for rule in transformers_siglip.BODY if not rule[0].startswith("embeddings.")),
-)
-IGNORED = {}
 
 
-def _unsupported(message):
-    return ValueError(f"Cannot build this transformers SigLIP2 vision model: {message}")
-
-
-def model_arguments(config):
-    """keras_vit `ViT` arguments for a SigLIP2 vision `config.json` dict.
-
-    The image is the square grid of the position table: `sqrt(num_patches)`
-    patches a side.
-
-    Raises:
-        ValueError: for another architecture, a `num_patches` that is not a
-            square, non-square patches, other than 3 channels, or what
-            SigLIP refuses (no attention-pool head, another activation).
+class Siglip2Family(SiglipFamily):
+    """transformers' SigLIP2 vision towers at a fixed resolution: SigLIP's
+    tower with a flattened patch embedding and a patch count for a size.
 
     Example:
 
-    >>> args = model_arguments({"model_type": "siglip2_vision_model", "hidden_size": 768,
+    >>> args = Siglip2Family().model_arguments({"model_type": "siglip2_vision_model", "hidden_size": 768,
     ...     "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12,
     ...     "num_patches": 256, "patch_size": 16})
     >>> args["image_size"], args["pooling"], args["position_interpolation"]
     ((256, 256), 'map', 'siglip2')
     """
-    architecture = (config.get("architectures") or [ARCHITECTURES[0]])[0]
-    if architecture not in ARCHITECTURES:
-        raise _unsupported(f"architecture must be one of {ARCHITECTURES}. Received: {architecture!r}")
-    channels = config.get("num_channels", 3)
-    if channels != 3:
-        raise _unsupported(
-            "the flattened patch embedding is read for 3 channels only. "
-            f"Received: num_channels={channels!r}"
-        )
-    num_patches = config.get("num_patches", 256)
-    side = square_grid(num_patches) if isinstance(num_patches, int) else None
-    if side is None:
-        raise _unsupported(
-            f"`num_patches` must be a square (the position table's grid). Received: num_patches={num_patches!r}"
-        )
-    patch, other = pair(config.get("patch_size", 16))
-    if patch != other:
-        raise _unsupported(f"`patch_size` must be square. Received: patch_size={config['patch_size']!r}")
-    size = side * patch
-    siglip = dict(config, model_type=transformers_siglip.MODEL_TYPES[0],
-                  architectures=list(transformers_siglip.ARCHITECTURES), image_size=size, patch_size=patch)
-    args = transformers_siglip.model_arguments(siglip)
-    args["position_interpolation"] = "siglip2"
-    args["preprocessing"] = Preprocessing(image_size=size, interpolation="bilinear").get_config()
-    return args
 
+    NAME = "SigLIP2 vision model"
+    MODEL_TYPES = ("siglip2_vision_model",)
+    TRANSFORMERS_CLASSES = {"Siglip2VisionModel": TransformersClass("siglip2_vision_model", PREFIX)}
+    DEFAULTS = dict(SiglipFamily.DEFAULTS, num_patches=256)
+    BODY = (
+        POSITIONS,
+        ("embeddings.patch_embedding.weight", C.EMBEDDING + "kernel", "patch_linear"),
+        ("embeddings.patch_embedding.bias", C.EMBEDDING + "bias"),
+        *ENCODER,
+    )
+    IGNORED = {}
+    # SigLIP's options, with SigLIP2's own position-table resize.
+    EXPORTED_OPTIONS = dict(SiglipFamily.EXPORTED_OPTIONS, position_interpolation=("siglip2",))
 
-def table(state):
-    """The `RuleTable` of a state dict (at its root or under `vision_model.`)."""
-    prefix = PREFIX if any(k.startswith(PREFIX) for k in state) else ""
-    return RuleTable(BODY).prefixed(prefix)
+    def model_arguments(self, config):
+        """keras_vit `ViT` arguments for a SigLIP2 vision `config.json` dict.
 
+        The image is the square grid of the position table: `sqrt(num_patches)`
+        patches a side.
 
-# SigLIP's options, with SigLIP2's own position-table resize.
-EXPORTED_OPTIONS = dict(transformers_siglip.EXPORTED_OPTIONS, position_interpolation=("siglip2",))
+        Raises:
+            ValueError: for another architecture, a `num_patches` that is not a
+                square, non-square patches, other than 3 channels, or what
+                SigLIP refuses (no attention-pool head, another activation).
+        """
+        self.transformers_class(config)
+        config = self.vision_config(config)
+        if config["num_channels"] != 3:
+            raise self.unsupported(
+                "the flattened patch embedding is read for 3 channels only. "
+                f"Received: num_channels={config['num_channels']!r}"
+            )
+        num_patches = config["num_patches"]
+        side = square_grid(num_patches) if isinstance(num_patches, int) else None
+        if side is None:
+            raise self.unsupported(
+                f"`num_patches` must be a square (the position table's grid). Received: num_patches={num_patches!r}"
+            )
+        patch, other = pair(config["patch_size"], "patch_size")
+        if patch != other:
+            raise self.unsupported(f"`patch_size` must be square. Received: patch_size={config['patch_size']!r}")
+        size = side * patch
+        args = self.tower_arguments(dict(config, image_size=size, patch_size=patch))
+        args["position_interpolation"] = "siglip2"
+        args["preprocessing"] = Preprocessing(image_size=size, interpolation="bilinear").get_config()
+        return args
 
+    def preprocessing(self, file, args):
+        """The record of a `Siglip2ImageProcessor` file for a model of `args`:
+        at the model's image size when the file's patch budget and patch are
+        the model's (a square image then fills the model's grid)."""
+        record = super().preprocessing(file, args)
+        height, width = args["image_size"]
+        patch = args["patch_size"][0]
+        if file.get("patch_size", 16) == patch and file.get("max_num_patches", 256) == (height // patch) * (width // patch):
+            return dataclasses.replace(record, image_size=(height, width))
+        return record
 
-def export_architecture(config):
-    """"Siglip2VisionModel" for a model config that ends in a MAP head and
-    resizes its position table as SigLIP2 does, else None.
+    def export_class(self, config):
+        """"Siglip2VisionModel" for a model config that ends in a MAP head and
+        resizes its position table as SigLIP2 does, else None.
 
-    Raises:
-        ValueError: for such a model a SigLIP2 tower cannot hold (what SigLIP
-            refuses, a non-square grid, other than 3 channels).
+        Raises:
+            ValueError: for such a model a SigLIP2 tower cannot hold (what SigLIP
+                refuses, a non-square grid, other than 3 channels).
 
-    Example:
+        Example:
 
-    >>> export_architecture({"classifier": "map", "include_top": False, "pooling": "map",
-    ...     "position_interpolation": "siglip2", "image_size": (28, 28), "patch_size": (7, 7)})
-    'Siglip2VisionModel'
-    """
-    if config.get("position_interpolation") != "siglip2":
-        return None
-    architecture = transformers_siglip.map_tower(config, ARCHITECTURES[0])
-    if architecture is None:
-        return None
-    square(config, architecture)
-    channels = tuple(config.get("input_shape") or (3,))[-1]
-    if channels != 3:
-        raise refuse(f"{architecture} flattens 3-channel patches only. Received: input_shape={config['input_shape']!r}")
-    return architecture
+        >>> Siglip2Family().export_class({"classifier": "map", "include_top": False, "pooling": "map",
+        ...     "position_interpolation": "siglip2", "image_size": (28, 28), "patch_size": (7, 7)})
+        'Siglip2VisionModel'
+        """
+        if config.get("position_interpolation") != "siglip2":
+            return None
+        hf_class = self.map_tower(config, "Siglip2VisionModel")
+        if hf_class is None:
+            return None
+        square(config, hf_class)
+        channels = tuple(config.get("input_shape") or (3,))[-1]
+        if channels != 3:
+            raise refuse(f"{hf_class} flattens 3-channel patches only. Received: input_shape={config['input_shape']!r}")
+        return hf_class
 
+    def export_config(self, config, hf_class, class_names=None):
+        """SigLIP's fields, with the patch count of the square grid instead of an image size."""
+        out = super().export_config(config, hf_class, class_names)
+        size = out.pop("image_size")
+        out["num_patches"] = (size // out["patch_size"]) ** 2
+        return out
 
-def export_config(config, architecture, class_names=None):
-    """A transformers `config.json` dict for a SigLIP2-shaped keras_vit model config:
-    SigLIP's, with the patch count of the square grid instead of an image size."""
-    out = {**tower_config(config, architecture, MODEL_TYPES[0]), **transformers_siglip.head_fields(config)}
-    size = out.pop("image_size")
-    out["num_patches"] = (size // out["patch_size"]) ** 2
-    return out
-
-
-def export_state(params, architecture=None):
-    """The state dict of canonical `params`, under `vision_model.`."""
-    return RuleTable(BODY).prefixed(PREFIX).from_canonical(params)
-
-
-def adjust_preprocessor(out, record, config):
-    """The `preprocessor_config.json` dict `out` (written for `record`) for
-    `Siglip2ImageProcessor`, which resizes to a patch budget, not a size:
-    `max_num_patches` is the model's patch count, so that a square image
-    goes to the model's grid."""
-    size, patch = square(config, ARCHITECTURES[0])
-    out = {k: v for k, v in out.items() if k not in ("size", "crop_size", "do_center_crop")}
-    return dict(out, image_processor_type="Siglip2ImageProcessor", patch_size=patch,
-                max_num_patches=(size // patch) ** 2)
-
-
-def read_preprocessor(file, record, args):
-    """The `Preprocessing` record of a `Siglip2ImageProcessor` file for a model
-    of `args`: at the model's image size when the file's patch budget and
-    patch are the model's (a square image then fills the model's grid)."""
-    height, width = args["image_size"]
-    patch = args["patch_size"][0]
-    if file.get("patch_size", 16) == patch and file.get("max_num_patches", 256) == (height // patch) * (width // patch):
-        return dataclasses.replace(record, image_size=(height, width))
-    return record
+    def export_preprocessor(self, record, config):
+        """`Siglip2ImageProcessor`'s file, which resizes to a patch budget, not
+        a size: `max_num_patches` is the model's patch count, so that a square
+        image goes to the model's grid."""
+        size, patch = square(config, "Siglip2VisionModel")
+        out = super().export_preprocessor(record, config)
+        out = {k: v for k, v in out.items() if k not in ("size", "crop_size", "do_center_crop")}
+        return dict(out, image_processor_type="Siglip2ImageProcessor", patch_size=patch,
+                    max_num_patches=(size // patch) ** 2)

@@ -1,0 +1,270 @@
+"""The kernels' public functions: each dispatches to a fast path or the portable form.
+
+For each call the dispatcher takes the first override registered for the
+backend (`keras_vit.kernels.registry`) that is enabled (`disabled`,
+`portable_only`), pays on this machine (its hardware rule, unless `forced`)
+and computes the call (it returns `NotImplemented` for a call it cannot
+compute); otherwise the portable form (`keras_vit.kernels.portable`). Inside
+`export_mode()` only the exporters' workarounds are tried.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_vit.kernels import portable, registry, switches
+
+
+def _dispatch(op, *args):
+    """An override's result for `op(*args)`, or NotImplemented (run the portable form)."""
+    overrides = registry.active(
+        op, keras.backend.backend(), switches.exporting(), switches._DISABLED.value
+    )
+    for override in overrides:
+        if override.export or switches.is_forced(override.name) or override.pays(*args):
+            out = override.function(*args)
+            if out is not NotImplemented:
+                return out
+    return NotImplemented
+
+
+def dense(x, kernel, bias=None, axes=1, activation=None):
+    """`activation(x @ kernel + bias)`, contracting the last `axes` axes of `x`.
+
+    Args:
+        x: tensor `(..., *in_dims)`, where `in_dims` are its last `axes` axes.
+        kernel: tensor `(*in_dims, *out_dims)`, in the dtype of `x`: the
+            layouts of `Dense` (`(d_in, d_out)`) and of the attention
+            projections' `EinsumDense` (`(D, heads, head_dim)`, and
+            `(heads, head_dim, D)` with `axes=2`).
+        bias: None or a tensor of shape `out_dims`.
+        axes: int, how many trailing axes of `x` the product contracts.
+        activation: None or the name of an MLP activation (`activation`).
+
+    Returns:
+        A tensor `(..., *out_dims)` in the dtype of `x`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> y = dense(np.ones((2, 3, 4), "float32"), np.ones((4, 5), "float32"),
+    ...           np.arange(5, dtype="float32"))
+    >>> keras.ops.convert_to_numpy(y)[1, 2].tolist()
+    [4.0, 5.0, 6.0, 7.0, 8.0]
+    >>> tuple(dense(np.ones((2, 3, 4), "float32"), np.ones((4, 2, 3), "float32")).shape)
+    (2, 3, 2, 3)
+    """
+    y = _dispatch("dense", x, kernel, bias, axes, activation)
+    if y is NotImplemented:
+        y = portable.dense(x, kernel, bias, axes)
+        y = _activation(y, activation)
+    return y
+
+
+def project(layer, x, activation=None, axes=1):
+    """A `Dense` or `EinsumDense` projection of `x`, then `activation`.
+
+    The layer's kernel and bias, cast to its compute dtype, go through
+    `dense`; a quantized or LoRA-enabled layer computes more than
+    `x @ kernel + bias` and is called as the Keras layer it is.
+
+    Args:
+        layer: a built `keras.layers.Dense` or `EinsumDense` whose equation
+            contracts the last `axes` axes of `x` (the layouts of `dense`).
+        x: its input.
+        activation: None or the name of an MLP activation.
+        axes: int, how many trailing axes of `x` the product contracts.
+
+    Returns:
+        `activation(layer(x))`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = keras.layers.EinsumDense("btd,dhk->bthk", output_shape=(None, 2, 3), bias_axes="hk")
+    >>> layer.build((1, 5, 4))
+    >>> x = np.random.default_rng(0).normal(size=(1, 5, 4)).astype("float32")
+    >>> y, expected = (keras.ops.convert_to_numpy(t) for t in (project(layer, x), layer(x)))
+    >>> bool(np.allclose(y, expected, atol=1e-6))
+    True
+    """
+    if not runs_plain(layer):
+        y = layer(x)
+        return _activation(y, activation)
+    dtype = layer.compute_dtype
+    bias = None if layer.bias is None else ops.cast(layer.bias, dtype)
+    return dense(x, ops.cast(layer.kernel, dtype), bias, axes=axes, activation=activation)
+
+
+def runs_plain(layer):
+    """Whether a `Dense`/`EinsumDense` layer's call is just its matrix product.
+
+    Quantized and LoRA-enabled layers compute more than `x @ kernel + bias`,
+    so `project` calls them as they are.
+
+    Example:
+
+    >>> layer = keras.layers.Dense(2)
+    >>> layer.build((None, 3))
+    >>> runs_plain(layer), layer.enable_lora(1), runs_plain(layer)
+    (True, None, False)
+    """
+    return layer.quantization_mode is None and not getattr(layer, "lora_enabled", False)
+
+
+def attention(q, k, v, scale=None, mask=None):
+    """Softmax attention, `softmax(q k^T * scale) v`, per head.
+
+    The softmax is taken in float32 whatever the dtype of `q`, `k` and `v`.
+
+    Args:
+        q, k, v: tensors `(batch, tokens, heads, head_dim)`; `k` and `v` may
+            have another number of tokens than `q`.
+        scale: float, default `1 / sqrt(head_dim)`.
+        mask: None (default: every query attends to every key) or a boolean
+            tensor broadcastable to `(batch, heads, queries, keys)`: True
+            where a query may attend to a key. A query that may attend to no
+            key gets zeros.
+
+    Returns:
+        A tensor `(batch, tokens, heads, head_dim)` in the dtype of `v`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> q = np.random.default_rng(0).normal(size=(1, 5, 2, 4)).astype("float32")
+    >>> tuple(attention(q, q, q).shape)
+    (1, 5, 2, 4)
+    >>> causal = np.tril(np.ones((5, 5), bool))
+    >>> y = keras.ops.convert_to_numpy(attention(q, q, q, mask=causal))
+    >>> bool(np.allclose(y[0, 0], q[0, 0], atol=1e-6))  # the first query sees only itself
+    True
+    """
+    q, k, v = (ops.convert_to_tensor(t) for t in (q, k, v))
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    mask = _rank4_mask(mask)
+    out = _dispatch("attention", q, k, v, scale, mask)
+    return portable.attention(q, k, v, scale, mask) if out is NotImplemented else out
+
+
+def attention_probs(q, k, scale=None, mask=None):
+    """The attention probabilities `softmax(q k^T * scale)`, float32.
+
+    What `attention` multiplies the values by, for inspection and for
+    attention dropout, with the same masking.
+
+    Args:
+        q, k: tensors `(batch, tokens, heads, head_dim)`.
+        scale: float, default `1 / sqrt(head_dim)`.
+        mask: None or a boolean tensor broadcastable to
+            `(batch, heads, queries, keys)`, as in `attention`.
+
+    Returns:
+        A float32 tensor `(batch, heads, queries, keys)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> q = np.ones((1, 3, 1, 4), "float32")
+    >>> p = attention_probs(q, q, mask=np.tril(np.ones((3, 3), bool)))
+    >>> keras.ops.convert_to_numpy(p)[0, 0, :2].tolist()  # queries 0 and 1
+    [[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]]
+    """
+    q, k = ops.convert_to_tensor(q), ops.convert_to_tensor(k)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return portable.attention_probs(q, k, scale, _rank4_mask(mask))
+
+
+def _rank4_mask(mask):
+    """`mask` as a boolean tensor of rank 4 (leading axes added), or None."""
+    if mask is None:
+        return None
+    mask = ops.convert_to_tensor(mask)
+    dtype = keras.backend.standardize_dtype(mask.dtype)
+    if dtype != "bool" or len(mask.shape) > 4:
+        raise ValueError(
+            "`mask` must be a boolean tensor broadcastable to (batch, heads, queries, keys). "
+            f"Received: mask with dtype={dtype}, shape={tuple(mask.shape)}"
+        )
+    while len(mask.shape) < 4:
+        mask = ops.expand_dims(mask, 0)
+    return mask
+
+
+def gelu(x, approximate=True):
+    """GELU: the tanh approximation, or the exact form with `approximate=False`.
+
+    Example:
+
+    >>> round(float(gelu(keras.ops.ones(()), approximate=False)), 4)
+    0.8413
+    """
+    y = _dispatch("gelu", x, approximate)
+    return portable.gelu(x, approximate) if y is NotImplemented else y
+
+
+def activation(x, name):
+    """The MLP activation `name` (one of `keras_vit.layers.config.MLP_ACTIVATIONS`).
+
+    Example:
+
+    >>> float(activation(keras.ops.ones(()), "quick_gelu")) == float(keras.ops.sigmoid(1.702))
+    True
+    """
+    return portable.activation(x, name, gelu_function=gelu)
+
+
+def _activation(x, name):
+    return x if name is None else activation(x, name)
+
+
+def call_sublayer(layer, x, *args, **kwargs):
+    """`layer(x, *args, **kwargs)`, by a faster call where it computes the same.
+
+    On torch's eager path Keras' `__call__` bookkeeping (dtype conversion,
+    masks, autocast and name scopes, torch's module hooks) costs more than a
+    small layer's computation; there a sublayer's `call` runs directly where
+    `__call__` would add nothing. Pass `training` explicitly where the layer
+    takes it.
+
+    Args:
+        layer: a built Keras layer.
+        x: its first input.
+        *args, **kwargs: the rest of its call arguments.
+
+    Returns:
+        What `layer(x, *args, **kwargs)` returns.
+
+    Example:
+
+    >>> import numpy as np
+    >>> norm = keras.layers.LayerNormalization()
+    >>> norm.build((1, 3, 4))
+    >>> x = keras.ops.convert_to_tensor(np.arange(12, dtype="float32").reshape(1, 3, 4))
+    >>> bool(keras.ops.all(call_sublayer(norm, x) == norm(x)))
+    True
+    """
+    y = _dispatch("call_sublayer", layer, x, args, kwargs)
+    return portable.call_sublayer(layer, x, args, kwargs) if y is NotImplemented else y
+
+
+def pack_for_inference(variables):
+    """Lets the projections keep these kernels in the layout their GEMM reads.
+
+    On torch, where the projections run on oneDNN, each marked kernel is
+    reordered to oneDNN's blocked layout once, on first use, and again only
+    after it changes, instead of on every call; it holds a second copy of
+    the weights, which is why only `ViT.for_inference` asks for it.
+    Elsewhere nothing happens.
+
+    Args:
+        variables: Keras variables; those of rank 2 or more are marked.
+
+    Example:
+
+    >>> layer = keras.layers.Dense(4)
+    >>> layer.build((None, 3))
+    >>> pack_for_inference(layer.weights)
+    """
+    _dispatch("pack_for_inference", variables)

@@ -1,0 +1,159 @@
+"""What the machine has, as the kernels' hardware rules read it.
+
+A fast path measured faster on one machine can be slower on another: torch's
+oneDNN projections beat its default GEMM on AVX-512 CPUs and lost to it on
+an AVX2-only one (docs/performance.md). So each override's rule
+(`registry.Override.pays`) reads the machine from here, never assumes it:
+
+- `cpu_isa()`: the widest x86 vector instruction set the CPU's math
+  libraries may use: "avx512" (AVX-512 F, BW, DQ and VL), "avx2" (AVX2 and
+  FMA) or "baseline" (anything else, other architectures included). Read
+  from the CPU's flags (`/proc/cpuinfo`, else torch's
+  `get_cpu_capability()` where torch is loaded) and capped by oneDNN's
+  `ONEDNN_MAX_CPU_ISA` (or `DNNL_MAX_CPU_ISA`) where set.
+- `device()`: the backend's default device kind: "cpu", "gpu" or "tpu"
+  (torch places each tensor itself; its rules read the tensor's device).
+
+`assume(...)` replaces any of them within a context, so that every branch of
+a rule can be tested on any machine.
+"""
+
+import contextlib
+import functools
+import os
+import pathlib
+
+import keras
+
+ISAS = ("baseline", "avx2", "avx512")
+_ASSUMED = {}
+
+
+@contextlib.contextmanager
+def assume(cpu_isa=None, device=None):
+    """Within this context the hardware rules see these values (None: the machine's).
+
+    Args:
+        cpu_isa: None or one of `ISAS`.
+        device: None or "cpu", "gpu" or "tpu".
+
+    Example:
+
+    >>> with assume(cpu_isa="avx2", device="gpu"):
+    ...     cpu_isa(), device(), on_cpu(), on_accelerator()
+    ('avx2', 'gpu', False, True)
+    """
+    if cpu_isa is not None and cpu_isa not in ISAS:
+        raise ValueError(f"`cpu_isa` must be one of {ISAS}. Received: cpu_isa={cpu_isa!r}")
+    if device is not None and device not in ("cpu", "gpu", "tpu"):
+        raise ValueError(f"`device` must be 'cpu', 'gpu' or 'tpu'. Received: device={device!r}")
+    given = {"cpu_isa": cpu_isa, "device": device}
+    previous = dict(_ASSUMED)
+    _ASSUMED.update({k: v for k, v in given.items() if v is not None})
+    try:
+        yield
+    finally:
+        _ASSUMED.clear()
+        _ASSUMED.update(previous)
+
+
+def cpu_isa():
+    """"avx512", "avx2" or "baseline": the vector ISA the CPU's math libraries may use."""
+    if "cpu_isa" in _ASSUMED:
+        return _ASSUMED["cpu_isa"]
+    return _cpu_isa()
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_isa():
+    # oneDNN reads its cap once, when it loads: so does this.
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+    return _capped(_flags_isa(cpu_flags()), cap)
+
+
+def device():
+    """The backend's default device kind: "cpu", "gpu" or "tpu"."""
+    if "device" in _ASSUMED:
+        return _ASSUMED["device"]
+    return _backend_device(keras.backend.backend())
+
+
+def on_cpu(*args):
+    """A hardware rule: the backend's default device is a CPU (the op's arguments are ignored)."""
+    return device() == "cpu"
+
+
+def on_accelerator(*args):
+    """A hardware rule: the backend's default device is not a CPU."""
+    return device() != "cpu"
+
+
+@functools.lru_cache(maxsize=None)
+def _backend_device(backend):
+    if backend == "jax":
+        import jax
+
+        return {"cuda": "gpu", "rocm": "gpu"}.get(jax.default_backend(), jax.default_backend())
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
+    return "cpu"
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_flags():
+    """The CPU's feature flags (lower case), e.g. {"avx2", "avx512f", ...}; empty if unknown."""
+    path = pathlib.Path("/proc/cpuinfo")
+    try:
+        for line in path.read_text().splitlines():
+            if line.startswith("flags"):
+                return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return _torch_flags()
+
+
+def _torch_flags():
+    """Flags implied by torch's CPU capability, where torch is loaded and /proc is not there."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return frozenset()
+    capability = torch.backends.cpu.get_cpu_capability().lower()
+    if capability.startswith("avx512"):
+        return frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"})
+    return frozenset({"avx2", "fma"}) if capability == "avx2" else frozenset()
+
+
+def _flags_isa(flags):
+    """The ISA `flags` (a CPU's feature flags) give.
+
+    Example:
+
+    >>> _flags_isa({"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"})
+    'avx512'
+    >>> _flags_isa({"avx2", "fma", "avx512f"}), _flags_isa({"neon"})
+    ('avx2', 'baseline')
+    """
+    if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= set(flags):
+        return "avx512"
+    return "avx2" if {"avx2", "fma"} <= set(flags) else "baseline"
+
+
+def _capped(isa, cap):
+    """`isa` lowered to oneDNN's ISA cap (an `ONEDNN_MAX_CPU_ISA` value) if that is lower.
+
+    Example:
+
+    >>> _capped("avx512", "AVX2"), _capped("avx512", "AVX512_CORE_BF16"), _capped("avx2", None)
+    ('avx2', 'avx512', 'avx2')
+    """
+    if not cap:
+        return isa
+    cap = cap.strip().lower()
+    limit = "avx512" if cap.startswith(("avx512", "avx10", "amx", "all", "default")) else (
+        "avx2" if cap.startswith("avx2") else "baseline"
+    )
+    return min(isa, limit, key=ISAS.index)

@@ -1,0 +1,56 @@
+"""jax's fast paths: XLA's CPU forms, bfloat16 products accumulated in float32.
+
+- dense, "xla_dense": `xla.dense_rows` with `matmul`, whose bfloat16
+  products return float32 on a CPU: XLA's CPU backend runs a bfloat16 dot
+  whose result is bfloat16 at its float32 speed, but one that accumulates
+  into float32 (`preferred_element_type`) at about twice that, the only form
+  that reaches the CPU's bf16 dot-product instructions. On a GPU, bfloat16
+  products accumulate in float32 either way and a float32 result would only
+  double the bytes written, so there they stay bfloat16.
+- attention, "xla_attention" on a CPU: `xla.attention` (jax's own
+  `dot_product_attention` is a pair of einsums there).
+- attention, "fused_attention" on an accelerator:
+  `keras.ops.dot_product_attention` (cuDNN's fused kernel where it applies).
+
+The measurements: docs/performance.md.
+"""
+
+from keras import ops
+
+from keras_vit.kernels import hardware, xla
+from keras_vit.kernels.fused import fused_attention
+from keras_vit.kernels.registry import register
+
+
+def matmul(a, b):
+    """`a @ b`; on a CPU, bfloat16 operands give a float32 result.
+
+    Example:
+
+    >>> import keras
+    >>> a = keras.ops.ones((2, 2), "bfloat16")
+    >>> keras.backend.standardize_dtype(matmul(a, a).dtype) in ("float32", "bfloat16")
+    True
+    """
+    import jax.numpy as jnp
+
+    if _bfloat16(a) and _bfloat16(b) and hardware.device() == "cpu":
+        return jnp.matmul(a, b, preferred_element_type=jnp.float32)
+    return ops.matmul(a, b)
+
+
+def _bfloat16(x):
+    return str(x.dtype) == "bfloat16"
+
+
+@register("dense", "jax", "xla_dense")
+def dense(x, kernel, bias, axes, activation):
+    return xla.dense_rows(x, kernel, bias, axes, activation, matmul=matmul)
+
+
+@register("attention", "jax", "xla_attention", pays=hardware.on_cpu)
+def attention(q, k, v, scale, mask):
+    return xla.attention(q, k, v, scale, mask, matmul=matmul)
+
+
+register("attention", "jax", "fused_attention", pays=hardware.on_accelerator)(fused_attention)

@@ -1,0 +1,180 @@
+"""The portable form of every op: `keras.ops` only, the reference.
+
+Every backend's fast path (`keras_vit.kernels.registry`) computes what these
+functions compute, and the tests hold each one to them. They are also what
+runs while exporting (`export_mode`), so they keep to what every backend and
+exporter expresses: matrix products on the tensors as they are, with no
+reshape that merges the symbolic batch axis into another axis.
+"""
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+
+def dense(x, kernel, bias=None, axes=1, activation=None):
+    """`activation(x @ kernel + bias)`, contracting the last `axes` axes of `x`.
+
+    Args:
+        x: tensor `(..., *in_dims)`, where `in_dims` are its last `axes` axes.
+        kernel: tensor `(*in_dims, *out_dims)` in the dtype of `x`: the layout
+            of `Dense` (`(d_in, d_out)`) and of the attention projections'
+            `EinsumDense` (`(D, heads, head_dim)`, and `(heads, head_dim, D)`
+            with `axes=2`).
+        bias: None or a tensor of shape `out_dims`.
+        axes: int, how many trailing axes of `x` the product contracts.
+        activation: None or the name of an MLP activation (`activation`).
+
+    Returns:
+        A tensor `(..., *out_dims)` in the dtype of `x`.
+
+    Example:
+
+    >>> y = dense(np.ones((2, 3, 4), "float32"), np.ones((4, 5), "float32"),
+    ...           np.arange(5, dtype="float32"))
+    >>> keras.ops.convert_to_numpy(y)[1, 2].tolist()
+    [4.0, 5.0, 6.0, 7.0, 8.0]
+    >>> tuple(dense(np.ones((2, 3, 2, 3), "float32"), np.ones((2, 3, 4), "float32"), axes=2).shape)
+    (2, 3, 4)
+    """
+    x = ops.convert_to_tensor(x)
+    kernel, bias, out_dims = flat_weights(kernel, bias, axes)
+    static, dynamic = tuple(x.shape), ops.shape(x)
+    leading = [s if s is not None else dynamic[i] for i, s in enumerate(static[:-axes])]
+    if axes > 1:
+        x = ops.reshape(x, (-1, *leading[1:], kernel.shape[0]))
+    y = ops.matmul(x, kernel)
+    y = ops.cast(y if bias is None else y + bias, x.dtype)
+    if len(out_dims) > 1:
+        y = ops.reshape(y, (-1, *leading[1:], *out_dims))
+    return _activation(y, activation)
+
+
+def flat_weights(kernel, bias, axes):
+    """`(kernel (d_in, width), bias (width,) or None, out_dims)` of a projection."""
+    kernel = ops.convert_to_tensor(kernel)
+    out_dims = tuple(kernel.shape[axes:])
+    width = math.prod(out_dims)
+    if len(kernel.shape) != 2:
+        kernel = ops.reshape(kernel, (-1, width))
+    if bias is not None:
+        bias = ops.convert_to_tensor(bias)
+        if len(bias.shape) != 1:
+            bias = ops.reshape(bias, (width,))
+    return kernel, bias, out_dims
+
+
+def attention(q, k, v, scale, mask=None):
+    """Softmax attention as `(batch, heads, tokens, dim)` batched products.
+
+    Args:
+        q, k, v: tensors `(batch, tokens, heads, head_dim)`.
+        scale: float.
+        mask: None or a boolean tensor of rank 4 broadcastable to
+            `(batch, heads, queries, keys)` (`keras_vit.kernels.attention`
+            takes other ranks).
+
+    Returns:
+        A tensor `(batch, queries, heads, head_dim)` in the dtype of `v`.
+
+    Example:
+
+    >>> q = np.ones((1, 3, 1, 2), "float32")
+    >>> v = np.arange(6, dtype="float32").reshape(1, 3, 1, 2)
+    >>> keras.ops.convert_to_numpy(attention(q, q, v, 0.5))[0, :, 0].tolist()
+    [[2.0, 3.0], [2.0, 3.0], [2.0, 3.0]]
+    """
+    logits = ops.matmul(ops.transpose(q, (0, 2, 1, 3)), ops.transpose(k, (0, 2, 3, 1)))
+    probs = masked_softmax(ops.cast(logits, "float32") * scale, mask)
+    context = ops.matmul(ops.cast(probs, v.dtype), ops.transpose(v, (0, 2, 1, 3)))
+    return ops.transpose(context, (0, 2, 1, 3))
+
+
+def attention_probs(q, k, scale, mask=None):
+    """`softmax(q k^T * scale)` `(batch, heads, queries, keys)` in float32.
+
+    Example:
+
+    >>> q = np.ones((1, 3, 1, 4), "float32")
+    >>> p = attention_probs(q, q, 0.5, mask=np.tril(np.ones((1, 1, 3, 3), bool)))
+    >>> keras.ops.convert_to_numpy(p)[0, 0, :2].tolist()  # queries 0 and 1
+    [[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]]
+    """
+    logits = ops.einsum("bqhd,bthd->bhqt", q, k)
+    return masked_softmax(ops.cast(logits, "float32") * scale, mask)
+
+
+def masked_softmax(logits, mask):
+    """The softmax of float32 `logits` over the last axis, where `mask` allows.
+
+    A query that may attend to no key gets zeros. Masked logits take a finite
+    floor rather than -inf: a row with no allowed key would otherwise be NaN,
+    and so would every gradient flowing through it.
+
+    Example:
+
+    >>> p = masked_softmax(np.zeros((2, 2), "float32"), np.array([[True, False], [False, False]]))
+    >>> keras.ops.convert_to_numpy(p).tolist()
+    [[1.0, 0.0], [0.0, 0.0]]
+    """
+    if mask is None:
+        return ops.softmax(logits, axis=-1)
+    floor = float(np.finfo("float32").min)
+    probs = ops.softmax(ops.where(mask, logits, floor), axis=-1)
+    return ops.where(mask, probs, 0.0)
+
+
+def gelu(x, approximate=True):
+    """GELU: the tanh approximation, or the exact form with `approximate=False`.
+
+    Example:
+
+    >>> round(float(gelu(keras.ops.ones(()), approximate=False)), 4)
+    0.8413
+    """
+    return ops.gelu(x, approximate=approximate)
+
+
+def activation(x, name, gelu_function=gelu):
+    """The MLP activation `name`: "gelu_tanh", "gelu" or "quick_gelu".
+
+    `gelu_function(x, approximate)` computes the GELUs (the dispatcher passes
+    its own, which takes the exporters' form while exporting).
+
+    Example:
+
+    >>> float(activation(keras.ops.ones(()), "quick_gelu")) == float(keras.ops.sigmoid(1.702))
+    True
+    """
+    if name == "quick_gelu":
+        # OpenAI CLIP's sigmoid approximation of GELU.
+        return x * ops.sigmoid(1.702 * x)
+    return gelu_function(x, approximate=name == "gelu_tanh")
+
+
+def _activation(x, name):
+    return x if name is None else activation(x, name)
+
+
+def call_sublayer(layer, x, args, kwargs):
+    """`layer(x, *args, **kwargs)`: the layer's call through Keras' `__call__`.
+
+    Example:
+
+    >>> norm = keras.layers.LayerNormalization()
+    >>> tuple(call_sublayer(norm, np.ones((1, 3, 4), "float32"), (), {}).shape)
+    (1, 3, 4)
+    """
+    return layer(x, *args, **kwargs)
+
+
+def pack_for_inference(variables):
+    """Nothing: the portable products read the kernels as they are.
+
+    Example:
+
+    >>> pack_for_inference([])
+    """
+    return None

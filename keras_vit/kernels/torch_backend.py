@@ -1,0 +1,408 @@
+"""torch's fast paths: oneDNN projections, fused attention, direct sublayer calls.
+
+- dense, "onednn": on a CPU, in float32 and bfloat16, oneDNN's GEMM
+  (`mkldnn._linear_pointwise`) forward and for the input's gradient, torch's
+  `mm` for the weight's (`OneDNNLinear`); in inference the MLP's tanh GELU
+  runs inside the GEMM as its post-op, and a `for_inference` copy's kernels
+  are reordered to oneDNN's layout once (`Packing`). Taken where oneDNN
+  runs AVX-512 (`onednn_pays`): torch's default float32 GEMM was the slower
+  one on AVX-512 CPUs and the faster one on an AVX2-only CPU.
+- dense, "torch_linear": `F.linear` with torch's own reshapes (the bias
+  added inside the GEMM, `addmm`, rather than in a pass over the output).
+- attention, "sdpa": `F.scaled_dot_product_attention` on strided
+  `(batch, heads, tokens, dim)` views, which its CPU flash kernel and the
+  GPU kernels read in place (`keras.ops.dot_product_attention` copies all
+  three to contiguous tensors first).
+- call_sublayer, "half_layer_norm": a bfloat16/float16 `LayerNormalization`
+  by torch's kernel on the tensors as they are (Keras upcasts input, scale
+  and offset to float32 and casts back: four copies a norm).
+- call_sublayer, "direct_calls": `layer.call(...)` on the eager path where
+  Keras' `__call__` would add nothing but its per-call bookkeeping.
+- pack_for_inference, "onednn_packing": marks the kernels `Packing` keeps.
+
+Under torch's function transforms (`torch.func.vmap`, `grad`, `jacrev`,
+`jvp`; `keras.ops.vectorized_map`) the oneDNN product runs through
+`OneDNNLinear`, which has their rules, and the fused attention under `vmap`
+defers to the portable form (torch has no batching rule for its CPU kernel).
+
+Private APIs of torch and Keras (`torch.ops.mkldnn`, torch's global hook
+registries, `keras.src.backend`) are used here and nowhere in the layers.
+The measurements: docs/performance.md.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_vit.kernels import hardware, portable
+from keras_vit.kernels.registry import register
+
+
+def transforms():
+    """The names of torch's function transforms active now ("Vmap", "Grad", ...)."""
+    import torch
+
+    stack = torch._C._functorch.get_interpreter_stack()
+    return {level.key().name for level in stack} if stack else set()
+
+
+# --- oneDNN projections ------------------------------------------------------
+
+
+def onednn_pays(x, *args):
+    """The hardware rule of "onednn": where oneDNN runs AVX-512.
+
+    On the AVX-512 CPUs measured, oneDNN's GEMM ran ViT's projections faster
+    than `F.linear` (MKL's sgemm; in bfloat16 `addmm` and copies of its
+    operands); on an AVX2-only CPU it ran them slower (docs/performance.md).
+
+    Example:
+
+    >>> import numpy as np
+    >>> with hardware.assume(cpu_isa="avx2"):
+    ...     onednn_pays(np.ones((2, 2), "float32"))
+    False
+    """
+    return hardware.cpu_isa() == "avx512"
+
+
+def onednn_computes(x, kernel, bias):
+    """Whether oneDNN's GEMM can compute `x @ kernel + bias` for these tensors:
+    on a CPU, float32 (or bfloat16 where oneDNN has it), one dtype, not
+    under `torch.compile` (inductor picks its own GEMM)."""
+    import torch
+
+    if x.device.type != "cpu" or x.dim() < 2:
+        return False
+    if not torch.backends.mkldnn.is_available() or torch.compiler.is_compiling():
+        return False
+    if any(t is not None and t.dtype != x.dtype for t in (kernel, bias)):
+        return False
+    if x.dtype == torch.bfloat16:
+        return torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return x.dtype == torch.float32
+
+
+def linear_pointwise(x, kernel, bias, post_op="none", algorithm=""):
+    """`x @ kernel + bias` by oneDNN's GEMM (`kernel.T` is a view: no copy),
+    with oneDNN's elementwise `post_op` applied to the result inside it."""
+    import torch
+
+    return torch.ops.mkldnn._linear_pointwise(x, kernel.T, bias, post_op, [], algorithm)
+
+
+def packed_linear(x, weight, bias, post_op="none", algorithm=""):
+    """`x @ kernel + bias` on a weight that `Packing` reordered."""
+    import torch
+
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, post_op, [], algorithm)
+
+
+_LINEAR = []
+
+
+def autograd_linear():
+    """`OneDNNLinear.apply`: `x @ kernel + bias` on oneDNN, differentiable."""
+    if not _LINEAR:
+        _LINEAR.append(_one_dnn_linear().apply)
+    return _LINEAR[0]
+
+
+def _one_dnn_linear():
+    import torch
+
+    class OneDNNLinear(torch.autograd.Function):
+        """oneDNN's GEMM with autograd and the rules of torch's function transforms.
+
+        The input's gradient is a oneDNN product too (on the weight as it
+        is); the weight's, a product over the rows, is torch's `mm` on the
+        transposed activations, which it reads in place where oneDNN would
+        copy them first. Under a transform the backward and the `jvp` are
+        torch's plain products, which every transform differentiates and
+        batches; `vmap` folds the mapped axis into the rows.
+        """
+
+        @staticmethod
+        def forward(x, kernel, bias):
+            return linear_pointwise(x, kernel, bias)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            x, kernel, bias = inputs
+            ctx.save_for_backward(x, kernel)
+            ctx.save_for_forward(x, kernel)
+            ctx.has_bias = bias is not None
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, kernel = ctx.saved_tensors
+            grad_x = grad_kernel = grad_bias = None
+            # Plain products where this backward is itself differentiated
+            # (a transform, or `create_graph=True`).
+            plain = bool(transforms()) or torch.is_grad_enabled()
+            grad = grad if plain else grad.contiguous()
+            if ctx.needs_input_grad[0]:
+                grad_x = torch.matmul(grad, kernel.T) if plain else linear_pointwise(grad, kernel.T, None)
+            rows = grad.reshape(-1, grad.shape[-1])
+            if ctx.needs_input_grad[1]:
+                grad_kernel = torch.mm(x.reshape(-1, x.shape[-1]).T, rows)
+            if ctx.has_bias and ctx.needs_input_grad[2]:
+                grad_bias = rows.sum(0)
+            return grad_x, grad_kernel, grad_bias
+
+        @staticmethod
+        def jvp(ctx, tangent_x, tangent_kernel, tangent_bias):
+            x, kernel = ctx.saved_tensors
+            out = None
+            for tangent, term in ((tangent_x, lambda t: t @ kernel), (tangent_kernel, lambda t: x @ t),
+                                  (tangent_bias, lambda t: t)):
+                if tangent is not None:
+                    out = term(tangent) if out is None else out + term(tangent)
+            return out
+
+        @staticmethod
+        def vmap(info, in_dims, x, kernel, bias):
+            x_dim, kernel_dim, bias_dim = in_dims
+            x = x.movedim(x_dim, 0) if x_dim is not None else x.expand(info.batch_size, *x.shape)
+            if kernel_dim is None and bias_dim is None:
+                # The mapped axis joins the rows: one product, the same weights.
+                return OneDNNLinear.apply(x, kernel, bias), 0
+            kernel = kernel.movedim(kernel_dim, 0) if kernel_dim is not None else kernel
+            y = torch.matmul(x.reshape(x.shape[0], -1, x.shape[-1]), kernel)
+            y = y.reshape(*x.shape[:-1], y.shape[-1])
+            if bias is not None:
+                bias = bias.movedim(bias_dim, 0) if bias_dim is not None else bias.expand(info.batch_size, -1)
+                y = y + bias.reshape(bias.shape[0], *(1,) * (y.dim() - 2), bias.shape[-1])
+            return y, 0
+
+    return OneDNNLinear
+
+
+# The attribute of a kernel tensor that `pack_for_inference` sets.
+PACKING = "_keras_vit_packing"
+
+
+class Packing:
+    """A kernel's copy in oneDNN's blocked layout, made on first use.
+
+    oneDNN's GEMM reads its weight in a blocked layout of its own; given the
+    plain `(in, out)` kernel it reorders it on every call. The copy is remade
+    whenever the kernel changed since (torch bumps a tensor's version on every
+    in-place write, which is how Keras assigns a variable).
+    """
+
+    def __init__(self):
+        self.version = None
+        self.packed = None
+
+    # A copied or pickled kernel starts without the packed copy (a oneDNN
+    # tensor has no storage to copy) and makes its own on first use.
+    def __deepcopy__(self, memo):
+        return Packing()
+
+    def __reduce__(self):
+        return (Packing, ())
+
+    def weight(self, kernel):
+        import torch
+
+        version = kernel._version
+        if self.packed is None or self.version != version:
+            with torch.no_grad():
+                self.packed = torch.ops.mkldnn._reorder_linear_weight(kernel.T.contiguous())
+            self.version = version
+        return self.packed
+
+
+@register("pack_for_inference", "torch", "onednn_packing")
+def pack_for_inference(variables):
+    """Marks the kernels (variables of rank 2 or more) that "onednn" keeps packed."""
+    for variable in variables:
+        if len(variable.shape) >= 2:
+            setattr(variable.value, PACKING, Packing())
+    return None
+
+
+def _operands(x, kernel, bias, axes):
+    """torch tensors `x (..., d_in)`, `kernel (d_in, width)`, `bias (width,)`, and out_dims.
+
+    torch's own reshapes: `keras.ops.reshape` cost about 25 times as much
+    Python per eager call, and a block's projections made eleven of them.
+    """
+    x = ops.convert_to_tensor(x)
+    kernel = ops.convert_to_tensor(kernel)
+    out_dims = tuple(kernel.shape[axes:])
+    packing = getattr(kernel, PACKING, None)
+    if kernel.dim() != 2:
+        kernel = kernel.reshape(-1, math.prod(out_dims))
+    if axes > 1:
+        x = x.flatten(-axes)
+    if bias is not None:
+        bias = ops.convert_to_tensor(bias)
+        if bias.dim() != 1:
+            bias = bias.reshape(-1)
+    return x, kernel, bias, out_dims, packing
+
+
+@register("dense", "torch", "onednn", pays=onednn_pays)
+def onednn_dense(x, kernel, bias, axes, activation):
+    import torch
+
+    x, kernel, bias, out_dims, packing = _operands(x, kernel, bias, axes)
+    if not onednn_computes(x, kernel, bias):
+        return NotImplemented
+    recording = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, kernel, bias)
+    )
+    if recording or transforms():
+        y = _activation(autograd_linear()(x, kernel, bias), activation)
+    else:
+        # No gradient to record: the GEMM itself, without an autograd
+        # function's call, and the tanh GELU as its post-op.
+        post_op = ("gelu", "tanh") if activation == "gelu_tanh" else ("none", "")
+        if packing is not None:
+            y = packed_linear(x, packing.weight(kernel), bias, *post_op)
+        else:
+            y = linear_pointwise(x, kernel, bias, *post_op)
+        y = y if post_op[0] == "gelu" else _activation(y, activation)
+    return y if len(out_dims) == 1 else y.unflatten(-1, out_dims)
+
+
+@register("dense", "torch", "torch_linear")
+def linear_dense(x, kernel, bias, axes, activation):
+    import torch.nn.functional as F
+
+    x, kernel, bias, out_dims, _ = _operands(x, kernel, bias, axes)
+    # `kernel.T` is a view; `linear` multiplies by its transpose, `kernel` itself.
+    y = _activation(F.linear(x, kernel.T, bias), activation)
+    return y if len(out_dims) == 1 else y.unflatten(-1, out_dims)
+
+
+def _activation(y, name):
+    return y if name is None else portable.activation(y, name)
+
+
+# --- attention ---------------------------------------------------------------
+
+
+@register("attention", "torch", "sdpa")
+def sdpa(q, k, v, scale, mask):
+    import torch.nn.functional as F
+
+    if "Vmap" in transforms():
+        return NotImplemented
+    # A boolean `attn_mask` means what `mask` means (True: may attend); a
+    # query that may attend to no key gets zeros. The output comes back
+    # contiguous in (batch, tokens, heads, dim) order.
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale
+    )
+    return out.transpose(1, 2)
+
+
+# --- sublayer calls ----------------------------------------------------------
+
+# torch's module-level hook registries (`torch.nn.modules.module`); a hook
+# registered there must see every module call.
+_GLOBAL_HOOKS = (
+    "_global_forward_hooks",
+    "_global_forward_pre_hooks",
+    "_global_backward_hooks",
+    "_global_backward_pre_hooks",
+)
+_MODULE_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+def direct_call_applies(layer, x):
+    """Whether `layer.call(x, ...)` is what `layer(x, ...)` would compute.
+
+    For an eager torch tensor (never a symbolic one), a built layer that is
+    not quantized or rematerialised by Keras, has no activity regularizer and
+    no torch hooks (its own or global ones), whose input already has its
+    input dtype and carries no mask, and whose autocast scope would be the
+    one in force.
+
+    Example:
+
+    >>> norm = keras.layers.LayerNormalization()
+    >>> direct_call_applies(norm, keras.ops.ones((1, 2)))  # not built
+    False
+    """
+    import torch
+    from keras.src.backend import get_keras_mask
+
+    if not isinstance(x, torch.Tensor) or not layer.built:
+        return False
+    if getattr(layer, "quantization_mode", None) is not None or getattr(layer, "_remat_mode", None):
+        return False
+    if getattr(layer, "activity_regularizer", None) is not None:
+        return False
+    if get_keras_mask(x) is not None:
+        return False
+    if keras.backend.standardize_dtype(x.dtype) != layer.input_dtype:
+        return False
+    if any(getattr(layer, name, None) for name in _MODULE_HOOKS):
+        return False
+    modules = torch.nn.modules.module
+    if any(getattr(modules, name, None) for name in _GLOBAL_HOOKS):
+        return False
+    return _same_autocast(layer)
+
+
+def _same_autocast(layer):
+    from keras.src.backend import get_autocast_scope
+
+    # `Layer.__call__` enters a new autocast scope exactly when these differ.
+    scope = get_autocast_scope()
+    if scope is None:
+        return layer.compute_dtype == layer.variable_dtype
+    return layer.autocast and scope.dtype == layer.compute_dtype
+
+
+@register("call_sublayer", "torch", "half_layer_norm")
+def half_layer_norm(layer, x, args, kwargs):
+    """A half-precision `LayerNormalization` by torch's kernel, or NotImplemented.
+
+    torch's kernel takes bfloat16/float16 tensors as they are and normalises
+    in float32, rounding once at the end, as Keras' upcast does. Only for a
+    plain `LayerNormalization` over the last axis whose weights have `x`'s
+    dtype (the `"bfloat16"` policy; under `"mixed_bfloat16"` they are float32).
+
+    Example:
+
+    >>> norm = keras.layers.LayerNormalization(dtype="bfloat16")
+    >>> norm.build((2, 8))
+    >>> x = ops.cast(ops.reshape(ops.arange(16, dtype="float32"), (2, 8)), "bfloat16")
+    >>> y = half_layer_norm(norm, x, (), {})
+    >>> y is NotImplemented or bool(ops.all(ops.equal(y, norm(x))))
+    True
+    """
+    import torch
+    import torch.nn.functional as F
+
+    if args or kwargs or type(layer) is not keras.layers.LayerNormalization or layer.rms_scaling:
+        return NotImplemented
+    if not isinstance(x, torch.Tensor) or x.dtype not in (torch.bfloat16, torch.float16):
+        return NotImplemented
+    axis = list(layer.axis) if isinstance(layer.axis, (list, tuple)) else [layer.axis]
+    if axis not in ([-1], [x.dim() - 1]) or not direct_call_applies(layer, x):
+        return NotImplemented
+    gamma = None if layer.gamma is None else layer.gamma.value
+    beta = None if layer.beta is None else layer.beta.value
+    if any(w is not None and w.dtype != x.dtype for w in (gamma, beta)):
+        return NotImplemented
+    return F.layer_norm(x, (x.shape[-1],), gamma, beta, layer.epsilon)
+
+
+@register("call_sublayer", "torch", "direct_calls")
+def direct_call(layer, x, args, kwargs):
+    """`layer.call(x, ...)` where `direct_call_applies`, else NotImplemented.
+
+    The callers pass `training` as the block received it (already resolved by
+    the block's own `__call__`), so the sublayers see the value the call
+    context would have given them.
+    """
+    if not direct_call_applies(layer, x):
+        return NotImplemented
+    return layer.call(x, *args, **kwargs)

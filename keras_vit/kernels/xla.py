@@ -1,0 +1,183 @@
+"""The forms XLA's CPU backend runs fastest, shared by jax and tensorflow.
+
+`keras.ops` code with the product as a parameter (jax passes its bfloat16
+products with float32 accumulation, `jax_backend.matmul`):
+
+- `dense_rows`: a projection as one `(rows, features)` matrix product, so
+  that the product and both its gradients are plain 2D GEMMs (XLA's CPU
+  backend runs the kernel gradient of a 3D product, which contracts two
+  axes, at about half the speed of the 2D one).
+- `attention`: batched matrix products on `(batch * heads, tokens, dim)`
+  tensors, where `keras.ops.dot_product_attention` is a pair of einsums
+  with the batch axes in the middle on these CPUs; the scale multiplies the
+  queries rather than the logits where that adds no rounding
+  (`fold_scale`), and once the logits of all heads outgrow the caches the
+  products and the softmax take a group of heads at a time (`head_group`).
+
+The measurements behind each choice: docs/performance.md.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_vit.kernels import portable
+from keras_vit.kernels.switches import compiled_by_xla
+
+
+def dense_rows(x, kernel, bias, axes, activation, matmul=ops.matmul, epilogue=None):
+    """`portable.dense` as one 2D product over the flattened leading axes.
+
+    Args:
+        x, kernel, bias, axes, activation: as `portable.dense`.
+        matmul: the 2D product `(a, b) -> a @ b` (its result may be wider
+            than `x`'s dtype; it is cast back after the bias).
+        epilogue: None or `(y, bias, activation, dtype) -> activation(y + bias)`
+            in `dtype`, on the 2D product.
+
+    Example:
+
+    >>> import numpy as np
+    >>> y = dense_rows(np.ones((2, 3, 4), "float32"), np.ones((4, 2, 5), "float32"), None, 1, None)
+    >>> tuple(y.shape)
+    (2, 3, 2, 5)
+    """
+    x = ops.convert_to_tensor(x)
+    kernel, bias, out_dims = portable.flat_weights(kernel, bias, axes)
+    epilogue = epilogue or bias_and_activation
+    static, dynamic = tuple(x.shape), ops.shape(x)
+    if len(static) == 2 and axes == 1:
+        return epilogue(matmul(x, kernel), bias, activation, x.dtype)
+    leading = [s if s is not None else dynamic[i] for i, s in enumerate(static[:-axes])]
+    y = matmul(ops.reshape(x, (-1, kernel.shape[0])), kernel)
+    y = epilogue(y, bias, activation, x.dtype)
+    return ops.reshape(y, (*leading, *out_dims))
+
+
+def bias_and_activation(y, bias, activation, dtype):
+    """`activation(y + bias)` in `dtype`."""
+    y = y if bias is None else y + bias
+    y = ops.cast(y, dtype)
+    return y if activation is None else portable.activation(y, activation)
+
+
+def attention(q, k, v, scale, mask=None, matmul=ops.matmul):
+    """`portable.attention` as batched products over `(batch * heads)`.
+
+    Args:
+        q, k, v, scale, mask: as `portable.attention`.
+        matmul: the batched product (its result may be wider than its
+            operands' dtype).
+
+    Example:
+
+    >>> import numpy as np
+    >>> q = keras.ops.convert_to_tensor(np.random.default_rng(0).normal(size=(2, 5, 3, 4)), "float32")
+    >>> y, expected = attention(q, q, q, 0.5), portable.attention(q, q, q, 0.5)
+    >>> bool(np.allclose(keras.ops.convert_to_numpy(y), keras.ops.convert_to_numpy(expected), atol=1e-6))
+    True
+    """
+    if fold_scale(q, scale):
+        q, scale = q * ops.cast(scale, q.dtype), 1.0
+    static, dynamic = tuple(q.shape), ops.shape(q)
+    tokens = static[1] if static[1] is not None else dynamic[1]
+    heads = (_heads_first(q), _heads_first(k, tokens_last=True), _heads_first(v))
+    # Groups of heads would split the logits along an axis the mask may broadcast over.
+    group = head_group(q, k) if mask is None else None
+    if group:
+        context = _grouped_attention(*heads, scale, group, matmul)
+    else:
+        context = _attention_heads(*heads, scale, matmul, mask, static[2])
+    context = ops.reshape(context, (-1, static[2], tokens, static[3]))
+    return ops.transpose(context, (0, 2, 1, 3))
+
+
+def _heads_first(x, tokens_last=False):
+    """`(batch, tokens, heads, dim)` -> `(batch * heads, tokens, dim)`
+    (or `(batch * heads, dim, tokens)`)."""
+    static, dynamic = tuple(x.shape), ops.shape(x)
+    tokens = static[1] if static[1] is not None else dynamic[1]
+    x = ops.transpose(x, (0, 2, 3, 1) if tokens_last else (0, 2, 1, 3))
+    shape = (static[3], tokens) if tokens_last else (tokens, static[3])
+    return ops.reshape(x, (-1, *shape))
+
+
+def fold_scale(q, scale):
+    """Whether `q * scale` replaces `logits * scale` without rounding more.
+
+    The logits hold `tokens` times as many values as the queries, so the
+    queries take the scale where the compiler does not fuse it into the
+    product (tensorflow's). Exact when the scale is a power of two
+    (`1 / sqrt(64)`); otherwise only in float32, where the product rounds as
+    the scaled logits do, not in bfloat16's 8 bits.
+
+    Example:
+
+    >>> import numpy as np
+    >>> fold_scale(np.ones(1, "float32"), 0.3), fold_scale(keras.ops.ones(1, "bfloat16"), 0.3)
+    (True, False)
+    """
+    return keras.backend.standardize_dtype(q.dtype) == "float32" or math.frexp(scale)[0] == 0.5
+
+
+def _attention_heads(q, k, v, scale, matmul, mask=None, num_heads=None):
+    """`(heads, tokens, dim)`, `(heads, dim, tokens)`, `(heads, tokens, dim)` -> context;
+    `mask` applies to the logits seen as `(batch, num_heads, queries, keys)`."""
+    probs = ops.cast(matmul(q, k), "float32")
+    if scale != 1.0:
+        probs = probs * scale
+    if mask is None:
+        probs = ops.softmax(probs, axis=-1)
+    else:
+        shape = ops.shape(probs)
+        probs = ops.reshape(probs, (-1, num_heads, shape[1], shape[2]))
+        probs = ops.reshape(portable.masked_softmax(probs, mask), shape)
+    return ops.cast(matmul(ops.cast(probs, v.dtype), v), v.dtype)
+
+
+# The float32 logits of all heads together above which XLA's CPU path takes
+# the heads a group at a time, and the most one group's logits may take: XLA
+# runs the products and the softmax of all heads as separate passes over the
+# whole logits tensor, and once that outgrows the caches each pass reads it
+# back from memory (docs/performance.md, "grouped heads").
+GROUPED_ATTENTION_BYTES = 32 * 2**20
+ATTENTION_GROUP_BYTES = 16 * 2**20
+
+
+def head_group(q, k):
+    """How many heads the CPU path computes at a time under XLA, or None for all.
+
+    Only where XLA compiles the call (`compiled_by_xla`): tensorflow's graph
+    runtime ran its loop over the groups slower than all heads at once.
+
+    Example:
+
+    >>> import types
+    >>> q = types.SimpleNamespace(shape=(1, 1370, 12, 64))  # B/14 at 518 px
+    >>> from keras_vit.kernels.switches import xla_compiled
+    >>> with xla_compiled():
+    ...     head_group(q, q) == (2 if keras.backend.backend() != "torch" else None)
+    True
+    """
+    if not compiled_by_xla():
+        return None
+    batch, queries, num_heads, _ = q.shape
+    keys = k.shape[1]
+    if None in (batch, queries, num_heads, keys):
+        return None
+    heads, head_bytes = batch * num_heads, 4 * queries * keys
+    if heads * head_bytes <= GROUPED_ATTENTION_BYTES:
+        return None
+    fitting = [g for g in range(1, heads) if heads % g == 0 and g * head_bytes <= ATTENTION_GROUP_BYTES]
+    return max(fitting, default=1)
+
+
+def _grouped_attention(q, k, v, scale, group, matmul):
+    def groups(x):
+        return ops.reshape(x, (-1, group, *x.shape[1:]))
+
+    context = ops.map(
+        lambda qkv: _attention_heads(*qkv, scale, matmul), (groups(q), groups(k), groups(v))
+    )
+    return ops.reshape(context, (-1, *context.shape[2:]))

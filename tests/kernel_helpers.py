@@ -1,0 +1,77 @@
+"""Helpers of the kernels' tests: which fast path ran, one path alone, gradients."""
+
+import contextlib
+import dataclasses
+
+import keras
+import numpy as np
+
+from conftest import to_numpy
+from keras_vit import kernels
+from keras_vit.kernels import registry
+
+BACKEND = keras.backend.backend()
+
+
+@contextlib.contextmanager
+def taken():
+    """Within this context, the names of the fast paths that computed a call
+    (returned something other than NotImplemented), in order, are recorded."""
+    seen = []
+    original = list(registry._OVERRIDES)
+
+    def recording(override):
+        def function(*args):
+            out = override.function(*args)
+            if out is not NotImplemented:
+                seen.append(override.name)
+            return out
+
+        return dataclasses.replace(override, function=function)
+
+    registry._OVERRIDES[:] = [recording(o) for o in original]
+    registry._active.cache_clear()
+    try:
+        yield seen
+    finally:
+        registry._OVERRIDES[:] = original
+        registry._active.cache_clear()
+
+
+def only(name, op="attention"):
+    """A context in which `op` takes the fast path `name` alone (forced, the
+    backend's others for `op` disabled), or its portable form (`"portable"`)."""
+    if name == "portable":
+        return kernels.portable_only()
+    others = [o.name for o in registry.registered(op, BACKEND) if o.name != name]
+    stack = contextlib.ExitStack()
+    stack.enter_context(kernels.forced(name))
+    if others:
+        stack.enter_context(kernels.disabled(*others))
+    return stack
+
+
+def value_and_grads(fn, arrays, weights):
+    """`fn(*arrays)` and the gradients of `sum(fn(*arrays) * weights)` wrt each array."""
+    if BACKEND == "jax":
+        import jax
+
+        out = fn(*arrays)
+        grads = jax.grad(lambda *a: (fn(*a) * weights).sum(), argnums=tuple(range(len(arrays))))(*arrays)
+    elif BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        tensors = [tf.convert_to_tensor(a) for a in arrays]
+        with tf.GradientTape() as tape:
+            tape.watch(tensors)
+            out = fn(*tensors)
+            loss = tf.reduce_sum(tf.cast(out, "float32") * weights)
+        grads = tape.gradient(loss, tensors)
+    else:
+        import torch
+
+        tensors = [torch.tensor(np.asarray(a), requires_grad=True) for a in arrays]
+        out = fn(*tensors)
+        (out.float() * torch.from_numpy(np.asarray(weights, "float32"))).sum().backward()
+        grads = [t.grad for t in tensors]
+    return to_numpy(out), [to_numpy(g) for g in grads]
