@@ -151,7 +151,7 @@ def test_a_checkpoint_file_names_its_own_architecture(tmp_path, rng, capsys):
     output = tmp_path / "ti.weights.h5"
     assert main(["--weights", str(tmp_path / "ti.npz"), "--output", str(output), "--batch-size", "1"]) == 0
     printed = capsys.readouterr().out
-    assert "model: vitti16, image (32, 32), classes 4, GELU tanh" in printed and "OK (tolerance" in printed
+    assert "model: vitti16, image (32, 32), classes 4, MLP activation gelu_tanh," in printed and "OK (tolerance" in printed
     assert main(["--weights", str(tmp_path / "ti.npz"), "--output", str(output), "--gelu", "erf",
                  "--batch-size", "1"]) == 0
-    assert "GELU erf" in capsys.readouterr().out  # the flag reaches the model
+    assert "MLP activation gelu," in capsys.readouterr().out  # the flag reaches the model
