@@ -468,6 +468,18 @@ def _model_labels(model, width):
     return tuple(range(width)), tuple(names)
 
 
+def _as_probabilities(preds, model):
+    """Softmax of a logits head's rows (`classifier_activation=None`) that
+    are not a distribution already."""
+    if getattr(model, "classifier_activation", "softmax") is not None:
+        return preds
+    scores = preds.astype("float64")
+    distribution = (scores >= 0).all(axis=1) & np.isclose(scores.sum(axis=1), 1.0, atol=1e-3)
+    exp = np.exp(scores - scores.max(axis=1, keepdims=True))
+    softmax = (exp / exp.sum(axis=1, keepdims=True)).astype(preds.dtype)
+    return np.where(distribution[:, None], preds, softmax)
+
+
 def decode_predictions(preds, top=5, model=None):
     """Names the top classes of predictions.
 
@@ -475,7 +487,11 @@ def decode_predictions(preds, top=5, model=None):
     the lists shipped in `keras_vit.labels`. With `model`: the class names
     its checkpoint came with (`model.class_names`, set by
     `keras_vit.from_preset` from transformers' `id2label`, timm's label
-    lists or a keras_vit preset).
+    lists or a keras_vit preset), and the scores as probabilities: a model
+    whose head outputs logits (`classifier_activation=None`, as a model is
+    fine-tuned) has its rows turned into probabilities by a softmax, as
+    `keras_vit.classify` and `keras-vit inspect` report them (rows that are
+    a distribution already are kept).
 
     Args:
         preds: scores of shape `(batch, classes)`, NumPy or a tensor; without
@@ -487,7 +503,7 @@ def decode_predictions(preds, top=5, model=None):
         A list with, per sample, a list of `top` tuples, highest score
         first: `(synset_id, class_name, score)` as
         `keras.applications.imagenet_utils.decode_predictions`, or
-        `(class_index, class_name, score)` with `model`.
+        `(class_index, class_name, probability)` with `model`.
 
     Example:
 
@@ -511,6 +527,7 @@ def decode_predictions(preds, top=5, model=None):
     classes = preds.shape[1]
     if model is not None:
         ids, names = _model_labels(model, classes)
+        preds = _as_probabilities(preds, model)
     else:
         ids, names = labels.synsets(classes), labels.class_names(classes)
     results = []
