@@ -7,7 +7,7 @@ the library and every command (`keras-vit inspect`, `export`, `classify`,
 | `source` | built by |
 | --- | --- |
 | a keras model | itself |
-| a preset folder (keras_vit, transformers, timm, keras-hub) or `hf://org/name[@revision]` | `keras_vit.from_preset` |
+| a preset folder (keras_vit, transformers, timm, keras-hub), `hf://org/name[@revision]` or `kaggle://owner/model/framework/variation` | `keras_vit.from_preset` |
 | a `.keras` file | `keras.saving.load_model` |
 | a checkpoint file (`.npz`, `.safetensors`, `.pth`, `.weights.h5`, ...) | the named constructor of the architecture its tensors hold, `weights=` the file |
 | a constructor ("ViTTi16", "ViT") or architecture ("Ti/16") name | that constructor, with `weights=` |
@@ -139,21 +139,22 @@ def _check_source(source):
     if not isinstance(source, str) or not source:
         raise ValueError(
             "`source` must be a keras model, a constructor or architecture name, a "
-            "checkpoint or .keras file, a preset folder or an hf:// handle. "
+            "checkpoint or .keras file, a preset folder or an hf:// or kaggle:// handle. "
             f"Received: source={source!r}"
         )
     return source
 
 
 def load_model(source, weights=None, preprocessing=None, **overrides):
-    """A keras_vit model from a name, a file, a preset folder or an `hf://` handle.
+    """A keras_vit model from a name, a file, a preset folder or a Hub handle.
 
     Args:
-        source: a keras model (returned as it is); a preset folder or
-            `"hf://org/name[@revision]"` (`keras_vit.from_preset`); a `.keras`
-            file; a checkpoint file (the architecture is read from its
-            tensors); or a constructor ("ViTTi16", "ViT") or architecture
-            ("Ti/16") name.
+        source: a keras model (returned as it is); a preset folder, an
+            `"hf://org/name[@revision]"` or a
+            `"kaggle://owner/model/framework/variation"` handle
+            (`keras_vit.from_preset`); a `.keras` file; a checkpoint file
+            (the architecture is read from its tensors); or a constructor
+            ("ViTTi16", "ViT") or architecture ("Ti/16") name.
         weights: with a name only: None, a registered weights name or a
             checkpoint path.
         preprocessing: None (the source's record, if any), a mode
@@ -179,7 +180,7 @@ def load_model(source, weights=None, preprocessing=None, **overrides):
     """
     import keras
 
-    from keras_vit.presets import HF_SCHEME, from_preset
+    from keras_vit.presets import HANDLE_SCHEMES, from_preset
 
     if isinstance(source, keras.Model):
         if weights is not None or preprocessing is not None or overrides:
@@ -190,7 +191,7 @@ def load_model(source, weights=None, preprocessing=None, **overrides):
             )
         return source
     source = _check_source(source)
-    if source.startswith(HF_SCHEME) or os.path.isdir(source):
+    if source.startswith(HANDLE_SCHEMES) or os.path.isdir(source):
         if weights is not None:
             raise ValueError(
                 f"A preset holds its own weights. Received: source={source!r}, weights={weights!r}"
@@ -210,7 +211,7 @@ def load_model(source, weights=None, preprocessing=None, **overrides):
             f"Unknown model {source!r}: no file or folder of that name (in "
             f"{os.getcwd()!r}) and no model name. Give a constructor "
             f"({', '.join(CONSTRUCTORS)}, ViT), an architecture name, a checkpoint or "
-            f".keras file, a preset folder or an hf:// handle.{_closest(source)}"
+            f".keras file, a preset folder or an hf:// or kaggle:// handle.{_closest(source)}"
         )
     prep = _preprocessing(preprocessing, getattr(model, "image_size", (224, 224)))
     if prep is not None:

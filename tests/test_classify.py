@@ -9,6 +9,7 @@ from PIL import Image
 import keras_vit
 from conftest import DEIT_NPZ, TINY, requires_shared, to_numpy
 from keras_vit.preprocessing import Preprocessing, resize_and_crop
+from keras_vit.presets import PresetDownloadError
 from synthetic import official_params
 
 CAT_CLASSES = {281, 282, 285}  # tabby, tiger cat, Egyptian cat
@@ -146,3 +147,28 @@ def test_load_model_refuses_what_a_source_fixes(tmp_path):
     model.save_weights(tmp_path / "w.weights.h5")  # arrays only, no architecture
     with pytest.raises(ValueError, match=r"Cannot tell which architecture .*--model ViTTi16"):
         keras_vit.load_model(str(tmp_path / "w.weights.h5"))
+
+
+def test_load_model_reads_kaggle_handles_through_kagglehub(tmp_path, monkeypatch):
+    """`kaggle://` handles (where keras-hub's presets live) are downloaded by
+    kagglehub into its cache; the folder it returns is read as any preset."""
+    kagglehub = pytest.importorskip("kagglehub")
+    model = keras_vit.ViT(**TINY, classes=3, class_names=("a", "b", "c"))
+    model.save_to_preset(tmp_path / "preset")
+    asked = []
+
+    def download(handle, *args, **kwargs):
+        asked.append(handle)
+        if handle.endswith("/gone"):
+            raise ConnectionError("no network")
+        return str(tmp_path / "preset")
+
+    monkeypatch.setattr(kagglehub, "model_download", download)
+    again = keras_vit.load_model("kaggle://me/vit/keras/tiny")
+    assert asked == ["me/vit/keras/tiny"] and again.class_names == ("a", "b", "c")
+    x = np.random.default_rng(0).normal(size=(1, *again.image_size, 3)).astype("float32")
+    np.testing.assert_array_equal(to_numpy(again.predict(x, verbose=0)), to_numpy(model.predict(x, verbose=0)))
+    with pytest.raises(PresetDownloadError, match="kaggle://me/vit/keras/gone.*no network"):
+        keras_vit.load_model("kaggle://me/vit/keras/gone")
+    with pytest.raises(ValueError, match="owner/model/framework/variation"):
+        keras_vit.load_model("kaggle://me/vit")

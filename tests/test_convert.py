@@ -114,6 +114,14 @@ def test_presets_in_and_out(tmp_path, capsys):
     # A preset fixes its architecture.
     assert main(argv[:4] + ["--variant", "Ti/16"]) == 2
     assert "drop --variant" in capsys.readouterr().err
+    # --weights takes a preset folder as --preset does: a whole model.
+    output = tmp_path / "again.weights.h5"
+    assert main(["--weights", str(tmp_path / "in"), "--output", str(output)]) == 0
+    assert "(keras_vit preset)" in capsys.readouterr().out
+    again = keras_vit.ViT(**TINY, classes=3, distillation_token=True, mlp_activation="gelu")
+    again.load_weights(output)
+    for a, b in zip(again.weights, source.weights):
+        np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
 
 
 @pytest.mark.parametrize("family", ["dinov2", "clip", "mae", "siglip2"])

@@ -63,7 +63,8 @@ MODEL_HELP = (
     "the model: a constructor (ViTTi16, ViTB16, ...) or architecture (Ti/16) name, with "
     "--weights; a checkpoint file (.npz, .safetensors, .pth, .weights.h5: its architecture "
     "is read from it); a .keras file; a preset folder (keras_vit, transformers, timm, "
-    "keras-hub, e.g. the one examples/finetune.py writes) or an hf://org/name handle"
+    "keras-hub, e.g. the one examples/finetune.py writes) or an hf://org/name or "
+    "kaggle://owner/model/framework/variation handle"
 )
 
 
@@ -246,10 +247,11 @@ def convert_parser():
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
-        "--weights", help="registered weights name (with --variant) or checkpoint path"
+        "--weights", help="registered weights name (with --variant), checkpoint path, or a preset as --preset takes"
     )
     source.add_argument(
-        "--preset", help="preset directory (keras_vit, transformers, timm Hub, keras-hub) or hf://org/name[@revision]"
+        "--preset", help="preset directory (keras_vit, transformers, timm Hub, keras-hub, e.g. the one "
+        "examples/finetune.py writes) or hf://org/name[@revision] or kaggle://owner/model/framework/variation handle"
     )
     parser.add_argument(
         "--output", required=True, help="file ending with .weights.h5 (--format weights) or a preset directory"

@@ -5,7 +5,8 @@ Reads any checkpoint keras_vit loads, through `keras_vit.load_model`:
 big_vision `.npz`, a timm `.safetensors`/`.pth` or a keras_vit
 `.weights.h5`, whose architecture is read from the file unless `--variant`
 or `--config` gives it) or `--preset` (a keras_vit, transformers, timm Hub
-or keras-hub directory, or an `hf://org/name[@revision]` handle). Writes `--output` as `--format`: `weights` (a
+or keras-hub directory, or an `hf://org/name[@revision]` or `kaggle://`
+handle; `--weights` takes these too). Writes `--output` as `--format`: `weights` (a
 `.weights.h5` file, and a `.keras` model with `--keras`), `keras_vit` or
 `transformers` (preset directories, `model.save_to_preset`). Then checks on a
 fixed random batch that
@@ -243,6 +244,9 @@ def convert(args):
         )
     if args.keras and fmt != "weights":
         raise ValueError("--keras goes with --format weights (a preset is already a whole model).")
+    if args.weights and (args.weights.startswith(presets.HANDLE_SCHEMES) or os.path.isdir(args.weights)):
+        # A preset folder or handle names a whole model, whichever flag gives it.
+        args.preset, args.weights = args.weights, None
     model, read_params, source = _from_preset(args) if args.preset else _from_weights(args)
     print(
         f"source: {source}\nmodel: {model.name}, image {model.image_size}, "
