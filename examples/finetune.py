@@ -74,6 +74,7 @@ import json
 import os
 import sys
 import time
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -361,7 +362,7 @@ def join_processes(args):
 
 
 def model_config(args):
-    import keras_vit
+    from keras_vit.architectures import get_variant
 
     if args.preset:
         from keras_vit.presets import describe_preset
@@ -369,13 +370,14 @@ def model_config(args):
         return describe_preset(args.preset).arguments
     if args.model in ("demo", "smoke"):
         return DEMO_MODEL if args.model == "demo" else SMOKE_MODEL
-    constructor = getattr(keras_vit, args.model, None)
-    if constructor is None or not hasattr(constructor, "architecture"):
-        raise SystemExit(f"--model {args.model!r} is not a keras_vit constructor (e.g. ViTB16).")
-    return keras_vit.ARCHITECTURE_CONFIGS[constructor.architecture]
+    try:
+        return dict(get_variant(args.model).config)
+    except ValueError:
+        raise SystemExit(f"--model {args.model!r} is not a keras_vit constructor (e.g. ViTB16).") from None
 
 
 def build_model(args, classes):
+    """The model to fine-tune, from `keras_vit.load_model` as every command builds one."""
     import keras_vit
     from keras_vit.architectures import GELU_FLAVOURS
 
@@ -386,12 +388,13 @@ def build_model(args, classes):
     if args.preset:
         if args.gelu != "auto":
             raise SystemExit("--gelu: a preset fixes its GELU; leave --gelu auto with --preset.")
-        return keras_vit.from_preset(args.preset, **common)
+        return keras_vit.load_model(args.preset, **common)
     if args.gelu != "auto":
         common["mlp_activation"] = GELU_FLAVOURS[args.gelu]
     if args.model in ("demo", "smoke"):
-        return keras_vit.ViT(**model_config(args), weights=args.weights, name=f"vit_{args.model}", **common)
-    return getattr(keras_vit, args.model)(weights=args.weights, **common)
+        common.update(model_config(args), name=f"vit_{args.model}")
+        return keras_vit.load_model("ViT", weights=args.weights, **common)
+    return keras_vit.load_model(args.model, weights=args.weights, **common)
 
 
 def compile_model(model, args):
@@ -495,7 +498,11 @@ def fit(args, dist, accumulation, datasets, class_names):
         training.SavePreset(args.output, **preset),
     ]
     with dist.scope():
-        model = build_model(args, len(class_names))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = build_model(args, len(class_names))
+        for note in caught:  # e.g. the new head: said in one line, not as a code location
+            print(f"note: {note.message}", flush=True)
         compile_model(model, args)
         # The "epochs" are evaluation intervals of `eval_every` updates.
         model.fit(

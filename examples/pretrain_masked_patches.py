@@ -41,12 +41,16 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tools.front_end import THREADS_HELP, configure_threads  # noqa: E402
+from tools.front_end import THREADS_HELP, configure_threads, quiet_imports  # noqa: E402
+
+# TensorFlow's C++ start-up notices (oneDNN, CUDA) kept out of the terminal.
+quiet_imports("tensorflow", "keras_vit")
 
 import keras  # noqa: E402
 
 import keras_vit  # noqa: E402
 from keras_vit import pretraining, training  # noqa: E402
+from keras_vit.architectures import get_variant  # noqa: E402
 from keras_vit.training import data, datasets  # noqa: E402
 
 # The encoders of examples/finetune.py, so that its --weights can load ours.
@@ -148,18 +152,19 @@ def resolve(args):
 def model_config(args):
     if args.model in ("demo", "smoke"):
         return DEMO_MODEL if args.model == "demo" else SMOKE_MODEL
-    constructor = getattr(keras_vit, args.model, None)
-    if constructor is None or not hasattr(constructor, "architecture"):
-        raise SystemExit(f"--model {args.model!r} is not a keras_vit constructor (e.g. ViTB16).")
-    return keras_vit.ARCHITECTURE_CONFIGS[constructor.architecture]
+    try:
+        return dict(get_variant(args.model).config)
+    except ValueError:
+        raise SystemExit(f"--model {args.model!r} is not a keras_vit constructor (e.g. ViTB16).") from None
 
 
 def build_encoder(args):
-    common = dict(image_size=args.image_size, include_top=False, dropout_rate=args.dropout, weights=args.weights)
+    common = dict(image_size=args.image_size, include_top=False, dropout_rate=args.dropout)
     if args.model in ("demo", "smoke"):
         # The name finetune.py gives the same model.
-        return keras_vit.ViT(**model_config(args), name=f"vit_{args.model}", **common)
-    return getattr(keras_vit, args.model)(**common)
+        common.update(model_config(args), name=f"vit_{args.model}")
+        return keras_vit.load_model("ViT", weights=args.weights, **common)
+    return keras_vit.load_model(args.model, weights=args.weights, **common)
 
 
 def build_task(args, encoder):

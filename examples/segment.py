@@ -30,7 +30,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tools.front_end import THREADS_HELP, configure_threads  # noqa: E402
+from tools.front_end import THREADS_HELP, configure_threads, quiet_imports  # noqa: E402
+
+# TensorFlow's C++ start-up notices (oneDNN, CUDA) kept out of the terminal.
+quiet_imports("tensorflow", "keras_vit")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

@@ -56,6 +56,24 @@ def test_help_and_usage_errors_import_nothing_heavy():
     assert "unrecognized argument '--weigths'; did you mean '--weights'?" in result.stderr
 
 
+NOISE = ("I0000", "E0000", "W0000", "absl", "oneDNN", "cuda", "CUDA", "torchvision", "torchao")
+
+
+@pytest.mark.parametrize("example, argv", [
+    ("finetune.py", ["--smoke", "--total-steps", "1", "--eval-every", "1", "--verbose", "0"]),
+    ("pretrain_masked_patches.py", ["--smoke", "--total-steps", "1", "--eval-every", "1", "--verbose", "0"]),
+])
+def test_examples_keep_library_banners_out_of_the_terminal(tmp_path, example, argv):
+    """Run as a user runs them (no TF_CPP_MIN_LOG_LEVEL of the test process):
+    TensorFlow's oneDNN and CUDA notices stay out of the terminal."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run([sys.executable, f"examples/{example}", *argv, "--run-dir", str(tmp_path / "run")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    noise = [line for line in result.stderr.splitlines() if any(word in line for word in NOISE)]
+    assert not noise, noise
+
+
 def test_the_parsers_lists_are_keras_vits():
     from keras_vit.training import distribute
 
