@@ -113,6 +113,16 @@ SCRATCH = dict(image_size=224, batch_size=512, total_steps=10_000, warmup_steps=
 DISTRIBUTIONS = ("none", "auto", "data_parallel", "mirrored", "multi_worker", "model_parallel",
                  "tpu", "data", "model")  # keras_vit.training.distribute.NAMES
 CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".h5", ".keras")
+# What a checkpoint file of each kind leaves open about its numerics
+# (keras_vit.resolver.numerics_unrecorded), known from its name alone.
+UNRECORDED_BY_SUFFIX = {
+    ".npz": ("mlp_activation", "preprocessing"),
+    ".h5": ("mlp_activation", "preprocessing"),
+    ".safetensors": ("preprocessing",),
+    ".pth": ("preprocessing",),
+    ".pt": ("preprocessing",),
+    ".bin": ("preprocessing",),
+}
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -218,20 +228,26 @@ def check_paths(args):
     if weights and not args.smoke_data and (os.sep in weights or weights.lower().endswith(CHECKPOINT_SUFFIXES)):
         if not os.path.isfile(weights):
             raise SystemExit(f"--weights {weights!r}: no such file (resolved to {os.path.abspath(weights)!r}).")
-    if args.preset and not args.smoke_data and not args.preset.startswith("hf://"):
+    if args.preset and not args.smoke_data and not args.preset.startswith(("hf://", "kaggle://")):
         if not os.path.isdir(args.preset):
             raise SystemExit(f"--preset {args.preset!r}: no such folder (resolved to {os.path.abspath(args.preset)!r}).")
 
 
-def check_numerics(args):
+def check_numerics(args, unrecorded=None):
     """Refuses a checkpoint file that does not record its GELU or input scaling
-    unless --gelu and --preprocessing say them."""
+    unless --gelu and --preprocessing say them.
+
+    `unrecorded`: what the file leaves open; default: read by
+    `keras_vit.resolver.numerics_unrecorded` (which opens a `.keras` file).
+    """
     if not args.weights or not os.path.isfile(args.weights):
         return
-    from keras_vit.resolver import numerics_unrecorded
+    if unrecorded is None:
+        from keras_vit.resolver import numerics_unrecorded
 
+        unrecorded = numerics_unrecorded(args.weights)
     flags = {"mlp_activation": ("--gelu", args.gelu), "preprocessing": ("--preprocessing", args.preprocessing)}
-    missing = [flags[what][0] for what in numerics_unrecorded(args.weights) if flags[what][1] == "auto"]
+    missing = [flags[what][0] for what in unrecorded if flags[what][1] == "auto"]
     if missing:
         raise SystemExit(
             f"--weights {args.weights!r} does not record the numerics it was trained with: give "
@@ -239,6 +255,16 @@ def check_numerics(args):
             "DeiT's .npz: --gelu erf --preprocessing imagenet; timm files: --preprocessing as "
             "the model card says). A registered name, a preset or a .keras file records them."
         )
+
+
+def check_numerics_by_name(args):
+    """`check_numerics` for the files whose name says what they record, before
+    the libraries load (a `.keras` file is read after)."""
+    name = (args.weights or "").lower()
+    for suffix, unrecorded in UNRECORDED_BY_SUFFIX.items():
+        if name.endswith(suffix) and not args.smoke_data:
+            return check_numerics(args, unrecorded)
+    return None
 
 
 def _table(args, pretrained):
@@ -518,6 +544,7 @@ def main(argv=None):
     args = parse_args(argv)
     args.smoke_data = args.smoke and args.data is not None
     check_paths(args)  # before the libraries load: a typo answers at once
+    check_numerics_by_name(args)
     threads = configure_threads(args.threads)
     quiet_imports("tensorflow", "keras_vit")
     import keras

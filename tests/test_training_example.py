@@ -75,9 +75,36 @@ def test_examples_keep_library_banners_out_of_the_terminal(tmp_path, example, ar
 
 
 def test_the_parsers_lists_are_keras_vits():
+    from keras_vit.resolver import numerics_unrecorded
     from keras_vit.training import distribute
 
-    assert _load_example().DISTRIBUTIONS == distribute.NAMES
+    example = _load_example()
+    assert example.DISTRIBUTIONS == distribute.NAMES
+    for suffix, unrecorded in example.UNRECORDED_BY_SUFFIX.items():
+        assert numerics_unrecorded(f"model{suffix}") == unrecorded, suffix
+    assert set(example.UNRECORDED_BY_SUFFIX) == set(example.CHECKPOINT_SUFFIXES) - {".keras"}
+
+
+def test_missing_numerics_flags_answer_before_the_libraries_load(tmp_path):
+    """A bare .npz without --gelu and --preprocessing is refused at once (it
+    took 49 s, the time to import the libraries)."""
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "deit.npz").write_bytes(b"")
+    probe = (
+        "import json, runpy, sys\n"
+        "sys.argv = ['finetune.py'] + sys.argv[1:]\n"
+        "try:\n"
+        "    runpy.run_path('examples/finetune.py', run_name='__main__')\n"
+        "except SystemExit as exit:\n"
+        "    print(exit.code, file=sys.stderr)\n"
+        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)), file=sys.stderr)\n"
+    )
+    argv = ["--data", str(tmp_path / "photos"), "--model", "ViTTi16", "--weights", str(tmp_path / "deit.npz"),
+            "--gelu", "erf"]
+    result = subprocess.run([sys.executable, "-c", probe, *argv], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
+    assert json.loads(result.stderr.strip().splitlines()[-1]) == [], result.stderr[-2000:]
+    assert "does not record the numerics it was trained with: give --preprocessing (" in result.stderr
 
 
 def test_smoke_run_makes_exactly_the_updates_asked(tmp_path, capsys):
