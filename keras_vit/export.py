@@ -21,6 +21,11 @@ the model's unless `image_size` asks for another: a keras_vit model is then
 exported through `model.for_inference(image_size)`, with its position
 embedding resized once (hybrids also get their kernels standardised once).
 
+The artifacts name their input `images` and their output by what it holds:
+`probabilities` (a softmax or sigmoid head), `logits` (a head without
+activation) or `features` (no head); ONNX and OpenVINO graphs carry these
+names (`output_name`).
+
 While a model is traced, `keras_vit.kernels.export_mode()` makes the
 layers emit plain matrix products and 4D attention products, which every
 exporter converts, instead of the backend-specific fast paths.
@@ -114,6 +119,28 @@ QUANTIZED_FORMATS = {
 
 # Keyword arguments `model.export` passes on to `export_model`.
 MODEL_EXPORT_OPTIONS = ("image_size", "batch_size", "quantize", "sample_images")
+# The exported graphs' input name.
+INPUT_NAME = "images"
+
+
+def output_name(model):
+    """The name of an exported model's output: what it holds.
+
+    "probabilities" for a head with an activation (softmax, sigmoid),
+    "logits" for a head without one, "features" for a model without a head
+    (a backbone, or any other Keras model).
+
+    Example:
+
+    >>> import keras_vit
+    >>> model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
+    ...                       num_heads=2, mlp_dim=8, classes=3, classifier_activation=None)
+    >>> output_name(model)
+    'logits'
+    """
+    if not getattr(model, "include_top", False):
+        return "features"
+    return "logits" if getattr(model, "classifier_activation", None) is None else "probabilities"
 
 
 def signature_options(model, input_signature):
@@ -300,7 +327,8 @@ def export_model(model, path, format, image_size=None, batch_size=None, verbose=
             tool (`keras_vit.export_int8`) and compared with it.
         sample_images: with `quantize`, the images the int8 artifact's
             top-1 is compared on, `(N, H, W, C)` preprocessed as the model
-            expects; default 8 seeded random images.
+            expects (raw [0, 255] pixels are refused); default 8 seeded
+            random images.
 
     Returns:
         `path`; with `quantize`, a `keras_vit.export_int8.QuantizedExport`
@@ -334,10 +362,14 @@ def export_model(model, path, format, image_size=None, batch_size=None, verbose=
     require(_exporter_modules(backend, format, batch_size), f"format={format!r} on the {backend} backend")
     if quantize is not None:
         require(export_int8.QUANTIZERS[format], f"quantize={quantize!r} for format={format!r}")
+        # Checked before the (possibly long) export starts.
+        size = model.input_shape[1:3] if image_size is None else pair(image_size, "image_size")
+        images, source = export_int8.sample_images(
+            sample_images, tuple(size) + tuple(model.input_shape[3:]), getattr(model, "preprocessing", None)
+        )
     model = prepare_model(model, image_size)
     if quantize is None:
         return _write(model, path, format, batch_size, verbose)
-    images, source = export_int8.sample_images(sample_images, model.input_shape[1:])
     with tempfile.TemporaryDirectory() as folder:
         float_path = _write(model, os.path.join(folder, f"float{SUFFIXES[format]}"), format,
                             batch_size, verbose)
@@ -360,12 +392,14 @@ def _write(model, path, format, batch_size, verbose):
         elif (backend, format) == ("jax", "openvino"):
             _openvino_from_onnx(model, path, shape)
         else:
-            spec = keras.InputSpec(shape=shape, dtype="float32", name="image")
+            spec = keras.InputSpec(shape=shape, dtype="float32", name=INPUT_NAME)
             # `keras.Model.export` itself: keras_vit's models route their
             # own `export` here.
             keras.Model.export(model, path, format=format, verbose=verbose, input_signature=[spec])
         if format == "onnx":
-            _fold_weights(path)
+            _finish_onnx(path, output_name(model))
+        elif format == "openvino":
+            _name_openvino(path, output_name(model))
     return path
 
 
@@ -382,18 +416,26 @@ def _quiet(verbose):
         yield
 
 
+# Exporters and quantizers that report through `logging`: NNCF (a table and a
+# progress bar), torch's ONNX exporter (the torchvision and torchao
+# operators it skips), tf2onnx, jax2onnx, onnxscript and absl.
+_NOISY_LOGGERS = ("nncf", "torch", "torchao", "tf2onnx", "jax2onnx", "onnxscript", "absl", "openvino")
+
+
 @contextlib.contextmanager
 def _quiet_logs():
-    """NNCF reports through `logging` (a table and a progress bar)."""
+    """The exporters' `logging` reports above warnings only."""
     import logging
 
-    logger = logging.getLogger("nncf")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    loggers = [logging.getLogger(name) for name in _NOISY_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def _torch_program(model, shape):
@@ -417,9 +459,7 @@ def _export_torch(model, path, format, shape):
     elif format == "openvino":
         import openvino as ov
 
-        converted = ov.convert_model(program)
-        converted.inputs[0].get_node().set_friendly_name("image")
-        ov.save_model(converted, path, compress_to_fp16=False)
+        ov.save_model(ov.convert_model(program), path, compress_to_fp16=False)
     else:
         _onnx_torch(model, path, sample, dims)
 
@@ -430,27 +470,53 @@ def _onnx_torch(model, path, sample, dims):
     import torch
 
     program = torch.onnx.export(
-        model, (sample,), dynamic_shapes=dims, dynamo=True, input_names=["image"],
+        model, (sample,), dynamic_shapes=dims, dynamo=True, input_names=[INPUT_NAME],
         verbose=False,
     )
     program.save(path)
 
 
-def _fold_weights(path):
-    """Folds the weight reshapes into the initializers of an ONNX graph.
+def _finish_onnx(path, output):
+    """Folds the weight reshapes into the initializers of an ONNX graph and
+    names its input and output.
 
     The exporter's optimizer folds only small constants, which leaves the
     attention kernels `(D, heads, head_dim)` behind a `Reshape`: ONNX
     Runtime then cannot quantize those products (`quantize_dynamic` takes
     MatMuls whose weight is an initializer). Folding every size makes each
-    projection a MatMul with a 2D initializer (tested).
+    projection a MatMul with a 2D initializer (tested). The exporters name
+    the output after its last operation (`add_1741`); it is renamed.
     """
     import onnx_ir
     import onnxscript.optimizer
 
     model = onnx_ir.load(path)
     onnxscript.optimizer.optimize(model, input_size_limit=1 << 31, output_size_limit=1 << 31)
+    model.graph.inputs[0].name = INPUT_NAME
+    model.graph.outputs[0].name = output
     onnx_ir.save(model, path)
+
+
+def _name_openvino(path, output):
+    """Names an OpenVINO model's input and output tensors (and nodes).
+
+    The model read maps its `.bin` file into memory, so the named copy is
+    written beside it and renamed over it, never written in place.
+    """
+    import openvino as ov
+
+    model = ov.Core().read_model(path)
+    if len(model.outputs) > 1:
+        # TensorFlow's converter leaves internal shape slices as outputs too.
+        model = ov.Model([model.get_results()[0]], model.get_parameters(), model.get_friendly_name())
+    model.inputs[0].get_tensor().set_names({INPUT_NAME})
+    model.inputs[0].get_node().set_friendly_name(INPUT_NAME)
+    model.outputs[0].get_tensor().set_names({output})
+    stem, named = path[: -len(".xml")], path[: -len(".xml")] + ".named"
+    ov.save_model(model, named + ".xml", compress_to_fp16=False)
+    del model
+    for suffix in (".xml", ".bin"):
+        os.replace(named + suffix, stem + suffix)
 
 
 def _openvino_from_onnx(model, path, shape):
@@ -461,7 +527,7 @@ def _openvino_from_onnx(model, path, shape):
 
     with tempfile.TemporaryDirectory() as folder:
         onnx_path = os.path.join(folder, "model.onnx")
-        spec = keras.InputSpec(shape=shape, dtype="float32", name="image")
+        spec = keras.InputSpec(shape=shape, dtype="float32", name=INPUT_NAME)
         keras.Model.export(model, onnx_path, format="onnx", verbose=False, input_signature=[spec])
         ov.save_model(ov.convert_model(onnx_path), path, compress_to_fp16=False)
 

@@ -194,11 +194,25 @@ def check_class_names(value, classes, include_top):
     return names
 
 
+def _first_warning(model, dtype):
+    """Whether `model` has not warned about `dtype` pixels yet.
+
+    `predict` checks its input, then calls the model, which checks it again
+    inside the trainer's step: one warning per model and dtype says it.
+    """
+    warned = model.__dict__.setdefault("_integer_pixel_warnings", set())
+    if dtype in warned:
+        return False
+    warned.add(dtype)
+    return True
+
+
 def check_images(model, shape, dtype, name="x"):
     """Raises a `ValueError` for images `model` (a `ViT`) cannot take.
 
-    Unknown dimensions (None) pass; integer pixels get a warning, as they
-    usually mean that `keras_vit.preprocess_input` was forgotten.
+    Unknown dimensions (None) pass; integer pixels get a warning (once per
+    model and dtype), as they usually mean that `keras_vit.preprocess_input`
+    was forgotten.
     """
     cell = model.effective_patch_size
     takes = (
@@ -224,7 +238,7 @@ def check_images(model, shape, dtype, name="x"):
                 f"The image {axis} must be a multiple of {multiple} ({unit}): model "
                 f"{model.name!r} takes {takes}. Received: {name} of shape {shape}"
             )
-    if dtype is not None and ("int" in dtype or dtype == "bool"):
+    if dtype is not None and ("int" in dtype or dtype == "bool") and _first_warning(model, dtype):
         warnings.warn(
             f"`{name}` holds {dtype} values: model {model.name!r} expects scaled floats. "
             "Pixels in [0, 255] go through `keras_vit.preprocess_input` first.",
