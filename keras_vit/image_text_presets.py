@@ -65,7 +65,7 @@ def read_parts(handle, dtype=None):
         ValueError: for a directory that is not a two-tower preset keras_vit
             reads, or whose files do not match.
     """
-    directory = presets.resolve(handle)
+    directory = presets.preset_directory(handle)
     overrides = {} if dtype is None else {"dtype": dtype}
     layout = presets.detect_layout(directory)
     readers = {"transformers": _transformers, "keras_hub": _keras_hub, "keras_vit": _keras_vit}
