@@ -476,9 +476,9 @@ def _onnx_torch(model, path, sample, dims):
     program.save(path)
 
 
-def _finish_onnx(path, output):
+def _finish_onnx(path, output, inputs=(INPUT_NAME,)):
     """Folds the weight reshapes into the initializers of an ONNX graph and
-    names its input and output.
+    names its inputs and output.
 
     The exporter's optimizer folds only small constants, which leaves the
     attention kernels `(D, heads, head_dim)` behind a `Reshape`: ONNX
@@ -492,7 +492,8 @@ def _finish_onnx(path, output):
 
     model = onnx_ir.load(path)
     onnxscript.optimizer.optimize(model, input_size_limit=1 << 31, output_size_limit=1 << 31)
-    model.graph.inputs[0].name = INPUT_NAME
+    for port, name in zip(model.graph.inputs, inputs):
+        port.name = name
     model.graph.outputs[0].name = output
     onnx_ir.save(model, path)
 

@@ -2,7 +2,7 @@
 
 The artifact takes token ids and the padding mask, `(batch, length)`
 int32 each (inputs `token_ids` and `padding_mask`), and returns the text
-embeddings before normalisation; tokenisation stays in Python
+embeddings before normalisation (output `embeddings`); tokenisation stays in Python
 (`keras_vit.text.tokenizer`: `tokenizer(texts, sequence_length=length)`).
 The length is fixed (the encoder's `max_length` unless `sequence_length`
 says another), the batch dynamic unless `batch_size` fixes it.
@@ -89,7 +89,7 @@ def export_text_encoder(model, path, format="onnx", sequence_length=None, batch_
         else:
             keras.Model.export(model, path, format="openvino", verbose=verbose, input_signature=_signature(shape))
     if format == "onnx":
-        image_export._fold_weights(path)
+        image_export._finish_onnx(path, "embeddings", INPUT_NAMES)
     return path
 
 
