@@ -251,3 +251,23 @@ def test_commands_keep_library_banners_out_of_the_terminal(tmp_path):
                                                  "torchvision", "torchao"))]
     assert not noise, noise
     assert keras.backend.backend() in out
+
+
+def test_convert_keeps_library_banners_out_of_the_terminal(tmp_path):
+    """`keras-vit-convert` to transformers, checked in transformers (which
+    loads torchao): no TensorFlow, torchao or torch log lines, no progress bar."""
+    pytest.importorskip("transformers")
+    import keras_vit
+    from keras_vit.preprocessing import Preprocessing
+
+    keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, classes=3,
+                  class_names=["a", "b", "c"], preprocessing=Preprocessing.from_mode("inception", image_size=32),
+                  ).save_to_preset(tmp_path / "my_vit")
+    status, _, out, err = _probe(ENTRY_POINTS["keras-vit-convert"], "--preset", str(tmp_path / "my_vit"),
+                                 "--output", str(tmp_path / "hf"), "--format", "transformers", timeout=900)
+    assert status == 0, err[-3000:]
+    assert "max |transformers (torch) - source model|" in out and "OK (tolerance" in out
+    noise = [line for line in err.splitlines()[:-1]
+             if any(word in line for word in ("I0000", "W0000", "absl", "oneDNN", "cuda", "CUDA", "torchao",
+                                                 "_pytree", "Loading weights"))]
+    assert not noise, noise

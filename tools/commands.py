@@ -296,7 +296,8 @@ def convert_parser():
 def convert(argv=None):
     """Entry point of `keras-vit-convert`; returns the exit status."""
     args = convert_parser().parse_args(argv)
-    prepare(args.threads, ("keras_vit",))
+    # TensorFlow, imported along the way on every backend, starts quietly.
+    prepare(args.threads, ("tensorflow", "keras_vit"))
     from keras_vit_tools import convert as tool
 
     return tool.run(args)

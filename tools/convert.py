@@ -171,12 +171,20 @@ def _transformers_outputs(directory, x):
     """The output of transformers' own model for the directory (the class its
     `config.json` names: logits, image embeddings, pooled output or tokens,
     as the keras_vit model gives them), or None without transformers."""
+    import logging
+
     try:
         import torch
+
+        # transformers loads torchao, whose missing-kernel notices and torch's
+        # pytree deprecations say nothing about this check.
+        for name in ("torch", "torchao"):
+            logging.getLogger(name).setLevel(logging.ERROR)
         import transformers
     except ImportError:
         print("transformers check: transformers or torch is not installed; skipped")
         return None
+    transformers.utils.logging.disable_progress_bar()
     with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
     model_class = getattr(transformers, (config.get("architectures") or [""])[0], transformers.AutoModel)
