@@ -533,22 +533,16 @@ def _openvino_from_onnx(model, path, shape):
         ov.save_model(ov.convert_model(onnx_path), path, compress_to_fp16=False)
 
 
+# The configuration builds quantized layers quantized (a keras_vit model's
+# holds their policies, `keras_vit.models.precision`), ready for the weights.
 _REBUILD = """
 import json, sys, keras
 from keras_vit import export
-config, weights, mode, path, format, batch = sys.argv[1:7]
+config, weights, path, format, batch = sys.argv[1:6]
 model = keras.saving.deserialize_keras_object(json.loads(open(config).read()))
-if mode:
-    model.quantize(mode)
 model.load_weights(weights)
 export.export_model(model, path, format, batch_size=None if batch == "None" else int(batch))
 """
-
-
-def _quantization_mode(model):
-    modes = {getattr(layer, "quantization_mode", None) for layer in model._flatten_layers()}
-    modes.discard(None)
-    return modes.pop() if len(modes) == 1 else None
 
 
 def _through_tensorflow(model, path, format, batch_size, verbose):
@@ -575,8 +569,7 @@ def _through_tensorflow(model, path, format, batch_size, verbose):
         env = dict(os.environ, KERAS_BACKEND="tensorflow")
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        args = [config, weights, _quantization_mode(model) or "", os.path.abspath(path), format,
-                str(batch_size)]
+        args = [config, weights, os.path.abspath(path), format, str(batch_size)]
         result = subprocess.run(
             [sys.executable, "-c", _REBUILD, *args],
             env=env, capture_output=not verbose, text=True,

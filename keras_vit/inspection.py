@@ -195,6 +195,7 @@ def _upsample(grid_maps, size):
         ops.convert_to_tensor(grid_maps[..., None].astype("float32")),
         size,
         interpolation="bilinear",
+        data_format="channels_last",  # whatever `keras.config.image_data_format()` says
     )
     return ops.convert_to_numpy(resized)[..., 0]
 

@@ -82,6 +82,7 @@ def _freeze_long_lived_objects():
 def _fresh_keras_state():
     keras.utils.clear_session()
     keras.config.set_dtype_policy("float32")
+    keras.config.set_image_data_format("channels_last")
     # Every test starts from the same seed (Keras initialisers, NumPy,
     # Python, the backend's own generator), so its weights do not depend on
     # which tests ran before it, and a tolerance checked once holds on every
@@ -89,6 +90,7 @@ def _fresh_keras_state():
     keras.utils.set_random_seed(0)
     yield
     keras.config.set_dtype_policy("float32")
+    keras.config.set_image_data_format("channels_last")
 
 
 @pytest.fixture

@@ -22,16 +22,11 @@ import pytest
 import keras_vit
 import keras_vit.training
 from conftest import ROOT, TINY, to_numpy
+from families import make_model
 from keras_vit import saving
 
-TINY_HYBRID = dict(
-    image_size=32, patch_size=1, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
-    resnet_layers=(1,), resnet_width=0.5,
-)
-FAMILIES = {
-    "vit": lambda **kw: keras_vit.ViT(**TINY, **kw),
-    "hybrid": lambda **kw: keras_vit.ViTHybrid(**TINY_HYBRID, **kw),
-}
+# The model families these tests run on (tests/families.py).
+FAMILIES = ("hybrid", "vit")
 
 
 def _weights(model):
@@ -44,11 +39,8 @@ def _assert_same(actual, expected):
         np.testing.assert_array_equal(a, b)
 
 
-def _model(family="vit", **kwargs):
-    model = FAMILIES[family](classes=3, **kwargs)
-    rng = np.random.default_rng(0)
-    for variable in model.weights:
-        variable.assign(rng.normal(scale=0.2, size=variable.shape).astype("float32"))
+def _compiled_model(family="vit", **kwargs):
+    model = make_model(family, classes=3, classifier_activation="softmax", **kwargs)
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="sparse_categorical_crossentropy")
     return model
 
@@ -86,7 +78,7 @@ def _still_works(model, tmp_path, x):
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 @pytest.mark.parametrize("method", ["predict", "evaluate"])
 def test_interrupt_during_inference_keeps_the_weights(tmp_path, family, method):
-    model = _model(family)
+    model = _compiled_model(family)
     x, y = _data()
     before = _weights(model)
     hook = {"predict": "predict", "evaluate": "test"}[method]
@@ -100,7 +92,7 @@ def test_interrupt_during_inference_keeps_the_weights(tmp_path, family, method):
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_interrupt_during_fit_keeps_the_last_completed_step(tmp_path, family):
-    model = _model(family)
+    model = _compiled_model(family)
     x, y = _data()
     callback = _Interrupt("train", at=2)
     with pytest.raises(KeyboardInterrupt):
@@ -123,7 +115,7 @@ def _bad_batches(x, channels=1):
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_failure_in_the_first_step_keeps_the_weights(tmp_path, family):
-    model = _model(family)
+    model = _compiled_model(family)
     x, y = _data()
     before = _weights(model)
     with pytest.raises(Exception):
@@ -167,7 +159,7 @@ def test_ctrl_c_at_any_moment_of_predict_keeps_the_weights(tmp_path):
 
 
 def _ctrl_c_during_predict(tmp_path):
-    model = _model()
+    model = _compiled_model()
     x, _ = _data(64)
     before = _weights(model)
     model.predict(x, batch_size=2, verbose=0)  # compiled once, so the delays below fall in the loop
@@ -235,7 +227,7 @@ def test_pre_training_keeps_the_encoder_when_fit_is_interrupted_or_fails(tmp_pat
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_input_checks_name_what_the_model_takes(family):
-    model = _model(family)
+    model = _compiled_model(family)
     x, _ = _data(2)
     gray = x[..., :1]
     for call in (model.predict, model.predict_on_batch, model):
@@ -255,7 +247,7 @@ def test_input_checks_name_what_the_model_takes(family):
 
 def test_input_checks_read_a_tf_data_spec_and_warn_on_integer_pixels():
     tf = pytest.importorskip("tensorflow")
-    model = _model()
+    model = _compiled_model()
     gray = tf.data.Dataset.from_tensor_slices(np.zeros((4, 32, 32, 1), "float32")).batch(2)
     with pytest.raises(ValueError, match="takes 3-channel images"):
         model.predict(gray, verbose=0)
@@ -363,7 +355,7 @@ def test_the_training_pipeline_runs_under_op_determinism():
 
 
 def test_a_failure_between_write_and_rename_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-    model = _model()
+    model = _compiled_model()
     x, _ = _data(2)
     path = tmp_path / "run.weights.h5"
     model.save_weights(path)
@@ -381,13 +373,13 @@ def test_a_failure_between_write_and_rename_keeps_the_previous_checkpoint(tmp_pa
         model.save(tmp_path / "run.keras")
     monkeypatch.undo()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.weights.h5"]
-    restored = _model()
+    restored = _compiled_model()
     restored.load_weights(path)
     np.testing.assert_allclose(restored.predict(x, verbose=0), expected, atol=1e-6)
 
 
 def test_final_weights_callback_is_atomic(tmp_path, monkeypatch):
-    model = _model()
+    model = _compiled_model()
     x, y = _data(4)
     run_dir = tmp_path / "run"
     callbacks = keras_vit.training.run_callbacks(str(run_dir), monitor="loss", mode="min", tensorboard=False)

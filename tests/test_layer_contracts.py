@@ -1,16 +1,32 @@
-"""Every keras_vit layer against the shared layer contract (`harness.run_layer_test`).
+"""Every keras_vit layer against two layer contracts, and under a channels-first Keras.
 
-Shapes, config and serialisation round trips, `.keras` saving, mixed
-precision and gradients, under the backend the suite runs on. The numerics
-of each layer are tested against NumPy in test_layers.py and
+- Keras' own harness, `keras.src.testing.TestCase.run_layer_test`, which Keras
+  runs on its layers: config and serialisation round trips, build with the
+  expected number of weights (given explicitly below), symbolic and eager
+  calls, a compiled training step, and the output and weight dtypes under
+  mixed_float16 (which it skips on torch's CPU).
+- keras_vit's (`harness.run_layer_test`): outputs equal to
+  `compute_output_shape`, `.keras` saving inside a model, outputs close to
+  float32's under mixed_float16 and mixed_bfloat16 on every backend, and a
+  gradient reaching every weight.
+- With `keras.config.set_image_data_format("channels_first")`, every layer
+  still takes and gives NHWC maps, with the same outputs: keras_vit's
+  layers are channels-last whatever the global setting.
+
+The numerics of each layer are tested against NumPy in test_layers.py and
 test_resnet_layers.py.
 """
 
+import collections
+
+import keras
 import numpy as np
 import pytest
+from keras.src import testing
 
 from harness import run_layer_test
 from keras_vit import layers
+from keras_vit.layers.qk_norm import QKNorm
 
 RNG = np.random.default_rng(0)
 
@@ -19,111 +35,188 @@ def _normal(*shape):
     return RNG.normal(size=shape).astype("float32")
 
 
-# (layer factory, input, expected output shape)
+# A layer factory `(**kwargs) -> layer`, its input, the expected output shape
+# and the expected numbers of trainable and non-trainable weights and of
+# non-trainable variables (a seed generator's state counts there).
+Case = collections.namedtuple("Case", "make inputs shape weights")
 CASES = {
-    "Patches": (lambda **kw: layers.Patches((2, 4), **kw), _normal(2, 6, 8, 3), (2, 3, 2, 24)),
-    "PatchEncoder": (
+    "Patches": Case(lambda **kw: layers.Patches((2, 4), **kw), _normal(2, 6, 8, 3), (2, 3, 2, 24), (0, 0, 0)),
+    # Projection kernel and bias, class token, position embedding.
+    "PatchEncoder": Case(
         lambda **kw: layers.PatchEncoder(hidden_size=6, patch_size=4, grid_size=(2, 3), **kw),
-        _normal(2, 2, 3, 48),
-        (2, 7, 6),
+        _normal(2, 2, 3, 48), (2, 7, 6), (4, 0, 0),
     ),
-    "PatchEncoder-no-class-token": (
+    "PatchEncoder-no-class-token": Case(
         lambda **kw: layers.PatchEncoder(4, 2, 2, class_token=False, **kw),
-        _normal(1, 2, 2, 12),
-        (1, 4, 4),
+        _normal(1, 2, 2, 12), (1, 4, 4), (3, 0, 0),
     ),
-    "PatchEncoder-distillation-registers": (
+    # ... and the distillation and register tokens.
+    "PatchEncoder-distillation-registers": Case(
         lambda **kw: layers.PatchEncoder(4, 2, 2, distillation_token=True, num_register_tokens=3, **kw),
-        _normal(1, 2, 2, 12),
-        (1, 9, 4),
+        _normal(1, 2, 2, 12), (1, 9, 4), (6, 0, 0),
     ),
-    "MultiHeadSelfAttention-no-qkv-bias": (
-        lambda **kw: layers.MultiHeadSelfAttention(num_heads=2, head_dim=4, qkv_bias=False, **kw),
-        _normal(2, 5, 8),
-        (2, 5, 8),
-    ),
-    "TransformerBlock-layer-scale": (
-        # No q/k/v biases: a key bias shifts every logit of a query alike, so its
-        # gradient is zero up to rounding, which the contract would flag.
-        lambda **kw: layers.TransformerBlock(num_heads=2, mlp_dim=16, layer_scale_init=0.1, qkv_bias=False, **kw),
-        _normal(2, 5, 8),
-        (2, 5, 8),
-    ),
-    "TokenPooling-distillation": (
-        lambda **kw: layers.TokenPooling("distillation", 2, **kw), _normal(2, 5, 3), (2, 3)
-    ),
-    "MultiHeadSelfAttention": (
+    # Query, key, value and output kernels and biases.
+    "MultiHeadSelfAttention": Case(
         lambda **kw: layers.MultiHeadSelfAttention(num_heads=2, head_dim=4, **kw),
-        _normal(2, 5, 8),
-        (2, 5, 8),
+        _normal(2, 5, 8), (2, 5, 8), (8, 0, 0),
     ),
-    "MlpBlock": (lambda **kw: layers.MlpBlock(mlp_dim=16, **kw), _normal(2, 5, 8), (2, 5, 8)),
-    "TransformerBlock": (
-        lambda **kw: layers.TransformerBlock(num_heads=2, mlp_dim=16, **kw),
-        _normal(2, 5, 8),
-        (2, 5, 8),
+    "MultiHeadSelfAttention-no-qkv-bias": Case(
+        lambda **kw: layers.MultiHeadSelfAttention(num_heads=2, head_dim=4, qkv_bias=False, **kw),
+        _normal(2, 5, 8), (2, 5, 8), (5, 0, 0),
     ),
-    "TokenPooling-token": (lambda **kw: layers.TokenPooling("token", 1, **kw), _normal(2, 5, 3), (2, 3)),
-    "TokenPooling-avg": (lambda **kw: layers.TokenPooling("avg", 1, **kw), _normal(2, 5, 3), (2, 3)),
-    "TokenPooling-max": (lambda **kw: layers.TokenPooling("max", 0, **kw), _normal(2, 5, 3), (2, 3)),
-    "StdConv2D": (
-        lambda **kw: layers.StdConv2D(8, 3, strides=2, epsilon=1e-4, **kw),
-        _normal(2, 7, 7, 4),
-        (2, 4, 4, 8),
+    # ... and the query and key norms' scales and offsets (`QKNorm`).
+    "MultiHeadSelfAttention-qk-norm": Case(
+        lambda **kw: layers.MultiHeadSelfAttention(num_heads=2, head_dim=4, qkv_bias=False, qk_norm=1e-6, **kw),
+        _normal(2, 5, 8), (2, 5, 8), (9, 0, 0),
     ),
-    "BottleneckUnit": (
+    "MlpBlock": Case(lambda **kw: layers.MlpBlock(mlp_dim=16, **kw), _normal(2, 5, 8), (2, 5, 8), (4, 0, 0)),
+    # Gate, up and down projections, with biases.
+    "SwiGluMlp": Case(lambda **kw: layers.SwiGluMlp(mlp_dim=16, **kw), _normal(2, 5, 8), (2, 5, 8), (6, 0, 0)),
+    # Two LayerNorms (4), attention (8), MLP (4).
+    "TransformerBlock": Case(
+        lambda **kw: layers.TransformerBlock(num_heads=2, mlp_dim=16, **kw), _normal(2, 5, 8), (2, 5, 8), (16, 0, 0)
+    ),
+    # No q/k/v biases (-3), two LayerScale vectors (+2). No q/k/v biases: a
+    # key bias shifts every logit of a query alike, so its gradient is zero up
+    # to rounding, which the gradient check would flag.
+    "TransformerBlock-layer-scale": Case(
+        lambda **kw: layers.TransformerBlock(num_heads=2, mlp_dim=16, layer_scale_init=0.1, qkv_bias=False, **kw),
+        _normal(2, 5, 8), (2, 5, 8), (15, 0, 0),
+    ),
+    "TokenPooling-token": Case(lambda **kw: layers.TokenPooling("token", 1, **kw), _normal(2, 5, 3), (2, 3), (0, 0, 0)),
+    "TokenPooling-avg": Case(lambda **kw: layers.TokenPooling("avg", 1, **kw), _normal(2, 5, 3), (2, 3), (0, 0, 0)),
+    "TokenPooling-max": Case(lambda **kw: layers.TokenPooling("max", 0, **kw), _normal(2, 5, 3), (2, 3), (0, 0, 0)),
+    "TokenPooling-distillation": Case(
+        lambda **kw: layers.TokenPooling("distillation", 2, **kw), _normal(2, 5, 3), (2, 3), (0, 0, 0)
+    ),
+    # At inference (the contracts' call) it is the identity; the kept tokens
+    # in training are tested in test_patch_dropout.py. Its seed generator's
+    # state is a non-trainable variable.
+    "PatchDropout": Case(
+        lambda **kw: layers.PatchDropout(0.5, num_prefix_tokens=1, seed=0, **kw), _normal(2, 5, 8), (2, 5, 8), (0, 0, 1)
+    ),
+    # Probe, attention without q/k/v biases (5), LayerNorm (2), MLP (4). No
+    # q/k/v biases, as the TransformerBlock case (test_map_head.py checks the
+    # gradients with them).
+    "MapHead": Case(
+        lambda **kw: layers.MapHead(num_heads=2, mlp_dim=12, qkv_bias=False, **kw), _normal(2, 5, 8), (2, 8), (12, 0, 0)
+    ),
+    "StdConv2D": Case(
+        lambda **kw: layers.StdConv2D(8, 3, strides=2, epsilon=1e-4, **kw), _normal(2, 7, 7, 4), (2, 4, 4, 8), (1, 0, 0)
+    ),
+    "GroupNorm": Case(
+        lambda **kw: layers.GroupNorm(groups=4, epsilon=1e-6, **kw), _normal(2, 3, 5, 8), (2, 3, 5, 8), (2, 0, 0)
+    ),
+    "MaxPool2D": Case(
+        lambda **kw: layers.MaxPool2D(3, strides=2, padding="same", **kw), _normal(2, 5, 6, 3), (2, 3, 3, 3), (0, 0, 0)
+    ),
+    # Four convolutions (with the projection), each followed by a GroupNorm.
+    "BottleneckUnit": Case(
         lambda **kw: layers.BottleneckUnit(32, strides=2, groups=16, norm_epsilon=1e-5, **kw),
-        _normal(1, 5, 6, 64),
-        (1, 3, 3, 128),
+        _normal(1, 5, 6, 64), (1, 3, 3, 128), (12, 0, 0),
     ),
-    "ResNetStage": (
+    # A projecting unit (12) and one without projection (9).
+    "ResNetStage": Case(
         lambda **kw: layers.ResNetStage(32, 2, strides=2, conv_epsilon=1e-6, name="block2", **kw),
-        _normal(1, 8, 8, 64),
-        (1, 4, 4, 128),
-    ),
-    "GroupNorm": (
-        lambda **kw: layers.GroupNorm(groups=4, epsilon=1e-6, **kw), _normal(2, 3, 5, 8), (2, 3, 5, 8)
-    ),
-    "MapHead": (
-        # No q/k/v biases, as the TransformerBlock case (test_map_head.py
-        # checks the gradients with them).
-        lambda **kw: layers.MapHead(num_heads=2, mlp_dim=12, qkv_bias=False, **kw), _normal(2, 5, 8), (2, 8)
-    ),
-    "PatchDropout": (
-        # At inference (the contract's call) it is the identity; the kept
-        # tokens in training are tested in test_patch_dropout.py.
-        lambda **kw: layers.PatchDropout(0.5, num_prefix_tokens=1, seed=0, **kw),
-        _normal(2, 5, 8),
-        (2, 5, 8),
-    ),
-    "SwiGluMlp": (lambda **kw: layers.SwiGluMlp(mlp_dim=16, **kw), _normal(2, 5, 8), (2, 5, 8)),
-    "MaxPool2D": (
-        lambda **kw: layers.MaxPool2D(3, strides=2, padding="same", **kw),
-        _normal(2, 5, 6, 3),
-        (2, 3, 3, 3),
+        _normal(1, 8, 8, 64), (1, 4, 4, 128), (21, 0, 0),
     ),
 }
 
-
-# Layers with several inputs or outputs, which the single-tensor harness
-# cannot drive: their contract (config round trip, `.keras` saving, mixed
-# precision, gradients) is tested in the named file.
-OWN_CONTRACT = {
-    "SimpleFeaturePyramid": "test_pyramid.py",
-    "TokenGrid": "test_forward.py",
+# Layers with several inputs or outputs, which keras_vit's single-tensor
+# harness cannot drive: Keras' harness runs on them below, and the rest of
+# their contract (`.keras` saving, mixed precision, gradients) is tested in
+# the named file.
+MULTI_CASES = {
+    # Stride 8 to 4, 8, 16: one deconvolution (kernel, bias), then per
+    # level a lateral and an output convolution and their LayerNorms (6).
+    "SimpleFeaturePyramid": Case(
+        lambda **kw: layers.SimpleFeaturePyramid(input_stride=8, out_channels=4, strides=(4, 8, 16), **kw),
+        _normal(2, 4, 6, 8), [(2, 8, 12, 4), (2, 4, 6, 4), (2, 2, 3, 4)], (20, 0, 0),
+    ),
+    "TokenGrid": Case(
+        lambda **kw: layers.TokenGrid(2, **kw),
+        [_normal(2, 8, 3), _normal(2, 2, 3, 5)], [(2, 2, 3, 3), (2, 2, 3)], (0, 0, 0),
+    ),
+    # The scale and offset of the query and key norms.
+    "QKNorm": Case(
+        lambda **kw: QKNorm(**kw), {"query_shape": (2, 5, 2, 4), "key_shape": (2, 3, 2, 4)},
+        ((2, 5, 2, 4), (2, 3, 2, 4)), (4, 0, 0),
+    ),
 }
+OWN_CONTRACT = {"SimpleFeaturePyramid": "test_pyramid.py", "TokenGrid": "test_forward.py", "QKNorm": "test_qk_norm.py"}
+
+
+class _KerasTestCase(testing.TestCase):
+    """Keras' `TestCase`, to call its harness from pytest functions."""
+
+    def runTest(self):
+        pass
 
 
 def test_every_layer_has_a_case():
-    exported = {
-        name for name in layers.__all__ if isinstance(getattr(layers, name), type)
-    }
-    covered = {case.split("-")[0] for case in CASES} | set(OWN_CONTRACT)
-    assert exported <= covered, f"layers without a contract test: {sorted(exported - covered)}"
+    exported = {name for name in layers.__all__ if isinstance(getattr(layers, name), type)}
+    covered = {case.split("-")[0] for case in {**CASES, **MULTI_CASES}}
+    assert exported | {"QKNorm"} <= covered, f"layers without a contract test: {sorted(exported - covered)}"
+    assert set(MULTI_CASES) == set(OWN_CONTRACT)
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+# The key norm's offset shifts every logit of a query alike, as a key bias:
+# its gradient is zero up to rounding, which the gradient check would flag
+# (test_qk_norm.py checks QKNorm's gradients on its own outputs).
+OWN_HARNESS_CASES = sorted(set(CASES) - {"MultiHeadSelfAttention-qk-norm"})
+
+
+@pytest.mark.parametrize("case", OWN_HARNESS_CASES)
 def test_layer_contract(case):
-    make_layer, inputs, expected_shape = CASES[case]
+    make_layer, inputs, expected_shape, _ = CASES[case]
     _, outputs = run_layer_test(make_layer, inputs, expected_shape)
     assert np.all(np.isfinite(outputs))
+
+
+@pytest.mark.parametrize("case", sorted({**CASES, **MULTI_CASES}))
+def test_keras_layer_harness(case):
+    make_layer, inputs, expected_shape, (trainable, non_trainable, variables) = {**CASES, **MULTI_CASES}[case]
+    data = dict(input_shape=inputs) if isinstance(inputs, dict) else dict(input_data=inputs)
+    _KerasTestCase().run_layer_test(
+        make_layer,
+        init_kwargs={},
+        expected_output_shape=expected_shape,
+        expected_num_trainable_weights=trainable,
+        expected_num_non_trainable_weights=non_trainable,
+        expected_num_non_trainable_variables=variables,
+        # Keras' training step calls the layer on one input: a layer of two
+        # inputs is trained inside the attention (the "qk-norm" case).
+        run_training_check=not isinstance(inputs, dict),
+        **data,
+    )
+
+
+def _inputs(case):
+    inputs = case.inputs
+    if isinstance(inputs, dict):  # QKNorm's query and key
+        return [_normal(*shape) for shape in inputs.values()]
+    return inputs if isinstance(inputs, list) else [inputs]
+
+
+@pytest.mark.parametrize("case", sorted({**CASES, **MULTI_CASES}))
+def test_channels_first_changes_nothing(case):
+    """Under a channels-first Keras the layer takes the same NHWC inputs and
+    gives the same outputs (with the same weights)."""
+    case = {**CASES, **MULTI_CASES}[case]
+    inputs = _inputs(case)
+    call = (lambda layer: layer(*inputs)) if isinstance(case.inputs, dict) else (
+        lambda layer: layer(inputs if len(inputs) > 1 else inputs[0]))
+    layer = case.make()
+    expected = [keras.ops.convert_to_numpy(x) for x in keras.tree.flatten(call(layer))]
+    keras.config.set_image_data_format("channels_first")
+    try:
+        other = case.make()
+        call(other)
+        for a, b in zip(layer.weights, other.weights):
+            b.assign(a)
+        outputs = [keras.ops.convert_to_numpy(x) for x in keras.tree.flatten(call(other))]
+    finally:
+        keras.config.set_image_data_format("channels_last")
+    assert [o.shape for o in outputs] == [e.shape for e in expected]
+    for out, want in zip(outputs, expected):
+        np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)

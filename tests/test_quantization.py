@@ -1,61 +1,25 @@
-"""`model.quantize(...)` on every model family, the real weights' top-1, quantized export,
-and the one-call int8 export quantized by the runtime's own tool."""
+"""`model.quantize(...)`: the real weights' top-1, quantized export to every format that
+takes it, and the one-call int8 export quantized by the runtime's own tool.
+
+Every model family is quantized, saved, reloaded and exported in
+test_model_contract.py (`model_contract.run_quantization_test`)."""
 
 import warnings
 
 import keras
 import numpy as np
 import pytest
-from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared
+from conftest import DEIT_NPZ, imagenet_preprocess, requires_shared
+from families import make_model
 
 import keras_vit
 from keras_vit import cli, export
-from keras_vit.layers.resnet import StdConv2D
 
 BACKEND = keras.backend.backend()
 # scikit-image's colour photos; DeiT-Tiny's float32 top-1 on them is
 # 285 Egyptian cat, 967 espresso, 747 punching bag, 517 crane,
 # 107 jellyfish, 911 wool, 971 bubble.
 PHOTOS = ("chelsea", "coffee", "astronaut", "rocket", "retina", "immunohistochemistry", "hubble_deep_field")
-
-
-def _model(family):
-    # Seeded: how far a quantized model lands from its float one depends on
-    # the initial weights (below).
-    keras.utils.set_random_seed(0)
-    config = dict(TINY, classes=10, classifier_activation=None)
-    if family == "hybrid":
-        model = keras_vit.ViTHybrid(resnet_layers=(1,), resnet_width=0.5, **dict(config, patch_size=2))
-    else:  # "options": distillation and register tokens, LayerScale, no q/k/v bias
-        model = keras_vit.ViT(**config, distillation_token=True, num_register_tokens=2,
-                              layer_scale_init=0.1, qkv_bias=False)
-    rng = np.random.default_rng(1)
-    for head in [layer for layer in model.layers if layer.name in ("head", "head_dist")]:
-        head.kernel.assign(rng.normal(size=head.kernel.shape).astype("float32"))
-    return model
-
-
-# Relative error over initial weights (seeds 0-7 on tensorflow, 0-3 on jax and torch): int8
-# 0.005-0.053; float8 (e4m3, three mantissa bits) 0.03-0.24 for the hybrid, and 0.30 in an
-# unseeded run.
-@pytest.mark.parametrize("mode, tolerance", [("int8", 0.1), ("float8", 0.4)])
-# "options" runs every layer of the plain ViT too, which the real weights'
-# check below quantizes.
-@pytest.mark.parametrize("family", ["hybrid", "options"])
-def test_quantize_every_family(family, mode, tolerance):
-    model = _model(family)
-    x = np.random.default_rng(0).normal(size=(4, 32, 32, 3)).astype("float32")
-    reference = model.predict(x, verbose=0)
-    model.quantize(mode)
-    quantized = {type(layer).__name__ for layer in model._flatten_layers() if layer.quantization_mode == mode}
-    assert {"Dense", "EinsumDense"} <= quantized  # MLP, head; q/k/v/out projections
-    # Keras quantizes Dense, EinsumDense and Embedding only: the hybrid's
-    # convolutions stay float.
-    assert not any(getattr(layer, "quantization_mode", None) for layer in model._flatten_layers()
-                   if isinstance(layer, StdConv2D))
-    outputs = model.predict(x, verbose=0)
-    error = np.linalg.norm(outputs - reference) / np.linalg.norm(reference)
-    assert 0 < error < tolerance, error
 
 
 @requires_shared
@@ -80,7 +44,7 @@ def test_int8_keeps_the_real_weights_top1():
 @pytest.mark.parametrize("format", export.QUANTIZED_FORMATS.get(BACKEND, ()))
 def test_quantized_model_exports(format, tmp_path):
     keras.utils.set_random_seed(0)  # the same weights whatever ran before on this worker
-    model = _model("options")
+    model = make_model("options")
     model.quantize("int8")
     x = np.random.default_rng(0).normal(size=(3, 32, 32, 3)).astype("float32")
     with warnings.catch_warnings(record=True) as caught:
@@ -123,7 +87,7 @@ def _int8_operations(path, format):
 def test_one_call_int8_export(format, tmp_path):
     """The float graph quantized by ONNX Runtime / NNCF; the report is recomputed
     from the float32 and int8 artifacts run in the runtime."""
-    model = _model("options")
+    model = make_model("options")
     x = np.random.default_rng(0).normal(size=(6, 32, 32, 3)).astype("float32")
     path = model.export(str(tmp_path / f"int8{export.SUFFIXES[format]}"), format=format,
                         quantize="int8", sample_images=x)
@@ -146,7 +110,7 @@ def test_one_call_int8_export(format, tmp_path):
 
 
 def test_one_call_int8_refusals(tmp_path):
-    model = _model("options")
+    model = make_model("options")
     with pytest.raises(ValueError, match=r"drives for \('onnx', 'openvino'\)"):
         export.export_model(model, str(tmp_path / "m"), "tf_saved_model", quantize="int8")
     with pytest.raises(ValueError, match=r"`quantize` must be None or one of \('int8',\)"):
@@ -175,7 +139,7 @@ def test_one_call_int8_refusals(tmp_path):
 
 def test_cli_int8_export_reports_agreement(tmp_path, capsys):
     saved = str(tmp_path / "tiny.keras")
-    _model("options").save(saved)
+    make_model("options").save(saved)
     output = str(tmp_path / "tiny.int8.onnx")
     status = cli.main(["export", saved, "--format", "onnx", "--output", output,
                        "--quantize", "int8", "--samples", "4"])

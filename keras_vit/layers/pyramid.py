@@ -9,6 +9,9 @@ from keras_vit.validation import check_bool, check_positive_float, check_positiv
 
 # The strides of a detection/segmentation FPN (levels P2..P5).
 PYRAMID_STRIDES = (4, 8, 16, 32)
+# The maps are NHWC whatever `keras.config.image_data_format()` says: every
+# Keras layer and op that would follow it is given this.
+NHWC = "channels_last"
 
 
 def _check_strides(value):
@@ -152,7 +155,8 @@ class SimpleFeaturePyramid(keras.layers.Layer):
 
     def _conv(self, filters, size, name):
         return keras.layers.Conv2D(
-            filters, size, padding="same", use_bias=False, name=name, dtype=self.dtype_policy
+            filters, size, padding="same", use_bias=False, data_format=NHWC, name=name,
+            dtype=self.dtype_policy,
         )
 
     def build(self, input_shape):
@@ -172,7 +176,7 @@ class SimpleFeaturePyramid(keras.layers.Layer):
                     norm.build(shape)
                     level["rescale"] += [norm, keras.layers.Activation("gelu", dtype=self.dtype_policy)]
                 deconv = keras.layers.Conv2DTranspose(
-                    max(channels // 2 ** (step + 1), 1), 2, strides=2,
+                    max(channels // 2 ** (step + 1), 1), 2, strides=2, data_format=NHWC,
                     name=f"stride{stride}_up_{step}", dtype=self.dtype_policy,
                 )
                 deconv.build(shape)
@@ -180,7 +184,8 @@ class SimpleFeaturePyramid(keras.layers.Layer):
                 level["rescale"].append(deconv)
             if k < 0:
                 level["pool"] = keras.layers.MaxPooling2D(
-                    2**-k, strides=2**-k, name=f"stride{stride}_pool", dtype=self.dtype_policy
+                    2**-k, strides=2**-k, data_format=NHWC, name=f"stride{stride}_pool",
+                    dtype=self.dtype_policy,
                 )
             level["lateral"] = self._conv(self.out_channels, 1, f"stride{stride}_lateral")
             level["lateral"].build(shape[:-1] + (shape[-1],))
@@ -193,7 +198,7 @@ class SimpleFeaturePyramid(keras.layers.Layer):
             self.levels.append(level)
         if self.top_block:
             self.top_pool = keras.layers.MaxPooling2D(
-                1, strides=2, name="top_pool", dtype=self.dtype_policy
+                1, strides=2, data_format=NHWC, name="top_pool", dtype=self.dtype_policy
             )
         self.built = True
 
@@ -225,7 +230,9 @@ class SimpleFeaturePyramid(keras.layers.Layer):
             if self._resized(level["stride"]):
                 rows, cols = ops.shape(x)[1], ops.shape(x)[2]
                 size = (self._size(rows, level["stride"]), self._size(cols, level["stride"]))
-                y = ops.image.resize(y, size, interpolation="bilinear", antialias=False)
+                y = ops.image.resize(
+                    y, size, interpolation="bilinear", antialias=False, data_format=NHWC
+                )
             y = level["lateral_norm"](level["lateral"](y))
             outputs.append(level["output_norm"](level["output"](y)))
         if self.top_block:

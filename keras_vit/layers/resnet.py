@@ -77,14 +77,16 @@ class GroupNorm(keras.layers.GroupNormalization):
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MaxPool2D(keras.layers.MaxPooling2D):
-    """`keras.layers.MaxPooling2D` (channels last) with a sliced graph for exporters.
+    """`keras.layers.MaxPooling2D`, channels last, with a sliced graph for exporters.
 
     Outside `keras_vit.kernels.export_mode()` it is Keras' layer,
-    unchanged. While a model is traced for an exporter, the pool is the
-    maximum of `pool_size` strided slices of the padded input: jax2onnx
-    turns jax's 4D window reduction into an ONNX `MaxPool` over four
-    "spatial" axes, which neither ONNX Runtime nor OpenVINO runs. Same
-    arguments and outputs (tested).
+    except that `data_format` defaults to "channels_last" rather than to
+    `keras.config.image_data_format()`: keras_vit's models are NHWC. While
+    a model is traced for an exporter, the pool is the maximum of
+    `pool_size` strided slices of the padded input: jax2onnx turns jax's 4D
+    window reduction into an ONNX `MaxPool` over four "spatial" axes, which
+    neither ONNX Runtime nor OpenVINO runs. Same arguments and outputs
+    (tested).
 
     Example:
 
@@ -97,6 +99,9 @@ class MaxPool2D(keras.layers.MaxPooling2D):
     >>> bool((sliced == keras.ops.convert_to_numpy(pool(x))).all()), sliced.shape
     (True, (2, 3, 3, 3))
     """
+
+    def __init__(self, pool_size=2, strides=None, padding="valid", data_format="channels_last", **kwargs):
+        super().__init__(pool_size, strides=strides, padding=padding, data_format=data_format, **kwargs)
 
     def call(self, inputs):
         if not kernels.exporting() or self.data_format != "channels_last":
@@ -169,6 +174,8 @@ class StdConv2D(keras.layers.Conv2D):
             inference (`keras_vit.ViT.for_inference`).
         use_bias: bool, default False (the official convolutions have none).
         kernel_initializer: default "lecun_normal" (Flax's default).
+        data_format: "channels_last", the only value: unlike Keras' `Conv2D`
+            it does not follow `keras.config.image_data_format()`.
         **kwargs: any other `keras.layers.Conv2D` argument.
 
     Input shape:
@@ -195,6 +202,7 @@ class StdConv2D(keras.layers.Conv2D):
         standardize=True,
         use_bias=False,
         kernel_initializer="lecun_normal",
+        data_format="channels_last",
         **kwargs,
     ):
         check_positive_int(filters, "filters")
@@ -205,16 +213,18 @@ class StdConv2D(keras.layers.Conv2D):
                 "`padding` must be 'same' or 'valid'. "
                 f"Received: padding={padding!r}"
             )
-        if kwargs.get("data_format", "channels_last") != "channels_last":
+        if data_format != "channels_last":
             raise ValueError(
-                "`data_format` must be 'channels_last'. "
-                f"Received: data_format={kwargs['data_format']!r}"
+                "`data_format` must be 'channels_last' (whatever "
+                "`keras.config.image_data_format()` says). "
+                f"Received: data_format={data_format!r}"
             )
         super().__init__(
             filters,
             kernel_size,
             strides=strides,
             padding=padding,
+            data_format=data_format,
             use_bias=use_bias,
             kernel_initializer=kernel_initializer,
             **kwargs,

@@ -31,6 +31,7 @@ from keras_vit.models.arguments import (
     check_embedding,
 )
 from keras_vit.models.base import ModelBase
+from keras_vit.models.precision import model_policy_config, set_model_policy
 from keras_vit.validation import (
     argument_names,
     check_bool,
@@ -271,7 +272,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
 
         inputs = keras.Input(shape=shape, name="image")
         stages, features, outputs = self._build_graph(inputs, dtype)
-        super().__init__(inputs=inputs, outputs=outputs, name=name, dtype=dtype, **kwargs)
+        super().__init__(inputs=inputs, outputs=outputs, name=name, **kwargs)
+        set_model_policy(self, dtype)
         self._forward_stages = forward.attach_stem(stages, inputs, features, f"{name}_stem")
         # Any image size divisible by the patch size is accepted at call time.
         self.input_spec = keras.layers.InputSpec(shape=(None, None, None, self.num_channels))
@@ -515,8 +517,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
             **{key: getattr(self, key).get_config() for key in RECORDS},
             "name": self.name,
             "trainable": self.trainable,
-            # The layers' policy: a functional model keeps float32 as its own.
-            "dtype": keras.dtype_policies.serialize(self.get_layer("embedding").dtype_policy),
+            # With the policies of quantized layers, if any.
+            "dtype": keras.dtype_policies.serialize(model_policy_config(self)),
         }
 
     def save_to_preset(self, directory, format="keras_vit", preprocessing=None, class_names=None):

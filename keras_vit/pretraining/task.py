@@ -175,8 +175,9 @@ class MaskedPatchPrediction(ModelBase, keras.Model):
             Keras does not save a generator's position: a loaded task
             restarts its corruption stream from `seed`.
         name: model name.
-        **kwargs: Keras' `trainable`, `dtype` and `autocast`; any other
-            name raises `keras_vit.validation.UnknownArgumentError`.
+        **kwargs: Keras' `trainable`, `dtype` (default: the encoder's
+            policy) and `autocast`; any other name raises
+            `keras_vit.validation.UnknownArgumentError`.
 
     Example:
 
@@ -219,6 +220,10 @@ class MaskedPatchPrediction(ModelBase, keras.Model):
         targets.num_color_classes(bits)  # checks `bits`
         mode = _input_mode(encoder, preprocessing)
         seed = check_seed(seed)
+        if kwargs.get("dtype") is None:
+            # The encoder's policy, so that `compile` scales the loss of a
+            # mixed_float16 encoder.
+            kwargs["dtype"] = encoder.dtype_policy
         super().__init__(name=name, **kwargs)
         self.encoder = encoder
         self.target = target
@@ -361,6 +366,7 @@ class MaskedPatchPrediction(ModelBase, keras.Model):
             "seed": self.seed,
             "name": self.name,
             "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
         }
 
     @classmethod

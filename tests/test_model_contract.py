@@ -1,0 +1,133 @@
+"""Every family of tests/families.py through the model contract, on the backend of the suite.
+
+- keras_vit's contract (tests/model_contract.py): build, config round trips,
+  `.keras` files, the NumPy reference, export; precision under
+  mixed_float16, mixed_bfloat16 and bfloat16, given as `dtype=` and as
+  Keras' global policy; int8 and float8 quantization with predict, `.keras`
+  files, presets and export; a channels-first Keras.
+- keras-hub's harness for its own backbones (`keras_hub.src.tests.test_case`):
+  `run_vision_backbone_test` (serialisation, eager and compiled calls,
+  precision and quantization) and `run_model_saving_test`, on each family's
+  backbone (`include_top=False`: the token sequence, keras-hub's backbone
+  output).
+"""
+
+import re
+from unittest import mock
+
+import keras
+import numpy as np
+import pytest
+from absl.testing import parameterized
+from keras_hub.src.tests import test_case as hub_test_case
+
+import keras_vit
+from families import FAMILIES, images, make_model
+from keras_vit.pretraining import MaskedPatchPrediction
+from model_contract import (
+    PRECISION_ATOL,
+    QUANTIZATION_ERROR,
+    run_model_test,
+    run_precision_test,
+    run_quantization_test,
+)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_model_contract(family):
+    run_model_test(family)
+
+
+@pytest.mark.parametrize("how", ["argument", "global"])
+@pytest.mark.parametrize("policy", sorted(PRECISION_ATOL))
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_precision(family, policy, how):
+    run_precision_test(family, policy, how)
+
+
+@pytest.mark.parametrize("mode", sorted(QUANTIZATION_ERROR))
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_quantization(family, mode):
+    run_quantization_test(family, mode)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_channels_first_changes_nothing(family):
+    """With Keras' global image format channels-first, a model builds, takes
+    the same NHWC images and gives the same outputs: keras_vit's models are
+    channels-last whatever the global setting (keras-hub's backbones instead
+    take a `data_format` and follow the global one)."""
+    model = make_model(family)
+    x = images()
+    expected = keras.ops.convert_to_numpy(model(x))
+    keras.config.set_image_data_format("channels_first")
+    other = make_model(family, seed=None)
+    other.set_weights(model.get_weights())
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(other(x)), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_pretraining_takes_the_encoder_policy():
+    encoder = make_model("vit", include_top=False, dtype="mixed_float16")
+    task = MaskedPatchPrediction(encoder, seed=0)
+    assert task.dtype_policy.name == "mixed_float16"
+    task.compile(optimizer="sgd")
+    assert isinstance(task.optimizer, keras.optimizers.LossScaleOptimizer)
+    again = MaskedPatchPrediction.from_config(task.get_config())
+    assert again.dtype_policy.name == again.encoder.dtype_policy.name == "mixed_float16"
+    # A policy given explicitly is kept.
+    assert MaskedPatchPrediction(encoder, seed=0, dtype="float32").dtype_policy.name == "float32"
+
+
+def test_a_policy_map_names_existing_layers():
+    policy = keras.dtype_policies.DTypePolicyMap("float32")
+    policy["encoderblock_9/MlpBlock_3/Dense_0"] = "int8_from_float32"
+    with pytest.raises(ValueError, match=r"names layers.*encoderblock_9/MlpBlock_3/Dense_0"):
+        make_model("vit", dtype=policy)
+
+
+def _keras_hub_name(cls):
+    """The model name keras-hub's harness expects: the class name in snake case."""
+    name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", cls.__name__)
+    return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+class TestKerasHubHarness(hub_test_case.TestCase):
+    """keras-hub's backbone harness, where its conventions fit keras_vit.
+
+    Three do not, and are bridged here rather than built into the models:
+    - a backbone's `token_embedding` (a text model's embedding of token ids,
+      which the harness calls): a ViT embeds patches, so it is None here, as
+      keras-hub's image backbones have it;
+    - the model name holds the class name in snake case ("vi_t" for `ViT`),
+      which the harness checks: keras_vit names models "vit", so the name is
+      given;
+    - under a channels-first global format the harness feeds NCHW images:
+      keras_vit's models take NHWC whatever the global format
+      (`test_channels_first_changes_nothing` above), so that check is off.
+
+    keras-hub skips its precision and quantization checks on torch's CPU;
+    `test_precision` and `test_quantization` above run on every backend.
+    """
+
+    test_session = None  # tf.test.TestCase's session helper, not a test
+
+    def _backbone(self, family):
+        entry = FAMILIES[family]
+        kwargs = entry.arguments(include_top=False, name=_keras_hub_name(entry.model_class))
+        x = keras.ops.convert_to_tensor(images())  # shapes are read from tensors only
+        return entry.model_class, kwargs, x
+
+    @parameterized.named_parameters(*[(family, family) for family in sorted(FAMILIES)])
+    def test_vision_backbone(self, family):
+        cls, kwargs, x = self._backbone(family)
+        shape = tuple(cls(**kwargs)(x).shape)
+        with mock.patch.object(keras_vit.ViT, "token_embedding", None, create=True):
+            self.run_vision_backbone_test(
+                cls=cls, init_kwargs=kwargs, input_data=x, expected_output_shape=shape,
+                run_data_format_check=False,
+            )
+
+    @parameterized.named_parameters(*[(family, family) for family in sorted(FAMILIES)])
+    def test_model_saving(self, family):
+        cls, kwargs, x = self._backbone(family)
+        self.run_model_saving_test(cls=cls, init_kwargs=kwargs, input_data=x)
