@@ -370,8 +370,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         """The model's outputs for `inputs`, through `keras_vit.models.forward`."""
         stages = forward.build_stages(self, dtype)
         features = self._stem(inputs, dtype)
-        tokens, _ = forward.embed(stages, features)
-        tokens, _ = forward.run_blocks(stages, tokens)
+        tokens, patches = forward.embed(stages, features)
+        tokens, _ = forward.run_blocks(stages, tokens, rope=forward.rope(stages, patches))
         outputs = forward.head(stages, forward.final_norm(stages, tokens))
         return stages, features, outputs
 
