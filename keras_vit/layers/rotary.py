@@ -184,10 +184,11 @@ def _inverse_periods(spec, head_dim):
     """`1 / period_j`, float32, `j < head_dim / 4`."""
     quarter = head_dim // 4
     if spec.min_period is not None:
-        fraction = ops.linspace(0.0, 1.0, quarter, dtype="float32")
+        # linspace(0, 1, quarter), as arange: the ONNX exporters take it.
+        fraction = ops.arange(0, quarter, dtype="float32") / float(max(quarter - 1, 1))
         periods = spec.min_period * ops.power(spec.max_period / spec.min_period, fraction)
         return 1.0 / periods
-    exponents = ops.arange(quarter, dtype="float32") / float(quarter)
+    exponents = ops.arange(0, quarter, dtype="float32") / float(quarter)
     return 1.0 / ops.power(ops.convert_to_tensor(spec.base, "float32"), exponents)
 
 
@@ -240,7 +241,8 @@ def grid_positions(grid):
     [[0, 0], [0, 1], [0, 2], [1, 0]]
     """
     height, width = grid
-    index = ops.arange(height * width, dtype="int32")
+    # `arange(0, n)`: jax2onnx reads no `arange(n)` whose stop is None.
+    index = ops.arange(0, height * width, dtype="int32")
     return ops.stack([index // width, index % width], axis=-1)
 
 
