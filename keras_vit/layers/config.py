@@ -35,6 +35,7 @@ from keras_vit.validation import (
     check_bool,
     check_choice,
     check_positive_float,
+    check_positive_int,
     check_rate,
 )
 
@@ -322,11 +323,16 @@ class EncoderConfig(_Record):
             timm's `patch_drop_rate`; layer `patch_dropout`); the class,
             distillation and register tokens are always kept; no effect at
             inference.
+        map_num_heads: None (default: the blocks' `num_heads`) or a
+            positive int: the heads of the MAP head (`classifier` or
+            `pooling` "map"; Perception Encoder's `attn_pool` has 8).
+        map_mlp_dim: None (default: the blocks' `mlp_dim`) or a positive
+            int: the MLP width of the MAP head.
 
     Example:
 
     >>> EncoderConfig(pre_norm=True).get_config()
-    {'patch_bias': True, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0}
+    {'patch_bias': True, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0, 'map_num_heads': None, 'map_mlp_dim': None}
     """
 
     patch_bias: bool = True
@@ -335,6 +341,8 @@ class EncoderConfig(_Record):
     position_embedding: str = "learned"
     position_interpolation: str = "official"
     patch_dropout_rate: float = _training(0.0)
+    map_num_heads: object = None
+    map_mlp_dim: object = None
 
     def __post_init__(self):
         check_bool(self.patch_bias, "patch_bias")
@@ -346,6 +354,8 @@ class EncoderConfig(_Record):
             self.position_interpolation, tuple(POSITION_INTERPOLATIONS), "position_interpolation"
         )
         self._set("patch_dropout_rate", check_rate(self.patch_dropout_rate, "patch_dropout_rate"))
+        for name in ("map_num_heads", "map_mlp_dim"):
+            check_positive_int(getattr(self, name), name, allow_none=True)
 
 
 # Each record by the name it has in a model's arguments and config.

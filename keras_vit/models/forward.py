@@ -159,9 +159,11 @@ def _rotary_embedding(model, dtype):
 
 
 def _pool(model, mode, dtype):
-    if mode == "map":  # SigLIP's attention pooling, with the blocks' MLP width and activation
+    if mode == "map":  # SigLIP's attention pooling, with the blocks' activation
+        encoder = model.encoder_config
         return MapHead(
-            model.num_heads, model.mlp_dim, model.layer_norm_epsilon,
+            encoder.map_num_heads or model.num_heads, encoder.map_mlp_dim or model.mlp_dim,
+            model.layer_norm_epsilon,
             model.block_config.mlp_activation, norm_kind=model.block_config.norm_kind,
             name="pool", dtype=dtype,
         )

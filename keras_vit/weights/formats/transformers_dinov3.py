@@ -32,7 +32,9 @@ Facts about the files (`save_pretrained`; `model_type` "dinov3_vit"):
 Written back (`save_to_preset(format="transformers")`): a model with
 `rope="dinov3"` (its `base` the only setting changed), no absolute position
 embedding, a class token and the class-token pooling, as `DINOv3ViTModel`;
-without LayerScale, the scales are written as ones.
+without LayerScale, the scales are written as ones; the preprocessing as
+`ViTImageProcessor` (or DeiT's, with a centre crop): DINOv3's own processor
+needs torchvision, and resizes before normalising as these do.
 """
 
 import numpy as np
