@@ -6,6 +6,7 @@ from keras import ops
 from keras_vit import kernels
 from keras_vit.layers.config import POSITION_EMBEDDINGS
 from keras_vit.layers.interpolation import check_family, resize_grid
+from keras_vit.layers.native_grids import position_embedding_at
 from keras_vit.layers.sincos import sincos_position_embedding
 from keras_vit.validation import check_bool, check_choice, check_int, check_positive_int, pair
 
@@ -258,12 +259,23 @@ class PatchEncoder(keras.layers.Layer):
             order, without prefix tokens or position embedding.
         """
         grid = self._grid(patches)
+        return self.embed_flat_patches(ops.reshape(patches, (-1, grid[0] * grid[1], patches.shape[-1])))
+
+    def embed_flat_patches(self, patches):
+        """Projects patches flattened row-major as `(ph, pw, C)` to tokens.
+
+        Args:
+            patches: `(batch, n, ph * pw * C)`, in any order (a NaFlex
+                batch's `"patches"`).
+
+        Returns:
+            `(batch, n, hidden_size)`.
+        """
         kernel = ops.reshape(
             ops.cast(self.kernel, self.compute_dtype), (-1, self.hidden_size)
         )
-        tokens = ops.reshape(patches, (-1, grid[0] * grid[1], kernel.shape[0]))
         bias = None if self.bias is None else ops.cast(self.bias, self.compute_dtype)
-        return kernels.dense(tokens, kernel, bias)
+        return kernels.dense(ops.cast(patches, self.compute_dtype), kernel, bias)
 
     def add_positions(self, tokens, grid):
         """Prepends the prefix tokens and adds the position embedding.
@@ -293,6 +305,49 @@ class PatchEncoder(keras.layers.Layer):
         registers = self._broadcast(self.register_embeddings, batch)
         rows = self.num_prefix_rows
         return ops.concatenate([x[:, :rows], registers, x[:, rows:]], axis=1)
+
+    def add_positions_at(self, tokens, positions, grid_sizes):
+        """Prepends the prefix tokens and adds each patch's position embedding
+        read at its own image's grid (a NaFlex batch).
+
+        The patch rows of the table are resized to each image's grid as
+        transformers' SigLIP 2 does for its `spatial_shapes`
+        (`keras_vit.layers.native_grids.position_embedding_at`); the prefix
+        tokens keep their rows.
+
+        Args:
+            tokens: `(batch, n, hidden_size)` patch embeddings.
+            positions: int `(batch, n, 2)`, each patch's (row, column).
+            grid_sizes: int `(batch, 2)`, each image's (rows, columns).
+
+        Returns:
+            `(batch, num_prefix_tokens + n, hidden_size)`, in `call`'s order.
+
+        Raises:
+            ValueError: for a table this layer does not resize per image: a
+                fixed sin-cos embedding, or another `position_interpolation`
+                than "siglip2".
+        """
+        if self.pos_embedding is None or self.position_interpolation != "siglip2":
+            raise ValueError(
+                "Patches on per-image grids need a learned position embedding resized as "
+                "SigLIP 2 does (position_embedding='learned', position_interpolation='siglip2'). "
+                f"Received: position_embedding={self.position_embedding!r}, "
+                f"position_interpolation={self.position_interpolation!r}"
+            )
+        rows = self.num_prefix_rows
+        gh, gw = self.grid_size
+        # float32 whatever the compute dtype, as the "siglip2" resize.
+        table = ops.reshape(ops.cast(self.pos_embedding, "float32")[0, rows:], (gh, gw, self.hidden_size))
+        x = tokens + ops.cast(position_embedding_at(table, positions, grid_sizes), self.compute_dtype)
+        batch = ops.shape(x)[0]
+        lead = [self._broadcast(t, batch) for t in (self.class_embedding, self.distillation_embedding)
+                if t is not None]
+        if lead:
+            lead = [ops.concatenate(lead, axis=1) + ops.cast(self.pos_embedding[:, :rows], self.compute_dtype)]
+        if self.register_embeddings is not None:
+            lead.append(self._broadcast(self.register_embeddings, batch))
+        return ops.concatenate(lead + [x], axis=1) if lead else x
 
     def _grid(self, patches):
         static, dynamic = patches.shape, ops.shape(patches)

@@ -29,6 +29,7 @@ The rest is one call each into its own home:
 
 import contextlib
 import types
+from collections.abc import Mapping
 
 import keras
 
@@ -58,7 +59,13 @@ class ModelBase:
     def _check_input_spec(self, shape, dtype, name="x"):
         """Hook: raises a `ValueError` for inputs the model cannot take."""
 
+    def _check_input_dict(self, x, name="x"):
+        """Hook: raises a `ValueError` for a dict of inputs the model cannot take."""
+
     def _check_data(self, x, name="x"):
+        if isinstance(x, Mapping):
+            self._check_input_dict(x, name)
+            return
         spec = input_spec_of(x)
         if spec is not None:
             self._check_input_spec(spec[0], spec[1], name)

@@ -29,6 +29,7 @@ from keras_vit.layers import PatchDropout, PatchEncoder, Patches, TokenGrid, Tok
 from keras_vit.layers.map_head import MapHead
 from keras_vit.layers.norms import block_norm
 from keras_vit.layers.seeds import derive_seed
+from keras_vit.models import patch_inputs
 from keras_vit.validation import check_choice
 
 # The layouts of the patch tokens a feature holds (timm's `output_fmt`).
@@ -272,7 +273,7 @@ def head_tokens(s):
     return max(counts)
 
 
-def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=None):
+def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=None, token_mask=None):
     """Step 3: the blocks on tokens `x`, tapping the outputs of `indices`.
 
     Args:
@@ -286,6 +287,8 @@ def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=
         output_tokens: None (default) or an int `n`: the last block of the
             model computes the outputs of the first `n` tokens only (see
             `head_tokens`); not with taps of the last block or `stop_early`.
+        token_mask: None (default) or a boolean `(batch, tokens)`: the
+            tokens every token may attend to (the valid ones of a NaFlex batch).
 
     Returns:
         `(tokens after the last block run, [tapped outputs, in order])`.
@@ -298,22 +301,34 @@ def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=
         raise ValueError("`output_tokens` cuts the last block's output: it cannot be tapped.")
     taps = []
     for i, block in enumerate(s.blocks[: last + 1]):
+        mask = {} if token_mask is None else {"attention_mask": token_mask}
         if i == len(s.blocks) - 1 and output_tokens is not None:
-            x = block(x, training=training, output_tokens=output_tokens)
+            x = block(x, training=training, output_tokens=output_tokens, **mask)
         else:
-            x = block(x, training=training)
+            x = block(x, training=training, **mask)
         if i in wanted:
             taps.append(x)
     return x, taps
 
 
+def _embed_any(s, inputs, training):
+    """`(tokens, patches or None, token mask or None)` of images or a patch dict."""
+    if patch_inputs.is_patch_dict(inputs):
+        x, mask = patch_inputs.embed(s, inputs, training=training)
+        return x, None, mask
+    x, patches = embed(s, stem(s, inputs, training=training), training=training)
+    return x, patches, None
+
+
 def outputs(s, images, training=None):
     """`model(images)`: every step, the last block computing only the tokens
     the head reads (`head_tokens`), which is exact and, for a class-token
-    head, skips ~7 % of a 12-block model's work."""
-    x, _ = embed(s, stem(s, images, training=training), training=training)
-    x, _ = run_blocks(s, x, training=training, output_tokens=head_tokens(s))
-    return head(s, final_norm(s, x))
+    head, skips ~7 % of a 12-block model's work. `images` may be a NaFlex
+    patch dict (`keras_vit.models.patch_inputs`): the blocks and the
+    pooling then read its valid tokens only."""
+    x, _, mask = _embed_any(s, images, training)
+    x, _ = run_blocks(s, x, training=training, output_tokens=head_tokens(s), token_mask=mask)
+    return head(s, final_norm(s, x), token_mask=mask)
 
 
 def final_norm(s, x):
@@ -321,7 +336,7 @@ def final_norm(s, x):
     return x if s.norm is None else s.norm(x)
 
 
-def head(s, tokens, pre_logits=False, activation=True):
+def head(s, tokens, pre_logits=False, activation=True, token_mask=None):
     """Step 5: the output of the model from the final tokens.
 
     Args:
@@ -330,6 +345,8 @@ def head(s, tokens, pre_logits=False, activation=True):
         pre_logits: return the pooled features (after `fc_norm` and the
             pre-logits layer) instead of the classifier's output.
         activation: apply the classifier's activation (False: logits).
+        token_mask: None or a boolean `(batch, tokens)`: the tokens the
+            pooling reads (the valid ones of a NaFlex batch).
 
     Returns:
         What the model returns for these tokens (or its pre-activation
@@ -338,7 +355,7 @@ def head(s, tokens, pre_logits=False, activation=True):
     layers = s.head_layers
     if "pool" not in layers:
         return tokens
-    x = layers["pool"](tokens)
+    x = layers["pool"](tokens) if token_mask is None else layers["pool"](tokens, token_mask=token_mask)
     if s.fc_norm is not None:
         x = s.fc_norm(x)
     if not s.include_top:
@@ -379,11 +396,18 @@ def intermediates(s, images, indices=None, norm=False, output_fmt="NHWC",
     """`ViT.forward_intermediates` on the `Stages` `s` (see there)."""
     check_choice(output_fmt, FEATURE_LAYOUTS, "output_fmt")
     taps = block_indices(len(s.blocks), indices)
-    x, patches = embed(s, stem(s, images, training=training), training=training)
-    x, features = run_blocks(s, x, taps, training=training, stop_early=intermediates_only)
+    x, patches, mask = _embed_any(s, images, training)
+    if patches is None and taps and output_fmt != "NLC":
+        raise ValueError(
+            "The patches of a NaFlex batch lie on per-image grids: their features come as "
+            f"sequences. Pass output_fmt='NLC'. Received: output_fmt={output_fmt!r}"
+        )
+    x, features = run_blocks(s, x, taps, training=training, stop_early=intermediates_only, token_mask=mask)
     outputs = []
     for y in features:
-        spatial, prefix = split_tokens(s, final_norm(s, y) if norm else y, patches, output_fmt)
+        # A token sequence stands for the grid when there is none (NLC only).
+        grid_like = y if patches is None else patches
+        spatial, prefix = split_tokens(s, final_norm(s, y) if norm else y, grid_like, output_fmt)
         outputs.append((spatial, prefix) if return_prefix_tokens else spatial)
     if intermediates_only:
         return outputs
@@ -401,12 +425,24 @@ class ForwardPass:
         # `output` is what it was), but the last block computes only the
         # tokens the head reads (`head_tokens`).
         s = getattr(self, "_forward_stages", None)
+        if s is not None and patch_inputs.is_patch_dict(inputs):
+            return outputs(s, inputs, training=training)
         if s is None or mask is not None or kwargs or head_tokens(s) is None:
             return super().call(inputs, training=training, mask=mask, **kwargs)
         (images,) = self._standardize_inputs(inputs)
         return outputs(s, images, training=training)
 
+    def _assert_input_compatibility(self, *args):
+        # Keras' input spec describes the images; a NaFlex patch dict is
+        # checked by the model's `_check_input_dict` before the call.
+        if args and patch_inputs.is_patch_dict(args[0]):
+            return None
+        return super()._assert_input_compatibility(*args)
+
     def _images(self, images):
+        if patch_inputs.is_patch_dict(images):
+            self._check_data(images, "images")
+            return images
         images = images if keras.backend.is_keras_tensor(images) else ops.convert_to_tensor(images)
         self._check_input_spec(tuple(images.shape), keras.backend.standardize_dtype(images.dtype), "images")
         return images
@@ -426,7 +462,9 @@ class ForwardPass:
 
         Args:
             images: `(batch, H, W, C)` preprocessed images (H and W multiples
-                of the effective patch size), or a symbolic input.
+                of the effective patch size), a symbolic input, or a NaFlex
+                patch dict (`keras_vit.models.patch_inputs`; features "NLC"
+                only, padding tokens included).
             indices: None (default: every block), an int `n` (the last `n`
                 blocks) or a sequence of block indices (negative values count
                 from the end).
@@ -491,7 +529,7 @@ class ForwardPass:
         """
         return self.forward_intermediates(images, indices=[], training=training)[0]
 
-    def forward_head(self, tokens, pre_logits=False, activation=True):
+    def forward_head(self, tokens, pre_logits=False, activation=True, token_mask=None):
         """The model's output from the final tokens (`forward_features`).
 
         Args:
@@ -500,9 +538,13 @@ class ForwardPass:
                 (after `fc_norm` and the pre-logits layer) instead.
             activation: bool, default True; False returns the logits (the
                 classifier's output before its activation).
+            token_mask: None (default) or a boolean `(batch, tokens)`: the
+                tokens the pooling reads (for the tokens of a NaFlex batch:
+                its `"patch_valid"`, after a column of True per prefix token).
 
         Returns:
             The output `model(images)` would give (a model without head
             returns the tokens, or their pooling).
         """
-        return head(self._forward_stages, tokens, pre_logits=pre_logits, activation=activation)
+        return head(self._forward_stages, tokens, pre_logits=pre_logits, activation=activation,
+                    token_mask=token_mask)

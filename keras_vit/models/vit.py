@@ -17,7 +17,7 @@ from keras_vit.architectures import CLASS_TOKEN_READERS, gelu_activation
 from keras_vit.layers.interpolation import interpolate_position_embedding
 from keras_vit.layers.config import RECORDS, BlockConfig, expose_records, record_keywords
 from keras_vit.layers.seeds import check_seed
-from keras_vit.models import forward
+from keras_vit.models import forward, patch_inputs
 from keras_vit.models.arguments import (
     KERAS_FUNCTIONAL_ARGUMENTS,
     OTHER_NAMES,
@@ -349,6 +349,10 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         they usually mean that `keras_vit.preprocess_input` was forgotten.
         """
         check_images(self, shape, dtype, name)
+
+    def _check_input_dict(self, x, name="x"):
+        """Raises a `ValueError` for a NaFlex patch dict this model cannot take."""
+        patch_inputs.check_patch_dict(self, x, name)
 
     def _grid(self, image_size):
         cell = self.effective_patch_size
