@@ -93,11 +93,13 @@ def _walk(model, images, layers, batch_size):
     inputs_of = [i - 1 for i in layers if i > 0]
     for start in range(0, len(images), batch_size):
         chunk = images[start : start + batch_size]
-        x, _ = forward.embed(stages, forward.stem(stages, chunk, training=False), training=False)
-        _, taps = forward.run_blocks(stages, x, inputs_of, training=False, stop_early=True)
+        x, patches = forward.embed(stages, forward.stem(stages, chunk, training=False), training=False)
+        rope = forward.rope(stages, patches)
+        _, taps = forward.run_blocks(stages, x, inputs_of, training=False, stop_early=True, rope=rope)
         block_inputs = {-1: x, **dict(zip(inputs_of, taps))}
         for i in layers:
-            probs = stages.blocks[i].attention_probs(block_inputs[i - 1])
+            extra = {} if rope is None else {"rope": forward.block_rope(stages, rope, i)}
+            probs = stages.blocks[i].attention_probs(block_inputs[i - 1], **extra)
             yield start, i, ops.convert_to_numpy(probs)
 
 
@@ -118,8 +120,8 @@ def _probe_weights(model, images, batch_size, fuse):
     rows = []
     for start in range(0, len(images), batch_size):
         chunk = images[start : start + batch_size]
-        x, _ = forward.embed(stages, forward.stem(stages, chunk, training=False), training=False)
-        x, _ = forward.run_blocks(stages, x, training=False)
+        x, patches = forward.embed(stages, forward.stem(stages, chunk, training=False), training=False)
+        x, _ = forward.run_blocks(stages, x, training=False, rope=forward.rope(stages, patches))
         tokens = ops.convert_to_numpy(forward.final_norm(stages, x)).astype("float64")
         probe = ops.convert_to_numpy(stages.head_layers["pool"].probe).astype("float64")
         q = _einsum_dense(attention.query, probe)[:, 0]  # (1, heads, head_dim)
@@ -374,6 +376,11 @@ def position_embedding_similarity(model):
     """
     embedding = model.get_layer("embedding")
     pos = embedding.position_embedding_for(embedding.grid_size)
+    if pos is None:
+        raise ValueError(
+            f"Model {model.name!r} has no absolute position embedding to compare "
+            "(position_embedding='none': its positions come from a rotary embedding)."
+        )
     pos = ops.convert_to_numpy(pos)[0].astype("float64")
     pos = pos[embedding.num_prefix_rows :]
     pos /= np.maximum(np.linalg.norm(pos, axis=-1, keepdims=True), 1e-12)

@@ -10,9 +10,9 @@ the weights strictly (`keras_vit.weights.loader`):
 | layout | recognised by | reader |
 | --- | --- | --- |
 | keras_vit | `config.json` registered as `keras_vit>...` | Keras (`model.weights.h5`) |
-| transformers ViT / DeiT / DINOv2 / CLIP / SigLIP / ViTMAE | `config.json` with `model_type` | `weights.formats.transformers` (+ one `transformers_<family>` module each) |
-| timm Hub | `config.json` with `architecture` | `weights.formats.timm` |
-| keras-hub ViT / DINOv2 / SigLIP | `config.json` registered as `keras_hub>...` | keras-hub, `weights.formats.keras_hub` (+ one `keras_hub_<family>` module each) |
+| transformers ViT / DeiT / DINOv2 / DINOv3 / CLIP / SigLIP / ViTMAE | `config.json` with `model_type` | `weights.formats.transformers` (+ one `transformers_<family>` module each) |
+| timm Hub | `config.json` with `architecture` | `weights.formats.timm`; timm's `Eva` models (DINOv3, EVA02, PE, RoPE-ViT) `weights.formats.timm_eva` |
+| keras-hub ViT / DINOv2 / DINOv3 / SigLIP | `config.json` registered as `keras_hub>...` | keras-hub, `weights.formats.keras_hub` (+ one `keras_hub_<family>` module each) |
 
 `model.save_to_preset(directory, format)` (`keras_vit.weights.writers`)
 writes `format="keras_vit"` (reloaded exactly by `from_preset` on every
@@ -29,7 +29,7 @@ from keras_vit.validation import check_keywords
 from keras_vit.weights import loader, shards
 from keras_vit.weights.canonical import Checkpoint, PresetSource
 from keras_vit.weights.files import read_json as _read_json
-from keras_vit.weights.formats import keras_hub, timm, transformers
+from keras_vit.weights.formats import keras_hub, timm, timm_eva, transformers
 from keras_vit.weights.mapping import model_state
 from keras_vit.weights.record import Preprocessing
 from keras_vit.weights.writers import KERAS_WEIGHTS, PRESET_FORMATS, save_to_preset  # noqa: F401
@@ -212,10 +212,17 @@ def _keras_vit_source(directory):
     return PresetSource("keras_vit", directory, model_class, args, read)
 
 
+def _timm_source(directory):
+    """timm's `Eva` models by their module, every other timm ViT by `timm`'s."""
+    config = _read_json(os.path.join(directory, "config.json"))
+    reader = timm_eva if timm_eva.is_eva(config) else timm
+    return reader.preset_source(directory)
+
+
 _SOURCES = {
     "keras_vit": _keras_vit_source,
     "transformers": transformers.preset_source,
-    "timm": timm.preset_source,
+    "timm": _timm_source,
     "keras_hub": keras_hub.preset_source,
 }
 

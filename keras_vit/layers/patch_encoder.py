@@ -85,10 +85,12 @@ class PatchEncoder(keras.layers.Layer):
             `(1, num_register_tokens, D)`).
         use_bias: bool, default True: whether the patch projection adds a
             bias (weight `bias`; OpenAI CLIP's embedding has none).
-        position_embedding: "learned" (default: weight `pos_embedding`) or
+        position_embedding: "learned" (default: weight `pos_embedding`),
             a fixed 2D sin-cos embedding computed for each input's grid, no
             weight: "sincos" (MAE), "sincos_mocov3", "sincos_big_vision"
-            (`keras_vit.layers.sincos`); its prefix rows are zeros.
+            (`keras_vit.layers.sincos`; its prefix rows are zeros), or
+            "none" (nothing added: a model whose positions come from a
+            rotary embedding alone).
         position_interpolation: default "official": how a learned position
             embedding is resized for another grid, a name of
             `keras_vit.layers.interpolation.POSITION_INTERPOLATIONS` ("vit",
@@ -231,7 +233,10 @@ class PatchEncoder(keras.layers.Layer):
         return ops.broadcast_to(token, (batch,) + tuple(token.shape[1:]))
 
     def position_embedding_for(self, grid):
-        """The position embedding for a `(h, w)` grid, resized when needed."""
+        """The position embedding for a `(h, w)` grid, resized when needed
+        (None for `position_embedding="none"`)."""
+        if self.position_embedding == "none":
+            return None
         if self.pos_embedding is None:
             style = self.position_embedding.replace("sincos", "").lstrip("_") or "mae"
             table = sincos_position_embedding(grid, self.hidden_size, style, self.num_prefix_rows)
@@ -298,7 +303,9 @@ class PatchEncoder(keras.layers.Layer):
         prefix = [t for t in (self.class_embedding, self.distillation_embedding) if t is not None]
         if prefix:
             x = ops.concatenate([self._broadcast(t, batch) for t in prefix] + [x], axis=1)
-        x = x + self.position_embedding_for(grid)
+        positions = self.position_embedding_for(grid)
+        if positions is not None:
+            x = x + positions
         if self.register_embeddings is None:
             return x
         # Registers join after the position embedding: they have no row.

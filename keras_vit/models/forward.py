@@ -12,6 +12,8 @@ new symbolic inputs (a feature model inside another model). The steps:
    embedding (the `embedding` layer), dropout and the optional norm before
    the blocks; `embed_patches` and `embed_tokens` are its two halves, for
    changing the patch embeddings in between (masked-patch pre-training);
+   `rope` (or `rope_at`) the rotary tables of the patch grid, computed
+   once (layer `rope`) for every block of a model with a rotary embedding;
 3. `run_blocks`: the Transformer blocks, tapping chosen block outputs;
 4. `final_norm`: the encoder's final norm (none when the norm is applied
    to the pooled features, `pooled_norm=True`);
@@ -28,6 +30,7 @@ from keras import ops
 from keras_vit.layers import PatchDropout, PatchEncoder, Patches, TokenGrid, TokenPooling, TransformerBlock
 from keras_vit.layers.map_head import MapHead
 from keras_vit.layers.norms import block_norm
+from keras_vit.layers.rotary import RotaryEmbedding
 from keras_vit.layers.seeds import derive_seed
 from keras_vit.models import patch_inputs
 from keras_vit.validation import check_choice
@@ -49,6 +52,7 @@ class Stages:
             `Dropout` layers.
         patch_dropout: None or the `PatchDropout` (training only).
         pre_norm: None or the norm before the first block.
+        rope: None or the `RotaryEmbedding` whose tables every block takes.
         blocks: the `TransformerBlock`s, in order.
         norm: None or the encoder's final norm (`encoder_norm`).
         fc_norm: None or the norm of the pooled features.
@@ -61,6 +65,7 @@ class Stages:
         self.stem = None
         self.patches = self.embedding = self.dropout = self.pre_norm = None
         self.patch_dropout = None
+        self.rope = None
         self.blocks = []
         self.norm = self.fc_norm = None
         self.head_layers = {}
@@ -106,6 +111,7 @@ def build_stages(model, dtype):
         )
     if model.encoder_config.pre_norm:
         s.pre_norm = block_norm(model.block_config, "pre_norm", dtype)
+    s.rope = _rotary_embedding(model, dtype)
     for i in range(model.num_layers):
         # Stochastic depth grows linearly from 0 in the first block.
         rate = model.stochastic_depth_rate * i / max(model.num_layers - 1, 1)
@@ -130,10 +136,35 @@ def build_stages(model, dtype):
     return s
 
 
+def _rotary_embedding(model, dtype):
+    """The model's `RotaryEmbedding` (layer `rope`), or None without `rope`."""
+    config = model.block_config
+    if config.rope is None:
+        return None
+    if model.encoder_config.patch_dropout_rate:
+        # The tables are per grid position: a token dropped from the
+        # sequence would shift the rows of the ones after it.
+        raise ValueError(
+            "`patch_dropout_rate` cannot be combined with `rope` (the rotary tables follow the "
+            f"full patch grid). Received: patch_dropout_rate={model.encoder_config.patch_dropout_rate}, "
+            f"rope={config.rope!r}"
+        )
+    mixed = RotaryEmbedding.is_mixed(config.rope)
+    return RotaryEmbedding(
+        model.hidden_size // model.num_heads, config.rope,
+        depth=model.num_layers if mixed else None, num_heads=model.num_heads if mixed else None,
+        seed=derive_seed(model.seed, "rope") if mixed else None,
+        num_prefix_tokens=model.num_prefix_tokens, name="rope", dtype=dtype,
+        **(config.rope_settings or {}),
+    )
+
+
 def _pool(model, mode, dtype):
-    if mode == "map":  # SigLIP's attention pooling, with the blocks' MLP width and activation
+    if mode == "map":  # SigLIP's attention pooling, with the blocks' activation
+        encoder = model.encoder_config
         return MapHead(
-            model.num_heads, model.mlp_dim, model.layer_norm_epsilon,
+            encoder.map_num_heads or model.num_heads, encoder.map_mlp_dim or model.mlp_dim,
+            model.layer_norm_epsilon,
             model.block_config.mlp_activation, norm_kind=model.block_config.norm_kind,
             name="pool", dtype=dtype,
         )
@@ -228,6 +259,26 @@ def embed_tokens(s, tokens, grid, training=None):
     return _after_embedding(s, s.embedding.add_positions(tokens, grid), training)
 
 
+def rope(s, patches):
+    """Step 2's rotary tables for the grid of `patches` (of `embed`), or None
+    for a model without a rotary embedding: every token's row (identity
+    rows for the prefix tokens), computed once for all blocks."""
+    return None if s.rope is None else s.rope(patches)
+
+
+def rope_at(s, grid):
+    """The rotary tables of a `(h, w)` grid (ints or scalar tensors), or
+    None; eager (or inside a traced call), as `embed_patches`."""
+    return None if s.rope is None else s.rope.tables(grid)
+
+
+def block_rope(s, tables, index):
+    """Block `index`'s slice of the tables (its own for "mixed")."""
+    if tables is None or not RotaryEmbedding.is_mixed(s.rope.variant):
+        return tables
+    return tables[:, index]
+
+
 def block_indices(count, indices):
     """timm's `indices` rule: sorted block indices to tap.
 
@@ -273,12 +324,15 @@ def head_tokens(s):
     return max(counts)
 
 
-def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=None, token_mask=None):
+def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=None, rope=None,
+               token_mask=None):
     """Step 3: the blocks on tokens `x`, tapping the outputs of `indices`.
 
     Args:
         s: the `Stages`.
         x: tokens `(batch, prefix + patches, D)` entering the first block.
+        rope: the rotary tables of `x`'s grid (`rope`, `rope_at`); needed
+            by, and only by, a model with a rotary embedding.
         indices: sorted block indices (see `block_indices`) whose outputs
             are returned.
         training: the dropout's and stochastic depth's mode.
@@ -299,16 +353,30 @@ def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=
         last = max(indices, default=-1)
     if output_tokens is not None and (stop_early or last in wanted):
         raise ValueError("`output_tokens` cuts the last block's output: it cannot be tapped.")
+    if (rope is None) != (s.rope is None):
+        raise ValueError(
+            "The blocks of a model with a rotary embedding take its tables (`rope=`), and only "
+            f"those. Received: rope={'None' if rope is None else 'tables'} for a model with rope="
+            f"{None if s.rope is None else s.rope.variant!r}"
+        )
     taps = []
     for i, block in enumerate(s.blocks[: last + 1]):
-        mask = {} if token_mask is None else {"attention_mask": token_mask}
+        extra = {} if rope is None else {"rope": block_rope(s, rope, i)}
+        if token_mask is not None:
+            extra["attention_mask"] = token_mask
         if i == len(s.blocks) - 1 and output_tokens is not None:
-            x = block(x, training=training, output_tokens=output_tokens, **mask)
+            x = block(x, training=training, output_tokens=output_tokens, **extra)
         else:
-            x = block(x, training=training, **mask)
+            x = block(x, training=training, **extra)
         if i in wanted:
             taps.append(x)
     return x, taps
+
+
+def _rope(s, patches):
+    """The rotary tables of images' patches; none for a patch dict (a model
+    with a rotary embedding refuses it, `patch_inputs.check_patch_dict`)."""
+    return None if patches is None else rope(s, patches)
 
 
 def _embed_any(s, inputs, training):
@@ -326,8 +394,9 @@ def outputs(s, images, training=None):
     head, skips ~7 % of a 12-block model's work. `images` may be a NaFlex
     patch dict (`keras_vit.models.patch_inputs`): the blocks and the
     pooling then read its valid tokens only."""
-    x, _, mask = _embed_any(s, images, training)
-    x, _ = run_blocks(s, x, training=training, output_tokens=head_tokens(s), token_mask=mask)
+    x, patches, mask = _embed_any(s, images, training)
+    x, _ = run_blocks(s, x, training=training, output_tokens=head_tokens(s), rope=_rope(s, patches),
+                      token_mask=mask)
     return head(s, final_norm(s, x), token_mask=mask)
 
 
@@ -402,7 +471,8 @@ def intermediates(s, images, indices=None, norm=False, output_fmt="NHWC",
             "The patches of a NaFlex batch lie on per-image grids: their features come as "
             f"sequences. Pass output_fmt='NLC'. Received: output_fmt={output_fmt!r}"
         )
-    x, features = run_blocks(s, x, taps, training=training, stop_early=intermediates_only, token_mask=mask)
+    x, features = run_blocks(s, x, taps, training=training, stop_early=intermediates_only,
+                             rope=_rope(s, patches), token_mask=mask)
     outputs = []
     for y in features:
         # A token sequence stands for the grid when there is none (NLC only).

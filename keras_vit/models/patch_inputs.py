@@ -69,6 +69,8 @@ def _check_support(model):
             f"position_interpolation={config.position_interpolation!r} (per-image grids need "
             "'learned' with 'siglip2', SigLIP 2's resize)"
         )
+    if getattr(model.block_config, "rope", None) is not None:
+        reasons.append("its rotary embedding is computed for one grid")
     if reasons:
         raise ValueError(
             f"Model {model.name!r} takes images only, not the NaFlex patch dict: {'; '.join(reasons)}."

@@ -148,8 +148,13 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
             `qkv_bias` (default True), `layer_scale_init` (None or the
             initial LayerScale value), `dropout_rate` (also after the
             position embedding), `attention_dropout_rate` (default 0),
-            `mlp_kind` ("plain" or DINOv2-giant's "swiglu") and `qk_norm`
-            (default False; ViT-22B's norm of queries and keys).
+            `mlp_kind` ("plain" or DINOv2-giant's "swiglu"), `qk_norm`
+            (default False; ViT-22B's norm of queries and keys), the
+            biases and inner norms `attention_out_bias`,
+            `attention_out_norm`, `mlp_bias`, `mlp_norm`, and `rope` /
+            `rope_settings` (a rotary position embedding of the patch
+            tokens: DINOv3, EVA02, Perception Encoder, RoPE-ViT; see
+            `keras_vit.layers.rotary`).
             Unless given, the activation is the one the `weights` were
             trained with (tanh when building from scratch).
         encoder_config: None, a `keras_vit.layers.config.EncoderConfig` or
@@ -374,8 +379,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         """The model's outputs for `inputs`, through `keras_vit.models.forward`."""
         stages = forward.build_stages(self, dtype)
         features = self._stem(inputs, dtype)
-        tokens, _ = forward.embed(stages, features)
-        tokens, _ = forward.run_blocks(stages, tokens)
+        tokens, patches = forward.embed(stages, features)
+        tokens, _ = forward.run_blocks(stages, tokens, rope=forward.rope(stages, patches))
         outputs = forward.head(stages, forward.final_norm(stages, tokens))
         return stages, features, outputs
 

@@ -7,7 +7,7 @@
 - `transformers`: transformers directories, read and written, through the
   registry of its families (`TRANSFORMERS_FAMILIES`): one
   `transformers_family.TransformersFamily` subclass per module
-  (`transformers_vit` for ViT/DeiT, `transformers_dinov2`,
+  (`transformers_vit` for ViT/DeiT, `transformers_dinov2`, `transformers_dinov3`,
   `transformers_clip`, `transformers_siglip`, `transformers_siglip2`,
   `transformers_vit_mae`), processor files in `transformers_processor`;
 - `keras_hub`: keras-hub presets, through the registry of its families

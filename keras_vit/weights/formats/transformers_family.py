@@ -290,12 +290,18 @@ class TransformersFamily(abc.ABC):
     def model_arguments(self, config):
         """keras_vit `ViT` arguments for a `config.json` dict."""
 
-    def rule_table(self, hf_class, prefix=None):
-        """The `RuleTable` of a class's state dict: the body under `prefix`
-        (default: the class's), then the head at the root."""
+    def rule_table(self, hf_class, prefix=None, body=None):
+        """The `RuleTable` of a class's state dict: the body's rules `body`
+        (default `BODY`) under `prefix` (default: the class's), then the
+        head at the root."""
         spec = self.TRANSFORMERS_CLASSES[hf_class]
-        body = RuleTable(self.BODY).prefixed(spec.prefix if prefix is None else prefix)
+        body = RuleTable(self.BODY if body is None else body).prefixed(spec.prefix if prefix is None else prefix)
         return body + RuleTable(spec.head)
+
+    def body(self, config):
+        """The body's rules for a `config.json` dict: `BODY`, unless the
+        family's tensor names depend on the config."""
+        return self.BODY
 
     def split_state(self, state):
         """`(kept, ignored)`: a state dict without the `IGNORED` keys (by
@@ -330,7 +336,7 @@ class TransformersFamily(abc.ABC):
         if not any(k.startswith(prefix) for k in kept):
             prefix = ""  # the body saved on its own
         heads = self.model_arguments(config)["num_heads"]
-        params, unknown = self.rule_table(hf_class, prefix).to_canonical(kept, heads)
+        params, unknown = self.rule_table(hf_class, prefix, self.body(config)).to_canonical(kept, heads)
         params.update({k: kept[k] for k in unknown})
         self.complete(params, ignored, config)
         return C.Checkpoint(path, "transformers", params, ignored)
