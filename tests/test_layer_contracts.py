@@ -89,6 +89,14 @@ CASES = {
         # checks the gradients with them).
         lambda **kw: layers.MapHead(num_heads=2, mlp_dim=12, qkv_bias=False, **kw), _normal(2, 5, 8), (2, 8)
     ),
+    "AttentionPoolHead": (
+        lambda **kw: layers.AttentionPoolHead(num_heads=2, **kw), _normal(2, 5, 8), (2, 8)
+    ),
+    "PatchEncoder-patch-norm": (
+        lambda **kw: layers.PatchEncoder(4, 2, 2, class_token=False, patch_norm="rmsnorm", **kw),
+        _normal(1, 2, 2, 12),
+        (1, 4, 4),
+    ),
     "PatchDropout": (
         # At inference (the contract's call) it is the identity; the kept
         # tokens in training are tested in test_patch_dropout.py.

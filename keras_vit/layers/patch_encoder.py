@@ -4,11 +4,19 @@ import keras
 from keras import ops
 
 from keras_vit import kernels
-from keras_vit.layers.config import POSITION_EMBEDDINGS
+from keras_vit.layers.config import POSITION_EMBEDDINGS, BlockConfig
 from keras_vit.layers.interpolation import check_family, resize_grid
 from keras_vit.layers.native_grids import position_embedding_at
+from keras_vit.layers.norms import check_norm_kind, norm_layer
 from keras_vit.layers.sincos import sincos_position_embedding
-from keras_vit.validation import check_bool, check_choice, check_int, check_positive_int, pair
+from keras_vit.validation import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_positive_float,
+    check_positive_int,
+    pair,
+)
 
 
 def _interpolation_matrix(new, old, dtype):
@@ -99,6 +107,11 @@ class PatchEncoder(keras.layers.Layer):
         class_token_initializer: initializers of the four weights. The
             distillation and register tokens start from N(0, 0.02): equal
             starts would stay equal under training.
+        patch_norm: None (default) or a norm kind of
+            `keras_vit.layers.norms.NORMS`: a norm of the patch embeddings
+            before the prefix tokens and the position embedding (AIMv2's
+            RMSNorm, timm's `embed_norm_layer`; sublayer `norm`).
+        patch_norm_epsilon: float, default 1e-6: that norm's epsilon.
 
     Input shape:
         `(batch, h, w, ph * pw * C)`, as returned by `Patches`.
@@ -137,9 +150,13 @@ class PatchEncoder(keras.layers.Layer):
         bias_initializer="zeros",
         position_initializer=None,
         class_token_initializer="zeros",
+        patch_norm=None,
+        patch_norm_epsilon=1e-6,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.patch_norm = None if patch_norm is None else check_norm_kind(patch_norm)
+        self.patch_norm_epsilon = check_positive_float(patch_norm_epsilon, "patch_norm_epsilon")
         self.hidden_size = check_positive_int(hidden_size, "hidden_size")
         self.patch_size = pair(patch_size, "patch_size")
         self.grid_size = pair(grid_size, "grid_size")
@@ -166,12 +183,17 @@ class PatchEncoder(keras.layers.Layer):
         self.input_spec = keras.layers.InputSpec(ndim=4)
 
     @classmethod
-    def for_encoder(cls, config, hidden_size, patch_size, grid_size, **kwargs):
-        """The embedding of an encoder with `config` (an `EncoderConfig`)."""
+    def for_encoder(cls, config, hidden_size, patch_size, grid_size, block_config=None, **kwargs):
+        """The embedding of an encoder with `config` (an `EncoderConfig`);
+        its patch norm has the kind and epsilon of `block_config` (a
+        `BlockConfig`, default the defaults)."""
+        block_config = BlockConfig() if block_config is None else block_config
         return cls(
             hidden_size, patch_size, grid_size, use_bias=config.patch_bias,
             position_embedding=config.position_embedding,
-            position_interpolation=config.position_interpolation, **kwargs,
+            position_interpolation=config.position_interpolation,
+            patch_norm=block_config.norm_kind if config.patch_norm else None,
+            patch_norm_epsilon=block_config.layer_norm_epsilon, **kwargs,
         )
 
     @property
@@ -226,6 +248,10 @@ class PatchEncoder(keras.layers.Layer):
                 shape=(1, self.num_prefix_rows + gh * gw, self.hidden_size),
                 initializer=self.position_initializer,
             )
+        self.norm = None
+        if self.patch_norm is not None:
+            self.norm = norm_layer(self.patch_norm, self.patch_norm_epsilon, "norm", dtype=self.dtype_policy)
+            self.norm.build((None, None, self.hidden_size))
         self.built = True
 
     def _broadcast(self, token, batch):
@@ -280,7 +306,8 @@ class PatchEncoder(keras.layers.Layer):
             ops.cast(self.kernel, self.compute_dtype), (-1, self.hidden_size)
         )
         bias = None if self.bias is None else ops.cast(self.bias, self.compute_dtype)
-        return kernels.dense(ops.cast(patches, self.compute_dtype), kernel, bias)
+        tokens = kernels.dense(ops.cast(patches, self.compute_dtype), kernel, bias)
+        return tokens if self.norm is None else self.norm(tokens)
 
     def add_positions(self, tokens, grid):
         """Prepends the prefix tokens and adds the position embedding.
@@ -381,6 +408,8 @@ class PatchEncoder(keras.layers.Layer):
                 "use_bias": self.use_bias,
                 "position_embedding": self.position_embedding,
                 "position_interpolation": self.position_interpolation,
+                "patch_norm": self.patch_norm,
+                "patch_norm_epsilon": self.patch_norm_epsilon,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

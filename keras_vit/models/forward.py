@@ -28,6 +28,8 @@ import keras
 from keras import ops
 
 from keras_vit.layers import PatchDropout, PatchEncoder, Patches, TokenGrid, TokenPooling, TransformerBlock
+from keras_vit.layers.attention_pool import AttentionPoolHead
+from keras_vit.layers.config import qkv_biases
 from keras_vit.layers.map_head import MapHead
 from keras_vit.layers.norms import block_norm
 from keras_vit.layers.rotary import RotaryEmbedding
@@ -95,6 +97,7 @@ def build_stages(model, dtype):
         model.hidden_size,
         model.patch_size,
         model.grid_size,
+        block_config=model.block_config,
         class_token=model.has_class_token,
         distillation_token=model.distillation_token,
         num_register_tokens=model.num_register_tokens,
@@ -160,6 +163,14 @@ def _rotary_embedding(model, dtype):
 
 
 def _pool(model, mode, dtype):
+    if mode == "attention_pool":  # AIMv2's: a learned query, no norm or MLP
+        _, key, value = qkv_biases(model.block_config.qkv_bias)
+        if key != value:
+            raise ValueError(
+                f"The attention-pool head has the blocks' key and value biases, which must agree. "
+                f"Received: pooling={mode!r}, qkv_bias={model.block_config.qkv_bias!r}"
+            )
+        return AttentionPoolHead(model.num_heads, qkv_bias=key, name="pool", dtype=dtype)
     if mode == "map":  # SigLIP's attention pooling, with the blocks' activation
         encoder = model.encoder_config
         return MapHead(

@@ -93,8 +93,12 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
             pooling by a learned probe: SigLIP's MAP head, layer `pool`, a
             `keras_vit.layers.map_head.MapHead`) or "token_avg" (the class
             token concatenated with the mean of the patch tokens, a `2 * D`
-            feature: DINOv2's linear classifiers). `class_token=True/False`
-            overrides whether a class token is prepended.
+            feature: DINOv2's linear classifiers) or "attention_pool" (no
+            class token; AIMv2's head, a learned query attending to the
+            tokens' keys and values, without MLP: layer `pool`, a
+            `keras_vit.layers.attention_pool.AttentionPoolHead`).
+            `class_token=True/False` overrides whether a class token is
+            prepended.
         representation_size: None (default) or int: width of the Dense+tanh
             pre-logits layer of the original ImageNet-21k checkpoints.
         include_top: bool, default True: whether to add the classifier head.
@@ -105,7 +109,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         pooling: for `include_top=False`: None returns the token sequence
             `(batch, tokens, D)`; "token" the class token; "avg"/"max" pool the
             patch tokens; "map" the MAP head; "token_avg" the class token
-            and the patch tokens' mean, concatenated `(batch, 2 * D)`.
+            and the patch tokens' mean, concatenated `(batch, 2 * D)`;
+            "attention_pool" AIMv2's attention-pool head.
         stochastic_depth_rate: float, largest stochastic-depth rate, growing
             linearly with depth from 0 (first block), default 0.
         input_shape: optional `(height, width, channels)`, an alternative to
