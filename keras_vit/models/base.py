@@ -194,10 +194,13 @@ class ModelBase:
             input_signature: None, or one `keras.InputSpec` (or a list
                 holding one) of shape `(batch, height, width, channels)`:
                 a fixed batch and another image size. Its channels must be
-                the model's.
+                the model's. Or a dict of `InputSpec`s of a NaFlex patch
+                batch with a fixed number of tokens `n` (`"patches"`,
+                `"patch_coords"`, `"patch_valid"`; `keras_vit.models.patch_inputs`):
+                the artifact takes that dict.
             **kwargs: `image_size`, `batch_size`, `quantize` ("int8" for
-                "onnx" and "openvino") and `sample_images`, as
-                `keras_vit.export.export_model` takes them.
+                "onnx" and "openvino"), `sample_images` and
+                `naflex_length`, as `keras_vit.export.export_model` takes them.
 
         Returns:
             What `export_model` returns: the path (with `quantize`, a
