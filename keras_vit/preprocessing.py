@@ -4,7 +4,9 @@ One home for each: the scaling modes (`preprocess_input`), the resize and
 centre crop of evaluation images (`center_crop`, used by the tf.data
 pipelines and the tests; `resize_and_crop`, a `Preprocessing` record's own
 resize, filter and crop, used by `keras_vit.classify` and the `keras-vit`
-commands) and `decode_predictions`.
+commands) and `decode_predictions`. Images of any sizes become one padded
+NaFlex batch of patches with `naflex_inputs` (and `naflex_grid`, the grid
+each is resized to), from `keras_vit.naflex`.
 Models loaded from a preset carry their checkpoint's `Preprocessing` record
 (`model.preprocessing`: mean/std, resize, crop, interpolation) and class names
 (`model.class_names`); `preprocess_input(x, model=model)` and
@@ -19,6 +21,7 @@ import keras
 import numpy as np
 
 from keras_vit import labels
+from keras_vit.naflex import naflex_grid, naflex_inputs  # noqa: F401 (public here)
 from keras_vit.validation import check_choice, check_fraction, pair
 from keras_vit.weights.record import MODE_ALIASES as _ALIASES
 from keras_vit.weights.record import MODE_STATISTICS

@@ -302,6 +302,10 @@ class EncoderConfig(_Record):
     Args:
         patch_bias: bool, default True: a bias in the patch embedding
             (OpenAI CLIP's has none).
+        patch_norm: bool, default False: a norm of the patch embeddings
+            before the position embedding, of the blocks' `norm_kind` and
+            `layer_norm_epsilon` (AIMv2's RMSNorm, timm's `embed_norm_layer`;
+            layer `embedding/norm`).
         pre_norm: bool, default False: a norm (layer `pre_norm`) on the
             tokens before the first block (CLIP's `pre_layrnorm`).
         class_token: None (default: a class token when the classifier is
@@ -332,10 +336,11 @@ class EncoderConfig(_Record):
     Example:
 
     >>> EncoderConfig(pre_norm=True).get_config()
-    {'patch_bias': True, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0, 'map_num_heads': None, 'map_mlp_dim': None}
+    {'patch_bias': True, 'patch_norm': False, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0, 'map_num_heads': None, 'map_mlp_dim': None}
     """
 
     patch_bias: bool = True
+    patch_norm: bool = False
     pre_norm: bool = False
     class_token: object = None
     position_embedding: str = "learned"
@@ -346,6 +351,7 @@ class EncoderConfig(_Record):
 
     def __post_init__(self):
         check_bool(self.patch_bias, "patch_bias")
+        check_bool(self.patch_norm, "patch_norm")
         check_bool(self.pre_norm, "pre_norm")
         if self.class_token is not None:
             check_bool(self.class_token, "class_token")

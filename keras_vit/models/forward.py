@@ -29,10 +29,13 @@ import keras
 from keras import ops
 
 from keras_vit.layers import PatchDropout, PatchEncoder, Patches, TokenGrid, TokenPooling, TransformerBlock
+from keras_vit.layers.attention_pool import AttentionPoolHead
+from keras_vit.layers.config import qkv_biases
 from keras_vit.layers.map_head import MapHead
 from keras_vit.layers.norms import block_norm
 from keras_vit.layers.rotary import RotaryEmbedding
 from keras_vit.layers.seeds import derive_seed
+from keras_vit.models import patch_inputs
 from keras_vit.validation import check_choice
 
 # The layouts of the patch tokens a feature holds (timm's `output_fmt`).
@@ -96,6 +99,7 @@ def build_stages(model, dtype):
         model.hidden_size,
         model.patch_size,
         model.grid_size,
+        block_config=model.block_config,
         class_token=model.has_class_token,
         distillation_token=model.distillation_token,
         num_register_tokens=model.num_register_tokens,
@@ -161,6 +165,14 @@ def _rotary_embedding(model, dtype):
 
 
 def _pool(model, mode, dtype):
+    if mode == "attention_pool":  # AIMv2's: a learned query, no norm or MLP
+        _, key, value = qkv_biases(model.block_config.qkv_bias)
+        if key != value:
+            raise ValueError(
+                f"The attention-pool head has the blocks' key and value biases, which must agree. "
+                f"Received: pooling={mode!r}, qkv_bias={model.block_config.qkv_bias!r}"
+            )
+        return AttentionPoolHead(model.num_heads, qkv_bias=key, name="pool", dtype=dtype)
     if mode == "map":  # SigLIP's attention pooling, with the blocks' activation
         encoder = model.encoder_config
         return MapHead(
@@ -339,7 +351,8 @@ def head_tokens(s):
     return max(counts)
 
 
-def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=None, rope=None):
+def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=None, rope=None,
+               token_mask=None):
     """Step 3: the blocks on tokens `x`, tapping the outputs of `indices`.
 
     Args:
@@ -355,6 +368,8 @@ def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=
         output_tokens: None (default) or an int `n`: the last block of the
             model computes the outputs of the first `n` tokens only (see
             `head_tokens`); not with taps of the last block or `stop_early`.
+        token_mask: None (default) or a boolean `(batch, tokens)`: the
+            tokens every token may attend to (the valid ones of a NaFlex batch).
 
     Returns:
         `(tokens after the last block run, [tapped outputs, in order])`.
@@ -374,6 +389,8 @@ def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=
     taps = []
     for i, block in enumerate(s.blocks[: last + 1]):
         extra = {} if rope is None else {"rope": block_rope(s, rope, i)}
+        if token_mask is not None:
+            extra["attention_mask"] = token_mask
         if i == len(s.blocks) - 1 and output_tokens is not None:
             x = block(x, training=training, output_tokens=output_tokens, **extra)
         else:
@@ -383,13 +400,31 @@ def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=
     return x, taps
 
 
+def _rope(s, patches):
+    """The rotary tables of images' patches; none for a patch dict (a model
+    with a rotary embedding refuses it, `patch_inputs.check_patch_dict`)."""
+    return None if patches is None else rope(s, patches)
+
+
+def _embed_any(s, inputs, training):
+    """`(tokens, patches or None, token mask or None)` of images or a patch dict."""
+    if patch_inputs.is_patch_dict(inputs):
+        x, mask = patch_inputs.embed(s, inputs, training=training)
+        return x, None, mask
+    x, patches = embed(s, stem(s, inputs, training=training), training=training)
+    return x, patches, None
+
+
 def outputs(s, images, training=None):
     """`model(images)`: every step, the last block computing only the tokens
     the head reads (`head_tokens`), which is exact and, for a class-token
-    head, skips ~7 % of a 12-block model's work."""
-    x, patches = embed(s, stem(s, images, training=training), training=training)
-    x, _ = run_blocks(s, x, training=training, output_tokens=head_tokens(s), rope=rope(s, patches))
-    return head(s, final_norm(s, x))
+    head, skips ~7 % of a 12-block model's work. `images` may be a NaFlex
+    patch dict (`keras_vit.models.patch_inputs`): the blocks and the
+    pooling then read its valid tokens only."""
+    x, patches, mask = _embed_any(s, images, training)
+    x, _ = run_blocks(s, x, training=training, output_tokens=head_tokens(s), rope=_rope(s, patches),
+                      token_mask=mask)
+    return head(s, final_norm(s, x), token_mask=mask)
 
 
 def final_norm(s, x):
@@ -397,7 +432,7 @@ def final_norm(s, x):
     return x if s.norm is None else s.norm(x)
 
 
-def head(s, tokens, pre_logits=False, activation=True):
+def head(s, tokens, pre_logits=False, activation=True, token_mask=None):
     """Step 5: the output of the model from the final tokens.
 
     Args:
@@ -407,6 +442,8 @@ def head(s, tokens, pre_logits=False, activation=True):
             embedding's projection and scaling and the pre-logits layer)
             instead of the classifier's output.
         activation: apply the classifier's activation (False: logits).
+        token_mask: None or a boolean `(batch, tokens)`: the tokens the
+            pooling reads (the valid ones of a NaFlex batch).
 
     Returns:
         What the model returns for these tokens (or its pre-activation
@@ -415,7 +452,7 @@ def head(s, tokens, pre_logits=False, activation=True):
     layers = s.head_layers
     if "pool" not in layers:
         return tokens
-    x = layers["pool"](tokens)
+    x = layers["pool"](tokens) if token_mask is None else layers["pool"](tokens, token_mask=token_mask)
     if s.fc_norm is not None:
         x = s.fc_norm(x)
     for name in ("projection", "l2_normalize"):
@@ -459,13 +496,19 @@ def intermediates(s, images, indices=None, norm=False, output_fmt="NHWC",
     """`ViT.forward_intermediates` on the `Stages` `s` (see there)."""
     check_choice(output_fmt, FEATURE_LAYOUTS, "output_fmt")
     taps = block_indices(len(s.blocks), indices)
-    x, patches = embed(s, stem(s, images, training=training), training=training)
-    x, features = run_blocks(
-        s, x, taps, training=training, stop_early=intermediates_only, rope=rope(s, patches)
-    )
+    x, patches, mask = _embed_any(s, images, training)
+    if patches is None and taps and output_fmt != "NLC":
+        raise ValueError(
+            "The patches of a NaFlex batch lie on per-image grids: their features come as "
+            f"sequences. Pass output_fmt='NLC'. Received: output_fmt={output_fmt!r}"
+        )
+    x, features = run_blocks(s, x, taps, training=training, stop_early=intermediates_only,
+                             rope=_rope(s, patches), token_mask=mask)
     outputs = []
     for y in features:
-        spatial, prefix = split_tokens(s, final_norm(s, y) if norm else y, patches, output_fmt)
+        # A token sequence stands for the grid when there is none (NLC only).
+        grid_like = y if patches is None else patches
+        spatial, prefix = split_tokens(s, final_norm(s, y) if norm else y, grid_like, output_fmt)
         outputs.append((spatial, prefix) if return_prefix_tokens else spatial)
     if intermediates_only:
         return outputs
@@ -483,12 +526,24 @@ class ForwardPass:
         # `output` is what it was), but the last block computes only the
         # tokens the head reads (`head_tokens`).
         s = getattr(self, "_forward_stages", None)
+        if s is not None and patch_inputs.is_patch_dict(inputs):
+            return outputs(s, inputs, training=training)
         if s is None or mask is not None or kwargs or head_tokens(s) is None:
             return super().call(inputs, training=training, mask=mask, **kwargs)
         (images,) = self._standardize_inputs(inputs)
         return outputs(s, images, training=training)
 
+    def _assert_input_compatibility(self, *args):
+        # Keras' input spec describes the images; a NaFlex patch dict is
+        # checked by the model's `_check_input_dict` before the call.
+        if args and patch_inputs.is_patch_dict(args[0]):
+            return None
+        return super()._assert_input_compatibility(*args)
+
     def _images(self, images):
+        if patch_inputs.is_patch_dict(images):
+            self._check_data(images, "images")
+            return images
         images = images if keras.backend.is_keras_tensor(images) else ops.convert_to_tensor(images)
         self._check_input_spec(tuple(images.shape), keras.backend.standardize_dtype(images.dtype), "images")
         return images
@@ -508,7 +563,9 @@ class ForwardPass:
 
         Args:
             images: `(batch, H, W, C)` preprocessed images (H and W multiples
-                of the effective patch size), or a symbolic input.
+                of the effective patch size), a symbolic input, or a NaFlex
+                patch dict (`keras_vit.models.patch_inputs`; features "NLC"
+                only, padding tokens included).
             indices: None (default: every block), an int `n` (the last `n`
                 blocks) or a sequence of block indices (negative values count
                 from the end).
@@ -573,7 +630,7 @@ class ForwardPass:
         """
         return self.forward_intermediates(images, indices=[], training=training)[0]
 
-    def forward_head(self, tokens, pre_logits=False, activation=True):
+    def forward_head(self, tokens, pre_logits=False, activation=True, token_mask=None):
         """The model's output from the final tokens (`forward_features`).
 
         Args:
@@ -583,9 +640,13 @@ class ForwardPass:
                 the pre-logits layer) instead.
             activation: bool, default True; False returns the logits (the
                 classifier's output before its activation).
+            token_mask: None (default) or a boolean `(batch, tokens)`: the
+                tokens the pooling reads (for the tokens of a NaFlex batch:
+                its `"patch_valid"`, after a column of True per prefix token).
 
         Returns:
             The output `model(images)` would give (a model without head
             returns the tokens, or their pooling).
         """
-        return head(self._forward_stages, tokens, pre_logits=pre_logits, activation=activation)
+        return head(self._forward_stages, tokens, pre_logits=pre_logits, activation=activation,
+                    token_mask=token_mask)

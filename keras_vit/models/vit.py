@@ -17,7 +17,7 @@ from keras_vit.architectures import CLASS_TOKEN_READERS, gelu_activation
 from keras_vit.layers.interpolation import interpolate_position_embedding
 from keras_vit.layers.config import RECORDS, BlockConfig, expose_records, record_keywords
 from keras_vit.layers.seeds import check_seed
-from keras_vit.models import forward
+from keras_vit.models import forward, patch_inputs
 from keras_vit.models.arguments import (
     KERAS_FUNCTIONAL_ARGUMENTS,
     OTHER_NAMES,
@@ -95,8 +95,12 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
             pooling by a learned probe: SigLIP's MAP head, layer `pool`, a
             `keras_vit.layers.map_head.MapHead`) or "token_avg" (the class
             token concatenated with the mean of the patch tokens, a `2 * D`
-            feature: DINOv2's linear classifiers). `class_token=True/False`
-            overrides whether a class token is prepended.
+            feature: DINOv2's linear classifiers) or "attention_pool" (no
+            class token; AIMv2's head, a learned query attending to the
+            tokens' keys and values, without MLP: layer `pool`, a
+            `keras_vit.layers.attention_pool.AttentionPoolHead`).
+            `class_token=True/False` overrides whether a class token is
+            prepended.
         representation_size: None (default) or int: width of the Dense+tanh
             pre-logits layer of the original ImageNet-21k checkpoints.
         include_top: bool, default True: whether to add the classifier head.
@@ -107,7 +111,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         pooling: for `include_top=False`: None returns the token sequence
             `(batch, tokens, D)`; "token" the class token; "avg"/"max" pool the
             patch tokens; "map" the MAP head; "token_avg" the class token
-            and the patch tokens' mean, concatenated `(batch, 2 * D)`.
+            and the patch tokens' mean, concatenated `(batch, 2 * D)`;
+            "attention_pool" AIMv2's attention-pool head.
         stochastic_depth_rate: float, largest stochastic-depth rate, growing
             linearly with depth from 0 (first block), default 0.
         input_shape: optional `(height, width, channels)`, an alternative to
@@ -375,6 +380,10 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         they usually mean that `keras_vit.preprocess_input` was forgotten.
         """
         check_images(self, shape, dtype, name)
+
+    def _check_input_dict(self, x, name="x"):
+        """Raises a `ValueError` for a NaFlex patch dict this model cannot take."""
+        patch_inputs.check_patch_dict(self, x, name)
 
     def _grid(self, image_size):
         cell = self.effective_patch_size

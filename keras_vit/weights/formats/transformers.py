@@ -2,12 +2,12 @@
 
 Each family of transformers ViTs is one `TransformersFamily` subclass in its
 own module (`transformers_vit` for ViT/DeiT, `transformers_dinov2`,
-`transformers_dinov3`, `transformers_clip`, `transformers_siglip`,
+`transformers_dinov3`, `transformers_aimv2`, `transformers_clip`, `transformers_siglip`,
 `transformers_siglip2`, `transformers_vit_mae`; the protocol in `transformers_family`). This module
 holds the registry, `TRANSFORMERS_FAMILIES`: a directory is read by the
 family of its `model_type`, and a model is written by the first family that
 recognises its shape, the most particular first: DINOv3's rotary
-embedding, DINOv2's LayerScale, then
+embedding, AIMv2's patch norm, DINOv2's LayerScale, then
 SigLIP2's resize before SigLIP's MAP head, which with a fixed sin-cos table
 (MAE) goes before a norm ahead of the blocks (CLIP); ViT/DeiT takes every
 other model or refuses it. A new family is a module with its subclass and
@@ -26,6 +26,7 @@ from keras_vit.weights import canonical as C
 from keras_vit.weights import shards
 from keras_vit.weights.files import read_json, write_json
 from keras_vit.weights.formats.families import FamilyRegistry
+from keras_vit.weights.formats.transformers_aimv2 import Aimv2Family
 from keras_vit.weights.formats.transformers_clip import ClipFamily
 from keras_vit.weights.formats.transformers_dinov2 import Dinov2Family
 from keras_vit.weights.formats.transformers_dinov3 import Dinov3Family
@@ -39,7 +40,8 @@ from keras_vit.weights.formats.transformers_vit_mae import ViTMAEFamily
 TRANSFORMERS_FAMILIES = FamilyRegistry(
     "transformers checkpoint",
     "model_type",
-    (Dinov3Family(), Dinov2Family(), Siglip2Family(), SiglipFamily(), ViTMAEFamily(), ClipFamily(), ViTFamily()),
+    (Dinov3Family(), Aimv2Family(), Dinov2Family(), Siglip2Family(), SiglipFamily(), ViTMAEFamily(), ClipFamily(),
+     ViTFamily()),
     lambda family: family.MODEL_TYPES,
     refused={
         "vit-hybrid": "transformers' ViT-hybrid (BiT backbone) layout is not one keras_vit reads; "
