@@ -41,10 +41,16 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from tools.front_end import THREADS_HELP, configure_threads, quiet_imports  # noqa: E402
+
+# TensorFlow's C++ start-up notices (oneDNN, CUDA) kept out of the terminal.
+quiet_imports("tensorflow", "keras_vit")
+
 import keras  # noqa: E402
 
 import keras_vit  # noqa: E402
 from keras_vit import pretraining, training  # noqa: E402
+from keras_vit.architectures import get_variant  # noqa: E402
 from keras_vit.training import data, datasets  # noqa: E402
 
 # The encoders of examples/finetune.py, so that its --weights can load ours.
@@ -112,6 +118,7 @@ def build_parser():
     a("--model-parallel", type=int, default=2, help="devices per model replica with --distribution model_parallel (jax)")
     a("--run-dir", default=None, help="folder for backups, weights, CSV and TensorBoard logs; default runs/<dataset>_<model>_mpp")
     a("--seed", type=int, default=0, help="random seed (data order, initialisation, corruption)")
+    a("--threads", type=int, default=None, help=THREADS_HELP)
     a("--verbose", type=int, default=1, choices=(0, 1, 2), help="fit verbosity: 1 progress bar, 2 one line per epoch")
     a("--smoke", action="store_true", help="tiny model and a few steps on digits, for tests (seconds)")
     return p
@@ -130,8 +137,10 @@ def resolve(args):
     else:
         table = PAPER
     for key, value in table.items():
-        if getattr(args, key) is None:
+        if getattr(args, key) is None and key != "warmup_steps":
             setattr(args, key, value)
+    if args.warmup_steps is None:  # the table's, at most a fifth of the run
+        args.warmup_steps = training.default_warmup_steps(args.total_steps, table["warmup_steps"])
     if args.model is None:
         args.model = "smoke" if args.smoke else "demo"
     if args.run_dir is None:
@@ -143,18 +152,19 @@ def resolve(args):
 def model_config(args):
     if args.model in ("demo", "smoke"):
         return DEMO_MODEL if args.model == "demo" else SMOKE_MODEL
-    constructor = getattr(keras_vit, args.model, None)
-    if constructor is None or not hasattr(constructor, "architecture"):
-        raise SystemExit(f"--model {args.model!r} is not a keras_vit constructor (e.g. ViTB16).")
-    return keras_vit.ARCHITECTURE_CONFIGS[constructor.architecture]
+    try:
+        return dict(get_variant(args.model).config)
+    except ValueError:
+        raise SystemExit(f"--model {args.model!r} is not a keras_vit constructor (e.g. ViTB16).") from None
 
 
 def build_encoder(args):
-    common = dict(image_size=args.image_size, include_top=False, dropout_rate=args.dropout, weights=args.weights)
+    common = dict(image_size=args.image_size, include_top=False, dropout_rate=args.dropout)
     if args.model in ("demo", "smoke"):
         # The name finetune.py gives the same model.
-        return keras_vit.ViT(**model_config(args), name=f"vit_{args.model}", **common)
-    return getattr(keras_vit, args.model)(**common)
+        common.update(model_config(args), name=f"vit_{args.model}")
+        return keras_vit.load_model("ViT", weights=args.weights, **common)
+    return keras_vit.load_model(args.model, weights=args.weights, **common)
 
 
 def build_task(args, encoder):
@@ -188,6 +198,7 @@ def pipelines(args, step_batch):
 
 def main(argv=None):
     args = resolve(parse_args(argv))
+    configure_threads(args.threads)
     keras.utils.set_random_seed(args.seed)
     if args.dtype_policy:
         keras.config.set_dtype_policy(args.dtype_policy)

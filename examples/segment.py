@@ -30,6 +30,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from tools.front_end import THREADS_HELP, configure_threads, quiet_imports  # noqa: E402
+
+# TensorFlow's C++ start-up notices (oneDNN, CUDA) kept out of the terminal.
+quiet_imports("tensorflow", "keras_vit")
+
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy.ndimage  # noqa: E402
@@ -57,6 +62,7 @@ def build_parser():
     a("--lr", type=float, default=3e-4, help="AdamW peak learning rate (cosine decay)")
     a("--channels", type=int, default=64, help="channels of the pyramid levels")
     a("--seed", type=int, default=0, help="seed of the data and of the initialisation")
+    a("--threads", type=int, default=None, help=THREADS_HELP)
     a("--output", default=None, help="JSON file to write the results to")
     a("--verbose", type=int, default=2, help="model.fit verbosity")
     a("--smoke", action="store_true", help="a tiny random backbone, 32 px, 2 updates, for tests (seconds)")
@@ -190,6 +196,7 @@ def _fit_steps(model, x, y, args):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    configure_threads(args.threads)
     if args.smoke:
         args.image_size, args.train_images, args.test_images = 32, 8, 4
         args.steps, args.batch_size, args.channels, args.verbose = 2, 4, 8, 0

@@ -3,7 +3,7 @@
 Works unchanged on the jax, tensorflow and torch backends (`KERAS_BACKEND`).
 """
 
-from keras_vit import architectures, inspection, layers, pretraining
+from keras_vit import architectures, inspection, layers, pretraining, text
 from keras_vit.models import (
     ARCHITECTURE_CONFIGS,
     R26ViTB32,
@@ -27,6 +27,9 @@ from keras_vit.models import (
 from keras_vit.version import __version__
 from keras_vit.preprocessing import decode_predictions, preprocess_input
 from keras_vit.presets import from_preset
+from keras_vit.classification import Prediction, classify, load_images
+from keras_vit.image_text import ImageTextModel
+from keras_vit.resolver import load_model
 from keras_vit.weights.patch_resample import resample_patch_embedding
 
 

@@ -20,13 +20,15 @@ from keras_vit.validation import pair
 
 # How the classifier reads the encoder: the class token, the mean of all
 # tokens (no class token), attention pooling by a learned probe (SigLIP's
-# MAP head; no class token unless the encoder options ask for one), or the
-# class token beside the mean of the patch tokens (DINOv2's linear heads).
-CLASSIFIERS = ("token", "gap", "map", "token_avg")
+# MAP head; no class token unless the encoder options ask for one), the
+# class token beside the mean of the patch tokens (DINOv2's linear heads),
+# or AIMv2's attention-pool head (a learned query, no MLP).
+CLASSIFIERS = ("token", "gap", "map", "token_avg", "attention_pool")
 # What `include_top=False` models return: the token sequence (None), the
-# class token, the average / maximum of the patch tokens, the MAP head, or
-# the class token concatenated with the patch tokens' average (2 * D wide).
-POOLINGS = (None, "token", "avg", "max", "map", "token_avg")
+# class token, the average / maximum of the patch tokens, the MAP head, the
+# class token concatenated with the patch tokens' average (2 * D wide), or
+# AIMv2's attention-pool head.
+POOLINGS = (None, "token", "avg", "max", "map", "token_avg", "attention_pool")
 # The classifiers and poolings that read a class token.
 CLASS_TOKEN_READERS = ("token", "token_avg")
 

@@ -1,18 +1,22 @@
 """The work of the `keras-vit` commands (parsed in `keras_vit_tools.commands`).
 
-`keras-vit inspect IMAGE --model ViTTi16 --weights W --out DIR` (or
-`--preset HANDLE`, any `keras_vit.from_preset` handle, whose preprocessing
-and class names then apply) runs the paper's inspection analyses (§4.5,
-Fig. 6-7) on one image and writes
-`attention_rollout.png`, `attention_distance.png`,
-`position_embedding_similarity.png`, `embedding_filters.png` (plain ViTs
-only) and `summary.txt` to DIR.
+Every command names its model one way, resolved by `keras_vit.load_model`:
+a constructor or architecture name (with `--weights`), a checkpoint or
+`.keras` file, a preset folder or an `hf://` handle; `--gelu` and
+`--preprocessing` give what a bare checkpoint file does not record.
 
-`keras-vit export MODEL --format F --output PATH` writes MODEL (a
-constructor name such as ViTTi16 with `--weights`, or a `.keras` file) as a
-serving artifact (`keras_vit.export`), runs it in its runtime on random
-images, prints the largest difference from `model.predict` and exits with
-status 1 above `--tolerance` (2 on unusable input).
+`keras-vit inspect IMAGE --model M --out DIR` runs the paper's inspection
+analyses (§4.5, Fig. 6-7) on one image and writes `attention_rollout.png`,
+`attention_distance.png`, `position_embedding_similarity.png`,
+`embedding_filters.png` (plain ViTs only) and `summary.txt` to DIR.
+
+`keras-vit classify M IMAGE...` prints each image's most probable classes
+(`keras_vit.classify`).
+
+`keras-vit export M --format F --output PATH` writes the model as a serving
+artifact (`keras_vit.export`), runs it in its runtime on random images,
+prints the largest difference from `model.predict` and exits with status 1
+above `--tolerance` (2 on unusable input).
 """
 
 import os
@@ -21,95 +25,75 @@ import sys
 import numpy as np
 from keras import ops
 
-from keras_vit import inspection, models, plots, presets
-from keras_vit.architectures import CONSTRUCTORS, GELU_FLAVOURS
-from keras_vit.preprocessing import (
-    INTERPOLATIONS,
-    MODES,
-    center_crop,
-    decode_predictions,
-    preprocess_input,
-)
-from keras_vit.validation import check_choice
+from keras_vit import inspection, plots
+from keras_vit.classification import classify, load_images
+from keras_vit.preprocessing import Preprocessing, decode_predictions
+from keras_vit.architectures import GELU_FLAVOURS
+from keras_vit.resolver import load_model
 
 
+def command_model(args, source=None):
+    """The model a command's arguments name (`keras_vit.load_model`).
 
-def load_image(image, size, crop_fraction=0.875, normalization="inception", weights=None, model=None):
-    """Reads and preprocesses an image the way ViT checkpoints expect it.
-
-    `keras_vit.preprocessing.center_crop` (bicubic, shorter side to
-    `size / crop_fraction`, then the centre `size`), then
-    `keras_vit.preprocess_input`. A `model` with a preprocessing record (a
-    model from `keras_vit.from_preset`) sets the crop fraction, the
-    interpolation and the scaling instead.
-
-    Args:
-        image: a file path, or an `(H, W, 3)` uint8 array.
-        size: `(height, width)` of the model input.
-        crop_fraction: float in (0, 1], default 0.875 (256 -> 224).
-        normalization: "inception" (default, [-1, 1], the Google
-            checkpoints), "imagenet" (ImageNet mean/std, timm and DeiT), or
-            None to take it from the registered `weights`.
-        weights: None, or a registered weights name (used when
-            `normalization` is None).
-        model: None, or a keras_vit model whose `preprocessing` applies.
-
-    Returns:
-        `(display, pixels)`: the cropped uint8 image `(height, width, 3)` and
-        the normalised float32 model input of the same shape.
-
-    Example:
-
-    >>> image = np.full((300, 450, 3), 255, "uint8")
-    >>> display, pixels = load_image(image, (224, 224))
-    >>> display.shape, float(pixels.max())
-    ((224, 224, 3), 1.0)
+    `source` (default `args.model`), `--weights` and `--gelu`; then
+    `--preprocessing` as the model's record, with a centre crop of
+    `--crop-fraction` where the command has one.
     """
-    try:
-        from PIL import Image
-    except ImportError as error:
-        raise ImportError("Reading images needs Pillow: pip install pillow") from error
-
-    check_choice(normalization, MODES + (None,), "normalization")
-    if isinstance(image, (str, os.PathLike)):
-        image = np.asarray(Image.open(image).convert("RGB"))
-    record = getattr(model, "preprocessing", None)
-    interpolation = "bicubic"
-    if record is not None:
-        crop_fraction = record.crop_fraction
-        if record.interpolation in INTERPOLATIONS:
-            interpolation = record.interpolation
-    display = center_crop(np.asarray(image, dtype="uint8"), size, crop_fraction, interpolation)
-    if record is not None:
-        return display, preprocess_input(display, model=model)
-    return display, preprocess_input(display, mode=normalization, weights=weights)
-
-
-def _build_model(name, weights, gelu):
-    if name not in CONSTRUCTORS:
-        raise SystemExit(
-            f"keras-vit: unknown model {name!r}; choose one of {', '.join(CONSTRUCTORS)}"
+    source = args.model if source is None else source
+    options = {}
+    if args.gelu is not None:
+        options["mlp_activation"] = GELU_FLAVOURS[args.gelu]
+    if source is None:
+        weights = args.weights
+        if weights is not None and not os.path.isfile(weights) and os.path.splitext(weights)[1]:
+            raise ValueError(
+                f"No checkpoint file at --weights {weights!r} (resolved to {os.path.abspath(weights)!r})."
+            )
+        if weights is None or not os.path.isfile(weights):
+            what = "" if weights is None else f": the weights name {weights!r} is registered per architecture"
+            raise ValueError(
+                f"--model is needed{what}. Give --model: a constructor name (ViTTi16, ViTB16, ...) "
+                "with --weights, a checkpoint or .keras file, a preset folder or an hf:// handle."
+            )
+        source, weights = args.weights, None
+    else:
+        weights = args.weights
+    model = load_model(source, weights=weights, **options)
+    if args.preprocessing is not None:
+        crop = getattr(args, "crop_fraction", None)
+        model.preprocessing = Preprocessing.from_mode(
+            args.preprocessing, image_size=tuple(model.image_size), crop_fraction=crop,
         )
-    constructor = getattr(models, name)
-    options = {} if gelu is None else {"mlp_activation": GELU_FLAVOURS[gelu]}
-    return constructor(weights=weights, classifier_activation=None, **options)
+    return model
+
+
+def _needs_preprocessing(model):
+    if getattr(model, "preprocessing", None) is None:
+        raise ValueError(
+            f"Model {model.name!r} does not record how its images are scaled (a checkpoint "
+            "file does not say): give --preprocessing inception ([-1, 1], Google's "
+            "checkpoints) or --preprocessing imagenet (ImageNet mean/std, DeiT and timm)."
+        )
 
 
 def _summary(model, logits, distances, rollout_grid, similarity):
     lines = [f"model: {model.name}, image {model.image_size}, patch {model.patch_size}"]
     if logits is not None:
-        probs = ops.convert_to_numpy(ops.softmax(ops.convert_to_tensor(logits)))[0]
-        top = np.argsort(probs)[::-1][:5]
+        probs = np.asarray(logits, "float32")[0]
+        if getattr(model, "classifier_activation", None) is None:
+            probs = ops.convert_to_numpy(ops.softmax(ops.convert_to_tensor(probs)))
+        count = min(5, len(probs))
+        top = np.argsort(probs)[::-1][:count]
         names = {}
         try:
             own = model if model.class_names is not None else None
-            decoded = decode_predictions(probs[None], top=5, model=own)[0]
-            names = {int(k): f" {name}" for k, (_, name, _) in zip(top, decoded)}
+            decoded = decode_predictions(probs[None], top=count, model=own)[0]
+            names = {int(i): f" {name}" for i, (_, name, _) in zip(top, decoded)}
         except ValueError:  # neither the model's own names nor an ImageNet head
             pass
         lines.append(
-            "top-5 classes: "
-            + ", ".join(f"{int(k)}{names.get(int(k), '')} ({probs[k]:.3f})" for k in top)
+            f"top-{count} classes: "
+            + ", ".join(f"{int(i)}{names.get(int(i), '')} ({probs[i]:.3f})" for i in top)
         )
     lines.append("mean attention distance (pixels), per layer: min / mean / max over heads")
     for i, row in enumerate(distances):
@@ -137,45 +121,18 @@ def _summary(model, logits, distances, rollout_grid, similarity):
     return "\n".join(lines) + "\n"
 
 
-def _inspect_model_name(args):
-    """`--model`, or the architecture the `--weights` file holds."""
-    if args.model is not None or args.preset:
-        return args.model
-    from keras_vit.weights.describe import checkpoint_constructor, resolve
-    from keras_vit.weights.registry import WEIGHTS
-
-    if any(name == args.weights for _, name in WEIGHTS):
-        name, what = None, f"the weights name {args.weights!r} (registered per architecture)"
-    else:
-        path, _ = resolve(args.weights, None)  # a missing file fails here
-        name, what = checkpoint_constructor(path), f"the checkpoint {path!r}"
-    if name is None:
-        raise ValueError(
-            f"--model is needed: {what} does not say which architecture to build. "
-            f"Give --model, one of {', '.join(CONSTRUCTORS)}."
-        )
-    return name
-
-
 def _model_and_image(args):
     if not os.path.isfile(args.image):
         raise FileNotFoundError(
             f"No image file at {args.image!r} (resolved to {os.path.abspath(args.image)!r})."
         )
-    if args.preset:
-        model = presets.from_preset(args.preset, classifier_activation=None)
-        if model.preprocessing is not None:
-            display, pixels = load_image(args.image, model.image_size, model=model)
-            return model, display, pixels
-        return model, *load_image(args.image, model.image_size, args.crop_fraction, args.normalization)
-    model = _build_model(_inspect_model_name(args), args.weights, args.gelu)
-    # A checkpoint file carries no preprocessing record; a registered name does.
-    named = args.normalization is None and not os.path.exists(args.weights)
-    display, pixels = load_image(
-        args.image, model.image_size, args.crop_fraction, args.normalization,
-        weights=args.weights if named else None,
-    )
-    return model, display, pixels
+    if args.preset and args.model:
+        raise ValueError("Give --model or --preset, not both: each names the whole model.")
+    model = command_model(args, args.preset or args.model)
+    if model.preprocessing is None and args.preprocessing is None:
+        _needs_preprocessing(model)
+    display, pixels = load_images(args.image, model)
+    return model, display[0], pixels[0]
 
 
 def inspect_command(args):
@@ -187,7 +144,7 @@ def inspect_command(args):
     images = pixels[None]
     os.makedirs(args.out, exist_ok=True)
     out = lambda name: os.path.join(args.out, name)  # noqa: E731
-    logits = model.predict_on_batch(images) if model.include_top else None
+    outputs = model.predict_on_batch(images) if model.include_top else None
     maps, grid = inspection.attention_rollout(model, images, return_grid=True)
     distances = inspection.mean_attention_distance(model, images)
     similarity = inspection.position_embedding_similarity(model)
@@ -204,7 +161,7 @@ def inspect_command(args):
     if inspection.effective_patch_size(model) == tuple(model.patch_size):
         filters = inspection.embedding_filters(model, n=min(28, model.hidden_size))
         written.append(plots.plot_embedding_filters(filters, out("embedding_filters.png")))
-    text = _summary(model, logits, distances, grid, similarity)
+    text = _summary(model, outputs, distances, grid, similarity)
     with open(out("summary.txt"), "w") as handle:
         handle.write(text)
     written.append(out("summary.txt"))
@@ -212,49 +169,34 @@ def inspect_command(args):
     return 0
 
 
-def resolve_model(spec, weights=None, gelu=None, image_size=None):
-    """The model a command names: a `.keras` file or a constructor name.
-
-    Args:
-        spec: path of a `.keras` model, or a keras_vit constructor name
-            ("ViTTi16", "R50ViTB16", "ViT").
-        weights: for a constructor: None, a registered name or a checkpoint.
-        gelu: for a constructor: None or a key of `GELU_FLAVOURS` ("tanh",
-            "erf").
-        image_size: for a constructor: None or an int / `(height, width)`.
-
-    Returns:
-        A built Keras model.
-    """
-    import keras
-
-    import keras_vit
-
-    if spec.endswith(".keras"):
-        if weights is not None:
-            raise ValueError(
-                "`--weights` applies to a constructor name, not to a .keras file. "
-                f"Received: model={spec!r}, weights={weights!r}"
-            )
-        if not os.path.exists(spec):
-            raise ValueError(f"No .keras file at {spec!r}.")
-        return keras.saving.load_model(spec)
-    constructor = getattr(keras_vit, spec, None)
-    if not callable(constructor) or not spec[:1].isupper():
-        raise ValueError(
-            "MODEL must be a keras_vit constructor name (e.g. ViTTi16) or a .keras "
-            f"file. Received: {spec!r}"
-        )
-    options = {"weights": weights}
-    if gelu is not None:
-        options["mlp_activation"] = GELU_FLAVOURS[gelu]
-    if image_size is not None:
-        options["image_size"] = image_size
-    return constructor(**options)
+def classify_command(args):
+    """Prints each image's most probable classes, one line per class."""
+    try:
+        model = command_model(args)
+        _needs_preprocessing(model)
+        results = classify(model, args.images, top=args.top, batch_size=args.batch_size)
+    except (ValueError, OSError, ImportError) as error:
+        print(f"keras-vit classify: error: {error}", file=sys.stderr)
+        return 2
+    width = max(len(str(p.index)) for predictions in results for p in predictions)
+    for path, predictions in zip(args.images, results):
+        print(path)
+        for prediction in predictions:
+            name = prediction.name if prediction.name is not None else "(unnamed)"
+            print(f"  {prediction.probability:6.3f}  {prediction.index:>{width}}  {name}")
+    return 0
 
 
 def report(differences, tolerance):
-    """Prints `max |...|` lines as `keras-vit-convert` does; returns the exit status."""
+    """Prints `max |...|` lines as `keras-vit-convert` does; returns the exit status.
+
+    Example:
+
+    >>> report({"onnx runtime - model.predict": 3e-6}, tolerance=1e-4)
+    max |onnx runtime - model.predict| = 3e-06
+    OK (tolerance 0.0001)
+    0
+    """
     failed = False
     for check, diff in differences.items():
         bad = not diff <= tolerance
@@ -267,10 +209,10 @@ def report(differences, tolerance):
 def _export_images(args, model, size):
     """The check images: `--images` files preprocessed for the model, or random ones."""
     if args.images:
-        return np.stack([
-            load_image(path, size, normalization=args.normalization or "inception", model=model)[1]
-            for path in args.images
-        ]).astype("float32"), f"{len(args.images)} given images"
+        _needs_preprocessing(model)
+        record = Preprocessing.from_config(model.preprocessing).for_image_size(size)
+        _, images = load_images(args.images, model, preprocessing=record)
+        return images, f"{len(args.images)} given images"
     rng = np.random.default_rng(args.seed)
     images = rng.uniform(-1, 1, (args.samples, *size, model.input_shape[3])).astype("float32")
     return images, f"{args.samples} random images"
@@ -288,7 +230,7 @@ def export_command(args):
     # graph; other formats export a Keras-quantized model.
     runtime_int8 = args.quantize == "int8" and args.format in ("onnx", "openvino")
     try:
-        model = resolve_model(args.model, args.weights, args.gelu)
+        model = command_model(args)
         if args.quantize and not runtime_int8:
             model.quantize(args.quantize)
         # At another image size the model itself is the reference: keras_vit
@@ -304,7 +246,7 @@ def export_command(args):
         elapsed = time.perf_counter() - start
         diff, _, _ = export.verify_export(path, args.format, model, images, precision=args.precision)
     except (ValueError, ImportError, OSError, RuntimeError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"keras-vit export: error: {error}", file=sys.stderr)
         return 2
     quantized = f", quantized {args.quantize}" if args.quantize and not runtime_int8 else ""
     print(f"model: {model.name}, image {(height, width)}, {model.count_params():,} parameters{quantized}")
@@ -325,7 +267,12 @@ def export_command(args):
 
 def run(args):
     """Runs the command of parsed `keras-vit` arguments; returns the exit status."""
-    return {"inspect": inspect_command, "export": export_command}[args.command](args)
+    if args.command == "zero-shot":
+        from keras_vit.cli_zero_shot import zero_shot_command
+
+        return zero_shot_command(args)
+    commands = {"inspect": inspect_command, "classify": classify_command, "export": export_command}
+    return commands[args.command](args)
 
 
 def main(argv=None):

@@ -20,6 +20,15 @@ feeds larger batches in slices). The image size is
 the model's unless `image_size` asks for another: a keras_vit model is then
 exported through `model.for_inference(image_size)`, with its position
 embedding resized once (hybrids also get their kernels standardised once).
+With `naflex_length=n` (or an `input_signature` dict of `InputSpec`s) the
+artifact takes a NaFlex patch batch of `n` tokens instead of images: the
+dict of `keras_vit.naflex.naflex_inputs` (`keras_vit.models.patch_inputs`),
+its arrays as the artifact's inputs, named by their keys.
+
+The artifacts name their input `images` and their output by what it holds:
+`probabilities` (a softmax or sigmoid head), `logits` (a head without
+activation) or `features` (no head); ONNX and OpenVINO graphs carry these
+names (`output_name`).
 
 While a model is traced, `keras_vit.kernels.export_mode()` makes the
 layers emit plain matrix products and 4D attention products, which every
@@ -62,6 +71,12 @@ import tempfile
 
 from keras_vit import export_int8
 from keras_vit import kernels
+from keras_vit.export_inputs import (  # noqa: F401  (signature_options re-exported)
+    INPUT_NAME,
+    check_naflex_export,
+    input_signature,
+    signature_options,
+)
 from keras_vit.serving import (  # noqa: F401  (re-exported)
     EXPORT_FORMATS,
     RUNTIMES,
@@ -113,49 +128,27 @@ QUANTIZED_FORMATS = {
 
 
 # Keyword arguments `model.export` passes on to `export_model`.
-MODEL_EXPORT_OPTIONS = ("image_size", "batch_size", "quantize", "sample_images")
+MODEL_EXPORT_OPTIONS = ("image_size", "batch_size", "quantize", "sample_images", "naflex_length")
 
 
-def signature_options(model, input_signature):
-    """`batch_size` and `image_size` for `export_model` from Keras' `input_signature`.
+def output_name(model):
+    """The name of an exported model's output: what it holds.
 
-    Args:
-        model: the model being exported.
-        input_signature: None, or a `keras.InputSpec` (alone or in a list
-            or tuple of one) of shape `(batch, height, width, channels)`,
-            each of batch, height and width None (dynamic or the model's)
-            or an int.
-
-    Returns:
-        A dict with the `batch_size` and `image_size` it fixes.
+    "probabilities" for a head with an activation (softmax, sigmoid),
+    "logits" for a head without one, "features" for a model without a head
+    (a backbone, or any other Keras model).
 
     Example:
 
-    >>> import keras, keras_vit
-    >>> model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16,
-    ...                       num_layers=1, num_heads=2, mlp_dim=32, classes=10)
-    >>> signature_options(model, [keras.InputSpec(shape=(None, 48, 48, 3))])
-    {'image_size': (48, 48)}
+    >>> import keras_vit
+    >>> model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
+    ...                       num_heads=2, mlp_dim=8, classes=3, classifier_activation=None)
+    >>> output_name(model)
+    'logits'
     """
-    if input_signature is None:
-        return {}
-    spec = input_signature
-    if isinstance(spec, (list, tuple)) and len(spec) == 1:
-        spec = spec[0]
-    shape = getattr(spec, "shape", None)
-    channels = model.input_shape[-1]
-    if shape is None or len(shape) != 4 or shape[3] not in (None, channels):
-        raise ValueError(
-            "`input_signature` must be one keras.InputSpec of shape (batch, height, "
-            f"width, {channels}). Received: input_signature={input_signature!r}"
-        )
-    options = {}
-    if shape[0] is not None:
-        options["batch_size"] = shape[0]
-    if shape[1] is not None or shape[2] is not None:
-        own = model.input_shape[1:3]
-        options["image_size"] = tuple(s if s is not None else o for s, o in zip(shape[1:3], own))
-    return options
+    if not getattr(model, "include_top", False):
+        return "features"
+    return "logits" if getattr(model, "classifier_activation", None) is None else "probabilities"
 
 
 def check_format(format, backend=None):
@@ -279,7 +272,7 @@ def _exporter_modules(backend, format, batch_size):
 
 
 def export_model(model, path, format, image_size=None, batch_size=None, verbose=False,
-                 quantize=None, sample_images=None):
+                 quantize=None, sample_images=None, naflex_length=None):
     """Writes `model` as a standalone artifact of `format` for its runtime.
 
     `model.export(path, format=...)` on a keras_vit model calls this.
@@ -300,7 +293,13 @@ def export_model(model, path, format, image_size=None, batch_size=None, verbose=
             tool (`keras_vit.export_int8`) and compared with it.
         sample_images: with `quantize`, the images the int8 artifact's
             top-1 is compared on, `(N, H, W, C)` preprocessed as the model
-            expects; default 8 seeded random images.
+            expects (raw [0, 255] pixels are refused); default 8 seeded
+            random images.
+        naflex_length: None (the artifact takes images) or an int `n`: it
+            takes a NaFlex patch batch of `n` tokens (the dict of
+            `keras_vit.naflex.naflex_inputs(..., length=n)`), for a model
+            that takes one (`keras_vit.models.patch_inputs`); not with
+            `image_size` or `quantize`.
 
     Returns:
         `path`; with `quantize`, a `keras_vit.export_int8.QuantizedExport`
@@ -334,10 +333,16 @@ def export_model(model, path, format, image_size=None, batch_size=None, verbose=
     require(_exporter_modules(backend, format, batch_size), f"format={format!r} on the {backend} backend")
     if quantize is not None:
         require(export_int8.QUANTIZERS[format], f"quantize={quantize!r} for format={format!r}")
+        # Checked before the (possibly long) export starts.
+        size = model.input_shape[1:3] if image_size is None else pair(image_size, "image_size")
+        images, source = export_int8.sample_images(
+            sample_images, tuple(size) + tuple(model.input_shape[3:]), getattr(model, "preprocessing", None)
+        )
+    if naflex_length is not None:
+        check_naflex_export(model, naflex_length, image_size, quantize)
     model = prepare_model(model, image_size)
     if quantize is None:
-        return _write(model, path, format, batch_size, verbose)
-    images, source = export_int8.sample_images(sample_images, model.input_shape[1:])
+        return _write(model, path, format, batch_size, verbose, naflex_length)
     with tempfile.TemporaryDirectory() as folder:
         float_path = _write(model, os.path.join(folder, f"float{SUFFIXES[format]}"), format,
                             batch_size, verbose)
@@ -345,27 +350,27 @@ def export_model(model, path, format, image_size=None, batch_size=None, verbose=
             return export_int8.quantize_artifact(float_path, path, format, quantize, images, source)
 
 
-def _write(model, path, format, batch_size, verbose):
+def _write(model, path, format, batch_size, verbose, naflex_length=None):
     """Traces the prepared model to `path` with the backend's exporter."""
     import keras
 
     backend = keras.backend.backend()
-    height, width, channels = model.input_shape[1:]
-    shape = (batch_size, height, width, channels)
+    spec = input_signature(model, batch_size, naflex_length)
     if backend == "torch" and (format == "tf_saved_model" or (format, batch_size) == ("litert", None)):
-        return _through_tensorflow(model, path, format, batch_size, verbose)
+        return _through_tensorflow(model, path, format, batch_size, verbose, naflex_length)
     with kernels.export_mode(), _quiet(verbose):
         if backend == "torch" and format in ("onnx", "openvino", "torch"):
-            _export_torch(model, path, format, shape)
+            _export_torch(model, path, format, spec)
         elif (backend, format) == ("jax", "openvino"):
-            _openvino_from_onnx(model, path, shape)
+            _openvino_from_onnx(model, path, spec)
         else:
-            spec = keras.InputSpec(shape=shape, dtype="float32", name="image")
             # `keras.Model.export` itself: keras_vit's models route their
             # own `export` here.
             keras.Model.export(model, path, format=format, verbose=verbose, input_signature=[spec])
         if format == "onnx":
-            _fold_weights(path)
+            _finish_onnx(path, output_name(model), _input_names(spec))
+        elif format == "openvino":
+            _name_openvino(path, output_name(model), _input_names(spec))
     return path
 
 
@@ -382,78 +387,137 @@ def _quiet(verbose):
         yield
 
 
+# Exporters and quantizers that report through `logging`: NNCF (a table and a
+# progress bar), torch's ONNX exporter (the torchvision and torchao
+# operators it skips), tf2onnx, jax2onnx, onnxscript and absl.
+_NOISY_LOGGERS = ("nncf", "torch", "torchao", "tf2onnx", "jax2onnx", "onnxscript", "absl", "openvino")
+
+
 @contextlib.contextmanager
 def _quiet_logs():
-    """NNCF reports through `logging` (a table and a progress bar)."""
+    """The exporters' `logging` reports above warnings only."""
     import logging
 
-    logger = logging.getLogger("nncf")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    loggers = [logging.getLogger(name) for name in _NOISY_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
-def _torch_program(model, shape):
-    """`torch.export` of the model, the batch axis dynamic when `shape[0]` is None."""
+def _torch_sample(spec):
+    """A sample input for `spec` (one spec or a dict), and its dynamic batch
+    axes (None for a fixed batch)."""
+    import torch
+
+    specs = spec if isinstance(spec, dict) else {"image": spec}
+    dynamic = next(iter(specs.values())).shape[0] is None
+    # Dimension 1 would be specialised to a constant: trace with 2.
+    sample = {
+        k: torch.ones((2 if dynamic else s.shape[0],) + tuple(s.shape[1:]), dtype=getattr(torch, s.dtype))
+        for k, s in specs.items()
+    }
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    dims = {k: {0: batch} for k in specs} if dynamic else None
+    if isinstance(spec, dict):
+        return sample, None if dims is None else [(dims,)]
+    return sample["image"], None if dims is None else [(dims["image"],)]
+
+
+def _torch_program(model, spec):
+    """`torch.export` of the model, the batch axis dynamic when the spec's is None."""
     import torch
 
     model.eval()
-    dynamic = shape[0] is None
-    # Dimension 1 would be specialised to a constant: trace with 2.
-    sample = torch.zeros((2 if dynamic else shape[0],) + tuple(shape[1:]))
-    dims = [({0: torch.export.Dim("batch", min=1, max=4096)},)] if dynamic else None
+    sample, dims = _torch_sample(spec)
     return torch.export.export(model, (sample,), dynamic_shapes=dims, strict=False), sample, dims
 
 
-def _export_torch(model, path, format, shape):
+def _input_names(spec):
+    return list(spec) if isinstance(spec, dict) else [INPUT_NAME]
+
+
+def _export_torch(model, path, format, spec):
     import torch
 
-    program, sample, dims = _torch_program(model, shape)
+    program, sample, dims = _torch_program(model, spec)
     if format == "torch":
         torch.export.save(program, path)
     elif format == "openvino":
         import openvino as ov
 
         converted = ov.convert_model(program)
-        converted.inputs[0].get_node().set_friendly_name("image")
+        for port, name in zip(converted.inputs, _input_names(spec)):
+            port.get_node().set_friendly_name(name)
+            port.get_tensor().set_names({name})
         ov.save_model(converted, path, compress_to_fp16=False)
     else:
-        _onnx_torch(model, path, sample, dims)
+        _onnx_torch(model, path, sample, dims, _input_names(spec))
 
 
-def _onnx_torch(model, path, sample, dims):
+def _onnx_torch(model, path, sample, dims, names):
     """Dynamo ONNX export with a dynamic batch (Keras' TorchScript fallback
     fails in LayerNormalization on a dynamic shape)."""
     import torch
 
+    # A dict as the last positional argument would be read as keywords.
+    args = (sample, {}) if isinstance(sample, dict) else (sample,)
     program = torch.onnx.export(
-        model, (sample,), dynamic_shapes=dims, dynamo=True, input_names=["image"],
-        verbose=False,
+        model, args, dynamic_shapes=dims, dynamo=True, input_names=names, verbose=False,
     )
     program.save(path)
 
 
-def _fold_weights(path):
-    """Folds the weight reshapes into the initializers of an ONNX graph.
+def _finish_onnx(path, output, inputs=(INPUT_NAME,)):
+    """Folds the weight reshapes into the initializers of an ONNX graph and
+    names its inputs and output.
 
     The exporter's optimizer folds only small constants, which leaves the
     attention kernels `(D, heads, head_dim)` behind a `Reshape`: ONNX
     Runtime then cannot quantize those products (`quantize_dynamic` takes
     MatMuls whose weight is an initializer). Folding every size makes each
-    projection a MatMul with a 2D initializer (tested).
+    projection a MatMul with a 2D initializer (tested). The exporters name
+    the output after its last operation (`add_1741`); it is renamed.
     """
     import onnx_ir
     import onnxscript.optimizer
 
     model = onnx_ir.load(path)
     onnxscript.optimizer.optimize(model, input_size_limit=1 << 31, output_size_limit=1 << 31)
+    for port, name in zip(model.graph.inputs, inputs):
+        port.name = name
+    model.graph.outputs[0].name = output
     onnx_ir.save(model, path)
 
 
-def _openvino_from_onnx(model, path, shape):
+def _name_openvino(path, output, inputs=(INPUT_NAME,)):
+    """Names an OpenVINO model's input and output tensors (and nodes).
+
+    The model read maps its `.bin` file into memory, so the named copy is
+    written beside it and renamed over it, never written in place.
+    """
+    import openvino as ov
+
+    model = ov.Core().read_model(path)
+    if len(model.outputs) > 1:
+        # TensorFlow's converter leaves internal shape slices as outputs too.
+        model = ov.Model([model.get_results()[0]], model.get_parameters(), model.get_friendly_name())
+    for port, name in zip(model.inputs, inputs):
+        port.get_tensor().set_names({name})
+        port.get_node().set_friendly_name(name)
+    model.outputs[0].get_tensor().set_names({output})
+    stem, named = path[: -len(".xml")], path[: -len(".xml")] + ".named"
+    ov.save_model(model, named + ".xml", compress_to_fp16=False)
+    del model
+    for suffix in (".xml", ".bin"):
+        os.replace(named + suffix, stem + suffix)
+
+
+def _openvino_from_onnx(model, path, spec):
     """jax -> ONNX (jax2onnx) -> OpenVINO: Keras' jax2tf route gives an
     `XlaCallModule` that OpenVINO cannot convert."""
     import keras
@@ -461,7 +525,6 @@ def _openvino_from_onnx(model, path, shape):
 
     with tempfile.TemporaryDirectory() as folder:
         onnx_path = os.path.join(folder, "model.onnx")
-        spec = keras.InputSpec(shape=shape, dtype="float32", name="image")
         keras.Model.export(model, onnx_path, format="onnx", verbose=False, input_signature=[spec])
         ov.save_model(ov.convert_model(onnx_path), path, compress_to_fp16=False)
 
@@ -471,14 +534,15 @@ def _openvino_from_onnx(model, path, shape):
 _REBUILD = """
 import json, sys, keras
 from keras_vit import export
-config, weights, path, format, batch = sys.argv[1:6]
+config, weights, path, format, batch, length = sys.argv[1:7]
 model = keras.saving.deserialize_keras_object(json.loads(open(config).read()))
 model.load_weights(weights)
-export.export_model(model, path, format, batch_size=None if batch == "None" else int(batch))
+export.export_model(model, path, format, batch_size=None if batch == "None" else int(batch),
+                    naflex_length=None if length == "None" else int(length))
 """
 
 
-def _through_tensorflow(model, path, format, batch_size, verbose):
+def _through_tensorflow(model, path, format, batch_size, verbose, naflex_length=None):
     """Writes the artifact from the same model rebuilt under tensorflow.
 
     Keras exports a SavedModel from torch only through `torch_xla`, which
@@ -502,7 +566,7 @@ def _through_tensorflow(model, path, format, batch_size, verbose):
         env = dict(os.environ, KERAS_BACKEND="tensorflow")
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        args = [config, weights, os.path.abspath(path), format, str(batch_size)]
+        args = [config, weights, os.path.abspath(path), format, str(batch_size), str(naflex_length)]
         result = subprocess.run(
             [sys.executable, "-c", _REBUILD, *args],
             env=env, capture_output=not verbose, text=True,

@@ -6,7 +6,7 @@ with the tool of the runtime that will run it and measures what that cost:
 
 - ONNX: `onnxruntime.quantization.quantize_dynamic` (int8 weights per
   tensor, activations quantized at run time). Every projection is a MatMul
-  on a 2D initializer in keras_vit's ONNX graphs (`export._fold_weights`),
+  on a 2D initializer in keras_vit's ONNX graphs (`export._finish_onnx`),
   so every one becomes an int8 `DynamicQuantizeMatMul`.
 - OpenVINO: `nncf.compress_weights` (int8 weights per output channel);
   OpenVINO's CPU plugin runs those products in int8 on activations it
@@ -152,8 +152,43 @@ def top1_agreement(reference, outputs):
     return int(same.sum()), len(same)
 
 
-def sample_images(images, shape):
-    """The images the int8 artifact is checked on, and where they come from."""
+# The model-input range of images with no preprocessing record to say it:
+# every scaling keras_vit knows maps [0, 255] pixels well inside it ([-1, 1],
+# ImageNet's mean/std about [-2.1, 2.6], CLIP's [-1.8, 2.1]); raw pixels
+# reach far beyond.
+DEFAULT_INPUT_RANGE = (-5.0, 5.0)
+
+
+def input_range(preprocessing=None):
+    """`(low, high)`: the values preprocessed images can take.
+
+    Args:
+        preprocessing: None or a `Preprocessing` record (its mean and std
+            map pixels in [0, 1] to this range).
+
+    Example:
+
+    >>> from keras_vit.weights.record import Preprocessing
+    >>> input_range(Preprocessing.from_mode("inception"))
+    (-1.0, 1.0)
+    """
+    if preprocessing is None:
+        return DEFAULT_INPUT_RANGE
+    from keras_vit.weights.record import Preprocessing
+
+    record = Preprocessing.from_config(preprocessing)
+    mean, std = np.asarray(record.mean), np.asarray(record.std)
+    return float(np.min(-mean / std)), float(np.max((1 - mean) / std))
+
+
+def sample_images(images, shape, preprocessing=None):
+    """The images the int8 artifact is checked on, and where they come from.
+
+    Given images must be model inputs: preprocessed (`keras_vit.preprocess_input`)
+    into the range the model's scaling gives (`input_range`, with a margin
+    for resampling overshoot). Raw [0, 255] photos are refused: the
+    agreement measured on them says nothing of the model's real inputs.
+    """
     if images is None:
         rng = np.random.default_rng(0)
         return rng.uniform(-1, 1, (DEFAULT_SAMPLES,) + tuple(shape)).astype("float32"), "random"
@@ -162,6 +197,15 @@ def sample_images(images, shape):
         raise ValueError(
             f"`sample_images` must be a batch of shape (N, {', '.join(map(str, shape))}). "
             f"Received: shape {images.shape}"
+        )
+    low, high = input_range(preprocessing)
+    margin = 0.1 * (high - low)
+    seen = float(np.nanmin(images)), float(np.nanmax(images))
+    if not (np.isfinite(images).all() and seen[0] >= low - margin and seen[1] <= high + margin):
+        raise ValueError(
+            f"`sample_images` must be preprocessed model inputs, in about [{low:.3g}, {high:.3g}] "
+            f"for this model's scaling. Received: values in [{seen[0]:.4g}, {seen[1]:.4g}]"
+            + (" (raw pixels? pass them through keras_vit.preprocess_input first)" if seen[1] > 10 else "")
         )
     return images, "given"
 

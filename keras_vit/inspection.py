@@ -16,6 +16,7 @@ Reference:
 import numpy as np
 from keras import ops
 
+from keras_vit.layers.attention_pool import AttentionPoolHead
 from keras_vit.layers.map_head import MapHead
 from keras_vit.models import forward
 from keras_vit.validation import check_choice, check_int, check_positive_int
@@ -93,11 +94,13 @@ def _walk(model, images, layers, batch_size):
     inputs_of = [i - 1 for i in layers if i > 0]
     for start in range(0, len(images), batch_size):
         chunk = images[start : start + batch_size]
-        x, _ = forward.embed(stages, forward.stem(stages, chunk, training=False), training=False)
-        _, taps = forward.run_blocks(stages, x, inputs_of, training=False, stop_early=True)
+        x, patches = forward.embed(stages, forward.stem(stages, chunk, training=False), training=False)
+        rope = forward.rope(stages, patches)
+        _, taps = forward.run_blocks(stages, x, inputs_of, training=False, stop_early=True, rope=rope)
         block_inputs = {-1: x, **dict(zip(inputs_of, taps))}
         for i in layers:
-            probs = stages.blocks[i].attention_probs(block_inputs[i - 1])
+            extra = {} if rope is None else {"rope": forward.block_rope(stages, rope, i)}
+            probs = stages.blocks[i].attention_probs(block_inputs[i - 1], **extra)
             yield start, i, ops.convert_to_numpy(probs)
 
 
@@ -106,23 +109,28 @@ def _num_prefix(model):
 
 
 def _map_pool(model):
-    """The model's MAP head, when its output is read through one."""
+    """The model's MAP (or attention-pool) head, when its output is read through one."""
     pool = forward.stages(model).head_layers.get("pool")
-    return pool if isinstance(pool, MapHead) else None
+    return pool if isinstance(pool, (MapHead, AttentionPoolHead)) else None
 
 
 def _probe_weights(model, images, batch_size, fuse):
     """`(batch, tokens)`: the MAP head's probe attention on the final tokens, heads fused."""
     stages = forward.stages(model)
-    attention = stages.head_layers["pool"].attention
+    pool = stages.head_layers["pool"]
+    # The MAP head projects its probe; the attention-pool head uses its query as it is.
+    attention = pool if isinstance(pool, AttentionPoolHead) else pool.attention
     rows = []
     for start in range(0, len(images), batch_size):
         chunk = images[start : start + batch_size]
-        x, _ = forward.embed(stages, forward.stem(stages, chunk, training=False), training=False)
-        x, _ = forward.run_blocks(stages, x, training=False)
+        x, patches = forward.embed(stages, forward.stem(stages, chunk, training=False), training=False)
+        x, _ = forward.run_blocks(stages, x, training=False, rope=forward.rope(stages, patches))
         tokens = ops.convert_to_numpy(forward.final_norm(stages, x)).astype("float64")
-        probe = ops.convert_to_numpy(stages.head_layers["pool"].probe).astype("float64")
-        q = _einsum_dense(attention.query, probe)[:, 0]  # (1, heads, head_dim)
+        if attention is pool:
+            q = ops.convert_to_numpy(pool.query_heads()).astype("float64")[0]  # (1, heads, head_dim)
+        else:
+            probe = ops.convert_to_numpy(pool.probe).astype("float64")
+            q = _einsum_dense(attention.query, probe)[:, 0]  # (1, heads, head_dim)
         k = _einsum_dense(attention.key, tokens)  # (batch, tokens, heads, head_dim)
         logits = np.einsum("qhk,bthk->bht", q, k) / np.sqrt(q.shape[-1])
         probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
@@ -215,9 +223,9 @@ def attention_rollout(
     a distillation head through the mean of the class and distillation rows;
     a `"token_avg"` model through the mean of the class row and the patch
     rows' mean;
-    a model pooled by a MAP head (`classifier="map"`, SigLIP) through its
-    probe's attention on the final tokens (heads fused the same way), which
-    weights their rows.
+    a model pooled by a MAP head (`classifier="map"`, SigLIP) or AIMv2's
+    attention-pool head (`"attention_pool"`) through its probe's attention on
+    the final tokens (heads fused the same way), which weights their rows.
     Register tokens are left out of the map.
 
     Args:
@@ -375,6 +383,11 @@ def position_embedding_similarity(model):
     """
     embedding = model.get_layer("embedding")
     pos = embedding.position_embedding_for(embedding.grid_size)
+    if pos is None:
+        raise ValueError(
+            f"Model {model.name!r} has no absolute position embedding to compare "
+            "(position_embedding='none': its positions come from a rotary embedding)."
+        )
     pos = ops.convert_to_numpy(pos)[0].astype("float64")
     pos = pos[embedding.num_prefix_rows :]
     pos /= np.maximum(np.linalg.norm(pos, axis=-1, keepdims=True), 1e-12)

@@ -10,7 +10,10 @@ padded batch in timm's form,
   flattened row-major as `(patch, patch, channels)`, padding zeros;
 - `"patch_coords"`: int32 `(batch, n, 2)`, each patch's (row, column),
   padding (0, 0);
-- `"patch_valid"`: bool `(batch, n)`, False for padding,
+- `"patch_valid"`: bool `(batch, n)`, False for padding
+
+(`PATCH_INPUTS`, `PATCH_INPUT_DTYPES`; a `keras_vit.ViT` whose position
+embedding SigLIP 2 resizes takes this dict, `keras_vit.models.patch_inputs`),
 
 with transformers' `Siglip2ImageProcessor` rule for the grid
 (`naflex_grid`), its resize (Pillow, bilinear) and its scaling
@@ -27,6 +30,10 @@ import numpy as np
 from keras_vit.validation import check_choice, check_int
 
 INTERPOLATIONS = ("bilinear", "bicubic")
+# The keys of the dict, in the order exporters list them as inputs.
+PATCH_INPUTS = ("patches", "patch_coords", "patch_valid")
+# Their dtypes in compiled and exported graphs.
+PATCH_INPUT_DTYPES = {"patches": "float32", "patch_coords": "int32", "patch_valid": "bool"}
 # SigLIP 2's scaling: [0, 1] inputs to [-1, 1].
 SIGLIP2_MEAN = SIGLIP2_STD = (0.5, 0.5, 0.5)
 
@@ -115,6 +122,32 @@ def _patches(image, patch_size, max_num_patches, stats, interpolation):
     return x.reshape(rows * cols, -1), (rows, cols)
 
 
+def patch_input_shapes(length, patch_width, batch_size=None):
+    """`{key: shape}` of a NaFlex dict of `length` tokens, in `PATCH_INPUTS` order.
+
+    Example:
+
+    >>> patch_input_shapes(16, 48)
+    {'patches': (None, 16, 48), 'patch_coords': (None, 16, 2), 'patch_valid': (None, 16)}
+    """
+    b, n = batch_size, length
+    return {"patches": (b, n, patch_width), "patch_coords": (b, n, 2), "patch_valid": (b, n)}
+
+
+def as_patch_inputs(inputs):
+    """A NaFlex dict as NumPy arrays of `PATCH_INPUT_DTYPES` (for runtimes
+    that take those dtypes exactly).
+
+    Raises:
+        ValueError: naming the keys when they are not `PATCH_INPUTS`.
+    """
+    if sorted(inputs) != sorted(PATCH_INPUTS):
+        raise ValueError(
+            f"A NaFlex batch is a dict with the keys {list(PATCH_INPUTS)}. Received: keys {sorted(inputs)}"
+        )
+    return {k: np.asarray(inputs[k]).astype(PATCH_INPUT_DTYPES[k], copy=False) for k in PATCH_INPUTS}
+
+
 def naflex_inputs(
     images, patch_size, max_num_patches, length=None, mean=SIGLIP2_MEAN, std=SIGLIP2_STD,
     interpolation="bilinear",
@@ -174,4 +207,14 @@ def naflex_inputs(
     return {"patches": patches, "patch_coords": coords, "patch_valid": valid}
 
 
-__all__ = ["INTERPOLATIONS", "SIGLIP2_MEAN", "SIGLIP2_STD", "naflex_grid", "naflex_inputs"]
+__all__ = [
+    "INTERPOLATIONS",
+    "PATCH_INPUTS",
+    "PATCH_INPUT_DTYPES",
+    "SIGLIP2_MEAN",
+    "SIGLIP2_STD",
+    "as_patch_inputs",
+    "naflex_grid",
+    "naflex_inputs",
+    "patch_input_shapes",
+]

@@ -1,20 +1,27 @@
 """Input scaling and centre crops for the pretrained weights; label decoding.
 
 One home for each: the scaling modes (`preprocess_input`), the resize and
-centre crop of evaluation images (`center_crop`, used by the `keras-vit`
-command, the tf.data pipelines and the tests) and `decode_predictions`.
+centre crop of evaluation images (`center_crop`, used by the tf.data
+pipelines and the tests; `resize_and_crop`, a `Preprocessing` record's own
+resize, filter and crop, used by `keras_vit.classify` and the `keras-vit`
+commands) and `decode_predictions`. Images of any sizes become one padded
+NaFlex batch of patches with `naflex_inputs` (and `naflex_grid`, the grid
+each is resized to), from `keras_vit.naflex`.
 Models loaded from a preset carry their checkpoint's `Preprocessing` record
 (`model.preprocessing`: mean/std, resize, crop, interpolation) and class names
 (`model.class_names`); `preprocess_input(x, model=model)` and
 `decode_predictions(preds, model=model)` use them.
 """
 
+import math
 import sys
+import warnings
 
 import keras
 import numpy as np
 
 from keras_vit import labels
+from keras_vit.naflex import naflex_grid, naflex_inputs  # noqa: F401 (public here)
 from keras_vit.validation import check_choice, check_fraction, pair
 from keras_vit.weights.record import MODE_ALIASES as _ALIASES
 from keras_vit.weights.record import MODE_STATISTICS
@@ -25,6 +32,16 @@ from keras_vit.weights.registry import list_records
 # Per-channel statistics of ImageNet, on [0, 1] inputs (DeiT, timm).
 IMAGENET_MEAN, IMAGENET_STD = MODE_STATISTICS["imagenet"]
 INTERPOLATIONS = ("bilinear", "bicubic")
+# Pillow's filter for each resampling name a `Preprocessing` record may hold.
+PIL_FILTERS = {
+    "nearest": "NEAREST",
+    "bilinear": "BILINEAR",
+    "bicubic": "BICUBIC",
+    "lanczos": "LANCZOS",
+    "box": "BOX",
+    "hamming": "HAMMING",
+    "area": "BOX",
+}
 
 
 def _resolve_mode(mode, weights):
@@ -86,6 +103,27 @@ def _check_finite(images):
         )
 
 
+def _check_range(images):
+    """Warns when float pixels do not look like [0, 255] (already scaled?)."""
+    if not images.size or not np.issubdtype(images.dtype, np.floating):
+        return
+    low, high = float(images.min()), float(images.max())
+    if low < 0:
+        seen = f"negative values (min {low:.3g}, max {high:.3g})"
+    elif 0 < high <= 1:
+        seen = f"values in [0, 1] (max {high:.3g})"
+    else:
+        return
+    warnings.warn(
+        f"`images` holds {seen}: `preprocess_input` takes pixels in [0, 255] "
+        "and scales them itself. Were they scaled already? Multiply [0, 1] "
+        "images by 255 first; pass images already preprocessed straight to "
+        "the model.",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
 def _affine(stats):
     """`(scale, offset)` with `scale * x + offset == (x / 255 - mean) / std`."""
     mean, std, _ = stats
@@ -106,8 +144,16 @@ def _scale(x, stats, constant):
     return x * constant(scale) + constant(offset)
 
 
-def _statistics(mode, weights, model):
+def _statistics(mode, weights, model, preprocessing=None):
     """`(mean, std, description)` of the scaling to apply."""
+    if preprocessing is not None:
+        if mode is not None or weights is not None or model is not None:
+            raise ValueError(
+                "Give `preprocessing`, or `mode`/`weights`/`model`, not both. Received: "
+                f"mode={mode!r}, weights={weights!r}, model={getattr(model, 'name', model)!r}"
+            )
+        record = Preprocessing.from_config(preprocessing)
+        return record.mean, record.std, "the given preprocessing"
     if model is None:
         mode = _resolve_mode(mode, weights)
         mean, std = MODE_STATISTICS[mode]
@@ -136,7 +182,7 @@ def _tf_module(images):
     return tf if tf is not None and isinstance(images, tf.Tensor) else None
 
 
-def preprocess_input(images, mode=None, weights=None, model=None):
+def preprocess_input(images, mode=None, weights=None, model=None, preprocessing=None):
     """Scales images with pixel values in [0, 255] the way weights expect.
 
     - "inception" (every Google ViT checkpoint): `x / 127.5 - 1`, in [-1, 1].
@@ -163,6 +209,8 @@ def preprocess_input(images, mode=None, weights=None, model=None):
             a `WeightsRecord` (any object with a `preprocessing_mode` attribute).
         model: None, or a keras_vit model with a `preprocessing` record;
             exclusive with `mode` and `weights`.
+        preprocessing: None, or a `Preprocessing` record (or its config)
+            whose mean and std apply; exclusive with the others.
 
     Returns:
         Float images of the same shape and kind (NumPy in, NumPy out):
@@ -175,6 +223,10 @@ def preprocess_input(images, mode=None, weights=None, model=None):
             their values on the host, which a `tf.data` map or a traced
             function does not have.
 
+    Float NumPy images whose values lie in [0, 1] (not all zero), or that
+    hold negative values, get a `UserWarning`: they look scaled already,
+    and scaling them again gives the model inputs it was not trained on.
+
     Example:
 
     >>> import numpy as np
@@ -183,7 +235,7 @@ def preprocess_input(images, mode=None, weights=None, model=None):
     >>> preprocess_input(np.zeros((1, 1, 3), "uint8"), weights="imagenet21k").dtype
     dtype('float32')
     """
-    stats = _statistics(mode, weights, model)
+    stats = _statistics(mode, weights, model, preprocessing)
     tf = _tf_module(images)
     if tf is not None:
         _check_channels(images.shape, stats)
@@ -206,23 +258,64 @@ def preprocess_input(images, mode=None, weights=None, model=None):
     if not np.issubdtype(images.dtype, np.floating):
         images = images.astype("float32")
     _check_finite(images)
+    _check_range(images)
     dtype = images.dtype
     return _scale(images, stats, lambda v: np.asarray(v, dtype))
 
 
-def crop_geometry(height, width, size, crop_fraction, maximum=max, rounding=round):
-    """Where `center_crop` resizes an image to and where it crops it.
+class _PythonMath:
+    """`maximum`, `minimum` and `floor` of Python numbers (`tf.math` has the same names)."""
 
-    The image is scaled (keeping its aspect ratio) by the smallest factor
-    that makes the crop `size` cover `crop_fraction` of it along both axes
-    (224 px at 0.875: the shorter side becomes 256), then the centre `size`
-    is cut out.
+    maximum = staticmethod(max)
+    minimum = staticmethod(min)
+    floor = staticmethod(math.floor)
+
+
+def shorter_side_geometry(height, width, shorter, size, ops=_PythonMath):
+    """Where an image goes when its shorter side is resized to `shorter`.
+
+    The geometry of a `Preprocessing` record with an int `resize` (and of
+    transformers' "shortest_edge" and torchvision's `Resize(int)`): the
+    shorter side becomes `shorter`, the longer one keeps the aspect ratio,
+    truncated; neither falls below the crop `size`; the centre `size` is
+    then cut out.
 
     Args:
-        height, width: the image size; Python numbers, or scalar tensors
-            together with `maximum` and `rounding` of their library.
+        height, width: the image size; Python numbers, or float scalar
+            tensors with `ops=tf.math`.
+        shorter: int, the shorter side after resizing.
+        size: `(height, width)` of the crop.
+        ops: `maximum`, `minimum` and `floor` of the numbers' library.
+
+    Returns:
+        `(resized_height, resized_width, top, left)`.
+
+    Example:
+
+    >>> shorter_side_geometry(300, 451, 36, (32, 32))
+    (36, 54, 2, 11)
+    """
+    short = ops.minimum(height, width)
+    # Products first: `shorter * short / short` is exact in floating point.
+    resized_h = ops.maximum(ops.floor(shorter * height / short), size[0])
+    resized_w = ops.maximum(ops.floor(shorter * width / short), size[1])
+    return resized_h, resized_w, (resized_h - size[0]) // 2, (resized_w - size[1]) // 2
+
+
+def crop_geometry(height, width, size, crop_fraction, ops=_PythonMath):
+    """Where `center_crop` resizes an image to and where it crops it.
+
+    The shorter side becomes `int(min(size) / crop_fraction)` (224 px at
+    0.875: 256), the `resize` of `Preprocessing.from_mode(...,
+    crop_fraction=...)`, and the centre `size` is cut out
+    (`shorter_side_geometry`).
+
+    Args:
+        height, width: the image size; Python numbers, or float scalar
+            tensors with `ops=tf.math`.
         size: `(height, width)` of the crop.
         crop_fraction: float in (0, 1].
+        ops: `maximum`, `minimum` and `floor` of the numbers' library.
 
     Returns:
         `(resized_height, resized_width, top, left)`.
@@ -232,40 +325,22 @@ def crop_geometry(height, width, size, crop_fraction, maximum=max, rounding=roun
     >>> crop_geometry(300, 450, (224, 224), 0.875)
     (256, 384, 16, 80)
     """
-    crop_h, crop_w = size
-    scale = maximum(crop_h / crop_fraction / height, crop_w / crop_fraction / width)
-    resized_h = maximum(crop_h, rounding(height * scale))
-    resized_w = maximum(crop_w, rounding(width * scale))
-    return resized_h, resized_w, (resized_h - crop_h) // 2, (resized_w - crop_w) // 2
+    return shorter_side_geometry(height, width, int(min(size) / crop_fraction), size, ops)
 
 
 def _center_crop_tf(tf, image, size, crop_fraction, interpolation):
     shape = tf.cast(tf.shape(image)[-3:-1], tf.float32)
-    maximum = lambda a, b: tf.maximum(tf.cast(a, tf.float32), tf.cast(b, tf.float32))  # noqa: E731
-    height, width, top, left = crop_geometry(shape[0], shape[1], size, crop_fraction, maximum, tf.round)
+    height, width, top, left = crop_geometry(shape[0], shape[1], size, crop_fraction, tf.math)
     resized = tf.cast(tf.stack([height, width]), tf.int32)
     top, left = tf.cast(top, tf.int32), tf.cast(left, tf.int32)
-    image = tf.image.resize(tf.cast(image, tf.float32), resized, method=interpolation)
+    image = tf.image.resize(tf.cast(image, tf.float32), resized, method=interpolation, antialias=True)
     image = image[..., top : top + size[0], left : left + size[1], :]
     return tf.ensure_shape(image, image.shape[:-3] + size + image.shape[-1:])
 
 
 def _center_crop_pil(image, size, crop_fraction, interpolation):
-    from PIL import Image
-
     height, width, top, left = crop_geometry(image.shape[0], image.shape[1], size, crop_fraction)
-    method = Image.BICUBIC if interpolation == "bicubic" else Image.BILINEAR
-    if image.dtype == np.uint8:
-        channels = [Image.fromarray(image)] if image.shape[-1] in (3, 4) else None
-    else:
-        channels = None
-    if channels is None:  # float images or unusual channel counts: one plane each
-        planes = [Image.fromarray(np.ascontiguousarray(image[..., c], "float32"), "F")
-                  for c in range(image.shape[-1])]
-        planes = [np.asarray(p.resize((width, height), method)) for p in planes]
-        resized = np.stack(planes, axis=-1)
-    else:
-        resized = np.asarray(channels[0].resize((width, height), method))
+    resized = _pil_resize(image, (height, width), interpolation)
     return resized[top : top + size[0], left : left + size[1]]
 
 
@@ -276,7 +351,8 @@ def center_crop(images, size, crop_fraction=0.875, interpolation="bicubic"):
     crop_fraction`, then the centre); `crop_fraction=1` keeps as much of the
     image as the aspect ratio allows. NumPy images are resized with Pillow;
     `tf.Tensor`s (e.g. inside a `tf.data` map, under any backend) with
-    `tf.image.resize`, where "bicubic" is TensorFlow's, not Pillow's, kernel.
+    `tf.image.resize`, antialiased as Pillow's filters are when shrinking,
+    where "bicubic" is TensorFlow's, not Pillow's, kernel.
 
     Args:
         images: one `(H, W, C)` image or a batch `(B, H, W, C)`; NumPy uint8
@@ -311,6 +387,74 @@ def center_crop(images, size, crop_fraction=0.875, interpolation="bicubic"):
     return _center_crop_pil(images, size, crop_fraction, interpolation)
 
 
+def _pil_resize(image, size, interpolation):
+    """`image` resized to `size` `(height, width)` by Pillow with the named filter."""
+    from PIL import Image
+
+    method = getattr(Image.Resampling, PIL_FILTERS[interpolation])
+    height, width = size
+    if image.dtype == np.uint8 and image.shape[-1] in (3, 4):
+        return np.asarray(Image.fromarray(image).resize((width, height), method))
+    # Float images or other channel counts: one plane at a time.
+    planes = [Image.fromarray(np.ascontiguousarray(image[..., c], "float32"), "F")
+              for c in range(image.shape[-1])]
+    return np.stack([np.asarray(p.resize((width, height), method)) for p in planes], axis=-1)
+
+
+def resize_and_crop(image, preprocessing, image_size=None):
+    """Resizes and crops one image as a `Preprocessing` record says.
+
+    The record's geometry, as transformers' image processors and timm apply
+    it: `resize=None` resizes straight to the input size (aspect ratio not
+    kept, ViT's processor and the official evaluation); an int resizes the
+    shorter side to it (aspect ratio kept), a `(height, width)` exactly,
+    then the centre `image_size` is cut out. The filter is the record's
+    `interpolation` (Pillow's, antialiased when shrinking, as transformers'
+    Pillow path).
+
+    Args:
+        image: one `(H, W, C)` image, NumPy uint8 or float in [0, 255].
+        preprocessing: a `Preprocessing` record or its config.
+        image_size: None (the record's) or int or `(height, width)`: the
+            model input size, needed when the record has none.
+
+    Returns:
+        The `(height, width, C)` image, of the input's dtype (float32 for
+        float input).
+
+    Example:
+
+    >>> record = Preprocessing.from_mode("imagenet", image_size=224, crop_fraction=0.875)
+    >>> resize_and_crop(np.zeros((300, 450, 3), "uint8"), record).shape
+    (224, 224, 3)
+    >>> straight = Preprocessing.from_mode("inception", image_size=(32, 48))
+    >>> resize_and_crop(np.zeros((10, 10, 3), "uint8"), straight).shape
+    (32, 48, 3)
+    """
+    record = Preprocessing.from_config(preprocessing)
+    size = record.image_size or (pair(image_size, "image_size") if image_size is not None else None)
+    if size is None:
+        raise ValueError(
+            "`image_size` is needed: the preprocessing record gives no input size. "
+            f"Received: preprocessing={record!r}"
+        )
+    image = np.asarray(image)
+    if image.ndim != 3:
+        raise ValueError(
+            f"`image` must be one (height, width, channels) image. Received: image.shape={image.shape}"
+        )
+    resize = record.resize
+    if resize is None:
+        return _pil_resize(image, size, record.interpolation)
+    if isinstance(resize, int):
+        height, width, top, left = shorter_side_geometry(*image.shape[:2], resize, size)
+    else:  # an exact size, never below the crop
+        height, width = max(resize[0], size[0]), max(resize[1], size[1])
+        top, left = (height - size[0]) // 2, (width - size[1]) // 2
+    resized = _pil_resize(image, (height, width), record.interpolation)
+    return resized[top : top + size[0], left : left + size[1]]
+
+
 def _model_labels(model, width):
     names = getattr(model, "class_names", None)
     if names is None:
@@ -327,6 +471,18 @@ def _model_labels(model, width):
     return tuple(range(width)), tuple(names)
 
 
+def _as_probabilities(preds, model):
+    """Softmax of a logits head's rows (`classifier_activation=None`) that
+    are not a distribution already."""
+    if getattr(model, "classifier_activation", "softmax") is not None:
+        return preds
+    scores = preds.astype("float64")
+    distribution = (scores >= 0).all(axis=1) & np.isclose(scores.sum(axis=1), 1.0, atol=1e-3)
+    exp = np.exp(scores - scores.max(axis=1, keepdims=True))
+    softmax = (exp / exp.sum(axis=1, keepdims=True)).astype(preds.dtype)
+    return np.where(distribution[:, None], preds, softmax)
+
+
 def decode_predictions(preds, top=5, model=None):
     """Names the top classes of predictions.
 
@@ -334,7 +490,11 @@ def decode_predictions(preds, top=5, model=None):
     the lists shipped in `keras_vit.labels`. With `model`: the class names
     its checkpoint came with (`model.class_names`, set by
     `keras_vit.from_preset` from transformers' `id2label`, timm's label
-    lists or a keras_vit preset).
+    lists or a keras_vit preset), and the scores as probabilities: a model
+    whose head outputs logits (`classifier_activation=None`, as a model is
+    fine-tuned) has its rows turned into probabilities by a softmax, as
+    `keras_vit.classify` and `keras-vit inspect` report them (rows that are
+    a distribution already are kept).
 
     Args:
         preds: scores of shape `(batch, classes)`, NumPy or a tensor; without
@@ -346,7 +506,7 @@ def decode_predictions(preds, top=5, model=None):
         A list with, per sample, a list of `top` tuples, highest score
         first: `(synset_id, class_name, score)` as
         `keras.applications.imagenet_utils.decode_predictions`, or
-        `(class_index, class_name, score)` with `model`.
+        `(class_index, class_name, probability)` with `model`.
 
     Example:
 
@@ -370,6 +530,7 @@ def decode_predictions(preds, top=5, model=None):
     classes = preds.shape[1]
     if model is not None:
         ids, names = _model_labels(model, classes)
+        preds = _as_probabilities(preds, model)
     else:
         ids, names = labels.synsets(classes), labels.class_names(classes)
     results = []

@@ -1,18 +1,20 @@
 """Presets: whole checkpoints (configuration, weights, preprocessing, class
 names) in, and keras_vit or transformers directories out.
 
-`from_preset(handle)` reads a local directory or an `hf://org/name[@revision]`
+`from_preset(handle)` reads a local directory, an `hf://org/name[@revision]`
 handle (downloaded by `huggingface_hub` into its cache, honouring
-`HF_HUB_OFFLINE`, tokens and progress bars), recognises the layout from the
+`HF_HUB_OFFLINE`, tokens and progress bars) or a
+`kaggle://owner/model/framework/variation[/version]` handle (downloaded by
+`kagglehub`, as keras-hub's presets are), recognises the layout from the
 files, builds the model the checkpoint's own configuration describes and loads
 the weights strictly (`keras_vit.weights.loader`):
 
 | layout | recognised by | reader |
 | --- | --- | --- |
 | keras_vit | `config.json` registered as `keras_vit>...` | Keras (`model.weights.h5`) |
-| transformers ViT / DeiT / DINOv2 / CLIP / SigLIP / ViTMAE | `config.json` with `model_type` | `weights.formats.transformers` (+ one `transformers_<family>` module each) |
-| timm Hub | `config.json` with `architecture` | `weights.formats.timm` |
-| keras-hub ViT / DINOv2 / SigLIP | `config.json` registered as `keras_hub>...` | keras-hub, `weights.formats.keras_hub` (+ one `keras_hub_<family>` module each) |
+| transformers ViT / DeiT / DINOv2 / DINOv3 / CLIP / SigLIP / ViTMAE | `config.json` with `model_type` | `weights.formats.transformers` (+ one `transformers_<family>` module each) |
+| timm Hub | `config.json` with `architecture` | `weights.formats.timm`; timm's `Eva` models (DINOv3, EVA02, PE, RoPE-ViT) `weights.formats.timm_eva` |
+| keras-hub ViT / DINOv2 / DINOv3 / SigLIP | `config.json` registered as `keras_hub>...` | keras-hub, `weights.formats.keras_hub` (+ one `keras_hub_<family>` module each) |
 
 `model.save_to_preset(directory, format)` (`keras_vit.weights.writers`)
 writes `format="keras_vit"` (reloaded exactly by `from_preset` on every
@@ -29,12 +31,15 @@ from keras_vit.validation import check_keywords
 from keras_vit.weights import loader, shards
 from keras_vit.weights.canonical import Checkpoint, PresetSource
 from keras_vit.weights.files import read_json as _read_json
-from keras_vit.weights.formats import keras_hub, timm, transformers
+from keras_vit.weights.formats import keras_hub, timm, timm_eva, transformers
 from keras_vit.weights.mapping import model_state
 from keras_vit.weights.record import Preprocessing
 from keras_vit.weights.writers import KERAS_WEIGHTS, PRESET_FORMATS, save_to_preset  # noqa: F401
 
 HF_SCHEME = "hf://"
+KAGGLE_SCHEME = "kaggle://"
+# The prefixes of preset handles that name a download.
+HANDLE_SCHEMES = (HF_SCHEME, KAGGLE_SCHEME)
 LAYOUTS = ("keras_vit", "transformers", "timm", "keras_hub")
 # What a user may change about a checkpoint's model; the loader's head and
 # position-embedding rules apply (`keras_vit.weights.loader`).
@@ -51,17 +56,19 @@ OVERRIDES = (
     "dtype",
     "name",
 )
-# Files worth downloading from a Hub repository (not READMEs, ONNX, ...).
-_HUB_FILES = ("*.json", "*.safetensors", "*.h5", "*.txt")
+# Files worth downloading from a Hub repository (not READMEs, ONNX, ...);
+# `*.model` and `*.spm` are SentencePiece tokenizers (image-text models).
+_HUB_FILES = ("*.json", "*.safetensors", "*.h5", "*.txt", "*.model", "*.spm")
 _TORCH_FILES = ("pytorch_model.bin", "pytorch_model*.bin", "pytorch_model.bin.index.json")
 
 
 class PresetDownloadError(OSError):
-    """An `hf://` preset is neither downloadable nor in the local cache.
+    """An `hf://` or `kaggle://` preset is neither downloadable nor cached.
 
     Attributes:
-        repo_id: the repository.
-        cache_path: the `huggingface_hub` cache folder it was looked for in.
+        repo_id: the repository (the Kaggle model handle).
+        cache_path: the `huggingface_hub` (`kagglehub`) cache folder it was
+            looked for in.
     """
 
     def __init__(self, message, repo_id, cache_path):
@@ -114,36 +121,64 @@ def _download(handle):
     return folder
 
 
-def resolve(handle):
-    """The local directory of a preset handle (downloading `hf://` ones).
+def _download_kaggle(handle):
+    try:
+        import kagglehub
+    except ImportError:
+        raise ImportError(f"{handle!r} needs kagglehub (`pip install kagglehub`).") from None
+    model = handle[len(KAGGLE_SCHEME):].strip("/")
+    if len(model.split("/")) not in (4, 5):
+        raise ValueError(
+            "A Kaggle handle names owner/model/framework/variation[/version], e.g. "
+            "'kaggle://keras/vit/keras/vit_base_patch16_224_imagenet'. "
+            f"Received: handle={handle!r}"
+        )
+    try:
+        return kagglehub.model_download(model)
+    except Exception as error:  # noqa: BLE001 (kagglehub raises HTTP, network and value errors)
+        cache = kagglehub.config.get_cache_folder()
+        raise PresetDownloadError(
+            f"Cannot get {handle!r}: kagglehub could neither download it nor find it in "
+            f"its cache ({cache}): {error}. Download it once online, or give the local "
+            "directory instead.",
+            model,
+            cache,
+        ) from error
+
+
+def preset_directory(handle):
+    """The local directory of a preset handle (downloading `hf://` and `kaggle://` ones).
 
     Args:
-        handle: a directory, or `"hf://org/name[@revision][/subfolder]"`.
+        handle: a directory, `"hf://org/name[@revision][/subfolder]"` or
+            `"kaggle://owner/model/framework/variation[/version]"`.
 
     Returns:
         The directory's path.
 
     Raises:
-        PresetDownloadError: an `hf://` repository that can be neither
-            downloaded nor found in the `huggingface_hub` cache.
+        PresetDownloadError: an `hf://` or `kaggle://` handle that can be
+            neither downloaded nor found in its library's cache.
         ValueError: for anything else that is not a preset directory.
 
     Example:
 
     >>> import tempfile
     >>> folder = tempfile.mkdtemp()
-    >>> resolve(folder) == folder
+    >>> preset_directory(folder) == folder
     True
     """
     if isinstance(handle, os.PathLike):
         handle = os.fspath(handle)
     if not isinstance(handle, str):
         raise ValueError(
-            "`handle` must be a directory or an 'hf://org/name[@revision]' string. "
-            f"Received: handle={handle!r}"
+            "`handle` must be a directory, an 'hf://org/name[@revision]' or a "
+            f"'kaggle://owner/model/framework/variation' string. Received: handle={handle!r}"
         )
     if handle.startswith(HF_SCHEME):
         return _download(handle)
+    if handle.startswith(KAGGLE_SCHEME):
+        return _download_kaggle(handle)
     if os.path.isdir(handle):
         return handle
     if os.path.exists(handle):
@@ -152,8 +187,8 @@ def resolve(handle):
             "Checkpoint files load with the constructors' `weights=` argument."
         )
     raise ValueError(
-        "`handle` must be an existing directory or an 'hf://org/name[@revision]' "
-        f"handle. Received: handle={handle!r} (no such directory)"
+        "`handle` must be an existing directory, an 'hf://org/name[@revision]' or a "
+        f"'kaggle://...' handle. Received: handle={handle!r} (no such directory)"
     )
 
 
@@ -190,8 +225,8 @@ def _keras_vit_source(directory):
     model_class = config.get("class_name")
     if model_class not in ("ViT", "ViTHybrid"):
         raise ValueError(
-            f"{directory!r}: config.json must describe a keras_vit ViT or ViTHybrid. "
-            f"Received: class_name={model_class!r}"
+            f"{directory!r}: config.json must describe a keras_vit ViT or ViTHybrid (an image-text "
+            f"preset loads with keras_vit.ImageTextModel.from_preset). Received: class_name={model_class!r}"
         )
     args = dict(config["config"])
     args.pop("trainable", None)
@@ -212,10 +247,17 @@ def _keras_vit_source(directory):
     return PresetSource("keras_vit", directory, model_class, args, read)
 
 
+def _timm_source(directory):
+    """timm's `Eva` models by their module, every other timm ViT by `timm`'s."""
+    config = _read_json(os.path.join(directory, "config.json"))
+    reader = timm_eva if timm_eva.is_eva(config) else timm
+    return reader.preset_source(directory)
+
+
 _SOURCES = {
     "keras_vit": _keras_vit_source,
     "transformers": transformers.preset_source,
-    "timm": timm.preset_source,
+    "timm": _timm_source,
     "keras_hub": keras_hub.preset_source,
 }
 
@@ -236,7 +278,7 @@ def describe_preset(handle):
     >>> source.layout, source.model_class, source.arguments["classes"]
     ('keras_vit', 'ViT', 3)
     """
-    directory = resolve(handle)
+    directory = preset_directory(handle)
     return _SOURCES[detect_layout(directory)](directory)
 
 
@@ -287,9 +329,11 @@ def from_preset(handle, **overrides):
     anything else is a `ValueError` naming the file.
 
     Args:
-        handle: a local directory, or `"hf://org/name[@revision]"`,
+        handle: a local directory, `"hf://org/name[@revision]"`,
             downloaded through `huggingface_hub` (its cache, `HF_HUB_OFFLINE`,
-            token and progress bars).
+            token and progress bars), or
+            `"kaggle://owner/model/framework/variation[/version]"`,
+            downloaded through `kagglehub` (keras-hub's presets).
         **overrides: what a user may change (`OVERRIDES`): e.g. `classes`
             (a new zero-initialised head), `image_size` (position embedding
             resized as the official fine-tuning code), `include_top`,
@@ -303,8 +347,8 @@ def from_preset(handle, **overrides):
         ValueError: unreadable or unknown layouts, architectures keras_vit
             cannot build, overrides of fixed properties, and strict-loading
             mismatches (missing, unexpected or mis-shaped tensors).
-        PresetDownloadError: an `hf://` handle neither downloadable nor
-            cached.
+        PresetDownloadError: an `hf://` or `kaggle://` handle neither
+            downloadable nor cached.
 
     Example:
 

@@ -3,13 +3,18 @@
 `run_exported(path, format, images)` runs an artifact written by
 `keras_vit.export.export_model` (or Keras' `model.export`) in the format's own
 runtime, without Keras; `verify_export` compares it with `model.predict`.
-Also available as `keras_vit.export.run_exported` etc.
+Also available as `keras_vit.export.run_exported` etc. An artifact exported
+for NaFlex patch batches (`naflex_length`) takes the dict of
+`keras_vit.naflex.naflex_inputs` instead of images; each runtime's inputs
+are matched to its keys by name.
 """
 
 import importlib
 import os
 
 import numpy as np
+
+from keras_vit.naflex import PATCH_INPUTS, as_patch_inputs
 
 EXPORT_FORMATS = ("tf_saved_model", "onnx", "openvino", "litert", "torch")
 # Python modules each runtime imports, with the pip package that has them.
@@ -59,8 +64,9 @@ def load_exported(path, format, precision=None):
             "bf16" opts into it.
 
     Returns:
-        A function from a float32 NumPy batch `(batch, H, W, C)` to the
-        NumPy outputs.
+        A function from a float32 NumPy batch `(batch, H, W, C)` (or a
+        NaFlex patch dict, for an artifact exported with `naflex_length`)
+        to the NumPy outputs.
     """
     if format not in EXPORT_FORMATS:
         raise ValueError(f"`format` must be one of {EXPORT_FORMATS}. Received: format={format!r}")
@@ -74,8 +80,50 @@ def load_exported(path, format, precision=None):
     else:
         run, batch = globals()[f"_load_{format}"](path)
     if batch is None:
-        return lambda images: run(np.asarray(images, "float32"))
-    return lambda images: _in_slices(run, np.asarray(images, "float32"), batch)
+        return lambda images: run(_as_inputs(images))
+    return lambda images: _in_slices(run, _as_inputs(images), batch)
+
+
+def _as_inputs(x):
+    return as_patch_inputs(x) if isinstance(x, dict) else np.asarray(x, "float32")
+
+
+def input_key(name):
+    """The NaFlex key a runtime's input name stands for (the longest key it
+    contains: exporters prefix or suffix the names), or None.
+
+    Example:
+
+    >>> input_key("serving_default_patch_valid:0"), input_key("args_0_patches"), input_key("image")
+    ('patch_valid', 'patches', None)
+    """
+    found = [k for k in PATCH_INPUTS if k in name]
+    return max(found, key=len) if found else None
+
+
+def _feed(names, x):
+    """`{runtime input name: array}` of images or a patch dict."""
+    if not isinstance(x, dict):
+        return {names[0]: x}
+    keys = {name: input_key(name) for name in names}
+    if sorted(k for k in keys.values() if k) != sorted(PATCH_INPUTS):
+        raise ValueError(
+            f"The artifact's inputs {list(names)} are not a NaFlex patch batch's "
+            f"({list(PATCH_INPUTS)}): it takes images."
+        )
+    return {name: x[key] for name, key in keys.items()}
+
+
+def _rows(x, start, stop):
+    if isinstance(x, dict):
+        return {k: v[start:stop] for k, v in x.items()}
+    return x[start:stop]
+
+
+def _pad(x, short):
+    if isinstance(x, dict):
+        return {k: _pad(v, short) for k, v in x.items()}
+    return np.concatenate([x, np.zeros((short,) + x.shape[1:], x.dtype)])
 
 
 def _check_precision(precision, format):
@@ -95,11 +143,12 @@ def _check_precision(precision, format):
 
 def _in_slices(run, images, batch):
     outputs = []
-    for start in range(0, len(images), batch):
-        part = images[start : start + batch]
-        short = batch - len(part)
+    total = len(images["patches"] if isinstance(images, dict) else images)
+    for start in range(0, total, batch):
+        part = _rows(images, start, start + batch)
+        short = batch - min(batch, total - start)
         if short:
-            part = np.concatenate([part, np.zeros((short,) + part.shape[1:], part.dtype)])
+            part = _pad(part, short)
         outputs.append(run(part)[: batch - short])
     return np.concatenate(outputs)
 
@@ -112,7 +161,8 @@ def _load_tf_saved_model(path):
 
     def run(images):
         # The closure keeps `loaded` alive: its variables die with it.
-        return loaded.serve(tf.constant(images)).numpy()
+        x = tf.nest.map_structure(tf.constant, images)
+        return loaded.serve(x).numpy()
 
     return run, spec.shape[0]
 
@@ -121,9 +171,10 @@ def _load_onnx(path):
     import onnxruntime as ort
 
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    spec = session.get_inputs()[0]
-    batch = spec.shape[0] if isinstance(spec.shape[0], int) else None
-    return lambda images: session.run(None, {spec.name: images})[0], batch
+    specs = session.get_inputs()
+    batch = specs[0].shape[0] if isinstance(specs[0].shape[0], int) else None
+    names = [spec.name for spec in specs]
+    return lambda images: session.run(None, _feed(names, images))[0], batch
 
 
 def _load_openvino(path, precision="f32"):
@@ -134,25 +185,31 @@ def _load_openvino(path, precision="f32"):
     compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": precision})
     first = compiled.inputs[0].get_partial_shape()[0]
     batch = None if first.is_dynamic else first.get_length()
-    return lambda images: np.asarray(compiled(images)[0]), batch
+    names = [port.get_any_name() for port in compiled.inputs]
+    return lambda images: np.asarray(compiled(_feed(names, images))[0]), batch
 
 
 def _load_litert(path):
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_path=path)
-    source = interpreter.get_input_details()[0]
+    sources = {d["name"]: d for d in interpreter.get_input_details()}
+    source = next(iter(sources.values()))
     target = interpreter.get_output_details()[0]
     dynamic = source["shape_signature"][0] == -1
-    state = {"shape": None}
+    state = {"shapes": None}
 
     def run(images):
-        if state["shape"] != images.shape:
-            if dynamic:
-                interpreter.resize_tensor_input(source["index"], images.shape)
+        feed = _feed(list(sources), images)
+        shapes = {name: x.shape for name, x in feed.items()}
+        if state["shapes"] != shapes:
+            for name, x in feed.items():
+                if dynamic:
+                    interpreter.resize_tensor_input(sources[name]["index"], x.shape)
             interpreter.allocate_tensors()
-            state["shape"] = images.shape
-        interpreter.set_tensor(source["index"], images)
+            state["shapes"] = shapes
+        for name, x in feed.items():
+            interpreter.set_tensor(sources[name]["index"], x)
         interpreter.invoke()
         return interpreter.get_tensor(target["index"]).copy()
 
@@ -168,8 +225,10 @@ def _load_torch(path):
     batch = int(first) if isinstance(first, int) else None
 
     def run(images):
+        x = {k: torch.from_numpy(v) for k, v in images.items()} if isinstance(images, dict) else (
+            torch.from_numpy(images))
         with torch.no_grad():
-            return module(torch.from_numpy(images)).detach().cpu().numpy()
+            return module(x).detach().cpu().numpy()
 
     return run, batch
 
@@ -181,7 +240,8 @@ def run_exported(path, format, images, precision=None):
         path: the artifact.
         format: one of `EXPORT_FORMATS`.
         images: float32 array `(batch, H, W, C)`, preprocessed as the model
-            expects.
+            expects (or a NaFlex patch dict, for an artifact exported with
+            `naflex_length`).
         precision: None (float32) or, for "openvino", one of
             `OPENVINO_PRECISIONS` (see `load_exported`).
 
@@ -209,13 +269,13 @@ def verify_export(path, format, model, images, precision=None):
     Args:
         path, format: the artifact, as given to `export_model`.
         model: the Keras model it was exported from.
-        images: float32 array `(batch, H, W, C)`.
+        images: float32 array `(batch, H, W, C)`, or a NaFlex patch dict.
         precision: None (float32) or an OpenVINO precision (`load_exported`).
 
     Returns:
         `(max_abs_diff, outputs, expected)`: a float and the two arrays.
     """
-    images = np.asarray(images, "float32")
+    images = _as_inputs(images)
     expected = np.asarray(model.predict(images, verbose=0))
     outputs = run_exported(path, format, images, precision)
     if outputs.shape != expected.shape:

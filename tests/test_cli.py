@@ -10,34 +10,16 @@ from keras_vit import cli
 CAT_CLASSES = {281, 282, 285}  # tabby, tiger cat, Egyptian cat
 
 
-def test_load_image_crops_the_centre_and_normalises():
-    # Left half red, right half blue, with a green bar in the middle third.
-    image = np.zeros((300, 450, 3), "uint8")
-    image[:, :225, 0] = 255
-    image[:, 225:, 2] = 255
-    image[100:200, 150:300] = (0, 255, 0)
-    display, pixels = cli.load_image(image, (224, 224), crop_fraction=0.875)
-    assert display.shape == pixels.shape == (224, 224, 3)
-    # Resized to 256 x 384, then the centre 224 x 224: the bar (rows
-    # 85-171, columns 128-256 of the resized image) lands at rows 69-155,
-    # columns 48-176 of the crop.
-    assert tuple(display[112, 112]) == (0, 255, 0)
-    assert display[20, 20, 0] > 250 and display[20, 200, 2] > 250
-    np.testing.assert_allclose(pixels, display / 127.5 - 1.0, atol=1e-6)
-    _, imagenet = cli.load_image(image, (224, 224), normalization="imagenet")
-    mean, std = np.array([(0.485, 0.456, 0.406), (0.229, 0.224, 0.225)])
-    np.testing.assert_allclose(imagenet, (display / 255.0 - mean) / std, atol=1e-5)
-    with pytest.raises(ValueError, match="normalization"):
-        cli.load_image(image, (224, 224), normalization="caffe")
-
-
-def test_usage_errors(tmp_path):
+def test_usage_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        cli.main(["inspect", "missing.png", "--out", str(tmp_path)])  # no --weights
+        cli.main(["inspect", "missing.png", "--out", str(tmp_path), "--wieghts", "w.npz"])
+    assert "'--wieghts'; did you mean '--weights'?" in capsys.readouterr().err
     image = tmp_path / "x.png"
     Image.fromarray(np.zeros((32, 32, 3), "uint8")).save(image)
-    with pytest.raises(SystemExit):
-        cli.main(["inspect", str(image), "--model", "NoSuchViT", "--weights", "w", "--out", str(tmp_path)])
+    assert cli.main(["inspect", str(image), "--out", str(tmp_path)]) == 2
+    assert "--model is needed" in capsys.readouterr().err
+    assert cli.main(["inspect", str(image), "--model", "NoSuchViT", "--weights", "w", "--out", str(tmp_path)]) == 2
+    assert "Unknown model 'NoSuchViT'" in capsys.readouterr().err
 
 
 @requires_shared
@@ -51,7 +33,7 @@ def test_inspect_chelsea_with_real_weights(tmp_path, capsys):
         [
             # No --model: the architecture is read from the checkpoint.
             "inspect", str(photo), "--weights", str(DEIT_NPZ),
-            "--gelu", "erf", "--normalization", "imagenet", "--out", str(out),
+            "--gelu", "erf", "--preprocessing", "imagenet", "--out", str(out),
         ]
     )
     assert status == 0
@@ -87,10 +69,12 @@ def test_inspect_a_preset_uses_its_preprocessing_and_class_names(tmp_path, capsy
     model.save_to_preset(tmp_path / "preset")
     photo = tmp_path / "photo.png"
     Image.fromarray(np.full((40, 60, 3), 200, "uint8")).save(photo)
-    assert cli.main(["inspect", str(photo), "--preset", str(tmp_path / "preset"), "--out", str(tmp_path / "o")]) == 0
-    assert "top-5 classes: 1 pear" in capsys.readouterr().out
+    for flag in ("--preset", "--model"):  # the same resolver either way
+        assert cli.main(["inspect", str(photo), flag, str(tmp_path / "preset"), "--out", str(tmp_path / "o")]) == 0
+        # Three classes: the summary names as many as there are, not five.
+        assert "top-3 classes: 1 pear" in capsys.readouterr().out
     again = keras_vit.from_preset(tmp_path / "preset")
-    display, pixels = cli.load_image(np.full((40, 60, 3), 200, "uint8"), (48, 48), model=again)
+    display, pixels = keras_vit.load_images(np.full((40, 60, 3), 200, "uint8"), again)
     assert again.preprocessing.crop_fraction == 0.5
     np.testing.assert_allclose(pixels, (display / 255.0 - 0.2) / 0.5, atol=1e-5)
 

@@ -41,11 +41,14 @@ ENTRY_POINTS = {
 }
 
 
-def _probe(entry_point, *argv):
+def _probe(entry_point, *argv, timeout=120):
+    # A user's terminal: TensorFlow, imported in this process, sets its log
+    # threshold in the environment the subprocess would inherit.
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     result = subprocess.run(
         [sys.executable, "-c", PROBE, entry_point, *argv],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        env=dict(env, PYTHONPATH=str(ROOT)),
     )
     import json
 
@@ -65,6 +68,7 @@ def test_console_scripts_are_the_front_ends():
         ("keras-vit", ["--help"]),
         ("keras-vit", ["inspect", "--help"]),
         ("keras-vit", ["export", "--help"]),
+        ("keras-vit", ["classify", "--help"]),
         ("keras-vit-convert", ["--help"]),
         ("keras-vit-benchmark", ["--help"]),
     ],
@@ -79,6 +83,45 @@ def test_usage_errors_import_no_heavy_library():
     status, heavy, _, err = _probe(ENTRY_POINTS["keras-vit"], "export", "ViTTi16", "--format", "onxx",
                                    "--output", "x")
     assert status == 2 and "invalid choice: 'onxx'" in err and heavy == []
+
+
+@pytest.mark.parametrize(
+    "script, argv, flag, closest",
+    [
+        # argparse's prefix matching and its "required" check answered
+        # "--weights is required" for this one.
+        ("keras-vit", ["inspect", "photo.jpg", "--weigths", "w.npz", "--out", "o"], "--weigths", "--weights"),
+        ("keras-vit", ["export", "ViTTi16", "--format", "onnx", "--output", "m.onnx", "--sample", "2"],
+         "--sample", "--samples"),
+        ("keras-vit", ["classify", "m", "a.jpg", "--topp", "2"], "--topp", "--top"),
+        ("keras-vit-convert", ["--preset", "p", "--outptu", "o"], "--outptu", "--output"),
+    ],
+)
+def test_a_misspelt_flag_is_named_with_the_closest(script, argv, flag, closest):
+    status, heavy, _, err = _probe(ENTRY_POINTS[script], *argv)
+    assert status == 2 and heavy == []
+    assert f"unrecognized argument '{flag}'; did you mean '{closest}'?" in err, err
+    assert "required" not in err
+
+
+def test_threads_follow_the_flag_the_environment_or_the_cores(monkeypatch):
+    from keras_vit_tools import front_end
+
+    cores = front_end.physical_cores()
+    assert 1 <= cores <= (os.cpu_count() or 1)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert front_end.configure_threads() == (cores, "physical cores")
+    assert os.environ["OMP_NUM_THREADS"] == str(cores) and os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert front_end.configure_threads() == (1, "OMP_NUM_THREADS")
+    assert front_end.configure_threads(3) == (3, "--threads") and os.environ["OMP_NUM_THREADS"] == "3"
+    with pytest.raises(ValueError, match="--threads must be at least 1"):
+        front_end.configure_threads(0)
+    torch = sys.modules.get("torch")
+    if torch is not None:  # imported already: set directly too
+        front_end.configure_threads(1)
+        assert torch.get_num_threads() == 1
 
 
 def test_the_parsers_lists_are_keras_vits():
@@ -157,7 +200,7 @@ def test_inspect_missing_checkpoint(tmp_path, capsys):
     for model in ([], ["--model", "ViTTi16"]):
         err = _one_line_error(capsys, ["inspect", _image(tmp_path), "--weights", "gone.npz", *model,
                                        "--out", str(tmp_path)])
-        assert "weights='gone.npz'" in err and os.path.abspath("gone.npz") in err
+        assert "'gone.npz'" in err and os.path.abspath("gone.npz") in err
 
 
 def test_inspect_needs_model_when_the_checkpoint_does_not_say(tmp_path, capsys):
@@ -166,4 +209,65 @@ def test_inspect_needs_model_when_the_checkpoint_does_not_say(tmp_path, capsys):
     for weights in ("augreg-i21k", str(h5)):
         err = _one_line_error(capsys, ["inspect", _image(tmp_path), "--weights", weights,
                                        "--out", str(tmp_path)])
-        assert "--model is needed" in err and "ViTTi16" in err
+        assert ("--model is needed" in err or "--model ViTTi16" in err) and "ViTTi16" in err
+
+
+def test_classify_names_the_classes_of_a_preset(tmp_path, capsys):
+    import keras_vit
+    from keras_vit.preprocessing import Preprocessing
+
+    model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=1, num_heads=2,
+                          mlp_dim=32, classes=3, class_names=["apple", "pear", "plum"],
+                          preprocessing=Preprocessing.from_mode("inception", image_size=32))
+    model.get_layer("head").bias.assign(np.array([0.0, 3.0, 1.0], "float32"))
+    model.save_to_preset(tmp_path / "fruit")
+    photo = _image(tmp_path)
+    assert cli.main(["classify", str(tmp_path / "fruit"), photo, photo, "--top", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    expected = keras_vit.classify(model, photo, top=2)[0]
+    assert lines[0] == photo and lines[3] == photo and len(lines) == 6
+    for line, prediction in zip(lines[1:3], expected):
+        assert line.split() == [f"{prediction.probability:.3f}", str(prediction.index), prediction.name]
+    assert lines[1].split()[2] == "pear"
+    assert cli.main(["classify", str(tmp_path / "fruit" / "missing"), photo]) == 2
+    assert "No file or folder" in capsys.readouterr().err
+
+
+def test_commands_keep_library_banners_out_of_the_terminal(tmp_path):
+    """`keras-vit export` of a preset folder (what fine-tuning writes), as the
+    console script runs it: TensorFlow's, CUDA's and the exporters' start-up
+    reports stay out; the command's own lines and warnings stay in."""
+    import keras
+    import keras_vit
+
+    keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+                  classes=3).save_to_preset(tmp_path / "my_vit")
+    status, _, out, err = _probe(ENTRY_POINTS["keras-vit"], "export", str(tmp_path / "my_vit"), "--format",
+                                 "onnx", "--output", str(tmp_path / "m.onnx"), "--samples", "2", timeout=900)
+    assert status == 0, err[-3000:]
+    assert "OK (tolerance" in out
+    noise = [line for line in err.splitlines()[:-1]  # the last line is the probe's own
+             if any(word in line for word in ("I0000", "E0000", "W0000", "absl", "oneDNN", "cuda", "CUDA",
+                                                 "torchvision", "torchao"))]
+    assert not noise, noise
+    assert keras.backend.backend() in out
+
+
+def test_convert_keeps_library_banners_out_of_the_terminal(tmp_path):
+    """`keras-vit-convert` to transformers, checked in transformers (which
+    loads torchao): no TensorFlow, torchao or torch log lines, no progress bar."""
+    pytest.importorskip("transformers")
+    import keras_vit
+    from keras_vit.preprocessing import Preprocessing
+
+    keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, classes=3,
+                  class_names=["a", "b", "c"], preprocessing=Preprocessing.from_mode("inception", image_size=32),
+                  ).save_to_preset(tmp_path / "my_vit")
+    status, _, out, err = _probe(ENTRY_POINTS["keras-vit-convert"], "--preset", str(tmp_path / "my_vit"),
+                                 "--output", str(tmp_path / "hf"), "--format", "transformers", timeout=900)
+    assert status == 0, err[-3000:]
+    assert "max |transformers (torch) - source model|" in out and "OK (tolerance" in out
+    noise = [line for line in err.splitlines()[:-1]
+             if any(word in line for word in ("I0000", "W0000", "absl", "oneDNN", "cuda", "CUDA", "torchao",
+                                                 "_pytree", "Loading weights"))]
+    assert not noise, noise

@@ -114,6 +114,14 @@ def test_presets_in_and_out(tmp_path, capsys):
     # A preset fixes its architecture.
     assert main(argv[:4] + ["--variant", "Ti/16"]) == 2
     assert "drop --variant" in capsys.readouterr().err
+    # --weights takes a preset folder as --preset does: a whole model.
+    output = tmp_path / "again.weights.h5"
+    assert main(["--weights", str(tmp_path / "in"), "--output", str(output)]) == 0
+    assert "(keras_vit preset)" in capsys.readouterr().out
+    again = keras_vit.ViT(**TINY, classes=3, distillation_token=True, mlp_activation="gelu")
+    again.load_weights(output)
+    for a, b in zip(again.weights, source.weights):
+        np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
 
 
 @pytest.mark.parametrize("family", ["dinov2", "clip", "mae", "siglip2"])
@@ -140,3 +148,18 @@ def test_backbones_out_to_transformers_are_checked_there(tmp_path, capsys, famil
     assert main(argv) == 0, capsys.readouterr()
     printed = capsys.readouterr().out
     assert "max |transformers (torch) - source model|" in printed and printed.rstrip().endswith("OK (tolerance 0.0001)")
+
+
+def test_a_checkpoint_file_names_its_own_architecture(tmp_path, rng, capsys):
+    """Without --variant the architecture is read from the file's tensors
+    (the resolver every command shares), here ViT-Ti/16 at 32 px."""
+    params = official_params(rng, image_size=32, patch_size=16, hidden_size=192, num_layers=12,
+                             num_heads=3, mlp_dim=768, classes=4)
+    np.savez(tmp_path / "ti.npz", **params)
+    output = tmp_path / "ti.weights.h5"
+    assert main(["--weights", str(tmp_path / "ti.npz"), "--output", str(output), "--batch-size", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "model: vitti16, image (32, 32), classes 4, MLP activation gelu_tanh," in printed and "OK (tolerance" in printed
+    assert main(["--weights", str(tmp_path / "ti.npz"), "--output", str(output), "--gelu", "erf",
+                 "--batch-size", "1"]) == 0
+    assert "MLP activation gelu," in capsys.readouterr().out  # the flag reaches the model

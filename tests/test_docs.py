@@ -111,6 +111,12 @@ def test_fine_tune_your_photos_guide_runs(tmp_path):
     finally:
         os.chdir(previous)
     assert results["updates"] == 4 and "--validation-split" in part
+    # A photo with detail, where a nearest-neighbour resize differs from the run's bilinear one.
+    from PIL import Image
+
+    photo = tmp_path / "my_photos" / "dog" / "IMG_0001.jpg"
+    noise = np.random.default_rng(0).integers(0, 256, (45, 37, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(photo, quality=95)
     (block,) = [b for b in python_blocks(GUIDES / "finetune-photos.md") if b.run_by]
     printed, namespace = run_blocks([block], tmp_path, "finetune-photos.md")
     model = namespace["model"]
@@ -118,6 +124,14 @@ def test_fine_tune_your_photos_guide_runs(tmp_path):
     decoded = eval(printed.strip().splitlines()[-1])  # the printed list of (index, name, score)
     assert len(decoded[0]) == 2
     assert [(i, n) for i, n, _ in decoded[0]] == [(i, model.class_names[i]) for i, _, _ in decoded[0]]
+    # The snippet prepares the photo as keras_vit.classify and the run do, and
+    # its scores are classify's probabilities.
+    _, inputs = keras_vit.load_images(str(photo), model)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(namespace["x"]), inputs, atol=1e-5)
+    expected = keras_vit.classify(model, str(photo), top=2)[0]
+    assert [(i, n) for i, n, _ in decoded[0]] == [(p.index, p.name) for p in expected]
+    assert [s for _, _, s in decoded[0]] == pytest.approx([p.probability for p in expected], abs=1e-6)
+    assert sum(p.probability for p in keras_vit.classify(model, str(photo), top=3)[0]) == pytest.approx(1.0)
 
 
 def test_tfds_snippet_lets_tfds_download():

@@ -92,6 +92,31 @@ def test_onnx_projection_weights_are_initializers(artifacts):
     assert len(on_weights) >= 4 * BASE["num_layers"] + 2, len(on_weights)
 
 
+@pytest.mark.parametrize("format", [f for f in ("onnx", "openvino") if f in FORMATS])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_graphs_name_their_input_and_output(family, format, artifacts):
+    """`images` in, `logits` out (these heads have no activation), one
+    output: not the exporter's last operation (`add_1741`)."""
+    path = artifacts(family, format)
+    if format == "onnx":
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        inputs, outputs = [i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()]
+    else:
+        import openvino
+
+        model = openvino.Core().read_model(path)
+        inputs, outputs = [i.get_any_name() for i in model.inputs], [o.get_any_name() for o in model.outputs]
+    assert (inputs, outputs) == (["images"], ["logits"])
+
+
+def test_output_names_say_what_the_output_holds():
+    assert export.output_name(_model("vit")) == "logits"
+    assert export.output_name(keras_vit.ViT(**TINY, classes=3)) == "probabilities"
+    assert export.output_name(keras_vit.ViT(**TINY, include_top=False, pooling="token")) == "features"
+
+
 @pytest.mark.parametrize("format", FORMATS)
 def test_batch_axis_is_dynamic(format, artifacts):
     run, batch = getattr(serving, f"_load_{format}")(artifacts("options", format))
@@ -319,6 +344,11 @@ def test_cli_exports_and_reports(tmp_path, capsys, models):
     assert diff <= ATOL
     assert cli.report({"x": 2e-4}, 1e-4) == 1 and cli.report({"x": 0.0}, 1e-4) == 0
     assert cli.main(["export", "NoSuchViT", "--format", format, "--output", output]) == 2
+    # A preset folder (what examples/finetune.py writes) exports as the model does.
+    models["options"].save_to_preset(tmp_path / "my_vit_preset")
+    assert cli.main(["export", str(tmp_path / "my_vit_preset"), "--format", format, "--output", output,
+                     "--samples", "2"]) == 0
+    assert "OK (tolerance" in capsys.readouterr().out
     assert cli.main(["export", saved, "--format", "onnx", "--output", str(tmp_path / "x.pt2")]) == 2
     # --precision is OpenVINO's: refused, by name, for another format.
     assert cli.main(["export", saved, "--format", format, "--output", output, "--precision", "bf16"]) == 2

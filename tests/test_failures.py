@@ -13,6 +13,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -252,6 +253,14 @@ def test_input_checks_read_a_tf_data_spec_and_warn_on_integer_pixels():
         model.predict(gray, verbose=0)
     with pytest.warns(UserWarning, match=r"uint8.*preprocess_input"):
         model.predict(np.zeros((2, 32, 32, 3), "uint8"), verbose=0)
+    # `predict` checks its input, and the model checks it again inside the
+    # step: the warning is said once per model and dtype, not per check.
+    other = _model()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            other.predict(np.zeros((2, 32, 32, 3), "uint8"), verbose=0)
+    assert [str(w.message).split(":")[0] for w in caught if "uint8" in str(w.message)] == ["`x` holds uint8 values"]
 
 
 def test_preprocess_input_rejects_nan_and_passes_tensors_through():

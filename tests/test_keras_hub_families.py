@@ -223,8 +223,8 @@ def _set(path, value):
 @pytest.mark.parametrize(
     "family, edit, match",
     [
-        ("dinov2", _set(("registered_name",), "keras_hub>DINOV3Backbone"),
-         r"keras_hub>DINOV2Backbone.*\(DINOv3 adds rotary.*Received: registered_name='keras_hub>DINOV3Backbone'"),
+        ("dinov2", _set(("registered_name",), "keras_hub>MiTBackbone"),
+         r"keras_hub>DINOV2Backbone.*keras_hub>DINOV3Backbone.*Received: registered_name='keras_hub>MiTBackbone'"),
         ("siglip", _set(("config", "vision_encoder", "config", "intermediate_activation"), "relu"),
          "intermediate_activation='relu'"),
         ("siglip", _set(("config", "vision_encoder", "config", "layer_norm_epsilon"), 1e-5),

@@ -110,6 +110,15 @@ CASES = {
     "MapHead": Case(
         lambda **kw: layers.MapHead(num_heads=2, mlp_dim=12, qkv_bias=False, **kw), _normal(2, 5, 8), (2, 8), (12, 0, 0)
     ),
+    # The learned query; key and value kernels (no biases, AIMv2's); output kernel and bias.
+    "AttentionPoolHead": Case(
+        lambda **kw: layers.AttentionPoolHead(num_heads=2, **kw), _normal(2, 5, 8), (2, 8), (5, 0, 0)
+    ),
+    # Projection kernel and bias, position embedding, the patch RMSNorm's scale.
+    "PatchEncoder-patch-norm": Case(
+        lambda **kw: layers.PatchEncoder(4, 2, 2, class_token=False, patch_norm="rmsnorm", **kw),
+        _normal(1, 2, 2, 12), (1, 4, 4), (4, 0, 0),
+    ),
     "StdConv2D": Case(
         lambda **kw: layers.StdConv2D(8, 3, strides=2, epsilon=1e-4, **kw), _normal(2, 7, 7, 4), (2, 4, 4, 8), (1, 0, 0)
     ),

@@ -179,6 +179,31 @@ def test_decode_predictions(classes, synset_file, picks):
         assert decoded[0][0][:2] == ("n02123045", "tabby")  # the source files' 281
 
 
+def test_decode_predictions_of_a_logits_model_gives_probabilities():
+    """A fine-tuned model's head outputs logits (`classifier_activation=None`);
+    with `model=` its scores come back as probabilities, as `classify` and
+    `keras-vit inspect` report them."""
+    model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2,
+                          mlp_dim=16, classes=3, classifier_activation=None,
+                          class_names=("cat", "dog", "fish"))
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+    logits = to_numpy(model.predict(x, verbose=0)).astype("float64")
+    logits[0] = (-1.59, 2.0, 0.5)  # the scores of a real run: negative, summing to 0.91
+    expected = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    decoded = decode_predictions(logits.astype("float32"), top=3, model=model)
+    for row, probabilities in zip(decoded, expected):
+        assert [i for i, _, _ in row] == list(np.argsort(-probabilities))
+        assert [score for _, _, score in row] == pytest.approx(np.sort(probabilities)[::-1], abs=1e-6)
+    assert decoded[0][0][1] == "dog"
+    # Probabilities already (softmax taken by the caller) are kept as they are.
+    again = decode_predictions(expected.astype("float32"), top=3, model=model)
+    assert [s for _, _, s in again[1]] == pytest.approx(np.sort(expected[1])[::-1], abs=1e-6)
+    # A softmax head's outputs are its probabilities: shown unchanged.
+    softmax_head = keras_vit.ViT.from_config({**model.get_config(), "classifier_activation": "softmax"})
+    scores = decode_predictions(np.array([[0.2, 0.5, 0.3]], "float32"), top=1, model=softmax_head)
+    assert scores[0][0][1:] == ("dog", pytest.approx(0.5))
+
+
 def test_decode_predictions_errors():
     for shape in ((2, 10), (1000,), (1, 2, 1000)):
         with pytest.raises(ValueError, match=re.escape(f"preds.shape={shape}")):
@@ -256,3 +281,19 @@ def test_center_crop_rejects_bad_arguments(kwargs, message):
         center_crop(np.zeros((10, 10, 3), "uint8"), **arguments)
     with pytest.raises(ValueError, match="images"):
         center_crop(np.zeros((10, 10), "uint8"), 8)
+
+
+def test_pixels_that_look_scaled_already_get_a_warning():
+    """[0, 1] floats (`load_img(...) / 255`, `skimage.img_as_float`) scaled as
+    [0, 255] become a near-constant image: a warning says so."""
+    import warnings
+
+    photo = np.random.default_rng(0).uniform(0, 255, (2, 8, 8, 3)).astype("float32")
+    with pytest.warns(UserWarning, match=r"values in \[0, 1\] \(max 0\.99.*Multiply \[0, 1\] images by 255"):
+        preprocess_input(photo / 255.0)
+    with pytest.warns(UserWarning, match=r"negative values \(min -0\.9"):
+        preprocess_input(photo / 127.5 - 1)  # preprocessed twice
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for fine in (photo, photo.astype("uint8"), np.zeros((1, 4, 4, 3), "float32")):
+            preprocess_input(fine)

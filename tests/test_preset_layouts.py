@@ -274,9 +274,9 @@ def test_layout_detection(tmp_path, rng, hf_dirs):
     with pytest.raises(ValueError, match="Cannot tell the layout"):
         presets.detect_layout(str(tmp_path / "other"))
     with pytest.raises(ValueError, match="is a file"):
-        presets.resolve(os.path.join(timm_dir, "config.json"))
+        presets.preset_directory(os.path.join(timm_dir, "config.json"))
     with pytest.raises(ValueError, match="no such directory"):
-        presets.resolve(str(tmp_path / "missing"))
+        presets.preset_directory(str(tmp_path / "missing"))
 
 
 @pytest.fixture
@@ -303,19 +303,19 @@ def test_hf_handles_resolve_from_the_cache_offline(offline_hub, hf_dirs):
     info = huggingface_hub.scan_cache_dir(offline_hub)
     (repo,) = info.repos
     assert repo.repo_id == "tiny-org/tiny-vit" and len(repo.revisions) == 2
-    assert os.path.samefile(presets.resolve("hf://tiny-org/tiny-vit"), snapshot)
-    assert os.path.samefile(presets.resolve("hf://tiny-org/tiny-vit@v2"), second)
-    resolved = presets.resolve("hf://tiny-org/tiny-vit")
+    assert os.path.samefile(presets.preset_directory("hf://tiny-org/tiny-vit"), snapshot)
+    assert os.path.samefile(presets.preset_directory("hf://tiny-org/tiny-vit@v2"), second)
+    resolved = presets.preset_directory("hf://tiny-org/tiny-vit")
     assert presets.detect_layout(resolved) == "transformers"
 
 
 def test_hf_handle_offline_without_a_cached_copy_names_repo_and_cache(offline_hub):
     with pytest.raises(presets.PresetDownloadError) as info:
-        presets.resolve("hf://tiny-org/not-cached@main")
+        presets.preset_directory("hf://tiny-org/not-cached@main")
     message = str(info.value)
     assert "tiny-org/not-cached" in message and "HF_HUB_OFFLINE" in message
     assert os.path.join(offline_hub, "models--tiny-org--not-cached") in message
     assert info.value.cache_path == os.path.join(offline_hub, "models--tiny-org--not-cached")
     with pytest.raises(ValueError, match="model repository"):
-        presets.resolve("hf://datasets/tiny-org/data")
+        presets.preset_directory("hf://datasets/tiny-org/data")
 

@@ -77,7 +77,9 @@ def test_smoke_run_resumes_then_finetune_starts_from_its_encoder(tmp_path, monke
 
     finetune = _load("finetune")
     weights = str(run_dir / "encoder.weights.h5")
-    argv = ["--smoke", "--weights", weights, "--run-dir", str(tmp_path / "ft"), "--verbose", "0"]
+    # A .weights.h5 file records no numerics: the flags say them.
+    argv = ["--smoke", "--weights", weights, "--gelu", "tanh", "--preprocessing", "inception",
+            "--run-dir", str(tmp_path / "ft"), "--verbose", "0"]
     # The classifier finetune.py builds starts from the pre-trained encoder
     # (position embedding resized from the 4x4 to the 2x2 grid).
     args = finetune.resolve(finetune.parse_args(argv))

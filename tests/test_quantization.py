@@ -118,6 +118,16 @@ def test_one_call_int8_refusals(tmp_path):
     with pytest.raises(ValueError, match=r"`sample_images` must be a batch of shape \(N, 32, 32, 3\)"):
         export.export_model(model, str(tmp_path / "m.onnx"), "onnx", quantize="int8",
                             sample_images=np.zeros((2, 16, 16, 3)))
+    # Raw [0, 255] photos are no model inputs: the agreement on them would say nothing.
+    photos = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 3)).astype("float32")
+    with pytest.raises(ValueError, match=r"must be preprocessed model inputs.*\[0, 255\]|raw pixels"):
+        export.export_model(model, str(tmp_path / "m.onnx"), "onnx", quantize="int8", sample_images=photos)
+    assert not (tmp_path / "m.onnx").exists()
+    recorded = _model("vit")
+    recorded.preprocessing = keras_vit.preprocessing.Preprocessing.from_mode("inception")
+    with pytest.raises(ValueError, match=r"in about \[-1, 1\].*values in \[0, 2\]"):
+        export.export_model(recorded, str(tmp_path / "m.onnx"), "onnx", quantize="int8",
+                            sample_images=np.linspace(0, 2, 2 * 32 * 32 * 3).reshape(2, 32, 32, 3))
     model.quantize("int8")
     with pytest.raises(ValueError, match="already quantized by Keras"):
         export.export_model(model, str(tmp_path / "m.onnx"), "onnx", quantize="int8")

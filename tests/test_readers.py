@@ -116,6 +116,11 @@ def test_keras_h5_reads_by_layer_names(tmp_path):
     # A template without pre-logits still names them (Dense layer class).
     template = tiny_model(classes=3)
     assert_same_dict(readers.read_checkpoint(tmp_path / "tiny.weights.h5", template).params, expected)
+    # A distilled model's file (two heads, which exclude a pre-logits layer).
+    distilled = tiny_model(classes=4, distillation_token=True)
+    distilled.save_weights(tmp_path / "deit.weights.h5")
+    assert_same_dict(readers.read_checkpoint(tmp_path / "deit.weights.h5", distilled).params,
+                     model_state(distilled))
 
 
 def test_checkpoint_key_table():

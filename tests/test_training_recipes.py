@@ -67,7 +67,8 @@ def test_finetune_optimizer_is_the_paper_recipe():
     assert not opt.weight_decay
     assert opt.gradient_accumulation_steps == 4
     schedule = opt.get_config()["learning_rate"]["config"]
-    assert schedule["base_learning_rate"] == 0.03 and schedule["warmup_steps"] == 500
+    # The paper's 500 warm-up updates, at most a fifth of the run.
+    assert schedule["base_learning_rate"] == 0.03 and schedule["warmup_steps"] == 200
     assert schedule["decay"] == "cosine" and schedule["steps_per_update"] == 4
     assert training.finetune_optimizer(10).gradient_accumulation_steps is None
     with pytest.raises(ValueError, match="device_batch_size"):
@@ -150,3 +151,29 @@ def test_compile_for_finetuning_fits(rng):
         training.compile_for_finetuning(
             keras_vit.ViT(**TINY, classes=2, classifier_activation="sigmoid"), total_steps=4
         )
+
+
+def _schedule(optimizer):
+    return training.WarmupDecay(**optimizer.get_config()["learning_rate"]["config"])
+
+
+@pytest.mark.parametrize("total", [10, 100, 500, 2_500, 20_000])
+def test_default_warmup_is_at_most_a_fifth_of_the_run(total):
+    """A 500-update fine-tune (the README's) warms up 100 updates, then decays:
+    the rate peaks at update 100 and falls to 0 by update 500."""
+    for optimizer, recipe_steps in ((training.finetune_optimizer, 500),
+                                    (training.pretrain_optimizer, 10_000),
+                                    (training.masked_patch_optimizer, 10_000)):
+        schedule = _schedule(optimizer(total))
+        expected = min(recipe_steps, total // 5)
+        assert schedule.warmup_steps == expected, optimizer.__name__
+        peak = float(schedule(expected))
+        assert peak == pytest.approx(schedule.base_learning_rate)
+        # The last fifth of the run learns at less than half the peak rate.
+        assert float(schedule(int(total * 0.9))) < 0.5 * peak, optimizer.__name__
+
+
+def test_explicit_warmup_longer_than_the_run_is_refused():
+    with pytest.raises(ValueError, match="warmup_steps"):
+        training.finetune_optimizer(100, warmup_steps=500)
+    assert _schedule(training.finetune_optimizer(100, warmup_steps=100)).warmup_steps == 100

@@ -1,4 +1,4 @@
-"""`save_to_preset(format="transformers")` for the CLIP, SigLIP and ViTMAE
+"""`save_to_preset(format="transformers")` for the DINOv3, CLIP, SigLIP and ViTMAE
 towers, and the two-tower `CLIPModel`/`SiglipModel` directories read for
 their vision tower.
 
@@ -32,6 +32,7 @@ TEXT = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_atten
             vocab_size=64, max_position_embeddings=8)
 # Each class, and the image processor its checkpoints ship.
 CASES = {
+    "DINOv3ViTModel": Case(lambda: transformers.DINOv3ViTConfig(**TOWER, num_register_tokens=1)),
     "CLIPVisionModel": Case(lambda: transformers.CLIPVisionConfig(**TOWER, hidden_act="quick_gelu")),
     "CLIPVisionModelWithProjection": Case(
         lambda: transformers.CLIPVisionConfig(**TOWER, projection_dim=12, hidden_act="gelu"), pooled="image_embeds"),
@@ -40,6 +41,9 @@ CASES = {
                         prepare=keep_mae_table, inputs=mae_noise),
 }
 PROCESSORS = {
+    # DINOv3's own processor needs torchvision; its statistics in the ViT one.
+    "DINOv3ViTModel": lambda: transformers.ViTImageProcessor(
+        size={"height": 28, "width": 28}, image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225]),
     "CLIPVisionModel": lambda: transformers.CLIPImageProcessor(
         size={"shortest_edge": 32}, crop_size={"height": 28, "width": 28}),
     "CLIPVisionModelWithProjection": lambda: transformers.CLIPImageProcessor(
@@ -52,6 +56,9 @@ TINY = dict(image_size=28, patch_size=7, hidden_size=16, num_layers=2, num_heads
 CLIP_OPTIONS = dict(pre_norm=True, patch_bias=False, pooled_norm=True, mlp_activation="quick_gelu",
                     layer_norm_epsilon=1e-5, position_interpolation="clip")
 SCRATCH = {
+    "DINOv3ViTModel": dict(rope="dinov3", position_embedding="none", include_top=False, pooling="token",
+                           qkv_bias=(True, False, True), layer_scale_init=0.1, mlp_activation="gelu",
+                           num_register_tokens=2),
     "CLIPVisionModel": dict(CLIP_OPTIONS, include_top=False, pooling="token"),
     "CLIPVisionModelWithProjection": dict(CLIP_OPTIONS, classes=12, classifier_activation=None),
     "SiglipVisionModel": dict(classifier="map", include_top=False, pooling="map", position_interpolation="siglip"),
@@ -155,6 +162,8 @@ def test_models_built_with_family_options_write_and_reload(tmp_path, name):
          r"position_embedding='sincos_mocov3' \(ViTMAEModel holds position_embedding in \['sincos'\]\)"),
         ("ViTMAEModel", dict(pooling="token"), "needs pooling=None. Received: pooling='token'"),
         ("ViTMAEModel", dict(num_register_tokens=2), "ViTMAEModel has no register tokens"),
+        ("DINOv3ViTModel", dict(mlp_norm=True), r"mlp_norm=True \(DINOv3ViTModel holds mlp_norm in \[False\]\)"),
+        ("DINOv3ViTModel", dict(image_size=(28, 35), rope_settings={"order": "xy"}), "sets the rotary base"),
     ],
 )
 def test_options_a_family_cannot_hold_are_refused(tmp_path, name, change, match):

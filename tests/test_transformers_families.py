@@ -20,6 +20,9 @@ TINY = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, image_si
 TINY_DINOV2 = dict(TINY, mlp_ratio=2, layerscale_value=0.5)
 TOWER = dict(TINY, intermediate_size=32)
 CASES = {
+    # DINOv3: rotary positions, no key bias, registers; the last hidden state is after the final norm.
+    "DINOv3ViTModel": Case(lambda: transformers.DINOv3ViTConfig(**TOWER, num_register_tokens=2, layerscale_value=0.5),
+                           attributes={"num_register_tokens": 2, "rope": "dinov3", "qkv_bias": (True, False, True)}),
     # DINOv2's last hidden state is the tokens after the final norm: class
     # token, registers, patches, as keras_vit orders them.
     "Dinov2Model": Case(lambda: transformers.Dinov2Config(**TINY_DINOV2), tokens="final_norm",
@@ -44,6 +47,7 @@ REFUSED = [
     ("Dinov2Model", dict(architectures=["Dinov2ForDepthEstimation"]), "architecture must be one of"),
     ("Dinov2Model", dict(apply_layernorm=False), "apply_layernorm=False"),
     ("Dinov2Model", dict(hidden_act="relu"), "hidden_act"),
+    ("DINOv3ViTModel", dict(use_gated_mlp=True), "use_gated_mlp=True, hidden_act='gelu'"),
     ("CLIPVisionModel", dict(hidden_act="relu"), "hidden_act"),
     ("SiglipVisionModel", dict(vision_use_head=False), "vision_use_head"),
     ("ViTMAEModel", dict(architectures=["ViTMAEForPreTraining"]), "ViTMAEModel"),
@@ -51,6 +55,7 @@ REFUSED = [
 # The classes transformers runs at another image size, with the keywords it
 # needs for that (DINOv2 always resizes).
 RESIZED = {
+    "DINOv3ViTModel": {},
     "Dinov2Model": {},
     "Dinov2WithRegistersModel": {},
     "CLIPVisionModel": dict(interpolate_pos_encoding=True),
@@ -108,7 +113,7 @@ def test_configs_keras_vit_cannot_build_are_refused(made, tmp_path, name, change
         keras_vit.presets.describe_preset(str(tmp_path))
 
 
-@pytest.mark.parametrize("name", ["Dinov2Model", "Dinov2WithRegistersModel"])
+@pytest.mark.parametrize("name", ["Dinov2Model", "Dinov2WithRegistersModel", "DINOv3ViTModel"])
 def test_dinov2_backbones_write_back_to_transformers(made, tmp_path, name):
     folder, expected = made[name]
     keras_vit.from_preset(folder).save_to_preset(tmp_path, format="transformers", preprocessing="imagenet")

@@ -3,8 +3,15 @@
 `keras-vit` and `keras-vit-convert` parse their command line here, so that
 `--help` and usage errors answer at once: importing keras_vit imports Keras
 and a backend (jax, tensorflow or torch), several seconds, which only a
-command that runs needs. Once the arguments are parsed, the command's work is
-imported and run (`keras_vit.cli`, `keras_vit_tools.convert`).
+command that runs needs. A misspelt flag is named with the closest valid one
+(`keras_vit_tools.front_end.ArgumentParser`). Once the arguments are parsed,
+torch's threads are set (`--threads`), the libraries are imported with their
+start-up banners muted, and the command's work is run (`keras_vit.cli`,
+`keras_vit_tools.convert`).
+
+Every command names its model the same way: a constructor or architecture
+name (with `--weights`), a checkpoint or `.keras` file, a preset folder or an
+`hf://org/name` handle, all resolved by `keras_vit.load_model`.
 
 This module imports nothing of keras_vit: the few lists its parsers offer as
 choices are written here and checked against keras_vit's own by
@@ -25,6 +32,13 @@ import ast
 import json
 import os
 import sys
+
+from keras_vit_tools.zero_shot_command import zero_shot_parser
+
+try:
+    from keras_vit_tools.front_end import THREADS_HELP, ArgumentParser, configure_threads, quiet_imports
+except ImportError:  # run from a checkout as a script: tools/ is sys.path[0]
+    from front_end import THREADS_HELP, ArgumentParser, configure_threads, quiet_imports
 
 # Copies of keras_vit's lists (see the module docstring).
 GELU_FLAVOURS = ("tanh", "erf")  # keras_vit.architectures.GELU_FLAVOURS
@@ -47,11 +61,29 @@ def parse_size(text):
     return values[0] if len(values) == 1 else values
 
 
-def _gelu(parser):
+MODEL_HELP = (
+    "the model: a constructor (ViTTi16, ViTB16, ...) or architecture (Ti/16) name, with "
+    "--weights; a checkpoint file (.npz, .safetensors, .pth, .weights.h5: its architecture "
+    "is read from it); a .keras file; a preset folder (keras_vit, transformers, timm, "
+    "keras-hub, e.g. the one examples/finetune.py writes) or an hf://org/name or "
+    "kaggle://owner/model/framework/variation handle"
+)
+
+
+def _model_options(parser):
+    """The options every command's model takes besides its name."""
+    parser.add_argument("--weights", help="registered weights name or checkpoint path, with a constructor name")
     parser.add_argument(
         "--gelu", choices=GELU_FLAVOURS, default=None,
-        help="GELU flavour (default: the one the weights were trained with)",
+        help="GELU flavour (default: the one the weights were trained with; a file that "
+        "does not record it, such as DeiT's .npz, needs erf)",
     )
+    parser.add_argument(
+        "--preprocessing", choices=NORMALIZATIONS, default=None,
+        help="input scaling where the model has no record of its own: inception ([-1, 1], "
+        "Google checkpoints) or imagenet (mean/std, timm and DeiT weights)",
+    )
+    parser.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
 
 
 def _inspect_parser(commands):
@@ -68,29 +100,40 @@ def _inspect_parser(commands):
     inspect.add_argument("image", help="path of the image to inspect")
     inspect.add_argument(
         "--model",
-        help="constructor name, e.g. ViTTi16; default: the architecture the --weights "
-        "checkpoint file holds (needed with a registered weights name or a Keras file)",
+        help=MODEL_HELP + "; default: the architecture the --weights checkpoint file holds",
     )
-    source = inspect.add_mutually_exclusive_group(required=True)
-    source.add_argument("--weights", help="registered weights name or checkpoint path")
-    source.add_argument(
+    inspect.add_argument(
         "--preset",
-        help="a keras_vit.from_preset handle (directory or hf://org/name); its "
+        help="a preset folder or hf://org/name handle (the same as --model for one); its "
         "preprocessing and class names apply",
     )
-    _gelu(inspect)
-    inspect.add_argument(
-        "--normalization", choices=NORMALIZATIONS, default=None,
-        help="input normalisation: inception ([-1, 1], Google checkpoints) or "
-        "imagenet (mean/std, timm and DeiT weights); default: from the "
-        "registered weights name, inception for a file",
-    )
+    _model_options(inspect)
     inspect.add_argument(
         "--crop-fraction", type=float, default=0.875,
-        help="centre-crop fraction after resizing (default 0.875)",
+        help="centre-crop fraction after resizing, for a model without a preprocessing "
+        "record (default 0.875)",
     )
     inspect.add_argument("--out", required=True, help="output directory")
     inspect.set_defaults(command="inspect")
+
+
+def _classify_parser(commands):
+    parser = commands.add_parser(
+        "classify",
+        help="the most probable classes of images, named",
+        description=(
+            "Prints the most probable classes of each image (keras_vit.classify): "
+            "the images are resized, cropped and scaled as the model's checkpoint "
+            "records, and named by the model's class names (ImageNet's for 1000 "
+            "or 21843 classes)."
+        ),
+    )
+    parser.add_argument("model", help=MODEL_HELP)
+    parser.add_argument("images", nargs="+", help="image files")
+    _model_options(parser)
+    parser.add_argument("--top", type=int, default=5, help="classes per image (default 5)")
+    parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")
+    parser.set_defaults(command="classify")
 
 
 def _export_parser(commands):
@@ -108,16 +151,13 @@ def _export_parser(commands):
             "float32 is printed (exit status 1 below --min-agreement)."
         ),
     )
-    parser.add_argument(
-        "model", help="constructor name (e.g. ViTTi16, with --weights) or a .keras file"
-    )
+    parser.add_argument("model", help=MODEL_HELP)
     parser.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="export format")
     parser.add_argument(
         "--output", required=True,
         help="artifact path: .onnx, .xml (OpenVINO), .tflite, .pt2, or a folder (SavedModel)",
     )
-    parser.add_argument("--weights", help="registered weights name or checkpoint path")
-    _gelu(parser)
+    _model_options(parser)
     parser.add_argument("--image-size", type=parse_size, help="N or HxW; default: the model's")
     parser.add_argument(
         "--batch-size", type=int, help="fixed batch size; default: dynamic where the format allows"
@@ -135,11 +175,6 @@ def _export_parser(commands):
     parser.add_argument(
         "--images", nargs="+", help="image files to check on (default: random images)"
     )
-    parser.add_argument(
-        "--normalization", choices=NORMALIZATIONS, default=None,
-        help="scaling of --images when the model has no preprocessing record "
-        "(default inception; imagenet for DeiT/timm weights)",
-    )
     parser.add_argument("--samples", type=int, default=3, help="random test images (default 3)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the test images (default 0)")
     parser.add_argument(
@@ -155,19 +190,32 @@ def _export_parser(commands):
 
 
 def keras_vit_parser():
-    """The parser of `keras-vit` (`inspect`, `export`)."""
-    parser = argparse.ArgumentParser(
+    """The parser of `keras-vit` (`inspect`, `classify`, `export`, `zero-shot`)."""
+    parser = ArgumentParser(
         prog="keras-vit", description="Vision Transformer tools for Keras 3."
     )
     commands = parser.add_subparsers(dest="command", required=True)
     _inspect_parser(commands)
+    _classify_parser(commands)
     _export_parser(commands)
+    zero_shot_parser(commands).add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     return parser
+
+
+def prepare(threads=None, modules=("keras_vit",)):
+    """Threads set, then the libraries imported quietly: before any command's work."""
+    try:
+        configure_threads(threads)
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
+    quiet_imports(*modules)
 
 
 def keras_vit(argv=None):
     """Entry point of `keras-vit`; returns the exit status."""
     args = keras_vit_parser().parse_args(argv)
+    # Exports trace through TensorFlow on every backend.
+    prepare(args.threads, ("tensorflow", "keras_vit") if args.command == "export" else ("keras_vit",))
     from keras_vit import cli
 
     return cli.run(args)
@@ -183,13 +231,17 @@ def _convert_docstring():
 def convert_parser():
     """The parser of `keras-vit-convert` (`tools/convert.py`)."""
     doc = _convert_docstring()
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="keras-vit-convert",
         description=doc.split("\n\n")[0],
         epilog=doc.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--variant", help='architecture ("Ti/16", "B/16", "R50+B/16") or constructor name ("ViTTi16")')
+    parser.add_argument(
+        "--variant",
+        help='architecture ("Ti/16", "B/16", "R50+B/16") or constructor name ("ViTTi16"); '
+        "default with --weights FILE: the architecture the file holds",
+    )
     parser.add_argument(
         "--config", type=json.loads, default={},
         help="JSON object of extra keras_vit.ViT keyword arguments, overriding the variant's "
@@ -197,9 +249,12 @@ def convert_parser():
         "patch_size, hidden_size, num_layers, num_heads and mlp_dim",
     )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--weights", help="registered weights name or checkpoint path (with --variant)")
     source.add_argument(
-        "--preset", help="preset directory (keras_vit, transformers, timm Hub, keras-hub) or hf://org/name[@revision]"
+        "--weights", help="registered weights name (with --variant), checkpoint path, or a preset as --preset takes"
+    )
+    source.add_argument(
+        "--preset", help="preset directory (keras_vit, transformers, timm Hub, keras-hub, e.g. the one "
+        "examples/finetune.py writes) or hf://org/name[@revision] or kaggle://owner/model/framework/variation handle"
     )
     parser.add_argument(
         "--output", required=True, help="file ending with .weights.h5 (--format weights) or a preset directory"
@@ -234,12 +289,15 @@ def convert_parser():
     parser.add_argument("--tolerance", type=float, default=1e-4, help="largest max |difference| accepted (default 1e-4)")
     parser.add_argument("--batch-size", type=int, default=2, help="images in the random test batch (default 2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random test batch (default 0)")
+    parser.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     return parser
 
 
 def convert(argv=None):
     """Entry point of `keras-vit-convert`; returns the exit status."""
     args = convert_parser().parse_args(argv)
+    # TensorFlow, imported along the way on every backend, starts quietly.
+    prepare(args.threads, ("tensorflow", "keras_vit"))
     from keras_vit_tools import convert as tool
 
     return tool.run(args)

@@ -1,10 +1,12 @@
 """Converts a ViT checkpoint or preset and verifies the result numerically.
 
-Reads any checkpoint keras_vit loads: `--weights` (a registered weights name,
-an official or big_vision `.npz`, a timm `.safetensors`/`.pth`, a keras_vit
-`.weights.h5`, with `--variant`) or `--preset` (a keras_vit, transformers,
-timm Hub or keras-hub directory, or an `hf://org/name[@revision]` handle,
-see `keras_vit.from_preset`). Writes `--output` as `--format`: `weights` (a
+Reads any checkpoint keras_vit loads, through `keras_vit.load_model`:
+`--weights` (a registered weights name with `--variant`; an official or
+big_vision `.npz`, a timm `.safetensors`/`.pth` or a keras_vit
+`.weights.h5`, whose architecture is read from the file unless `--variant`
+or `--config` gives it) or `--preset` (a keras_vit, transformers, timm Hub
+or keras-hub directory, or an `hf://org/name[@revision]` or `kaggle://`
+handle; `--weights` takes these too). Writes `--output` as `--format`: `weights` (a
 `.weights.h5` file, and a `.keras` model with `--keras`), `keras_vit` or
 `transformers` (preset directories, `model.save_to_preset`). Then checks on a
 fixed random batch that
@@ -21,8 +23,8 @@ and exits with status 1 when a maximum absolute difference exceeds
 Examples:
   keras-vit-convert --variant B/16 --weights imagenet21k+imagenet2012 \\
       --output vit_b16_384.weights.h5 --keras
-  python tools/convert.py --variant ViTTi16 --gelu erf \\
-      --weights deit_tiny_patch16_224.npz --output deit_tiny.weights.h5
+  python tools/convert.py --gelu erf --weights deit_tiny_patch16_224.npz \\
+      --output deit_tiny.weights.h5
   keras-vit-convert --preset hf://facebook/deit-tiny-patch16-224 \\
       --output deit_tiny_keras_vit --format keras_vit
   keras-vit-convert --preset my_keras_vit_preset --output my_vit_hf --format transformers
@@ -37,8 +39,9 @@ import numpy as np
 
 from keras_vit import architectures, presets
 from keras_vit.architectures import GELU_FLAVOURS, gelu_activation
-from keras_vit.models import ViT, ViTHybrid
+from keras_vit.resolver import load_model
 from keras_vit.weights import describe_weights, loader, readers
+from keras_vit.weights.describe import checkpoint_constructor
 from keras_vit.weights.mapping import model_state
 from keras_vit_tools import reference
 
@@ -60,9 +63,12 @@ def build_parser():
 
 def _architecture(args):
     config = {}
-    if args.variant is not None:
+    variant = args.variant
+    if variant is None and not args.config and os.path.isfile(args.weights):
+        variant = checkpoint_constructor(args.weights)  # None: --variant is needed
+    if variant is not None:
         try:
-            variant = architectures.get_variant(args.variant)
+            variant = architectures.get_variant(variant)
         except ValueError as error:
             raise ValueError(str(error).replace("`name`", "--variant")) from None
         # The model name of the named constructor, e.g. "vitti16".
@@ -70,12 +76,15 @@ def _architecture(args):
     config.update(args.config)
     missing = [k for k in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim") if k not in config]
     if missing:
-        raise ValueError(f"Give --variant, or --config with {missing}.")
+        raise ValueError(
+            f"Give --variant, or --config with {missing} (the architecture of "
+            f"--weights {args.weights!r} is not one the file shows)."
+        )
     return config
 
 
 def _model_class(config):
-    return ViTHybrid if "resnet_layers" in config else ViT
+    return "ViTHybrid" if "resnet_layers" in config else "ViT"
 
 
 def _outputs(model, x):
@@ -102,7 +111,7 @@ def _from_weights(args):
         representation_size=representation or None,
         mlp_activation=activation or "gelu_tanh",
     )
-    model = _model_class(config)(weights=path, **build)
+    model = load_model(_model_class(config), weights=path, **build)
     return model, lambda: readers.read_checkpoint(path, model).params, path
 
 
@@ -119,7 +128,7 @@ def _from_preset(args):
     elif args.classes is not None:
         overrides["classes"] = args.classes
     source = presets.describe_preset(args.preset)
-    model = presets.from_preset(source.directory, **overrides)
+    model = load_model(source.directory, **overrides)
     return model, lambda: source.read(model).params, f"{args.preset} ({source.layout} preset)"
 
 
@@ -162,12 +171,20 @@ def _transformers_outputs(directory, x):
     """The output of transformers' own model for the directory (the class its
     `config.json` names: logits, image embeddings, pooled output or tokens,
     as the keras_vit model gives them), or None without transformers."""
+    import logging
+
     try:
         import torch
+
+        # transformers loads torchao, whose missing-kernel notices and torch's
+        # pytree deprecations say nothing about this check.
+        for name in ("torch", "torchao"):
+            logging.getLogger(name).setLevel(logging.ERROR)
         import transformers
     except ImportError:
         print("transformers check: transformers or torch is not installed; skipped")
         return None
+    transformers.utils.logging.disable_progress_bar()
     with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
     model_class = getattr(transformers, (config.get("architectures") or [""])[0], transformers.AutoModel)
@@ -235,6 +252,9 @@ def convert(args):
         )
     if args.keras and fmt != "weights":
         raise ValueError("--keras goes with --format weights (a preset is already a whole model).")
+    if args.weights and (args.weights.startswith(presets.HANDLE_SCHEMES) or os.path.isdir(args.weights)):
+        # A preset folder or handle names a whole model, whichever flag gives it.
+        args.preset, args.weights = args.weights, None
     model, read_params, source = _from_preset(args) if args.preset else _from_weights(args)
     print(
         f"source: {source}\nmodel: {model.name}, image {model.image_size}, "

@@ -7,6 +7,7 @@ the portable `keras.ops` form otherwise (docs/performance.md).
 """
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.attention_pool import AttentionPoolHead
 from keras_vit.layers.interpolation import interpolate_position_embedding
 from keras_vit.layers.map_head import MapHead
 from keras_vit.layers.norms import NORMS, norm_layer
@@ -29,6 +30,7 @@ from keras_vit.layers.pyramid import SimpleFeaturePyramid
 from keras_vit.layers.transformer import MlpBlock, TransformerBlock
 
 __all__ = [
+    "AttentionPoolHead",
     "BottleneckUnit",
     "GroupNorm",
     "MaxPool2D",

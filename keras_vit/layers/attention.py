@@ -7,10 +7,18 @@ from keras import ops
 
 from keras_vit import kernels
 from keras_vit.kernels import call_sublayer
-from keras_vit.layers.norms import check_norm_kind
+from keras_vit.layers.config import check_qkv_bias, qkv_biases
+from keras_vit.layers.norms import check_norm_kind, norm_layer
 from keras_vit.layers.qk_norm import QKNorm
+from keras_vit.layers.rotary import LAYOUTS, apply_rotary, rotary_spec
 from keras_vit.layers.seeds import check_seed
-from keras_vit.validation import check_bool, check_positive_float, check_positive_int, check_rate
+from keras_vit.validation import (
+    check_bool,
+    check_choice,
+    check_positive_float,
+    check_positive_int,
+    check_rate,
+)
 
 
 def tokens_shape(shape, count):
@@ -72,7 +80,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     `(D,)`): the layout of the official checkpoints and of Keras'
     `MultiHeadAttention`, so they load without reshaping. With
     `qkv_bias=False` the query, key and value projections have no bias (as
-    some timm and transformers checkpoints); the output keeps its bias.
+    some timm and transformers checkpoints), with a triple some of them
+    have none (DINOv3's key); `out_bias=False` drops the output's.
+
+    With `rope_layout`, the call takes rotary tables (`rope=`) and turns
+    the queries and keys by them before the attention, which stays the
+    fused kernel: the tables hold one row per token, identity rows (sine 0,
+    cosine 1) for the prefix tokens (`RotaryEmbedding(num_prefix_tokens=)`
+    makes them once per grid for every block).
 
     The ordinary call runs the projections as 2D matrix products and the
     attention through `keras_vit.kernels.attention` (the backend's
@@ -86,13 +101,23 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         num_heads: int, number of heads.
         head_dim: int, width of each head.
         dropout_rate: float in [0, 1), dropout on the attention probabilities.
-        qkv_bias: bool, default True: whether the query, key and value
-            projections add a bias.
+        qkv_bias: True (default), False or a `(query, key, value)` triple
+            of bools: which of the query, key and value projections add a
+            bias.
+        out_bias: bool, default True: whether the output projection adds a
+            bias.
+        out_norm: None (default) or a float, the epsilon of a norm of the
+            attention's output (over `heads * head_dim`) before the output
+            projection (sublayer `norm`; EVA02-CLIP's `scale_attn_inner`),
+            of kind `qk_norm_kind`.
+        rope_layout: None (default: no rotary embedding) or the layout of
+            the rotary tables the call gets, "half" or "interleaved"
+            (`keras_vit.layers.rotary.LAYOUTS`).
         kernel_initializer, bias_initializer: initializers of the projections.
         qk_norm: None (default) or a float, the epsilon of a LayerNorm of
             the queries and of the keys over `head_dim` before their product
             (`QKNorm`, sublayer `qk_norm`; ViT-22B, timm's `qk_norm=True`).
-        qk_norm_kind: the kind of that norm, a name of
+        qk_norm_kind: the kind of that norm (and of `out_norm`), a name of
             `keras_vit.layers.norms.NORMS`, default "layernorm".
         seed: None (default: drawn from Keras' global generator, which
             `keras.utils.set_random_seed` seeds) or an int, the seed of the
@@ -110,6 +135,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             or `(batch, 1 or heads, tokens, tokens)` (a causal mask, for
             one). 0/1 integers are read as booleans. A token that may attend
             to no token gets a zero attention output.
+        rope: None (default) or the rotary tables of `RotaryEmbedding`
+            with its prefix rows: `(2, tokens, head_dim)` (sines, cosines)
+            or `(2, tokens, heads, head_dim)` (per head: RoPE-ViT mixed);
+            needs `rope_layout`.
 
     Returns:
         `(batch, tokens, D)` (`(batch, n, D)` with `query_tokens=n`).
@@ -125,6 +154,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     >>> causal = np.tril(np.ones((1, 5, 5), bool))
     >>> tuple(layer(np.zeros((1, 5, 8), "float32"), attention_mask=causal).shape)
     (1, 5, 8)
+    >>> from keras_vit.layers.rotary import RotaryEmbedding
+    >>> tables = RotaryEmbedding(4, "dinov3", num_prefix_tokens=1)(np.zeros((1, 2, 2, 8), "float32"))
+    >>> rotary = MultiHeadSelfAttention(num_heads=2, head_dim=4, qkv_bias=(True, False, True),
+    ...                                 rope_layout="half")
+    >>> tuple(rotary(np.zeros((1, 5, 8), "float32"), rope=tables).shape)
+    (1, 5, 8)
     """
 
     def __init__(
@@ -138,6 +173,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         seed=None,
         qk_norm=None,
         qk_norm_kind="layernorm",
+        out_bias=True,
+        out_norm=None,
+        rope_layout=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -146,7 +184,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.head_dim = check_positive_int(head_dim, "head_dim")
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
-        self.qkv_bias = check_bool(qkv_bias, "qkv_bias")
+        self.qkv_bias = check_qkv_bias(qkv_bias)
+        self.out_bias = check_bool(out_bias, "out_bias")
+        self.out_norm_epsilon = None if out_norm is None else check_positive_float(out_norm, "out_norm")
+        self.rope_layout = None if rope_layout is None else check_choice(rope_layout, LAYOUTS, "rope_layout")
         self.seed = check_seed(seed)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
@@ -156,20 +197,24 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         dim = input_shape[-1]
         projection = dict(
             output_shape=(None, self.num_heads, self.head_dim),
-            bias_axes="hk" if self.qkv_bias else None,
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
         )
-        self.query = keras.layers.EinsumDense("btd,dhk->bthk", name="query", **projection)
-        self.key = keras.layers.EinsumDense("btd,dhk->bthk", name="key", **projection)
-        self.value = keras.layers.EinsumDense("btd,dhk->bthk", name="value", **projection)
-        for layer in (self.query, self.key, self.value):
+        for name, bias in zip(("query", "key", "value"), qkv_biases(self.qkv_bias)):
+            layer = keras.layers.EinsumDense(
+                "btd,dhk->bthk", name=name, bias_axes="hk" if bias else None, **projection
+            )
             layer.build(input_shape)
+            setattr(self, name, layer)
+        self.norm = None
+        if self.out_norm_epsilon is not None:
+            self.norm = norm_layer(self.qk_norm_kind, self.out_norm_epsilon, "norm", dtype=self.dtype_policy)
+            self.norm.build((None, None, self.num_heads * self.head_dim))
         self.out = keras.layers.EinsumDense(
             "bthk,hkd->btd",
             output_shape=(None, dim),
-            bias_axes="d",
+            bias_axes="d" if self.out_bias else None,
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
@@ -190,6 +235,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     @classmethod
     def for_block(cls, config, num_heads, head_dim, **kwargs):
         """The attention a block with `config` (a `BlockConfig`) holds."""
+        layout = None if config.rope is None else rotary_spec(config.rope, **(config.rope_settings or {})).layout
         return cls(
             num_heads,
             head_dim,
@@ -197,10 +243,32 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             qkv_bias=config.qkv_bias,
             qk_norm=config.layer_norm_epsilon if config.qk_norm else None,
             qk_norm_kind=config.norm_kind,
+            out_bias=config.attention_out_bias,
+            out_norm=config.layer_norm_epsilon if config.attention_out_norm else None,
+            rope_layout=layout,
             **kwargs,
         )
 
-    def _project(self, x, query_tokens=None):
+    def _rotate(self, q, k, rope, query_tokens=None):
+        if rope is None:
+            if self.rope_layout is not None:
+                raise ValueError(
+                    f"Layer {self.name!r} has a rotary position embedding (rope_layout="
+                    f"{self.rope_layout!r}): its call needs the rotary tables, `rope=`."
+                )
+            return q, k
+        if self.rope_layout is None:
+            raise ValueError(
+                f"Layer {self.name!r} was built without a rotary embedding (rope_layout=None); "
+                "it takes no `rope` tables."
+            )
+        sin, cos = rope[0], rope[1]
+        k = apply_rotary(k, sin, cos, layout=self.rope_layout)
+        if query_tokens is not None:  # the queries of the first tokens only: their rows
+            sin, cos = sin[:query_tokens], cos[:query_tokens]
+        return apply_rotary(q, sin, cos, layout=self.rope_layout), k
+
+    def _project(self, x, query_tokens=None, rope=None):
         queries = x if query_tokens is None else x[:, :query_tokens]
         # (batch, tokens, D) by (D, heads, head_dim).
         q = kernels.project(self.query, queries)
@@ -208,9 +276,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         v = kernels.project(self.value, x)
         if self.qk_norm is not None:
             q, k = call_sublayer(self.qk_norm, q, k)
+        q, k = self._rotate(q, k, rope, query_tokens)
         return q, k, v
 
     def _output(self, context):
+        if self.norm is not None:
+            shape = ops.shape(context)
+            merged = ops.reshape(context, (shape[0], shape[1], self.num_heads * self.head_dim))
+            context = ops.reshape(call_sublayer(self.norm, merged), shape)
         # (batch, tokens, heads, head_dim) by (heads, head_dim, D).
         return kernels.project(self.out, context, axes=2)
 
@@ -218,14 +291,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # The softmax runs in float32 whatever the compute dtype.
         return kernels.attention_probs(q, k, scale=1.0 / math.sqrt(self.head_dim), mask=mask)
 
-    def attention_probs(self, x, attention_mask=None):
+    def attention_probs(self, x, attention_mask=None, rope=None):
         """Attention probabilities `(batch, heads, tokens, tokens)`, float32."""
-        q, k, _ = self._project(x)
+        q, k, _ = self._project(x, rope=rope)
         return self._probs(q, k, as_attention_mask(attention_mask))
 
-    def call(self, x, training=None, query_tokens=None, attention_mask=None):
+    def call(self, x, training=None, query_tokens=None, attention_mask=None, rope=None):
         mask = as_attention_mask(attention_mask, query_tokens)
-        q, k, v = self._project(x, query_tokens)
+        q, k, v = self._project(x, query_tokens, rope)
         if training and self.dropout_rate > 0:
             probs = call_sublayer(self.dropout, self._probs(q, k, mask), training=training)
             context = ops.einsum("bhqt,bthk->bqhk", ops.cast(probs, v.dtype), v)
@@ -236,7 +309,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
-    def compute_output_spec(self, x, training=None, query_tokens=None, attention_mask=None):
+    def compute_output_spec(self, x, training=None, query_tokens=None, attention_mask=None, rope=None):
         return keras.KerasTensor(tokens_shape(x.shape, query_tokens), dtype=self.compute_dtype)
 
     def get_config(self):
@@ -250,6 +323,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "seed": self.seed,
                 "qk_norm": self.qk_norm_epsilon,
                 "qk_norm_kind": self.qk_norm_kind,
+                "out_bias": self.out_bias,
+                "out_norm": self.out_norm_epsilon,
+                "rope_layout": self.rope_layout,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

@@ -28,11 +28,14 @@ import dataclasses
 
 from keras_vit.layers.interpolation import POSITION_INTERPOLATIONS
 from keras_vit.layers.norms import check_norm_kind
+from keras_vit.layers.rotary import VARIANTS as ROTARY_VARIANTS
+from keras_vit.layers.rotary import rotary_spec
 from keras_vit.layers.sincos import STYLES
 from keras_vit.validation import (
     check_bool,
     check_choice,
     check_positive_float,
+    check_positive_int,
     check_rate,
 )
 
@@ -43,10 +46,11 @@ MLP_ACTIVATIONS = ("gelu_tanh", "gelu", "quick_gelu")
 # The MLP of a block: "plain" Dense-activation-Dense (`MlpBlock`) or the
 # gated "swiglu" of DINOv2-giant (`SwiGluMlp`).
 MLP_KINDS = ("plain", "swiglu")
-# The position embedding: "learned" (a weight) or fixed 2D sin-cos, computed
+# The position embedding: "learned" (a weight), fixed 2D sin-cos, computed
 # for each input's grid ("sincos" is MAE's layout; `sincos_<style>` another
-# style of `keras_vit.layers.sincos.STYLES`).
-POSITION_EMBEDDINGS = ("learned", "sincos") + tuple(f"sincos_{s}" for s in STYLES if s != "mae")
+# style of `keras_vit.layers.sincos.STYLES`), or "none" (the positions come
+# from a rotary embedding alone: DINOv3, RoPE-ViT).
+POSITION_EMBEDDINGS = ("learned", "sincos") + tuple(f"sincos_{s}" for s in STYLES if s != "mae") + ("none",)
 # Metadata of the fields that change training only, never the weights: a
 # preset's model may take other values (`keras_vit.presets.OVERRIDES`).
 TRAINING = {"training_only": True}
@@ -54,6 +58,66 @@ TRAINING = {"training_only": True}
 
 def _training(default):
     return dataclasses.field(default=default, metadata=TRAINING)
+
+
+def check_qkv_bias(value, name="qkv_bias"):
+    """`value` as True, False or a `(query, key, value)` triple of bools.
+
+    A triple whose three entries agree is their bool, so that one model has
+    one spelling.
+
+    Example:
+
+    >>> check_qkv_bias([True, False, True]), check_qkv_bias((False,) * 3)
+    ((True, False, True), False)
+    """
+    if isinstance(value, bool):
+        return value
+    items = tuple(value) if isinstance(value, (list, tuple)) else None
+    if items is None or len(items) != 3 or not all(isinstance(v, bool) for v in items):
+        raise ValueError(
+            f"`{name}` must be True, False or a (query, key, value) triple of them. "
+            f"Received: {name}={value!r}"
+        )
+    return items[0] if len(set(items)) == 1 else items
+
+
+def qkv_biases(value):
+    """The `(query, key, value)` bias flags of a checked `qkv_bias`.
+
+    Example:
+
+    >>> qkv_biases(True), qkv_biases((True, False, True))
+    ((True, True, True), (True, False, True))
+    """
+    return (value,) * 3 if isinstance(value, bool) else tuple(value)
+
+
+def check_rope(rope, settings):
+    """`(rope, settings)` checked: a variant of `keras_vit.layers.rotary.VARIANTS`
+    (or None) and a dict of `RotarySpec` fields replacing the variant's
+    (or None), normalised as `rotary_spec` normalises them.
+
+    Example:
+
+    >>> check_rope("pe", {"reference_grid": [14, 14]})
+    ('pe', {'reference_grid': (14, 14)})
+    """
+    if rope is None:
+        if settings:
+            raise ValueError(
+                f"`rope_settings` needs a `rope` variant. Received: rope=None, rope_settings={settings!r}"
+            )
+        return None, None
+    check_choice(rope, tuple(ROTARY_VARIANTS), "rope")
+    if settings is None:
+        return rope, None
+    if not isinstance(settings, dict):
+        raise ValueError(
+            f"`rope_settings` must be None or a dict of `RotarySpec` fields. Received: rope_settings={settings!r}"
+        )
+    spec = rotary_spec(rope, **settings)
+    return rope, {name: getattr(spec, name) for name in settings if settings[name] is not None} or None
 
 
 class _Record:
@@ -135,8 +199,19 @@ class BlockConfig(_Record):
             official code's tanh approximation), "gelu" (exact erf GELU,
             timm/DeiT) or "quick_gelu" (`x * sigmoid(1.702 x)`, OpenAI
             CLIP).
-        qkv_bias: bool, default True: biases on the query, key and value
-            projections.
+        qkv_bias: True (default), False, or a `(query, key, value)` triple
+            of bools: biases on the query, key and value projections
+            (DINOv3's key has none: `(True, False, True)`).
+        attention_out_bias: bool, default True: a bias on the attention's
+            output projection (`out`; AIMv2's has none).
+        attention_out_norm: bool, default False: a norm of the attention's
+            output before its output projection (EVA02-CLIP's
+            `scale_attn_inner`, timm's `attn.norm`; sublayer `norm`).
+        mlp_bias: bool, default True: biases on the MLP's projections (plain
+            and gated).
+        mlp_norm: bool, default False: a norm of the MLP's hidden
+            activations before its last projection (EVA02's `scale_mlp`,
+            timm's `mlp.norm`; sublayer `norm`), plain or gated.
         layer_scale_init: None (default) or a positive float: LayerScale on
             both branches of every block, initialised to this value.
         dropout_rate: float in [0, 1), default 0: dropout after attention,
@@ -157,6 +232,18 @@ class BlockConfig(_Record):
             gradients are the same. Needs `dropout_rate`,
             `attention_dropout_rate` and stochastic depth at 0 (a random mask
             drawn again in the recomputation would differ).
+        rope: None (default) or a rotary position embedding on the queries
+            and keys of the patch tokens (prefix tokens left unrotated): a
+            variant of `keras_vit.layers.rotary.VARIANTS`, "dinov3",
+            "eva02", "pe", "axial" or "mixed" (RoPE-ViT's learned
+            frequencies, weight `rope/frequencies`). The model computes the
+            tables once per input grid (layer `rope`,
+            `keras_vit.layers.rotary.RotaryEmbedding`) and hands them to
+            every block, so any image size and aspect ratio works.
+        rope_settings: None (default) or a dict of `RotarySpec` fields
+            replacing the variant's (`base`, `reference_grid`,
+            `grid_offset`, `order`, `layout`, `normalize_coords`,
+            `min_period`, `max_period`).
 
     Example:
 
@@ -174,12 +261,23 @@ class BlockConfig(_Record):
     mlp_kind: str = "plain"
     qk_norm: bool = False
     remat: bool = _training(False)
+    attention_out_bias: bool = True
+    attention_out_norm: bool = False
+    mlp_bias: bool = True
+    mlp_norm: bool = False
+    rope: object = None
+    rope_settings: object = None
 
     def __post_init__(self):
         self._set("layer_norm_epsilon", check_positive_float(self.layer_norm_epsilon, "layer_norm_epsilon"))
         check_norm_kind(self.norm_kind)
         check_choice(self.mlp_activation, MLP_ACTIVATIONS, "mlp_activation")
-        check_bool(self.qkv_bias, "qkv_bias")
+        self._set("qkv_bias", check_qkv_bias(self.qkv_bias))
+        for name in ("attention_out_bias", "attention_out_norm", "mlp_bias", "mlp_norm"):
+            check_bool(getattr(self, name), name)
+        rope, settings = check_rope(self.rope, self.rope_settings)
+        self._set("rope", rope)
+        self._set("rope_settings", settings)
         if self.layer_scale_init is not None:
             self._set("layer_scale_init", check_positive_float(self.layer_scale_init, "layer_scale_init"))
         self._set("dropout_rate", check_rate(self.dropout_rate, "dropout_rate"))
@@ -204,15 +302,20 @@ class EncoderConfig(_Record):
     Args:
         patch_bias: bool, default True: a bias in the patch embedding
             (OpenAI CLIP's has none).
+        patch_norm: bool, default False: a norm of the patch embeddings
+            before the position embedding, of the blocks' `norm_kind` and
+            `layer_norm_epsilon` (AIMv2's RMSNorm, timm's `embed_norm_layer`;
+            layer `embedding/norm`).
         pre_norm: bool, default False: a norm (layer `pre_norm`) on the
             tokens before the first block (CLIP's `pre_layrnorm`).
         class_token: None (default: a class token when the classifier is
             "token", none for "gap" and "map") or bool: whether to prepend a
             class token whatever the classifier (timm's `class_token`).
-        position_embedding: "learned" (default, weight `pos_embedding`) or
+        position_embedding: "learned" (default, weight `pos_embedding`),
             "sincos" (fixed 2D sin-cos of MAE, recomputed for each input's
             grid, no weight; `"sincos_mocov3"`, `"sincos_big_vision"` other
-            layouts, see `keras_vit.layers.sincos`).
+            layouts, see `keras_vit.layers.sincos`) or "none" (no absolute
+            position embedding: the positions come from `rope` alone).
         position_interpolation: how a learned position embedding is resized
             for another grid: a name of
             `keras_vit.layers.interpolation.POSITION_INTERPOLATIONS`, default
@@ -224,22 +327,31 @@ class EncoderConfig(_Record):
             timm's `patch_drop_rate`; layer `patch_dropout`); the class,
             distillation and register tokens are always kept; no effect at
             inference.
+        map_num_heads: None (default: the blocks' `num_heads`) or a
+            positive int: the heads of the MAP head (`classifier` or
+            `pooling` "map"; Perception Encoder's `attn_pool` has 8).
+        map_mlp_dim: None (default: the blocks' `mlp_dim`) or a positive
+            int: the MLP width of the MAP head.
 
     Example:
 
     >>> EncoderConfig(pre_norm=True).get_config()
-    {'patch_bias': True, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0}
+    {'patch_bias': True, 'patch_norm': False, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0, 'map_num_heads': None, 'map_mlp_dim': None}
     """
 
     patch_bias: bool = True
+    patch_norm: bool = False
     pre_norm: bool = False
     class_token: object = None
     position_embedding: str = "learned"
     position_interpolation: str = "official"
     patch_dropout_rate: float = _training(0.0)
+    map_num_heads: object = None
+    map_mlp_dim: object = None
 
     def __post_init__(self):
         check_bool(self.patch_bias, "patch_bias")
+        check_bool(self.patch_norm, "patch_norm")
         check_bool(self.pre_norm, "pre_norm")
         if self.class_token is not None:
             check_bool(self.class_token, "class_token")
@@ -248,6 +360,8 @@ class EncoderConfig(_Record):
             self.position_interpolation, tuple(POSITION_INTERPOLATIONS), "position_interpolation"
         )
         self._set("patch_dropout_rate", check_rate(self.patch_dropout_rate, "patch_dropout_rate"))
+        for name in ("map_num_heads", "map_mlp_dim"):
+            check_positive_int(getattr(self, name), name, allow_none=True)
 
 
 # Each record by the name it has in a model's arguments and config.

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_vit import kernels
+from keras_vit.layers.attention import as_attention_mask
 from keras_vit.layers.config import MLP_ACTIVATIONS
 from keras_vit.layers.norms import check_norm_kind, norm_layer
 from keras_vit.layers.transformer import MlpBlock
@@ -44,8 +45,11 @@ class MapHead(keras.layers.Layer):
         norm_kind: the kind of the norm before the MLP, a name of
             `keras_vit.layers.norms.NORMS`, default "layernorm".
 
-    Input shape:
-        `(batch, tokens, D)`.
+    Call arguments:
+        tokens: `(batch, tokens, D)`.
+        token_mask: None (default: every token) or a boolean `(batch,
+            tokens)`: the probe attends to the tokens marked True only
+            (the valid patches of a padded NaFlex batch).
 
     Returns:
         `(batch, D)`.
@@ -55,6 +59,9 @@ class MapHead(keras.layers.Layer):
     >>> import numpy as np
     >>> head = MapHead(num_heads=2, mlp_dim=16)
     >>> tuple(head(np.zeros((3, 5, 8), "float32")).shape)
+    (3, 8)
+    >>> valid = np.array([[True] * 3 + [False] * 2] * 3)
+    >>> tuple(head(np.zeros((3, 5, 8), "float32"), token_mask=valid).shape)
     (3, 8)
     >>> sorted({w.path.split("/")[1] for w in head.weights})
     ['LayerNorm_0', 'MlpBlock_0', 'MultiHeadDotProductAttention_0', 'probe']
@@ -119,15 +126,15 @@ class MapHead(keras.layers.Layer):
         self.mlp.build((None, 1, dim))
         self.built = True
 
-    def call(self, tokens):
+    def call(self, tokens, token_mask=None):
         probe = ops.cast(self.probe, self.compute_dtype)
         probe = ops.broadcast_to(probe, (ops.shape(tokens)[0], 1, probe.shape[-1]))
-        y = self.attention(probe, tokens)
+        y = self.attention(probe, tokens, as_attention_mask(token_mask))
         y = y + self.mlp(self.norm(y))
         return y[:, 0]
 
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], input_shape[-1])
+    def compute_output_shape(self, tokens_shape, token_mask_shape=None):
+        return (tokens_shape[0], tokens_shape[-1])
 
     def get_config(self):
         config = super().get_config()
@@ -181,12 +188,12 @@ class _ProbeAttention(keras.layers.Layer):
         self.out.build((None, None, self.num_heads, self.head_dim))
         self.built = True
 
-    def call(self, queries, tokens):
+    def call(self, queries, tokens, attention_mask=None):
         q = kernels.project(self.query, queries)
         k = kernels.project(self.key, tokens)
         v = kernels.project(self.value, tokens)
-        context = kernels.attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim))
+        context = kernels.attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim), mask=attention_mask)
         return kernels.project(self.out, context, axes=2)
 
-    def compute_output_shape(self, queries_shape, tokens_shape=None):
+    def compute_output_shape(self, queries_shape, tokens_shape, attention_mask_shape=None):
         return tuple(queries_shape)

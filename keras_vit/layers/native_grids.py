@@ -15,6 +15,7 @@ fixed `n`. `antialiased_linear_weights` equals the rows of
 `resize_matrix(new, old, "bilinear_antialias")`.
 """
 
+import numpy as np
 from keras import ops
 
 from keras_vit.validation import check_int
@@ -49,7 +50,8 @@ def antialiased_linear_weights(positions, new_sizes, old):
     scale = float(old) / new_sizes
     support = ops.maximum(scale, 1.0)
     center = (positions + 0.5) * scale - 0.5
-    source = ops.arange(old, dtype="float32")
+    # A constant: `old` is static (jax2onnx cannot trace `arange` of one argument).
+    source = ops.convert_to_tensor(np.arange(old, dtype="float32"))
     weights = ops.maximum(1.0 - ops.abs(source - center[..., None]) / support[..., None], 0.0)
     return weights / ops.sum(weights, axis=-1, keepdims=True)
 
@@ -91,9 +93,16 @@ def position_embedding_at(table, positions, grid_sizes):
     dtype = grid.dtype
     positions = ops.convert_to_tensor(positions)
     sizes = ops.convert_to_tensor(grid_sizes)
-    rows = antialiased_linear_weights(positions[..., 0], sizes[:, None, 0], grid.shape[0])
-    cols = antialiased_linear_weights(positions[..., 1], sizes[:, None, 1], grid.shape[1])
-    out = ops.einsum("bni,bnj,ijd->bnd", rows, cols, ops.cast(grid, "float32"))
+    # `take`, not two slices of one tensor: ONNX optimizers merge those into
+    # a `Split` of a newer opset than tf2onnx's graph.
+    axis = lambda x, i: ops.take(x, i, axis=-1)  # noqa: E731
+    rows = antialiased_linear_weights(axis(positions, 0), axis(sizes, 0)[:, None], grid.shape[0])
+    cols = antialiased_linear_weights(axis(positions, 1), axis(sizes, 1)[:, None], grid.shape[1])
+    # One matrix product with the outer product of the two axes' weights:
+    # a three-operand einsum makes torch.export fix the batch size.
+    cells = grid.shape[0] * grid.shape[1]
+    weights = ops.reshape(rows[..., :, None] * cols[..., None, :], tuple(ops.shape(rows)[:-1]) + (cells,))
+    out = ops.matmul(weights, ops.reshape(ops.cast(grid, "float32"), (cells, grid.shape[-1])))
     return ops.cast(out, dtype)
 
 
@@ -149,10 +158,12 @@ def grid_sizes_from_positions(positions, valid):
     >>> ops.convert_to_numpy(grid_sizes_from_positions(pos, valid)).tolist()
     [[2, 2]]
     """
-    positions = ops.cast(ops.convert_to_tensor(positions), "int32")
-    valid = ops.convert_to_tensor(valid)
-    masked = ops.where(valid[..., None], positions, -1)
-    return ops.maximum(ops.max(masked, axis=1) + 1, 1)
+    # In float32 (exact for these indices): OpenVINO's CPU plugin reduces
+    # jax2onnx's int32 maximum of this form wrongly.
+    positions = ops.cast(ops.convert_to_tensor(positions), "float32")
+    keep = ops.cast(ops.convert_to_tensor(valid), "float32")[..., None]
+    masked = positions * keep + (keep - 1.0)
+    return ops.cast(ops.maximum(ops.max(masked, axis=1) + 1.0, 1.0), "int32")
 
 
 __all__ = [

@@ -4,10 +4,19 @@ import keras
 from keras import ops
 
 from keras_vit import kernels
-from keras_vit.layers.config import POSITION_EMBEDDINGS
+from keras_vit.layers.config import POSITION_EMBEDDINGS, BlockConfig
 from keras_vit.layers.interpolation import check_family, resize_grid
+from keras_vit.layers.native_grids import position_embedding_at
+from keras_vit.layers.norms import check_norm_kind, norm_layer
 from keras_vit.layers.sincos import sincos_position_embedding
-from keras_vit.validation import check_bool, check_choice, check_int, check_positive_int, pair
+from keras_vit.validation import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_positive_float,
+    check_positive_int,
+    pair,
+)
 
 
 def _interpolation_matrix(new, old, dtype):
@@ -84,10 +93,12 @@ class PatchEncoder(keras.layers.Layer):
             `(1, num_register_tokens, D)`).
         use_bias: bool, default True: whether the patch projection adds a
             bias (weight `bias`; OpenAI CLIP's embedding has none).
-        position_embedding: "learned" (default: weight `pos_embedding`) or
+        position_embedding: "learned" (default: weight `pos_embedding`),
             a fixed 2D sin-cos embedding computed for each input's grid, no
             weight: "sincos" (MAE), "sincos_mocov3", "sincos_big_vision"
-            (`keras_vit.layers.sincos`); its prefix rows are zeros.
+            (`keras_vit.layers.sincos`; its prefix rows are zeros), or
+            "none" (nothing added: a model whose positions come from a
+            rotary embedding alone).
         position_interpolation: default "official": how a learned position
             embedding is resized for another grid, a name of
             `keras_vit.layers.interpolation.POSITION_INTERPOLATIONS` ("vit",
@@ -96,6 +107,11 @@ class PatchEncoder(keras.layers.Layer):
         class_token_initializer: initializers of the four weights. The
             distillation and register tokens start from N(0, 0.02): equal
             starts would stay equal under training.
+        patch_norm: None (default) or a norm kind of
+            `keras_vit.layers.norms.NORMS`: a norm of the patch embeddings
+            before the prefix tokens and the position embedding (AIMv2's
+            RMSNorm, timm's `embed_norm_layer`; sublayer `norm`).
+        patch_norm_epsilon: float, default 1e-6: that norm's epsilon.
 
     Input shape:
         `(batch, h, w, ph * pw * C)`, as returned by `Patches`.
@@ -134,9 +150,13 @@ class PatchEncoder(keras.layers.Layer):
         bias_initializer="zeros",
         position_initializer=None,
         class_token_initializer="zeros",
+        patch_norm=None,
+        patch_norm_epsilon=1e-6,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.patch_norm = None if patch_norm is None else check_norm_kind(patch_norm)
+        self.patch_norm_epsilon = check_positive_float(patch_norm_epsilon, "patch_norm_epsilon")
         self.hidden_size = check_positive_int(hidden_size, "hidden_size")
         self.patch_size = pair(patch_size, "patch_size")
         self.grid_size = pair(grid_size, "grid_size")
@@ -163,12 +183,17 @@ class PatchEncoder(keras.layers.Layer):
         self.input_spec = keras.layers.InputSpec(ndim=4)
 
     @classmethod
-    def for_encoder(cls, config, hidden_size, patch_size, grid_size, **kwargs):
-        """The embedding of an encoder with `config` (an `EncoderConfig`)."""
+    def for_encoder(cls, config, hidden_size, patch_size, grid_size, block_config=None, **kwargs):
+        """The embedding of an encoder with `config` (an `EncoderConfig`);
+        its patch norm has the kind and epsilon of `block_config` (a
+        `BlockConfig`, default the defaults)."""
+        block_config = BlockConfig() if block_config is None else block_config
         return cls(
             hidden_size, patch_size, grid_size, use_bias=config.patch_bias,
             position_embedding=config.position_embedding,
-            position_interpolation=config.position_interpolation, **kwargs,
+            position_interpolation=config.position_interpolation,
+            patch_norm=block_config.norm_kind if config.patch_norm else None,
+            patch_norm_epsilon=block_config.layer_norm_epsilon, **kwargs,
         )
 
     @property
@@ -223,6 +248,10 @@ class PatchEncoder(keras.layers.Layer):
                 shape=(1, self.num_prefix_rows + gh * gw, self.hidden_size),
                 initializer=self.position_initializer,
             )
+        self.norm = None
+        if self.patch_norm is not None:
+            self.norm = norm_layer(self.patch_norm, self.patch_norm_epsilon, "norm", dtype=self.dtype_policy)
+            self.norm.build((None, None, self.hidden_size))
         self.built = True
 
     def _broadcast(self, token, batch):
@@ -230,7 +259,10 @@ class PatchEncoder(keras.layers.Layer):
         return ops.broadcast_to(token, (batch,) + tuple(token.shape[1:]))
 
     def position_embedding_for(self, grid):
-        """The position embedding for a `(h, w)` grid, resized when needed."""
+        """The position embedding for a `(h, w)` grid, resized when needed
+        (None for `position_embedding="none"`)."""
+        if self.position_embedding == "none":
+            return None
         if self.pos_embedding is None:
             style = self.position_embedding.replace("sincos", "").lstrip("_") or "mae"
             table = sincos_position_embedding(grid, self.hidden_size, style, self.num_prefix_rows)
@@ -258,12 +290,24 @@ class PatchEncoder(keras.layers.Layer):
             order, without prefix tokens or position embedding.
         """
         grid = self._grid(patches)
+        return self.embed_flat_patches(ops.reshape(patches, (-1, grid[0] * grid[1], patches.shape[-1])))
+
+    def embed_flat_patches(self, patches):
+        """Projects patches flattened row-major as `(ph, pw, C)` to tokens.
+
+        Args:
+            patches: `(batch, n, ph * pw * C)`, in any order (a NaFlex
+                batch's `"patches"`).
+
+        Returns:
+            `(batch, n, hidden_size)`.
+        """
         kernel = ops.reshape(
             ops.cast(self.kernel, self.compute_dtype), (-1, self.hidden_size)
         )
-        tokens = ops.reshape(patches, (-1, grid[0] * grid[1], kernel.shape[0]))
         bias = None if self.bias is None else ops.cast(self.bias, self.compute_dtype)
-        return kernels.dense(tokens, kernel, bias)
+        tokens = kernels.dense(ops.cast(patches, self.compute_dtype), kernel, bias)
+        return tokens if self.norm is None else self.norm(tokens)
 
     def add_positions(self, tokens, grid):
         """Prepends the prefix tokens and adds the position embedding.
@@ -286,13 +330,58 @@ class PatchEncoder(keras.layers.Layer):
         prefix = [t for t in (self.class_embedding, self.distillation_embedding) if t is not None]
         if prefix:
             x = ops.concatenate([self._broadcast(t, batch) for t in prefix] + [x], axis=1)
-        x = x + self.position_embedding_for(grid)
+        positions = self.position_embedding_for(grid)
+        if positions is not None:
+            x = x + positions
         if self.register_embeddings is None:
             return x
         # Registers join after the position embedding: they have no row.
         registers = self._broadcast(self.register_embeddings, batch)
         rows = self.num_prefix_rows
         return ops.concatenate([x[:, :rows], registers, x[:, rows:]], axis=1)
+
+    def add_positions_at(self, tokens, positions, grid_sizes):
+        """Prepends the prefix tokens and adds each patch's position embedding
+        read at its own image's grid (a NaFlex batch).
+
+        The patch rows of the table are resized to each image's grid as
+        transformers' SigLIP 2 does for its `spatial_shapes`
+        (`keras_vit.layers.native_grids.position_embedding_at`); the prefix
+        tokens keep their rows.
+
+        Args:
+            tokens: `(batch, n, hidden_size)` patch embeddings.
+            positions: int `(batch, n, 2)`, each patch's (row, column).
+            grid_sizes: int `(batch, 2)`, each image's (rows, columns).
+
+        Returns:
+            `(batch, num_prefix_tokens + n, hidden_size)`, in `call`'s order.
+
+        Raises:
+            ValueError: for a table this layer does not resize per image: a
+                fixed sin-cos embedding, or another `position_interpolation`
+                than "siglip2".
+        """
+        if self.pos_embedding is None or self.position_interpolation != "siglip2":
+            raise ValueError(
+                "Patches on per-image grids need a learned position embedding resized as "
+                "SigLIP 2 does (position_embedding='learned', position_interpolation='siglip2'). "
+                f"Received: position_embedding={self.position_embedding!r}, "
+                f"position_interpolation={self.position_interpolation!r}"
+            )
+        rows = self.num_prefix_rows
+        gh, gw = self.grid_size
+        # float32 whatever the compute dtype, as the "siglip2" resize.
+        table = ops.reshape(ops.cast(self.pos_embedding, "float32")[0, rows:], (gh, gw, self.hidden_size))
+        x = tokens + ops.cast(position_embedding_at(table, positions, grid_sizes), self.compute_dtype)
+        batch = ops.shape(x)[0]
+        lead = [self._broadcast(t, batch) for t in (self.class_embedding, self.distillation_embedding)
+                if t is not None]
+        if lead:
+            lead = [ops.concatenate(lead, axis=1) + ops.cast(self.pos_embedding[:, :rows], self.compute_dtype)]
+        if self.register_embeddings is not None:
+            lead.append(self._broadcast(self.register_embeddings, batch))
+        return ops.concatenate(lead + [x], axis=1) if lead else x
 
     def _grid(self, patches):
         static, dynamic = patches.shape, ops.shape(patches)
@@ -319,6 +408,8 @@ class PatchEncoder(keras.layers.Layer):
                 "use_bias": self.use_bias,
                 "position_embedding": self.position_embedding,
                 "position_interpolation": self.position_interpolation,
+                "patch_norm": self.patch_norm,
+                "patch_norm_epsilon": self.patch_norm_epsilon,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

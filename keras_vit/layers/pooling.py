@@ -29,6 +29,13 @@ class TokenPooling(keras.layers.Layer):
         num_prefix_tokens: int, number of leading non-patch tokens (1 with a
             class token alone, else 0).
 
+    Call arguments:
+        x: `(batch, tokens, D)`.
+        token_mask: None (default: every token) or a boolean `(batch,
+            tokens)`: "avg", "max" and "token_avg" reduce over the patch
+            tokens marked True only (the valid patches of a padded NaFlex
+            batch).
+
     Example:
 
     >>> import keras, numpy as np
@@ -36,6 +43,9 @@ class TokenPooling(keras.layers.Layer):
     >>> y = TokenPooling("avg", num_prefix_tokens=1)(x)
     >>> keras.ops.convert_to_numpy(y).tolist()
     [[3.0, 4.0]]
+    >>> valid = np.array([[True, True, False]])
+    >>> keras.ops.convert_to_numpy(TokenPooling("avg", 1)(x, token_mask=valid)).tolist()
+    [[2.0, 3.0]]
     """
 
     def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
@@ -57,23 +67,31 @@ class TokenPooling(keras.layers.Layer):
         """How many leading tokens the pooling reads (None: patch tokens too)."""
         return {"token": 1, "distillation": 2}.get(self.mode)
 
-    def call(self, x):
+    def call(self, x, token_mask=None):
         if self.mode == "token":
             return x[:, 0]
         if self.mode == "distillation":
             return x[:, 1]
         patches = x[:, self.num_prefix_tokens :]
+        if token_mask is None:
+            mean = ops.mean(patches, axis=1)
+        else:
+            keep = ops.cast(ops.convert_to_tensor(token_mask), "bool")[:, self.num_prefix_tokens :, None]
+            weights = ops.cast(keep, patches.dtype)
+            mean = ops.sum(patches * weights, axis=1) / ops.maximum(ops.sum(weights, axis=1), 1.0)
         if self.mode == "token_avg":
-            return ops.concatenate([x[:, 0], ops.mean(patches, axis=1)], axis=-1)
+            return ops.concatenate([x[:, 0], mean], axis=-1)
         if self.mode == "avg":
-            return ops.mean(patches, axis=1)
+            return mean
+        if token_mask is not None:
+            patches = ops.where(keep, patches, ops.cast(float("-inf"), patches.dtype))
         return ops.max(patches, axis=1)
 
-    def compute_output_shape(self, input_shape):
-        width = input_shape[-1]
+    def compute_output_shape(self, x_shape, token_mask_shape=None):
+        width = x_shape[-1]
         if self.mode == "token_avg" and width is not None:
             width *= 2
-        return (input_shape[0], width)
+        return (x_shape[0], width)
 
     def get_config(self):
         config = super().get_config()

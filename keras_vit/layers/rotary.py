@@ -184,10 +184,11 @@ def _inverse_periods(spec, head_dim):
     """`1 / period_j`, float32, `j < head_dim / 4`."""
     quarter = head_dim // 4
     if spec.min_period is not None:
-        fraction = ops.linspace(0.0, 1.0, quarter, dtype="float32")
+        # linspace(0, 1, quarter), as arange: the ONNX exporters take it.
+        fraction = ops.arange(0, quarter, dtype="float32") / float(max(quarter - 1, 1))
         periods = spec.min_period * ops.power(spec.max_period / spec.min_period, fraction)
         return 1.0 / periods
-    exponents = ops.arange(quarter, dtype="float32") / float(quarter)
+    exponents = ops.arange(0, quarter, dtype="float32") / float(quarter)
     return 1.0 / ops.power(ops.convert_to_tensor(spec.base, "float32"), exponents)
 
 
@@ -240,7 +241,8 @@ def grid_positions(grid):
     [[0, 0], [0, 1], [0, 2], [1, 0]]
     """
     height, width = grid
-    index = ops.arange(height * width, dtype="int32")
+    # `arange(0, n)`: jax2onnx reads no `arange(n)` whose stop is None.
+    index = ops.arange(0, height * width, dtype="int32")
     return ops.stack([index // width, index % width], axis=-1)
 
 
@@ -458,7 +460,10 @@ class RotaryEmbedding(keras.layers.Layer):
     so that a model computes them once per input grid and passes the same
     tensor to each block's attention (`apply_rotary(x, table[0], table[1])`,
     or `table[0, d]`, `table[1, d]` in block `d` for "mixed"). The grid may
-    change from call to call: any image size and aspect ratio works.
+    change from call to call: any image size and aspect ratio works. With
+    `num_prefix_tokens`, the tables start with that many identity rows
+    (sine 0, cosine 1): the whole token sequence, class and register tokens
+    unrotated, is turned in one product.
 
     Args:
         head_dim: int, the width of an attention head, a multiple of 4.
@@ -472,10 +477,12 @@ class RotaryEmbedding(keras.layers.Layer):
             normalize_coords, min_period, max_period: the fields of
             `RotarySpec`; None (default) keeps the variant's value.
         seed: None or an int: the initial frequencies of "mixed".
+        num_prefix_tokens: int, default 0: identity rows before the patch
+            rows.
 
     Returns:
-        A float32 tensor `(2, gh * gw, head_dim)` (sines, cosines), or
-        `(2, depth, gh * gw, num_heads, head_dim)` for "mixed".
+        A float32 tensor `(2, prefix + gh * gw, head_dim)` (sines, cosines),
+        or `(2, depth, prefix + gh * gw, num_heads, head_dim)` for "mixed".
 
     Example:
 
@@ -483,12 +490,14 @@ class RotaryEmbedding(keras.layers.Layer):
     >>> rope = RotaryEmbedding(head_dim=8, variant="dinov3")
     >>> tuple(rope(np.zeros((1, 3, 5, 16), "float32")).shape)
     (2, 15, 8)
+    >>> tuple(RotaryEmbedding(8, num_prefix_tokens=2).tables((3, 5)).shape)
+    (2, 17, 8)
     """
 
     def __init__(
         self, head_dim, variant="dinov3", depth=None, num_heads=None, coordinates=None, base=None,
         order=None, layout=None, grid_offset=None, reference_grid=None, normalize_coords=None,
-        min_period=None, max_period=None, seed=None, **kwargs,
+        min_period=None, max_period=None, seed=None, num_prefix_tokens=0, **kwargs,
     ):
         super().__init__(**kwargs)
         self.head_dim = _check_head_dim(head_dim)
@@ -507,6 +516,12 @@ class RotaryEmbedding(keras.layers.Layer):
                 f"Received: depth={depth!r}, num_heads={num_heads!r}, variant={variant!r}"
             )
         self.seed = check_int(seed, "seed", minimum=0, allow_none=True)
+        self.num_prefix_tokens = check_int(num_prefix_tokens, "num_prefix_tokens", minimum=0)
+
+    @staticmethod
+    def is_mixed(variant):
+        """Whether `variant` has learned per-block, per-head frequencies."""
+        return VARIANTS[variant].coordinates == "mixed"
 
     def build(self, input_shape):
         if self.spec.coordinates == "mixed":
@@ -518,22 +533,31 @@ class RotaryEmbedding(keras.layers.Layer):
             )
         self.built = True
 
-    def call(self, inputs):
-        shape = ops.shape(inputs)
-        grid = (shape[1], shape[2])
+    def tables(self, grid):
+        """The stacked tables of a `(gh, gw)` grid (ints or scalar tensors):
+        what `call` returns for a feature map on that grid."""
+        prefix = self.num_prefix_tokens
         if self.spec.coordinates == "mixed":
             sin, cos = mixed_rope_tables(grid, self.frequencies, self.spec.order)
+            axis, shape = 1, (self.depth, prefix, self.num_heads, self.head_dim)
         else:
-            settings = {k: v for k, v in self.spec.get_config().items()}
-            sin, cos = rope_tables(grid, self.head_dim, self.variant, **settings)
+            sin, cos = rope_tables(grid, self.head_dim, self.variant, **self.spec.get_config())
+            axis, shape = 0, (prefix, self.head_dim)
+        if prefix:
+            sin = ops.concatenate([ops.zeros(shape, sin.dtype), sin], axis=axis)
+            cos = ops.concatenate([ops.ones(shape, cos.dtype), cos], axis=axis)
         return ops.stack([sin, cos])
+
+    def call(self, inputs):
+        shape = ops.shape(inputs)
+        return self.tables((shape[1], shape[2]))
 
     def compute_output_shape(self, input_shape):
         height, width = input_shape[1], input_shape[2]
-        patches = None if height is None or width is None else height * width
+        tokens = None if height is None or width is None else height * width + self.num_prefix_tokens
         if self.spec.coordinates == "mixed":
-            return (2, self.depth, patches, self.num_heads, self.head_dim)
-        return (2, patches, self.head_dim)
+            return (2, self.depth, tokens, self.num_heads, self.head_dim)
+        return (2, tokens, self.head_dim)
 
     def compute_output_spec(self, inputs):
         # The tables are float32 whatever the compute dtype (`apply_rotary`
@@ -544,7 +568,8 @@ class RotaryEmbedding(keras.layers.Layer):
         config = super().get_config()
         config.update(
             {"head_dim": self.head_dim, "variant": self.variant, "depth": self.depth,
-             "num_heads": self.num_heads, "seed": self.seed, **self.spec.get_config()}
+             "num_heads": self.num_heads, "seed": self.seed, "num_prefix_tokens": self.num_prefix_tokens,
+             **self.spec.get_config()}
         )
         return config
 

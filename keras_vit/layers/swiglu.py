@@ -1,12 +1,40 @@
-"""`SwiGluMlp`: the gated MLP of DINOv2-giant (SwiGLU)."""
+"""`SwiGluMlp`: the gated MLP of DINOv2-giant (SwiGLU), and the options it
+shares with the plain MLP (`mlp_options`, `hidden_norm`)."""
 
 import keras
 from keras import ops
 
 from keras_vit import kernels
 from keras_vit.kernels import call_sublayer
+from keras_vit.layers.norms import check_norm_kind, norm_layer
 from keras_vit.layers.seeds import check_seed
-from keras_vit.validation import check_positive_float, check_positive_int, check_rate
+from keras_vit.validation import check_bool, check_positive_float, check_positive_int, check_rate
+
+
+def mlp_options(config):
+    """The keywords of either MLP for a `BlockConfig`: biases and inner norm.
+
+    Example:
+
+    >>> from keras_vit.layers.config import BlockConfig
+    >>> mlp_options(BlockConfig(mlp_bias=False, mlp_norm=True, norm_kind="rmsnorm"))
+    {'use_bias': False, 'norm': 1e-06, 'norm_kind': 'rmsnorm'}
+    """
+    return dict(
+        use_bias=config.mlp_bias,
+        norm=config.layer_norm_epsilon if config.mlp_norm else None,
+        norm_kind=config.norm_kind,
+    )
+
+
+def hidden_norm(layer, hidden_shape):
+    """The built norm of an MLP's hidden activations (sublayer `norm`), or
+    None: for an MLP `layer` with `norm_epsilon` and `norm_kind`."""
+    if layer.norm_epsilon is None:
+        return None
+    norm = norm_layer(layer.norm_kind, layer.norm_epsilon, "norm", dtype=layer.dtype_policy)
+    norm.build(hidden_shape)
+    return norm
 
 
 def swiglu_hidden_width(hidden_size, mlp_ratio):
@@ -55,6 +83,13 @@ class SwiGluMlp(keras.layers.Layer):
             the output projection (as `MlpBlock`).
         seed: None (default: drawn from Keras' global generator) or an int,
             the seed of the dropout.
+        use_bias: bool, default True: biases on the three projections
+            (AIMv2's and DINOv3-7B's gated MLPs may have none).
+        norm: None (default) or a float, the epsilon of a norm of the gated
+            activations before `down` (sublayer `norm`; EVA02's
+            `scale_mlp`).
+        norm_kind: the kind of that norm, a name of
+            `keras_vit.layers.norms.NORMS`, default "layernorm".
 
     Input shape:
         `(..., D)`.
@@ -74,25 +109,30 @@ class SwiGluMlp(keras.layers.Layer):
         Oquab et al., "DINOv2", arXiv:2304.07193.
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, seed=None, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, seed=None, use_bias=True, norm=None,
+                 norm_kind="layernorm", **kwargs):
         super().__init__(**kwargs)
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
         self.seed = check_seed(seed)
+        self.use_bias = check_bool(use_bias, "use_bias")
+        self.norm_epsilon = None if norm is None else check_positive_float(norm, "norm")
+        self.norm_kind = check_norm_kind(norm_kind)
 
     @classmethod
     def for_block(cls, config, mlp_dim, **kwargs):
         """The MLP a block with `config` (a `BlockConfig`, `mlp_kind="swiglu"`) holds."""
-        return cls(mlp_dim, dropout_rate=config.dropout_rate, **kwargs)
+        return cls(mlp_dim, dropout_rate=config.dropout_rate, **mlp_options(config), **kwargs)
 
     def build(self, input_shape):
-        dense = dict(dtype=self.dtype_policy, kernel_initializer="glorot_uniform")
+        dense = dict(dtype=self.dtype_policy, kernel_initializer="glorot_uniform", use_bias=self.use_bias)
         hidden = tuple(input_shape[:-1]) + (self.mlp_dim,)
         self.gate = keras.layers.Dense(self.mlp_dim, name="gate", **dense)
         self.up = keras.layers.Dense(self.mlp_dim, name="up", **dense)
         self.down = keras.layers.Dense(input_shape[-1], name="down", **dense)
         self.gate.build(input_shape)
         self.up.build(input_shape)
+        self.norm = hidden_norm(self, hidden)
         self.down.build(hidden)
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=self.seed, dtype=self.dtype_policy
@@ -102,6 +142,8 @@ class SwiGluMlp(keras.layers.Layer):
     def call(self, x, training=None):
         y = ops.silu(kernels.project(self.gate, x)) * kernels.project(self.up, x)
         y = call_sublayer(self.dropout, y, training=training)
+        if self.norm is not None:
+            y = call_sublayer(self.norm, y)
         return call_sublayer(self.dropout, kernels.project(self.down, y), training=training)
 
     def compute_output_shape(self, input_shape):
@@ -110,6 +152,7 @@ class SwiGluMlp(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            {"mlp_dim": self.mlp_dim, "dropout_rate": self.dropout_rate, "seed": self.seed}
+            {"mlp_dim": self.mlp_dim, "dropout_rate": self.dropout_rate, "seed": self.seed,
+             "use_bias": self.use_bias, "norm": self.norm_epsilon, "norm_kind": self.norm_kind}
         )
         return config

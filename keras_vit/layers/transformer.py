@@ -7,10 +7,16 @@ from keras_vit import kernels
 from keras_vit.kernels import call_sublayer
 from keras_vit.layers.attention import MultiHeadSelfAttention, tokens_shape
 from keras_vit.layers.config import MLP_ACTIVATIONS, BlockConfig, expose_records
-from keras_vit.layers.norms import block_norm
+from keras_vit.layers.norms import block_norm, check_norm_kind, norm_layer
 from keras_vit.layers.seeds import check_seed, derive_seed
-from keras_vit.layers.swiglu import SwiGluMlp
-from keras_vit.validation import check_choice, check_positive_int, check_rate
+from keras_vit.layers.swiglu import SwiGluMlp, hidden_norm, mlp_options
+from keras_vit.validation import (
+    check_bool,
+    check_choice,
+    check_positive_float,
+    check_positive_int,
+    check_rate,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -25,6 +31,12 @@ class MlpBlock(keras.layers.Layer):
             timm/DeiT) or "quick_gelu" (`x * sigmoid(1.702 x)`, OpenAI CLIP).
         seed: None (default: drawn from Keras' global generator) or an int,
             the seed of the dropout.
+        use_bias: bool, default True: biases on both Dense layers.
+        norm: None (default) or a float, the epsilon of a norm of the hidden
+            activations before the second Dense (sublayer `norm`; EVA02's
+            `scale_mlp`).
+        norm_kind: the kind of that norm, a name of
+            `keras_vit.layers.norms.NORMS`, default "layernorm".
 
     Example:
 
@@ -33,32 +45,44 @@ class MlpBlock(keras.layers.Layer):
     (1, 3, 8)
     >>> MlpBlock(mlp_dim=16, activation="gelu").activation
     'gelu'
+    >>> mlp = MlpBlock(mlp_dim=16, use_bias=False, norm=1e-6)
+    >>> _ = mlp(np.zeros((1, 3, 8), "float32"))
+    >>> [w.path.split("/", 1)[1] for w in mlp.weights]
+    ['Dense_0/kernel', 'norm/gamma', 'norm/beta', 'Dense_1/kernel']
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, activation="gelu_tanh", seed=None, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, activation="gelu_tanh", seed=None, use_bias=True,
+                 norm=None, norm_kind="layernorm", **kwargs):
         super().__init__(**kwargs)
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
         self.activation = check_choice(activation, MLP_ACTIVATIONS, "activation")
         self.seed = check_seed(seed)
+        self.use_bias = check_bool(use_bias, "use_bias")
+        self.norm_epsilon = None if norm is None else check_positive_float(norm, "norm")
+        self.norm_kind = check_norm_kind(norm_kind)
 
     @classmethod
     def for_block(cls, config, mlp_dim, **kwargs):
         """The MLP a block with `config` (a `BlockConfig`) holds."""
         return cls(
-            mlp_dim, dropout_rate=config.dropout_rate, activation=config.mlp_activation, **kwargs
+            mlp_dim, dropout_rate=config.dropout_rate, activation=config.mlp_activation,
+            **mlp_options(config), **kwargs,
         )
 
     def build(self, input_shape):
         dense = dict(
             kernel_initializer="glorot_uniform",
             bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
+            use_bias=self.use_bias,
             dtype=self.dtype_policy,
         )
+        hidden = tuple(input_shape[:-1]) + (self.mlp_dim,)
         self.dense_0 = keras.layers.Dense(self.mlp_dim, name="Dense_0", **dense)
         self.dense_0.build(input_shape)
+        self.norm = hidden_norm(self, hidden)
         self.dense_1 = keras.layers.Dense(input_shape[-1], name="Dense_1", **dense)
-        self.dense_1.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
+        self.dense_1.build(hidden)
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=self.seed, dtype=self.dtype_policy
         )
@@ -67,6 +91,8 @@ class MlpBlock(keras.layers.Layer):
     def call(self, x, training=None):
         x = kernels.project(self.dense_0, x, self.activation)
         x = call_sublayer(self.dropout, x, training=training)
+        if self.norm is not None:
+            x = call_sublayer(self.norm, x)
         x = kernels.project(self.dense_1, x)
         return call_sublayer(self.dropout, x, training=training)
 
@@ -81,6 +107,9 @@ class MlpBlock(keras.layers.Layer):
                 "dropout_rate": self.dropout_rate,
                 "activation": self.activation,
                 "seed": self.seed,
+                "use_bias": self.use_bias,
+                "norm": self.norm_epsilon,
+                "norm_kind": self.norm_kind,
             }
         )
         return config
@@ -134,6 +163,11 @@ class TransformerBlock(keras.layers.Layer):
             query may attend to a key: `(batch, tokens)` (a key-padding
             mask), `(batch, tokens, tokens)` or `(batch, 1 or heads, tokens,
             tokens)`; see `MultiHeadSelfAttention`.
+        rope: None (default) or, for a block with `rope` in its
+            `block_config`, the rotary tables of every token (prefix rows
+            included) that the model's `RotaryEmbedding` computed once for
+            the input's grid: `(2, tokens, head_dim)`, or `(2, tokens,
+            heads, head_dim)` for "mixed" (this block's slice).
 
     Returns:
         `(batch, tokens, D)` (`(batch, n, D)` with `output_tokens=n`).
@@ -220,20 +254,20 @@ class TransformerBlock(keras.layers.Layer):
         )
         return x * ops.floor(keep + noise) / keep
 
-    def call(self, x, training=None, output_tokens=None, attention_mask=None):
+    def call(self, x, training=None, output_tokens=None, attention_mask=None, rope=None):
         if training and self.block_config.remat:
             return keras.remat(
-                lambda x: self._forward(x, training, output_tokens, attention_mask)
+                lambda x: self._forward(x, training, output_tokens, attention_mask, rope)
             )(x)
-        return self._forward(x, training, output_tokens, attention_mask)
+        return self._forward(x, training, output_tokens, attention_mask, rope)
 
-    def _forward(self, x, training, output_tokens=None, attention_mask=None):
+    def _forward(self, x, training, output_tokens=None, attention_mask=None, rope=None):
         # The sublayers through `call_sublayer`: on torch's eager path Keras'
         # `__call__` bookkeeping costs more than a small sublayer computes.
         y = call_sublayer(self.norm_0, x)
         y = call_sublayer(
             self.attention, y, training=training, query_tokens=output_tokens,
-            attention_mask=attention_mask,
+            attention_mask=attention_mask, rope=rope,
         )
         y = call_sublayer(self.dropout, y, training=training)
         if output_tokens is not None:
@@ -244,14 +278,14 @@ class TransformerBlock(keras.layers.Layer):
         y = call_sublayer(self.mlp, call_sublayer(self.norm_2, x), training=training)
         return x + self._drop_path(self._scale(y, self.mlp_scale), training)
 
-    def attention_probs(self, x, attention_mask=None):
+    def attention_probs(self, x, attention_mask=None, rope=None):
         """The block's attention probabilities for input `x` (float32)."""
-        return self.attention.attention_probs(self.norm_0(x), attention_mask=attention_mask)
+        return self.attention.attention_probs(self.norm_0(x), attention_mask=attention_mask, rope=rope)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
-    def compute_output_spec(self, x, training=None, output_tokens=None, attention_mask=None):
+    def compute_output_spec(self, x, training=None, output_tokens=None, attention_mask=None, rope=None):
         return keras.KerasTensor(tokens_shape(x.shape, output_tokens), dtype=self.compute_dtype)
 
     def get_config(self):

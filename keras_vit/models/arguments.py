@@ -116,6 +116,19 @@ def check_head(classifier, pooling, representation_size, classifier_activation):
     return check_activation(classifier_activation)
 
 
+def check_embedding(projection_dim, l2_normalize, include_top, pooling):
+    """Checks the embedding options of the pooled features; returns them."""
+    check_positive_int(projection_dim, "projection_dim", allow_none=True)
+    check_bool(l2_normalize, "l2_normalize")
+    if not include_top and pooling is None and (projection_dim is not None or l2_normalize):
+        raise ValueError(
+            "`projection_dim` and `l2_normalize` act on pooled features, but "
+            "include_top=False with pooling=None returns the tokens. Received: "
+            f"projection_dim={projection_dim!r}, l2_normalize={l2_normalize!r}, pooling=None"
+        )
+    return projection_dim, bool(l2_normalize)
+
+
 def check_tokens(classifier, pooling, distillation_token, distillation_head, num_register_tokens,
                   representation_size):
     """Checks the prefix-token options; returns the resolved `distillation_head`."""
@@ -181,11 +194,25 @@ def check_class_names(value, classes, include_top):
     return names
 
 
+def _first_warning(model, dtype):
+    """Whether `model` has not warned about `dtype` pixels yet.
+
+    `predict` checks its input, then calls the model, which checks it again
+    inside the trainer's step: one warning per model and dtype says it.
+    """
+    warned = model.__dict__.setdefault("_integer_pixel_warnings", set())
+    if dtype in warned:
+        return False
+    warned.add(dtype)
+    return True
+
+
 def check_images(model, shape, dtype, name="x"):
     """Raises a `ValueError` for images `model` (a `ViT`) cannot take.
 
-    Unknown dimensions (None) pass; integer pixels get a warning, as they
-    usually mean that `keras_vit.preprocess_input` was forgotten.
+    Unknown dimensions (None) pass; integer pixels get a warning (once per
+    model and dtype), as they usually mean that `keras_vit.preprocess_input`
+    was forgotten.
     """
     cell = model.effective_patch_size
     takes = (
@@ -211,7 +238,7 @@ def check_images(model, shape, dtype, name="x"):
                 f"The image {axis} must be a multiple of {multiple} ({unit}): model "
                 f"{model.name!r} takes {takes}. Received: {name} of shape {shape}"
             )
-    if dtype is not None and ("int" in dtype or dtype == "bool"):
+    if dtype is not None and ("int" in dtype or dtype == "bool") and _first_warning(model, dtype):
         warnings.warn(
             f"`{name}` holds {dtype} values: model {model.name!r} expects scaled floats. "
             "Pixels in [0, 255] go through `keras_vit.preprocess_input` first.",

@@ -29,6 +29,7 @@ The rest is one call each into its own home:
 
 import contextlib
 import types
+from collections.abc import Mapping
 
 import keras
 
@@ -58,7 +59,13 @@ class ModelBase:
     def _check_input_spec(self, shape, dtype, name="x"):
         """Hook: raises a `ValueError` for inputs the model cannot take."""
 
+    def _check_input_dict(self, x, name="x"):
+        """Hook: raises a `ValueError` for a dict of inputs the model cannot take."""
+
     def _check_data(self, x, name="x"):
+        if isinstance(x, Mapping):
+            self._check_input_dict(x, name)
+            return
         spec = input_spec_of(x)
         if spec is not None:
             self._check_input_spec(spec[0], spec[1], name)
@@ -187,10 +194,13 @@ class ModelBase:
             input_signature: None, or one `keras.InputSpec` (or a list
                 holding one) of shape `(batch, height, width, channels)`:
                 a fixed batch and another image size. Its channels must be
-                the model's.
+                the model's. Or a dict of `InputSpec`s of a NaFlex patch
+                batch with a fixed number of tokens `n` (`"patches"`,
+                `"patch_coords"`, `"patch_valid"`; `keras_vit.models.patch_inputs`):
+                the artifact takes that dict.
             **kwargs: `image_size`, `batch_size`, `quantize` ("int8" for
-                "onnx" and "openvino") and `sample_images`, as
-                `keras_vit.export.export_model` takes them.
+                "onnx" and "openvino"), `sample_images` and
+                `naflex_length`, as `keras_vit.export.export_model` takes them.
 
         Returns:
             What `export_model` returns: the path (with `quantize`, a

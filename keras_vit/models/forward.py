@@ -12,10 +12,13 @@ new symbolic inputs (a feature model inside another model). The steps:
    embedding (the `embedding` layer), dropout and the optional norm before
    the blocks; `embed_patches` and `embed_tokens` are its two halves, for
    changing the patch embeddings in between (masked-patch pre-training);
+   `rope` (or `rope_at`) the rotary tables of the patch grid, computed
+   once (layer `rope`) for every block of a model with a rotary embedding;
 3. `run_blocks`: the Transformer blocks, tapping chosen block outputs;
 4. `final_norm`: the encoder's final norm (none when the norm is applied
    to the pooled features, `pooled_norm=True`);
-5. `head`: pooling, pre-logits, classifier(s) and activation.
+5. `head`: pooling, the embedding's projection and unit-length scaling
+   (image-text models), pre-logits, classifier(s) and activation.
 
 `Stages` holds the model's layers by step; `stages(model)` returns it.
 """
@@ -26,9 +29,13 @@ import keras
 from keras import ops
 
 from keras_vit.layers import PatchDropout, PatchEncoder, Patches, TokenGrid, TokenPooling, TransformerBlock
+from keras_vit.layers.attention_pool import AttentionPoolHead
+from keras_vit.layers.config import qkv_biases
 from keras_vit.layers.map_head import MapHead
 from keras_vit.layers.norms import block_norm
+from keras_vit.layers.rotary import RotaryEmbedding
 from keras_vit.layers.seeds import derive_seed
+from keras_vit.models import patch_inputs
 from keras_vit.validation import check_choice
 
 # The layouts of the patch tokens a feature holds (timm's `output_fmt`).
@@ -48,11 +55,13 @@ class Stages:
             `Dropout` layers.
         patch_dropout: None or the `PatchDropout` (training only).
         pre_norm: None or the norm before the first block.
+        rope: None or the `RotaryEmbedding` whose tables every block takes.
         blocks: the `TransformerBlock`s, in order.
         norm: None or the encoder's final norm (`encoder_norm`).
         fc_norm: None or the norm of the pooled features.
-        head_layers: `{name: layer}` of the head (pooling, `pre_logits`,
-            `head`, `head_dist`, ...), as the model has them.
+        head_layers: `{name: layer}` of the head (pooling, `projection`,
+            `l2_normalize`, `pre_logits`, `head`, `head_dist`, ...), as the
+            model has them.
         num_prefix_tokens: class, distillation and register tokens.
     """
 
@@ -60,6 +69,7 @@ class Stages:
         self.stem = None
         self.patches = self.embedding = self.dropout = self.pre_norm = None
         self.patch_dropout = None
+        self.rope = None
         self.blocks = []
         self.norm = self.fc_norm = None
         self.head_layers = {}
@@ -89,6 +99,7 @@ def build_stages(model, dtype):
         model.hidden_size,
         model.patch_size,
         model.grid_size,
+        block_config=model.block_config,
         class_token=model.has_class_token,
         distillation_token=model.distillation_token,
         num_register_tokens=model.num_register_tokens,
@@ -105,6 +116,7 @@ def build_stages(model, dtype):
         )
     if model.encoder_config.pre_norm:
         s.pre_norm = block_norm(model.block_config, "pre_norm", dtype)
+    s.rope = _rotary_embedding(model, dtype)
     for i in range(model.num_layers):
         # Stochastic depth grows linearly from 0 in the first block.
         rate = model.stochastic_depth_rate * i / max(model.num_layers - 1, 1)
@@ -129,14 +141,59 @@ def build_stages(model, dtype):
     return s
 
 
+def _rotary_embedding(model, dtype):
+    """The model's `RotaryEmbedding` (layer `rope`), or None without `rope`."""
+    config = model.block_config
+    if config.rope is None:
+        return None
+    if model.encoder_config.patch_dropout_rate:
+        # The tables are per grid position: a token dropped from the
+        # sequence would shift the rows of the ones after it.
+        raise ValueError(
+            "`patch_dropout_rate` cannot be combined with `rope` (the rotary tables follow the "
+            f"full patch grid). Received: patch_dropout_rate={model.encoder_config.patch_dropout_rate}, "
+            f"rope={config.rope!r}"
+        )
+    mixed = RotaryEmbedding.is_mixed(config.rope)
+    return RotaryEmbedding(
+        model.hidden_size // model.num_heads, config.rope,
+        depth=model.num_layers if mixed else None, num_heads=model.num_heads if mixed else None,
+        seed=derive_seed(model.seed, "rope") if mixed else None,
+        num_prefix_tokens=model.num_prefix_tokens, name="rope", dtype=dtype,
+        **(config.rope_settings or {}),
+    )
+
+
 def _pool(model, mode, dtype):
-    if mode == "map":  # SigLIP's attention pooling, with the blocks' MLP width and activation
+    if mode == "attention_pool":  # AIMv2's: a learned query, no norm or MLP
+        _, key, value = qkv_biases(model.block_config.qkv_bias)
+        if key != value:
+            raise ValueError(
+                f"The attention-pool head has the blocks' key and value biases, which must agree. "
+                f"Received: pooling={mode!r}, qkv_bias={model.block_config.qkv_bias!r}"
+            )
+        return AttentionPoolHead(model.num_heads, qkv_bias=key, name="pool", dtype=dtype)
+    if mode == "map":  # SigLIP's attention pooling, with the blocks' activation
+        encoder = model.encoder_config
         return MapHead(
-            model.num_heads, model.mlp_dim, model.layer_norm_epsilon,
+            encoder.map_num_heads or model.num_heads, encoder.map_mlp_dim or model.mlp_dim,
+            model.layer_norm_epsilon,
             model.block_config.mlp_activation, norm_kind=model.block_config.norm_kind,
             name="pool", dtype=dtype,
         )
     return TokenPooling(mode, model.num_prefix_tokens, name="pool", dtype=dtype)
+
+
+def _embedding_layers(model, dtype):
+    """The projection and unit-length scaling of the pooled features (image-text models)."""
+    layers = {}
+    if model.projection_dim is not None:
+        layers["projection"] = keras.layers.Dense(
+            model.projection_dim, use_bias=False, name="projection", dtype=dtype
+        )
+    if model.l2_normalize:
+        layers["l2_normalize"] = keras.layers.UnitNormalization(name="l2_normalize", dtype=dtype)
+    return layers
 
 
 def _head_layers(model, dtype):
@@ -144,9 +201,11 @@ def _head_layers(model, dtype):
     if not model.include_top:
         if model.pooling is not None:
             layers["pool"] = _pool(model, model.pooling, dtype)
+            layers.update(_embedding_layers(model, dtype))
         return layers
     # "gap" is the "avg" pooling; the other classifiers pool as they are named.
     layers["pool"] = _pool(model, {"gap": "avg"}.get(model.classifier, model.classifier), dtype)
+    layers.update(_embedding_layers(model, dtype))
     if model.representation_size is not None:
         layers["pre_logits"] = keras.layers.Dense(
             model.representation_size, activation="tanh", name="pre_logits", dtype=dtype
@@ -227,6 +286,26 @@ def embed_tokens(s, tokens, grid, training=None):
     return _after_embedding(s, s.embedding.add_positions(tokens, grid), training)
 
 
+def rope(s, patches):
+    """Step 2's rotary tables for the grid of `patches` (of `embed`), or None
+    for a model without a rotary embedding: every token's row (identity
+    rows for the prefix tokens), computed once for all blocks."""
+    return None if s.rope is None else s.rope(patches)
+
+
+def rope_at(s, grid):
+    """The rotary tables of a `(h, w)` grid (ints or scalar tensors), or
+    None; eager (or inside a traced call), as `embed_patches`."""
+    return None if s.rope is None else s.rope.tables(grid)
+
+
+def block_rope(s, tables, index):
+    """Block `index`'s slice of the tables (its own for "mixed")."""
+    if tables is None or not RotaryEmbedding.is_mixed(s.rope.variant):
+        return tables
+    return tables[:, index]
+
+
 def block_indices(count, indices):
     """timm's `indices` rule: sorted block indices to tap.
 
@@ -272,12 +351,15 @@ def head_tokens(s):
     return max(counts)
 
 
-def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=None):
+def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=None, rope=None,
+               token_mask=None):
     """Step 3: the blocks on tokens `x`, tapping the outputs of `indices`.
 
     Args:
         s: the `Stages`.
         x: tokens `(batch, prefix + patches, D)` entering the first block.
+        rope: the rotary tables of `x`'s grid (`rope`, `rope_at`); needed
+            by, and only by, a model with a rotary embedding.
         indices: sorted block indices (see `block_indices`) whose outputs
             are returned.
         training: the dropout's and stochastic depth's mode.
@@ -286,6 +368,8 @@ def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=
         output_tokens: None (default) or an int `n`: the last block of the
             model computes the outputs of the first `n` tokens only (see
             `head_tokens`); not with taps of the last block or `stop_early`.
+        token_mask: None (default) or a boolean `(batch, tokens)`: the
+            tokens every token may attend to (the valid ones of a NaFlex batch).
 
     Returns:
         `(tokens after the last block run, [tapped outputs, in order])`.
@@ -296,24 +380,51 @@ def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=
         last = max(indices, default=-1)
     if output_tokens is not None and (stop_early or last in wanted):
         raise ValueError("`output_tokens` cuts the last block's output: it cannot be tapped.")
+    if (rope is None) != (s.rope is None):
+        raise ValueError(
+            "The blocks of a model with a rotary embedding take its tables (`rope=`), and only "
+            f"those. Received: rope={'None' if rope is None else 'tables'} for a model with rope="
+            f"{None if s.rope is None else s.rope.variant!r}"
+        )
     taps = []
     for i, block in enumerate(s.blocks[: last + 1]):
+        extra = {} if rope is None else {"rope": block_rope(s, rope, i)}
+        if token_mask is not None:
+            extra["attention_mask"] = token_mask
         if i == len(s.blocks) - 1 and output_tokens is not None:
-            x = block(x, training=training, output_tokens=output_tokens)
+            x = block(x, training=training, output_tokens=output_tokens, **extra)
         else:
-            x = block(x, training=training)
+            x = block(x, training=training, **extra)
         if i in wanted:
             taps.append(x)
     return x, taps
 
 
+def _rope(s, patches):
+    """The rotary tables of images' patches; none for a patch dict (a model
+    with a rotary embedding refuses it, `patch_inputs.check_patch_dict`)."""
+    return None if patches is None else rope(s, patches)
+
+
+def _embed_any(s, inputs, training):
+    """`(tokens, patches or None, token mask or None)` of images or a patch dict."""
+    if patch_inputs.is_patch_dict(inputs):
+        x, mask = patch_inputs.embed(s, inputs, training=training)
+        return x, None, mask
+    x, patches = embed(s, stem(s, inputs, training=training), training=training)
+    return x, patches, None
+
+
 def outputs(s, images, training=None):
     """`model(images)`: every step, the last block computing only the tokens
     the head reads (`head_tokens`), which is exact and, for a class-token
-    head, skips ~7 % of a 12-block model's work."""
-    x, _ = embed(s, stem(s, images, training=training), training=training)
-    x, _ = run_blocks(s, x, training=training, output_tokens=head_tokens(s))
-    return head(s, final_norm(s, x))
+    head, skips ~7 % of a 12-block model's work. `images` may be a NaFlex
+    patch dict (`keras_vit.models.patch_inputs`): the blocks and the
+    pooling then read its valid tokens only."""
+    x, patches, mask = _embed_any(s, images, training)
+    x, _ = run_blocks(s, x, training=training, output_tokens=head_tokens(s), rope=_rope(s, patches),
+                      token_mask=mask)
+    return head(s, final_norm(s, x), token_mask=mask)
 
 
 def final_norm(s, x):
@@ -321,15 +432,18 @@ def final_norm(s, x):
     return x if s.norm is None else s.norm(x)
 
 
-def head(s, tokens, pre_logits=False, activation=True):
+def head(s, tokens, pre_logits=False, activation=True, token_mask=None):
     """Step 5: the output of the model from the final tokens.
 
     Args:
         s: the `Stages`.
         tokens: the output of `final_norm`.
-        pre_logits: return the pooled features (after `fc_norm` and the
-            pre-logits layer) instead of the classifier's output.
+        pre_logits: return the pooled features (after `fc_norm`, the
+            embedding's projection and scaling and the pre-logits layer)
+            instead of the classifier's output.
         activation: apply the classifier's activation (False: logits).
+        token_mask: None or a boolean `(batch, tokens)`: the tokens the
+            pooling reads (the valid ones of a NaFlex batch).
 
     Returns:
         What the model returns for these tokens (or its pre-activation
@@ -338,9 +452,12 @@ def head(s, tokens, pre_logits=False, activation=True):
     layers = s.head_layers
     if "pool" not in layers:
         return tokens
-    x = layers["pool"](tokens)
+    x = layers["pool"](tokens) if token_mask is None else layers["pool"](tokens, token_mask=token_mask)
     if s.fc_norm is not None:
         x = s.fc_norm(x)
+    for name in ("projection", "l2_normalize"):
+        if name in layers:
+            x = layers[name](x)
     if not s.include_top:
         return x
     if "pre_logits" in layers:
@@ -379,11 +496,19 @@ def intermediates(s, images, indices=None, norm=False, output_fmt="NHWC",
     """`ViT.forward_intermediates` on the `Stages` `s` (see there)."""
     check_choice(output_fmt, FEATURE_LAYOUTS, "output_fmt")
     taps = block_indices(len(s.blocks), indices)
-    x, patches = embed(s, stem(s, images, training=training), training=training)
-    x, features = run_blocks(s, x, taps, training=training, stop_early=intermediates_only)
+    x, patches, mask = _embed_any(s, images, training)
+    if patches is None and taps and output_fmt != "NLC":
+        raise ValueError(
+            "The patches of a NaFlex batch lie on per-image grids: their features come as "
+            f"sequences. Pass output_fmt='NLC'. Received: output_fmt={output_fmt!r}"
+        )
+    x, features = run_blocks(s, x, taps, training=training, stop_early=intermediates_only,
+                             rope=_rope(s, patches), token_mask=mask)
     outputs = []
     for y in features:
-        spatial, prefix = split_tokens(s, final_norm(s, y) if norm else y, patches, output_fmt)
+        # A token sequence stands for the grid when there is none (NLC only).
+        grid_like = y if patches is None else patches
+        spatial, prefix = split_tokens(s, final_norm(s, y) if norm else y, grid_like, output_fmt)
         outputs.append((spatial, prefix) if return_prefix_tokens else spatial)
     if intermediates_only:
         return outputs
@@ -401,12 +526,24 @@ class ForwardPass:
         # `output` is what it was), but the last block computes only the
         # tokens the head reads (`head_tokens`).
         s = getattr(self, "_forward_stages", None)
+        if s is not None and patch_inputs.is_patch_dict(inputs):
+            return outputs(s, inputs, training=training)
         if s is None or mask is not None or kwargs or head_tokens(s) is None:
             return super().call(inputs, training=training, mask=mask, **kwargs)
         (images,) = self._standardize_inputs(inputs)
         return outputs(s, images, training=training)
 
+    def _assert_input_compatibility(self, *args):
+        # Keras' input spec describes the images; a NaFlex patch dict is
+        # checked by the model's `_check_input_dict` before the call.
+        if args and patch_inputs.is_patch_dict(args[0]):
+            return None
+        return super()._assert_input_compatibility(*args)
+
     def _images(self, images):
+        if patch_inputs.is_patch_dict(images):
+            self._check_data(images, "images")
+            return images
         images = images if keras.backend.is_keras_tensor(images) else ops.convert_to_tensor(images)
         self._check_input_spec(tuple(images.shape), keras.backend.standardize_dtype(images.dtype), "images")
         return images
@@ -426,7 +563,9 @@ class ForwardPass:
 
         Args:
             images: `(batch, H, W, C)` preprocessed images (H and W multiples
-                of the effective patch size), or a symbolic input.
+                of the effective patch size), a symbolic input, or a NaFlex
+                patch dict (`keras_vit.models.patch_inputs`; features "NLC"
+                only, padding tokens included).
             indices: None (default: every block), an int `n` (the last `n`
                 blocks) or a sequence of block indices (negative values count
                 from the end).
@@ -491,18 +630,23 @@ class ForwardPass:
         """
         return self.forward_intermediates(images, indices=[], training=training)[0]
 
-    def forward_head(self, tokens, pre_logits=False, activation=True):
+    def forward_head(self, tokens, pre_logits=False, activation=True, token_mask=None):
         """The model's output from the final tokens (`forward_features`).
 
         Args:
             tokens: `(batch, prefix + h * w, D)`, after the encoder's norm.
             pre_logits: bool, default False: return the pooled features
-                (after `fc_norm` and the pre-logits layer) instead.
+                (after `fc_norm`, the embedding's projection and scaling and
+                the pre-logits layer) instead.
             activation: bool, default True; False returns the logits (the
                 classifier's output before its activation).
+            token_mask: None (default) or a boolean `(batch, tokens)`: the
+                tokens the pooling reads (for the tokens of a NaFlex batch:
+                its `"patch_valid"`, after a column of True per prefix token).
 
         Returns:
             The output `model(images)` would give (a model without head
             returns the tokens, or their pooling).
         """
-        return head(self._forward_stages, tokens, pre_logits=pre_logits, activation=activation)
+        return head(self._forward_stages, tokens, pre_logits=pre_logits, activation=activation,
+                    token_mask=token_mask)

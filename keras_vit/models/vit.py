@@ -17,7 +17,7 @@ from keras_vit.architectures import CLASS_TOKEN_READERS, gelu_activation
 from keras_vit.layers.interpolation import interpolate_position_embedding
 from keras_vit.layers.config import RECORDS, BlockConfig, expose_records, record_keywords
 from keras_vit.layers.seeds import check_seed
-from keras_vit.models import forward
+from keras_vit.models import forward, patch_inputs
 from keras_vit.models.arguments import (
     KERAS_FUNCTIONAL_ARGUMENTS,
     OTHER_NAMES,
@@ -28,6 +28,7 @@ from keras_vit.models.arguments import (
     check_class_names,
     check_class_token_reader,
     check_images,
+    check_embedding,
 )
 from keras_vit.models.base import ModelBase
 from keras_vit.models.precision import model_policy_config, set_model_policy
@@ -94,8 +95,12 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
             pooling by a learned probe: SigLIP's MAP head, layer `pool`, a
             `keras_vit.layers.map_head.MapHead`) or "token_avg" (the class
             token concatenated with the mean of the patch tokens, a `2 * D`
-            feature: DINOv2's linear classifiers). `class_token=True/False`
-            overrides whether a class token is prepended.
+            feature: DINOv2's linear classifiers) or "attention_pool" (no
+            class token; AIMv2's head, a learned query attending to the
+            tokens' keys and values, without MLP: layer `pool`, a
+            `keras_vit.layers.attention_pool.AttentionPoolHead`).
+            `class_token=True/False` overrides whether a class token is
+            prepended.
         representation_size: None (default) or int: width of the Dense+tanh
             pre-logits layer of the original ImageNet-21k checkpoints.
         include_top: bool, default True: whether to add the classifier head.
@@ -106,7 +111,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         pooling: for `include_top=False`: None returns the token sequence
             `(batch, tokens, D)`; "token" the class token; "avg"/"max" pool the
             patch tokens; "map" the MAP head; "token_avg" the class token
-            and the patch tokens' mean, concatenated `(batch, 2 * D)`.
+            and the patch tokens' mean, concatenated `(batch, 2 * D)`;
+            "attention_pool" AIMv2's attention-pool head.
         stochastic_depth_rate: float, largest stochastic-depth rate, growing
             linearly with depth from 0 (first block), default 0.
         input_shape: optional `(height, width, channels)`, an alternative to
@@ -127,6 +133,16 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
             `fc_norm`) to the pooled features instead of to every token
             (timm's `fc_norm`); with `include_top=False, pooling=None` the
             tokens come out unnormalised.
+        projection_dim: None (default) or int: a linear projection without
+            bias of the pooled features to this width (layer `projection`),
+            before the head: the image embedding of a contrastive image-text
+            model (CLIP's `visual_projection`). Needs pooling (a head, or
+            `pooling` set).
+        l2_normalize: bool, default False: scale the pooled (and projected)
+            features to unit length (layer `l2_normalize`) before the head,
+            as image-text models compare embeddings; a head then scores
+            cosine similarities (`ImageTextModel.zero_shot_classifier`).
+            Needs pooling.
         class_names: None, a sequence of `classes` strings (head order), or
             the name of a list in `keras_vit.labels.LISTS` ("imagenet1k",
             "imagenet21k"). Default: the registered `weights`' list when the
@@ -149,8 +165,13 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
             `qkv_bias` (default True), `layer_scale_init` (None or the
             initial LayerScale value), `dropout_rate` (also after the
             position embedding), `attention_dropout_rate` (default 0),
-            `mlp_kind` ("plain" or DINOv2-giant's "swiglu") and `qk_norm`
-            (default False; ViT-22B's norm of queries and keys).
+            `mlp_kind` ("plain" or DINOv2-giant's "swiglu"), `qk_norm`
+            (default False; ViT-22B's norm of queries and keys), the
+            biases and inner norms `attention_out_bias`,
+            `attention_out_norm`, `mlp_bias`, `mlp_norm`, and `rope` /
+            `rope_settings` (a rotary position embedding of the patch
+            tokens: DINOv3, EVA02, Perception Encoder, RoPE-ViT; see
+            `keras_vit.layers.rotary`).
             Unless given, the activation is the one the `weights` were
             trained with (tanh when building from scratch).
         encoder_config: None, a `keras_vit.layers.config.EncoderConfig` or
@@ -208,6 +229,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         distillation_head=None,
         num_register_tokens=0,
         pooled_norm=False,
+        projection_dim=None,
+        l2_normalize=False,
         class_names=None,
         preprocessing=None,
         seed=None,
@@ -233,7 +256,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         self.stochastic_depth_rate = check_rate(stochastic_depth_rate, "stochastic_depth_rate")
         self.block_config = BlockConfig.from_arguments(block_config, **options)
         self.encoder_config = RECORDS["encoder_config"].from_arguments(encoder_config, **options)
-        self._set_options(distillation_token, distillation_head, num_register_tokens, pooled_norm)
+        self._set_options(distillation_token, distillation_head, num_register_tokens, pooled_norm,
+                          projection_dim, l2_normalize)
 
         # What the checkpoint fixes (resolution, classes, GELU, channels).
         info = WeightsInfo() if weights is None else describe_weights(weights, self.architecture_config())
@@ -322,8 +346,10 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         """The head's class names (a tuple), or None."""
         return self._class_names
 
-    def _set_options(self, distillation_token, distillation_head, num_register_tokens, pooled_norm):
-        """The prefix-token and final-norm options (DeiT, timm, transformers), checked."""
+    def _set_options(self, distillation_token, distillation_head, num_register_tokens, pooled_norm,
+                     projection_dim=None, l2_normalize=False):
+        """The prefix-token, final-norm and embedding options (DeiT, timm,
+        transformers, image-text models), checked."""
         self.distillation_head = check_tokens(
             self.classifier, self.pooling, distillation_token, distillation_head,
             num_register_tokens, self.representation_size,
@@ -331,6 +357,9 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         self.distillation_token, self.num_register_tokens = distillation_token, num_register_tokens
         check_class_token_reader(self.classifier, self.pooling, self.include_top, self.has_class_token)
         self.pooled_norm = check_bool(pooled_norm, "pooled_norm")
+        self.projection_dim, self.l2_normalize = check_embedding(
+            projection_dim, l2_normalize, self.include_top, self.pooling
+        )
 
     def _set_metadata(self, class_names, preprocessing, info):
         # The registered weights' lists, when the head is theirs.
@@ -352,6 +381,10 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         """
         check_images(self, shape, dtype, name)
 
+    def _check_input_dict(self, x, name="x"):
+        """Raises a `ValueError` for a NaFlex patch dict this model cannot take."""
+        patch_inputs.check_patch_dict(self, x, name)
+
     def _grid(self, image_size):
         cell = self.effective_patch_size
         if image_size[0] % cell[0] or image_size[1] % cell[1]:
@@ -372,8 +405,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         """The model's outputs for `inputs`, through `keras_vit.models.forward`."""
         stages = forward.build_stages(self, dtype)
         features = self._stem(inputs, dtype)
-        tokens, _ = forward.embed(stages, features)
-        tokens, _ = forward.run_blocks(stages, tokens)
+        tokens, patches = forward.embed(stages, features)
+        tokens, _ = forward.run_blocks(stages, tokens, rope=forward.rope(stages, patches))
         outputs = forward.head(stages, forward.final_norm(stages, tokens))
         return stages, features, outputs
 
@@ -489,6 +522,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
             "distillation_head": self.distillation_head,
             "num_register_tokens": self.num_register_tokens,
             "pooled_norm": self.pooled_norm,
+            "projection_dim": self.projection_dim,
+            "l2_normalize": self.l2_normalize,
             "class_names": self._class_names_arg,
             "preprocessing": None if self.preprocessing is None else self.preprocessing.get_config(),
             "seed": self.seed,

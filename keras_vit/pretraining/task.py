@@ -318,7 +318,7 @@ class MaskedPatchPrediction(ModelBase, keras.Model):
         """Prefix tokens, position embedding, Transformer and norm; the patch tokens out."""
         stages = forward.stages(self.encoder)
         x = forward.embed_tokens(stages, tokens, grid, training=training)
-        x, _ = forward.run_blocks(stages, x, training=training)
+        x, _ = forward.run_blocks(stages, x, training=training, rope=forward.rope_at(stages, grid))
         x = forward.final_norm(stages, x)
         # With pooled_norm=True the encoder normalises its pooled features;
         # the head on the patch tokens takes them through that norm too.

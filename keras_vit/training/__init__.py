@@ -7,7 +7,11 @@
 - `datasets`: tfds datasets, image folders, scikit-learn digits.
 - `distribute`: `get_distribution(name)` for tf.distribute strategies,
   TPUs and the jax data/model-parallel distributions.
-- `callbacks`: a resumable run directory (`run_callbacks`).
+- `callbacks`: a resumable run directory (`run_callbacks`), an exact
+  number of updates (`StopAfterUpdates`), presets written during `fit`
+  (`SavePreset`).
+- `presets`: a trained classifier as a preset that predicts probabilities
+  (`save_trained_preset`).
 - `multiprocess`: joining several processes (hosts), NumPy inputs sharded
   per process; `tf_multi_worker`: Keras 3's `MultiWorkerMirroredStrategy`
   fault worked around.
@@ -16,7 +20,12 @@ TensorFlow is needed only by `data` and `datasets` (and by the tensorflow
 strategies); the recipes and callbacks are backend-neutral.
 """
 
-from keras_vit.training.callbacks import SaveFinalWeights, run_callbacks
+from keras_vit.training.callbacks import (
+    SaveFinalWeights,
+    SavePreset,
+    StopAfterUpdates,
+    run_callbacks,
+)
 from keras_vit.training.distribute import (
     TrainingDistribution,
     connect_tpu,
@@ -31,8 +40,10 @@ from keras_vit.training.recipes import (
     compile_for_finetuning,
     compile_for_masked_patch_prediction,
     compile_for_pretraining,
+    default_warmup_steps,
     finetune_optimizer,
     masked_patch_optimizer,
     pretrain_optimizer,
     scaled_learning_rate,
 )
+from keras_vit.training.presets import save_trained_preset

@@ -19,6 +19,13 @@ batch across the replicas.
   batch is padded to `batch_size` with zero-weight examples, so every batch
   has the same shape and weighted metrics stay exact.
 
+Resizes are antialiased (`tf.image.resize(..., antialias=True)`): a photo
+shrunk to the model's size is filtered as Pillow's bilinear filter does,
+which is how `keras_vit.classify`, `keras-vit classify` and transformers'
+image processors prepare the same photo once the model is saved with its
+`Preprocessing` record; an aliased resize in training would give the model
+other inputs than it meets in use. Enlarging is the same either way.
+
 Value ranges (`mode`), applied with `keras_vit.preprocess_input`:
 "inception" maps [0, 255] to [-1, 1] (the Google checkpoints); "imagenet"
 scales to [0, 1] then normalises with the ImageNet mean and std (DeiT, timm);
@@ -123,7 +130,7 @@ def train_transform(image_size, mode="inception", area_range=(0.05, 1.0), flip=T
             image = inception_crop(image, area_range=tuple(area_range))
         if flip:
             image = tf.image.random_flip_left_right(image)
-        image = tf.image.resize(tf.cast(image, tf.float32), size, method="bilinear")
+        image = tf.image.resize(tf.cast(image, tf.float32), size, method="bilinear", antialias=True)
         image = tf.clip_by_value(image, 0.0, 255.0)
         return value_range(image, mode), tf.cast(label, tf.int32)
 
@@ -149,7 +156,7 @@ def eval_transform(image_size, mode="inception", crop_fraction=None):
     def transform(image, label):
         image = tf.cast(_as_rgb(image), tf.float32)
         if crop_fraction is None:
-            image = tf.image.resize(image, size, method="bilinear")
+            image = tf.image.resize(image, size, method="bilinear", antialias=True)
         else:
             image = center_crop(image, size, crop_fraction, interpolation="bilinear")
         image = tf.clip_by_value(image, 0.0, 255.0)

@@ -5,7 +5,9 @@
   imagenet2012 with `manual_dir`, ...). Data must already be downloaded or
   downloadable by `tfds` (this code never downloads anything itself unless
   `download=True`).
-- `image_folder_source`: a directory with one subfolder of images per class.
+- `image_folder_source`: a directory with one subfolder of images per class;
+  `image_folder_sources` splits one into training and held-out parts after
+  checking that every image decodes (`unreadable_images`).
 - `digits_source`: scikit-learn's 8x8 handwritten digits, shipped inside
   scikit-learn, for offline runs.
 - `load_source`: one entry point taking a spec string ("digits",
@@ -17,10 +19,15 @@ number of examples (None when unknown).
 
 import collections
 import os
+import warnings
+
+from keras_vit.validation import check_choice
 
 Source = collections.namedtuple("Source", ["dataset", "class_names", "num_examples"])
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+# What the folder sources do with images that do not decode.
+UNREADABLE = ("error", "skip", None)
 
 
 def tensorflow():
@@ -76,32 +83,185 @@ def tfds_source(name, split, data_dir=None, manual_dir=None, download=False):
     return Source(dataset, class_names, num_examples)
 
 
-def _list_folder(directory):
+def list_image_folder(directory):
+    """`(class_names, paths, labels)` of an image folder, checked.
+
+    Args:
+        directory: a folder with one sub-folder of images per class.
+
+    Returns:
+        The sorted class names, the image paths (sorted within each class)
+        and their int labels.
+
+    Raises:
+        ValueError: when `directory` is missing or not a folder, holds fewer
+            than two class sub-folders, or a class sub-folder holds no image
+            (each named).
+    """
+    directory = os.fspath(directory)
+    if not os.path.exists(directory):
+        raise ValueError(
+            f"No folder at {directory!r} (resolved to {os.path.abspath(directory)!r}): "
+            "`directory` must be a folder with one sub-folder of images per class."
+        )
     if not os.path.isdir(directory):
         raise ValueError(
-            "`directory` must be a folder with one subfolder per class. "
-            f"Received: directory={directory!r}"
+            f"{directory!r} is a file: `directory` must be a folder with one sub-folder "
+            "of images per class."
         )
     class_names = sorted(
         d for d in os.listdir(directory) if os.path.isdir(os.path.join(directory, d))
     )
-    paths, labels = [], []
+    paths, labels, empty = [], [], []
     for label, name in enumerate(class_names):
         folder = os.path.join(directory, name)
-        for root, _, files in sorted(os.walk(folder)):
-            for file in sorted(files):
-                if file.lower().endswith(IMAGE_EXTENSIONS):
-                    paths.append(os.path.join(root, file))
-                    labels.append(label)
+        found = [
+            os.path.join(root, file)
+            for root, _, files in sorted(os.walk(folder))
+            for file in sorted(files)
+            if file.lower().endswith(IMAGE_EXTENSIONS)
+        ]
+        empty += [] if found else [name]
+        paths += found
+        labels += [label] * len(found)
     if not paths:
         raise ValueError(
             f"No images ({', '.join(IMAGE_EXTENSIONS)}) found in class "
             f"subfolders of directory={directory!r}"
         )
+    if empty or len(class_names) < 2:
+        problem = (
+            f"class folder(s) {empty} hold no image ({', '.join(IMAGE_EXTENSIONS)})"
+            if empty else f"it has {len(class_names)} class sub-folder ({class_names[0]!r})"
+        )
+        raise ValueError(
+            f"{directory!r} must hold one sub-folder of images per class, at least two "
+            f"classes: {problem}."
+        )
     return class_names, paths, labels
 
 
-def image_folder_source(directory, validation_split=None, subset=None, seed=0):
+def unreadable_images(paths):
+    """The images TensorFlow cannot decode, with the reason for each.
+
+    Decodes every file as the pipelines will (`tf.io.decode_image`), in
+    parallel, before any training starts: a truncated or mislabelled file
+    is named here rather than failing a `tf.data` step later.
+
+    Args:
+        paths: image file paths.
+
+    Returns:
+        A list of `(path, reason)`, in the order of `paths`; empty when all
+        decode.
+    """
+    tf = tensorflow()
+
+    def decode(path):
+        image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+        return path, tf.shape(image)[0]
+
+    dataset = tf.data.Dataset.from_tensor_slices(list(paths))
+    dataset = dataset.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+    readable = {p.decode() for p, _ in dataset.ignore_errors().as_numpy_iterator()}
+    bad = []
+    for path in paths:
+        if path in readable:
+            continue
+        try:
+            decode(tf.constant(path))
+            reason = "not decoded by tf.io.decode_image"
+        except (tf.errors.OpError, ValueError) as error:
+            reason = (getattr(error, "message", None) or str(error)).strip().splitlines()[0]
+        bad.append((path, reason))
+    return bad
+
+
+def _readable(paths, labels, unreadable):
+    """`paths, labels` without the files that do not decode, as `unreadable` says."""
+    check_choice(unreadable, UNREADABLE, "unreadable")
+    if unreadable is None:
+        return paths, labels
+    bad = unreadable_images(paths)
+    if not bad:
+        return paths, labels
+    listing = "; ".join(f"{path} ({reason})" for path, reason in bad[:10])
+    more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+    if unreadable == "error":
+        raise ValueError(
+            f"{len(bad)} of {len(paths)} images cannot be decoded: {listing}{more}. "
+            "Remove or replace them, or skip them (unreadable='skip'; "
+            "examples/finetune.py: --skip-unreadable)."
+        )
+    warnings.warn(f"Skipping {len(bad)} of {len(paths)} images that cannot be decoded: {listing}{more}.",
+                  stacklevel=3)
+    skipped = {path for path, _ in bad}
+    kept = [(p, y) for p, y in zip(paths, labels) if p not in skipped]
+    return [p for p, _ in kept], [y for _, y in kept]
+
+
+def _split(count, validation_split, seed):
+    """`{"training": indices, "validation": indices}`: a fixed random hold-out."""
+    import numpy as np
+
+    if not isinstance(validation_split, (int, float)) or not 0 < validation_split < 1:
+        raise ValueError(
+            "`validation_split` must be in (0, 1). "
+            f"Received: validation_split={validation_split!r}"
+        )
+    order = np.random.default_rng(seed).permutation(count)
+    held = int(round(count * validation_split))
+    if held == 0 or held == count:
+        raise ValueError(
+            f"validation_split={validation_split} of {count} images holds out {held}: "
+            "each part needs at least one image (add images or change the split)."
+        )
+    return {"validation": np.sort(order[:held]), "training": np.sort(order[held:])}
+
+
+def _folder_dataset(paths, labels):
+    import numpy as np
+
+    tf = tensorflow()
+
+    def load(path, label):
+        image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+        return image, label
+
+    dataset = tf.data.Dataset.from_tensor_slices((list(paths), np.asarray(labels, "int32")))
+    return dataset.map(load, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def image_folder_sources(directory, validation_split, seed=0, unreadable="error"):
+    """A folder of images split into training and held-out `Source`s, checked first.
+
+    The folder is listed and every image decoded once, before the split, so
+    that a bad file is reported (or skipped) up front and both parts come
+    from the same list.
+
+    Args:
+        directory: a folder with one sub-folder of images per class.
+        validation_split: float in (0, 1), the share held out (a fixed
+            random choice given `seed`).
+        seed: int, default 0.
+        unreadable: "error" (default: a `ValueError` naming every file that
+            does not decode), "skip" (leave them out, with a warning) or
+            None (no check).
+
+    Returns:
+        `(training, held_out)` `Source`s of decoded uint8 RGB images.
+    """
+    class_names, paths, labels = list_image_folder(directory)
+    paths, labels = _readable(paths, labels, unreadable)
+    parts = _split(len(paths), validation_split, seed)
+    return tuple(
+        Source(_folder_dataset([paths[i] for i in parts[subset]], [labels[i] for i in parts[subset]]),
+               class_names, len(parts[subset]))
+        for subset in ("training", "validation")
+    )
+
+
+def image_folder_source(directory, validation_split=None, subset=None, seed=0, unreadable=None):
     """Images in `directory/<class name>/...`, labelled by sorted class name.
 
     Args:
@@ -111,35 +271,25 @@ def image_folder_source(directory, validation_split=None, subset=None, seed=0):
             choice given `seed`).
         subset: with `validation_split`, "training" or "validation".
         seed: int, default 0, for the split.
+        unreadable: None (default: no check), "error" or "skip", as in
+            `image_folder_sources` (the check decodes every image once).
 
     Returns:
         A `Source` of decoded uint8 RGB images and int32 labels.
     """
-    import numpy as np
-
-    tf = tensorflow()
-    class_names, paths, labels = _list_folder(directory)
+    class_names, paths, labels = list_image_folder(directory)
+    paths, labels = _readable(paths, labels, unreadable)
     if validation_split is not None:
-        if not 0 < validation_split < 1 or subset not in ("training", "validation"):
+        if subset not in ("training", "validation"):
             raise ValueError(
                 "`validation_split` must be in (0, 1) and `subset` one of "
                 "'training', 'validation'. Received: "
                 f"validation_split={validation_split!r}, subset={subset!r}"
             )
-        order = np.random.default_rng(seed).permutation(len(paths))
-        held = int(round(len(paths) * validation_split))
-        keep = order[:held] if subset == "validation" else order[held:]
-        keep = np.sort(keep)
+        keep = _split(len(paths), validation_split, seed)[subset]
         paths = [paths[i] for i in keep]
         labels = [labels[i] for i in keep]
-
-    def load(path, label):
-        image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
-        return image, label
-
-    dataset = tf.data.Dataset.from_tensor_slices((paths, np.asarray(labels, "int32")))
-    dataset = dataset.map(load, num_parallel_calls=tf.data.AUTOTUNE)
-    return Source(dataset, class_names, len(paths))
+    return Source(_folder_dataset(paths, labels), class_names, len(paths))
 
 
 def digits_arrays(test_fraction=0.2, seed=0):

@@ -32,6 +32,39 @@ from keras_vit.validation import (
 )
 
 DECAYS = ("cosine", "linear", "constant")
+# The largest share of a run a default warm-up takes (AugReg's transfer
+# configs warm up 100 of 500 updates).
+WARMUP_FRACTION = 0.2
+
+
+def default_warmup_steps(total_steps, recipe_steps):
+    """The warm-up a recipe takes when none is given.
+
+    The recipe's own number of warm-up updates, but never more than a fifth
+    of the run (`WARMUP_FRACTION`), so that a short run still decays.
+
+    Args:
+        total_steps: int, parameter updates of the run.
+        recipe_steps: int, the recipe's warm-up (e.g. 500 for fine-tuning).
+
+    Returns:
+        int, `min(recipe_steps, total_steps // 5)`.
+
+    Example:
+
+    >>> default_warmup_steps(500, 500), default_warmup_steps(20_000, 500)
+    (100, 500)
+    """
+    check_int(total_steps, "total_steps", minimum=1)
+    check_int(recipe_steps, "recipe_steps", minimum=0)
+    return min(recipe_steps, int(total_steps * WARMUP_FRACTION))
+
+
+def _warmup(warmup_steps, total_steps, recipe_steps):
+    """An explicit warm-up as given (checked by `WarmupDecay`), else the default."""
+    if warmup_steps is None:
+        return default_warmup_steps(total_steps, recipe_steps)
+    return warmup_steps
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -157,7 +190,7 @@ def scaled_learning_rate(base_learning_rate, global_batch_size, reference_batch_
 def finetune_optimizer(
     total_steps,
     base_lr=0.03,
-    warmup_steps=500,
+    warmup_steps=None,
     decay="cosine",
     global_batch_size=512,
     device_batch_size=None,
@@ -172,7 +205,9 @@ def finetune_optimizer(
             ImageNet).
         base_lr: float, default 0.03 (the `vit_jax` default; the paper's
             grid is {0.001, 0.003, 0.01, 0.03}, 0.06 for ImageNet).
-        warmup_steps: int, default 500, clipped to `total_steps`.
+        warmup_steps: None (default: 500 updates, the `vit_jax` default, but
+            at most a fifth of the run, `default_warmup_steps`) or an int
+            of at most `total_steps`.
         decay: "cosine" (default, the paper), "linear" or "constant".
         global_batch_size: int, default 512, examples per update.
         device_batch_size: int or None, examples per forward pass; when
@@ -195,7 +230,7 @@ def finetune_optimizer(
     schedule = WarmupDecay(
         base_lr,
         total_steps,
-        warmup_steps=min(warmup_steps, total_steps),
+        warmup_steps=_warmup(warmup_steps, total_steps, 500),
         decay=decay,
         steps_per_update=steps,
     )
@@ -210,7 +245,7 @@ def finetune_optimizer(
 def pretrain_optimizer(
     total_steps,
     base_lr=1e-3,
-    warmup_steps=10_000,
+    warmup_steps=None,
     decay="linear",
     weight_decay=0.03,
     global_batch_size=4096,
@@ -232,7 +267,8 @@ def pretrain_optimizer(
     Args:
         total_steps: int, parameter updates of the run.
         base_lr: float, default 1e-3.
-        warmup_steps: int, default 10 000, clipped to `total_steps`.
+        warmup_steps: None (default: 10 000 updates, the paper's, but at
+            most a fifth of the run) or an int of at most `total_steps`.
         decay: "linear" (default), "cosine" or "constant".
         weight_decay: float, default 0.03.
         global_batch_size, device_batch_size: as in `finetune_optimizer`;
@@ -258,7 +294,7 @@ def pretrain_optimizer(
     schedule = WarmupDecay(
         base_lr,
         total_steps,
-        warmup_steps=min(warmup_steps, total_steps),
+        warmup_steps=_warmup(warmup_steps, total_steps, 10_000),
         decay=decay,
         end_learning_rate=end_learning_rate if decay == "linear" else 0.0,
         steps_per_update=steps,
@@ -427,7 +463,7 @@ def compile_for_pretraining(
 def masked_patch_optimizer(
     total_steps,
     base_lr=2e-4,
-    warmup_steps=10_000,
+    warmup_steps=None,
     decay="cosine",
     weight_decay=0.0,
     global_batch_size=4096,
@@ -448,7 +484,8 @@ def masked_patch_optimizer(
     Args:
         total_steps: int, parameter updates (paper: 1 000 000).
         base_lr: float, default 2e-4.
-        warmup_steps: int, default 10 000, clipped to `total_steps`.
+        warmup_steps: None (default: 10 000 updates, the paper's, but at
+            most a fifth of the run) or an int of at most `total_steps`.
         decay: "cosine" (default), "linear" or "constant".
         weight_decay: float, default 0 (Adam).
         global_batch_size, device_batch_size: as in `finetune_optimizer`;

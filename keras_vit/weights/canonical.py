@@ -22,6 +22,8 @@ POSITION_PREFIX_KEYS = (CLS, DIST)
 POSEMB = "Transformer/posembed_input/pos_embedding"
 # The patch embedding (`kernel` (ph, pw, C, D), `bias`).
 EMBEDDING = "embedding/"
+# The norm of the patch embeddings (`patch_norm`: AIMv2's RMSNorm).
+EMBEDDING_NORM = EMBEDDING + "norm/"
 BLOCK = "Transformer/encoderblock_{i}/"
 NORM_1 = BLOCK + "LayerNorm_0/"
 ATTENTION = BLOCK + "MultiHeadDotProductAttention_1/"
@@ -49,6 +51,9 @@ MAP_ATTENTION = MAP_HEAD + "MultiHeadDotProductAttention_0/"
 MAP_NORM = MAP_HEAD + "LayerNorm_0/"
 MAP_MLP_IN = MAP_HEAD + "MlpBlock_0/Dense_0/"
 MAP_MLP_OUT = MAP_HEAD + "MlpBlock_0/Dense_1/"
+# AIMv2's attention-pool head (`AttentionPoolHead`: `query`, `key/`,
+# `value/`, `out/`).
+ATTENTION_POOL = "pool/"
 HEAD = "head/"
 # DeiT's second head, on the distillation token.
 HEAD_DIST = "head_dist/"

@@ -88,7 +88,7 @@ def _existing(path, weights, architecture):
     )
 
 
-def resolve(weights, architecture):
+def weights_source(weights, architecture):
     """Splits `weights` into `(path or None, registry record or None)`.
 
     Args:
@@ -262,7 +262,7 @@ def describe_weights(weights, architecture_config):
     >>> info.image_size, info.classes, info.gelu_approximate, info.channels
     (32, 10, True, 3)
     """
-    path, record = resolve(weights, architecture_name(architecture_config))
+    path, record = weights_source(weights, architecture_name(architecture_config))
     if record is not None:
         lists = {size: name for name, size in labels.LISTS.items()}
         return WeightsInfo(

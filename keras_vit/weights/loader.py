@@ -26,7 +26,7 @@ _LIST_LIMIT = 25
 
 def fetch_weights(weights, architecture):
     """The local file of `weights` (a path, or a registered name, downloaded)."""
-    path, record = describe.resolve(weights, architecture)
+    path, record = describe.weights_source(weights, architecture)
     if record is not None:
         from keras_vit.weights.download import fetch
 

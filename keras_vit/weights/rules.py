@@ -69,6 +69,18 @@ def _heads_out(array, num_heads):
     return array.T.reshape(num_heads, -1, array.shape[0])
 
 
+def _dense_heads_in(array, num_heads):
+    # Keras Dense (D, heads * head_dim) -> (D, heads, head_dim).
+    check_heads(array, num_heads, 1)
+    return array.reshape(array.shape[0], num_heads, -1)
+
+
+def _dense_heads_out(array, num_heads):
+    # Keras Dense (heads * head_dim, D) -> (heads, head_dim, D).
+    check_heads(array, num_heads, 0)
+    return array.reshape(num_heads, -1, array.shape[1])
+
+
 def _heads_bias(array, num_heads):
     check_heads(array, num_heads, None)
     return array.reshape(num_heads, -1)
@@ -145,6 +157,10 @@ TRANSFORMS = {
     "linear": Transform(lambda a, h: a.T, lambda a: a.T),
     "heads_in": Transform(_heads_in, lambda a: a.reshape(a.shape[0], -1).T),
     "heads_bias": Transform(_heads_bias, lambda a: a.reshape(-1)),
+    # A Keras Dense over `heads * head_dim` (D, heads * head_dim) <->
+    # (D, heads, head_dim), and (heads * head_dim, D) <-> (heads, head_dim, D).
+    "dense_heads_in": Transform(_dense_heads_in, lambda a: a.reshape(a.shape[0], -1)),
+    "dense_heads_out": Transform(_dense_heads_out, lambda a: a.reshape(-1, a.shape[-1])),
     "heads_out": Transform(_heads_out, lambda a: a.reshape(-1, a.shape[-1]).T),
     # (tokens, D) embedding table <-> (1, tokens, D).
     "batch": Transform(lambda a, h: a[None], lambda a: a[0]),

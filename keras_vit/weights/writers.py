@@ -5,6 +5,7 @@ classes), so `ViT.save_to_preset` can call them. `keras_vit.from_preset`
 reads both back.
 """
 
+import contextlib
 import os
 
 import keras
@@ -27,11 +28,29 @@ def _check_format(format):
         raise ValueError(f"`format` must be one of {PRESET_FORMATS}. Received: format={format!r}")
 
 
+@contextlib.contextmanager
+def _without_optimizer(model):
+    """The model with its optimizer detached: Keras' `save_weights` writes a
+    compiled model's optimizer state too (twice the model's size for SGD
+    with momentum), which a preset, a model to use or fine-tune anew, does
+    not need."""
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None:
+        yield model
+        return
+    model.optimizer = None
+    try:
+        yield model
+    finally:
+        model.optimizer = optimizer
+
+
 def _save_keras_vit(model, directory, metadata):
     config = keras.saving.serialize_keras_object(model)
     config["config"].update(metadata)
     write_json(os.path.join(directory, "config.json"), config)
-    model.save_weights(os.path.join(directory, KERAS_WEIGHTS))
+    with _without_optimizer(model):
+        model.save_weights(os.path.join(directory, KERAS_WEIGHTS))
     write_json(
         os.path.join(directory, "metadata.json"),
         {

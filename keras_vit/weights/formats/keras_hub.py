@@ -2,7 +2,7 @@
 
 Each backbone keras_vit builds is one `KerasHubFamily` subclass in its own
 module (`keras_hub_vit` for ViT and its image classifier,
-`keras_hub_dinov2`, `keras_hub_siglip`; the protocol and the files every
+`keras_hub_dinov2`, `keras_hub_dinov3`, `keras_hub_siglip`, `keras_hub_clip`; the protocol and the files every
 preset shares in `keras_hub_family`). A preset is read by the family of its
 backbone's `registered_name` (`KERAS_HUB_FAMILIES`); a new family is a
 module with its subclass and one entry here.
@@ -13,17 +13,17 @@ import os
 from keras_vit.weights import canonical as C
 from keras_vit.weights.formats import keras_hub_family
 from keras_vit.weights.formats.families import FamilyRegistry
+from keras_vit.weights.formats.keras_hub_clip import ClipFamily
 from keras_vit.weights.formats.keras_hub_dinov2 import Dinov2Family
+from keras_vit.weights.formats.keras_hub_dinov3 import Dinov3Family
 from keras_vit.weights.formats.keras_hub_siglip import SiglipFamily
 from keras_vit.weights.formats.keras_hub_vit import ViTFamily
 
 KERAS_HUB_FAMILIES = FamilyRegistry(
     "keras-hub preset",
     "registered_name",
-    (ViTFamily(), Dinov2Family(), SiglipFamily()),
+    (ViTFamily(), Dinov2Family(), Dinov3Family(), SiglipFamily(), ClipFamily()),
     lambda family: family.REGISTERED,
-    # Backbones keras-hub ships that keras_vit cannot build, and why.
-    refused={"keras_hub>DINOV3Backbone": "DINOv3 adds rotary position embeddings (RoPE), which keras_vit has not"},
 )
 
 

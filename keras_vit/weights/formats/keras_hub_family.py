@@ -204,6 +204,11 @@ class KerasHubFamily(abc.ABC):
         name = self.encoder_config(backbone).get("name")
         return {f"{name}_" if name else "": None}
 
+    def table(self, backbone):
+        """The `RuleTable` of a preset's `config.json` dict: `TABLE`, unless
+        the family's variable names depend on the config."""
+        return self.TABLE
+
     def source_name(self, name):
         """A variable's name (after its prefix) in `TABLE`."""
         return name
@@ -223,6 +228,6 @@ class KerasHubFamily(abc.ABC):
                 ignored[variable] = self.IGNORED[name]
             else:
                 state[name] = array
-        params, unknown = self.TABLE.to_canonical(state, num_heads)
+        params, unknown = self.table(backbone).to_canonical(state, num_heads)
         params.update({k: state[k] for k in unknown})
         return C.Checkpoint(path, "keras_hub", params, ignored)

@@ -44,7 +44,8 @@ def _structure_template(model, pre_logits):
 
 def _read_weights_h5(path, model):
     """`{variable path: array}` of a `.weights.h5`, read by Keras' loader."""
-    for pre_logits in (True, False):
+    # A distillation head excludes a pre-logits layer: no template has both.
+    for pre_logits in (False,) if getattr(model, "distillation_head", False) else (True, False):
         template, raw = _structure_template(model, pre_logits), {}
         for layer in template._flatten_layers(include_self=True):
             layer.load_own_variables = _capture(layer, raw)

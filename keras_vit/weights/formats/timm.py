@@ -54,6 +54,7 @@ import re
 
 import numpy as np
 
+from keras_vit.layers.config import BlockConfig, EncoderConfig
 from keras_vit.validation import pair
 from keras_vit.weights import canonical as C
 from keras_vit.weights import shards
@@ -63,39 +64,44 @@ from keras_vit.weights.record import Preprocessing
 from keras_vit.weights.rules import RuleTable
 
 BLOCK = "blocks.{i}."
-TABLE = RuleTable(
-    (
-        ("cls_token", C.CLS),
-        ("dist_token", C.DIST),
-        ("reg_token", C.REG),
-        ("pos_embed", C.POSEMB),
-        *torch_linear("patch_embed.proj", C.EMBEDDING, "conv"),
-        *torch_norm(BLOCK + "norm1", C.NORM_1),
-        *torch_linear(BLOCK + "attn.qkv", C.ATTENTION + "{part}/", "qkv_kernel", "qkv_bias"),
-        *torch_linear(BLOCK + "attn.proj", C.ATTENTION + "out/", "heads_out"),
-        *torch_norm(BLOCK + "norm2", C.NORM_2),
-        *torch_linear(BLOCK + "mlp.fc1", C.MLP_IN),
-        *torch_linear(BLOCK + "mlp.fc2", C.MLP_OUT),
-        (BLOCK + "ls1.gamma", C.ATTENTION_SCALE),
-        (BLOCK + "ls2.gamma", C.MLP_SCALE),
-        *torch_norm("norm_pre", C.PRE_NORM),
-        *torch_norm("norm", C.ENCODER_NORM),
-        # timm's `AttentionPoolLatent`: the probe, its query, key and value
-        # (one fused Linear), output, norm and MLP.
-        ("attn_pool.latent", C.MAP_HEAD + "probe"),
-        *torch_linear("attn_pool.q", C.MAP_ATTENTION + "query/", "heads_in", "heads_bias"),
-        *torch_linear("attn_pool.kv", C.MAP_ATTENTION + "{part}/", "kv_kernel", "kv_bias"),
-        *torch_linear("attn_pool.proj", C.MAP_ATTENTION + "out/", "heads_out"),
-        *torch_map_head_tail("attn_pool.norm", "attn_pool.mlp.fc1", "attn_pool.mlp.fc2"),
-        *torch_linear("pre_logits.fc", C.PRE_LOGITS),
-        *torch_norm("fc_norm", C.POOLED_NORM),
-        *torch_linear("head", C.HEAD),
-        *torch_linear("head_dist", C.HEAD_DIST),
-    )
+_RULES = (
+    ("cls_token", C.CLS),
+    ("dist_token", C.DIST),
+    ("reg_token", C.REG),
+    ("pos_embed", C.POSEMB),
+    *torch_linear("patch_embed.proj", C.EMBEDDING, "conv"),
+    *torch_norm("patch_embed.norm", C.EMBEDDING_NORM),
+    *torch_norm(BLOCK + "norm1", C.NORM_1),
+    *torch_linear(BLOCK + "attn.qkv", C.ATTENTION + "{part}/", "qkv_kernel", "qkv_bias"),
+    *torch_linear(BLOCK + "attn.proj", C.ATTENTION + "out/", "heads_out"),
+    *torch_norm(BLOCK + "norm2", C.NORM_2),
+    (BLOCK + "ls1.gamma", C.ATTENTION_SCALE),
+    (BLOCK + "ls2.gamma", C.MLP_SCALE),
+    *torch_norm("norm_pre", C.PRE_NORM),
+    *torch_norm("norm", C.ENCODER_NORM),
+    # timm's `AttentionPoolLatent`: the probe, its query, key and value
+    # (one fused Linear), output, norm and MLP.
+    ("attn_pool.latent", C.MAP_HEAD + "probe"),
+    *torch_linear("attn_pool.q", C.MAP_ATTENTION + "query/", "heads_in", "heads_bias"),
+    *torch_linear("attn_pool.kv", C.MAP_ATTENTION + "{part}/", "kv_kernel", "kv_bias"),
+    *torch_linear("attn_pool.proj", C.MAP_ATTENTION + "out/", "heads_out"),
+    *torch_map_head_tail("attn_pool.norm", "attn_pool.mlp.fc1", "attn_pool.mlp.fc2"),
+    *torch_linear("pre_logits.fc", C.PRE_LOGITS),
+    *torch_norm("fc_norm", C.POOLED_NORM),
+    *torch_linear("head", C.HEAD),
+    *torch_linear("head_dist", C.HEAD_DIST),
+)
+TABLE = RuleTable(_RULES + torch_linear(BLOCK + "mlp.fc1", C.MLP_IN) + torch_linear(BLOCK + "mlp.fc2", C.MLP_OUT))
+# timm's `SwiGLU` MLP (AIMv2): `fc1_g` the gate, `fc1_x` the up projection, `fc2` down.
+SWIGLU_TABLE = RuleTable(
+    _RULES
+    + torch_linear(BLOCK + "mlp.fc1_g", C.MLP_GATE_UP.replace("{part}", "gate"))
+    + torch_linear(BLOCK + "mlp.fc1_x", C.MLP_GATE_UP.replace("{part}", "up"))
+    + torch_linear(BLOCK + "mlp.fc2", C.MLP_DOWN)
 )
 
 
-def to_canonical(state, num_heads):
+def to_canonical(state, num_heads, table=TABLE):
     """Converts a timm ViT state dict to canonical keys and layouts.
 
     Keys no rule knows are kept under their timm name, so that strict
@@ -104,6 +110,7 @@ def to_canonical(state, num_heads):
     Args:
         state: `{timm key: NumPy array}`.
         num_heads: int, number of attention heads.
+        table: the `RuleTable`, default `TABLE` (`SWIGLU_TABLE` for timm's SwiGLU MLP).
 
     Returns:
         `{canonical key: NumPy array}`.
@@ -116,7 +123,7 @@ def to_canonical(state, num_heads):
     >>> out["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/key/kernel"].shape
     (8, 2, 4)
     """
-    params, unknown = TABLE.to_canonical(state, num_heads)
+    params, unknown = table.to_canonical(state, num_heads)
     params.update({key: state[key] for key in unknown})
     return params
 
@@ -277,6 +284,23 @@ for _size, _patch, _map, _gap_only, _act in _SIGLIP:
             _common, img_size=_res, global_pool="avg", fc_norm=False
         )
 
+# AIMv2 (timm's `aimv2_*`): no class token, RMSNorm (epsilon 1e-5) in the
+# blocks, after the patch embedding (`patch_embed.norm`) and after the
+# blocks, the split SwiGLU MLP (`fc1_g`, `fc1_x`, `fc2`), no query, key,
+# value, output or MLP biases, the mean of the tokens after `norm`; timm
+# has no attention-pool head for it. `norm_layer`, `embed_norm_layer` and
+# `mlp_layer` are keras_vit's spellings of timm's `partial(RmsNorm, ...)`
+# and `SwiGLU`.
+_AIMV2_SIZES = dict(large=(1024, 24, 8, 2.75), huge=(1536, 24, 12, 2.6667), **{"1b": (2048, 24, 16, 2.75)},
+                    **{"3b": (3072, 24, 24, 2.6667)})
+for _size in _AIMV2_SIZES:
+    for _res in (224, 336, 448):
+        _NAMED[f"aimv2_{_size}_patch14_{_res}"] = dict(
+            _size_args(_size, _AIMV2_SIZES), patch_size=14, img_size=_res, class_token=False, fc_norm=False,
+            global_pool="avg", qkv_bias=False, proj_bias=False, act_layer="silu", norm_layer="rmsnorm",
+            embed_norm_layer="rmsnorm", mlp_layer="swiglu", norm_eps=1e-5, family="aimv2",
+        )
+
 # timm's VisionTransformer arguments, with timm's defaults: the one list of
 # what a config's `model_args` may say.
 TIMM_DEFAULTS = dict(
@@ -288,7 +312,7 @@ TIMM_DEFAULTS = dict(
     pre_norm=False, final_norm=True, qk_norm=False, proj_bias=True,
     pos_embed="learn", dynamic_img_size=False, dynamic_img_pad=False,
     norm_layer=None, embed_layer=None, weight_init="", fix_init=False,
-    patch_drop_rate=0.0, class_token_init=None,
+    patch_drop_rate=0.0, class_token_init=None, embed_norm_layer=None, mlp_layer=None,
 )
 # The arguments `model_arguments` reads (the dropout rates change training
 # only); every other one must keep its default.
@@ -296,8 +320,13 @@ READ = frozenset((
     "img_size", "patch_size", "in_chans", "num_classes", "global_pool", "embed_dim", "depth",
     "num_heads", "mlp_ratio", "qkv_bias", "class_token", "reg_tokens", "no_embed_class",
     "fc_norm", "act_layer", "distilled", "init_values", "drop_rate", "pos_drop_rate",
-    "proj_drop_rate", "attn_drop_rate", "drop_path_rate", "pre_norm",
+    "proj_drop_rate", "attn_drop_rate", "drop_path_rate", "pre_norm", "proj_bias", "norm_layer",
+    "embed_norm_layer", "mlp_layer",
 ))
+# timm's `norm_layer` / `embed_norm_layer` (None: LayerNorm for the blocks,
+# none after the patch embedding) and `mlp_layer` as keras_vit reads them.
+_NORMS = {None: "layernorm", "layernorm": "layernorm", "rmsnorm": "rmsnorm"}
+_MLPS = {None: "plain", "swiglu": "swiglu"}
 # timm's `act_layer` -> keras_vit's `mlp_activation` (None: nn.GELU).
 _ACTIVATIONS = {None: "gelu", "gelu": "gelu", "gelu_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
 
@@ -340,8 +369,17 @@ def _unsupported(name, args):
         k: v for k, v in args.items()
         if k not in READ and (k not in TIMM_DEFAULTS or v != TIMM_DEFAULTS[k])
     }
-    if args.get("act_layer") not in _ACTIVATIONS:
-        bad["act_layer"] = args["act_layer"]
+    swiglu = args.get("mlp_layer") == "swiglu"
+    if (args.get("act_layer") != "silu") if swiglu else (args.get("act_layer") not in _ACTIVATIONS):
+        # keras_vit's SwiGLU gates with SiLU, as timm's with `act_layer="silu"`.
+        bad["act_layer"] = f"{args['act_layer']} with mlp_layer={args.get('mlp_layer')!r}"
+    if args.get("mlp_layer") not in _MLPS:
+        bad["mlp_layer"] = args["mlp_layer"]
+    if args.get("norm_layer") not in _NORMS:
+        bad["norm_layer"] = args["norm_layer"]
+    if args.get("embed_norm_layer") not in (None, args.get("norm_layer") or "layernorm"):
+        # The patch norm is of the blocks' kind.
+        bad["embed_norm_layer"] = f"{args['embed_norm_layer']} with norm_layer={args.get('norm_layer')!r}"
     if args.get("global_pool") not in ("token", "avg", "", "map"):
         bad["global_pool"] = args["global_pool"]
     if args.get("global_pool") == "avg" and args.get("class_token"):
@@ -431,8 +469,19 @@ def model_arguments(config):
 
 
 def _block_options(args, include_top, family):
-    """The activation, `norm_pre` and pooling arguments of timm `args`."""
-    out = {"mlp_activation": _ACTIVATIONS[args["act_layer"]]}
+    """The activation, norms, MLP, biases, `norm_pre` and pooling arguments of timm `args`."""
+    options = {
+        "norm_kind": _NORMS[args["norm_layer"]],
+        "patch_norm": args["embed_norm_layer"] is not None,
+        "mlp_kind": _MLPS[args["mlp_layer"]],
+        # timm's `proj_bias` is the attention output's and the MLP's.
+        "attention_out_bias": bool(args["proj_bias"]),
+        "mlp_bias": bool(args["proj_bias"]),
+    }
+    defaults = {**BlockConfig.defaults(), **EncoderConfig.defaults()}
+    out = {k: v for k, v in options.items() if v != defaults[k]}
+    if options["mlp_kind"] == "plain":
+        out["mlp_activation"] = _ACTIVATIONS[args["act_layer"]]
     if args["pre_norm"]:
         # timm drops the patch embedding's bias when it adds `norm_pre`.
         out.update(pre_norm=True, patch_bias=False)
@@ -480,7 +529,7 @@ def preprocessing(config):
     )
 
 
-def read(state, num_heads, path, no_embed_class=False):
+def read(state, num_heads, path, no_embed_class=False, mlp_kind="plain"):
     """A timm state dict as a `Checkpoint` (the one timm read path).
 
     Args:
@@ -488,9 +537,10 @@ def read(state, num_heads, path, no_embed_class=False):
         num_heads: int, attention heads (the fused qkv weight does not say).
         path: the file it came from, for messages.
         no_embed_class: bool, timm's flag (see `fold_prefix_rows`).
+        mlp_kind: "plain" (default) or "swiglu": the MLP's names.
     """
     try:
-        params = to_canonical(state, num_heads)
+        params = to_canonical(state, num_heads, SWIGLU_TABLE if mlp_kind == "swiglu" else TABLE)
     except ValueError as error:
         raise ValueError(f"Cannot read checkpoint {os.fspath(path)!r}: {error}") from None
     return C.Checkpoint(os.fspath(path), "timm", fold_prefix_rows(params, no_embed_class), {})
@@ -509,6 +559,6 @@ def preset_source(directory):
 
     def read_weights(model):
         state, path = shards.read_state(directory)
-        return read(state, args["num_heads"], path, no_embed_class)
+        return read(state, args["num_heads"], path, no_embed_class, args.get("mlp_kind", "plain"))
 
     return C.PresetSource("timm", directory, "ViT", args, read_weights)

@@ -2,11 +2,12 @@
 
 Each family of transformers ViTs is one `TransformersFamily` subclass in its
 own module (`transformers_vit` for ViT/DeiT, `transformers_dinov2`,
-`transformers_clip`, `transformers_siglip`, `transformers_siglip2`,
-`transformers_vit_mae`; the protocol in `transformers_family`). This module
+`transformers_dinov3`, `transformers_aimv2`, `transformers_clip`, `transformers_siglip`,
+`transformers_siglip2`, `transformers_vit_mae`; the protocol in `transformers_family`). This module
 holds the registry, `TRANSFORMERS_FAMILIES`: a directory is read by the
 family of its `model_type`, and a model is written by the first family that
-recognises its shape, the most particular first: DINOv2's LayerScale, then
+recognises its shape, the most particular first: DINOv3's rotary
+embedding, AIMv2's patch norm, DINOv2's LayerScale, then
 SigLIP2's resize before SigLIP's MAP head, which with a fixed sin-cos table
 (MAE) goes before a norm ahead of the blocks (CLIP); ViT/DeiT takes every
 other model or refuses it. A new family is a module with its subclass and
@@ -25,8 +26,11 @@ from keras_vit.weights import canonical as C
 from keras_vit.weights import shards
 from keras_vit.weights.files import read_json, write_json
 from keras_vit.weights.formats.families import FamilyRegistry
+from keras_vit.weights.formats.transformers_aimv2 import Aimv2Family
 from keras_vit.weights.formats.transformers_clip import ClipFamily
 from keras_vit.weights.formats.transformers_dinov2 import Dinov2Family
+from keras_vit.weights.formats.transformers_dinov3 import Dinov3Family
+from keras_vit.weights.formats.transformers_family import refuse
 from keras_vit.weights.formats.transformers_siglip import SiglipFamily
 from keras_vit.weights.formats.transformers_siglip2 import Siglip2Family
 from keras_vit.weights.formats.transformers_vit import ViTFamily
@@ -36,7 +40,8 @@ from keras_vit.weights.formats.transformers_vit_mae import ViTMAEFamily
 TRANSFORMERS_FAMILIES = FamilyRegistry(
     "transformers checkpoint",
     "model_type",
-    (Dinov2Family(), Siglip2Family(), SiglipFamily(), ViTMAEFamily(), ClipFamily(), ViTFamily()),
+    (Dinov3Family(), Aimv2Family(), Dinov2Family(), Siglip2Family(), SiglipFamily(), ViTMAEFamily(), ClipFamily(),
+     ViTFamily()),
     lambda family: family.MODEL_TYPES,
     refused={
         "vit-hybrid": "transformers' ViT-hybrid (BiT backbone) layout is not one keras_vit reads; "
@@ -101,6 +106,11 @@ def export_family(config):
     >>> family.NAME, hf_class
     ('CLIP vision model', 'CLIPVisionModel')
     """
+    if config.get("projection_dim") is not None or config.get("l2_normalize", False):
+        raise refuse(
+            "an embedding head (projection_dim, l2_normalize: a zero-shot classifier of an "
+            "image-text model); save it with format='keras_vit'"
+        )
     for family in TRANSFORMERS_FAMILIES:
         hf_class = family.export_class(config)
         if hf_class is not None:

@@ -19,7 +19,8 @@ Facts about the files (`save_pretrained`; `model_type` "clip_vision_model"):
   without bias: `image_embeds` = visual_projection(pooler_output). keras_vit
   holds it as its head (`classes = projection_dim`, no activation) whose
   bias is zero.
-- A two-tower `CLIPModel` directory (`model_type` "clip") holds the vision
+- A two-tower `CLIPModel` directory (`model_type` "clip"; MetaCLIP 2's
+  `MetaClip2Model`, "metaclip_2", alike) holds the vision
   config under `vision_config` and `projection_dim` at the top, the same
   vision tensors under `vision_model.` and `visual_projection.weight`, and
   the text tower (`text_model.`, `text_projection.weight`, `logit_scale`):
@@ -76,12 +77,14 @@ class ClipFamily(TowerFamily):
     """
 
     NAME = "CLIP vision model"
-    MODEL_TYPES = ("clip_vision_model", "clip")
+    MODEL_TYPES = ("clip_vision_model", "clip", "metaclip_2")
     TRANSFORMERS_CLASSES = {
         "CLIPVisionModel": TransformersClass("clip_vision_model", PREFIX, PROJECTION),
         "CLIPVisionModelWithProjection": TransformersClass("clip_vision_model", PREFIX, PROJECTION),
-        # The two-tower model, read for its vision tower and projection.
+        # The two-tower models, read for their vision tower and projection
+        # (MetaCLIP 2's tensors and config are CLIP's).
         "CLIPModel": TransformersClass("clip", PREFIX, PROJECTION),
+        "MetaClip2Model": TransformersClass("metaclip_2", PREFIX, PROJECTION),
     }
     # CLIPVisionConfig's defaults.
     DEFAULTS = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
@@ -91,9 +94,9 @@ class ClipFamily(TowerFamily):
     BODY = BODY
     IGNORED = {
         "embeddings.position_ids": "the position indices buffer, not a weight",
-        "text_model.": "the text tower of a CLIPModel",
-        "text_projection.weight": "the text tower's projection of a CLIPModel",
-        "logit_scale": "the image-text logit scale of a CLIPModel",
+        "text_model.": "the text tower of a CLIPModel or MetaClip2Model",
+        "text_projection.weight": "the text tower's projection of a CLIPModel or MetaClip2Model",
+        "logit_scale": "the image-text logit scale of a CLIPModel or MetaClip2Model",
     }
     STRUCTURE = dict(
         TowerFamily.STRUCTURE,

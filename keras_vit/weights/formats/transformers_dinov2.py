@@ -105,7 +105,7 @@ class Dinov2Family(TransformersFamily):
         "layer_norm_epsilon": None,
         "mlp_activation": tuple(HIDDEN_ACTS),
         "mlp_kind": ("plain", "swiglu"),
-        "qkv_bias": None,
+        "qkv_bias": (True, False),
         "layer_scale_init": None,
         "dropout_rate": None,
         "attention_dropout_rate": None,

@@ -191,6 +191,26 @@ def check_structure(config, hf_class, structure):
             raise refuse(f"{hf_class} {why}. Received: {option}={actual!r}")
 
 
+def split_ignored(state, ignored):
+    """`(kept, {ignored key: why})` of a state dict and `{end or start: why}`:
+    a key is ignored when it ends or starts with one of `ignored`'s keys.
+
+    Example:
+
+    >>> split_ignored({"a.position_ids": 0, "text_model.x": 1, "w": 2},
+    ...               {"position_ids": "a buffer", "text_model.": "the text tower"})[0]
+    {'w': 2}
+    """
+    kept, reasons = {}, {}
+    for key, value in state.items():
+        reason = next((r for p, r in ignored.items() if key.endswith(p) or key.startswith(p)), None)
+        if reason:
+            reasons[key] = reason
+        else:
+            kept[key] = value
+    return kept, reasons
+
+
 class TransformersFamily(abc.ABC):
     """One family of transformers ViTs, read into and written from keras_vit.
 
@@ -290,25 +310,24 @@ class TransformersFamily(abc.ABC):
     def model_arguments(self, config):
         """keras_vit `ViT` arguments for a `config.json` dict."""
 
-    def rule_table(self, hf_class, prefix=None):
-        """The `RuleTable` of a class's state dict: the body under `prefix`
-        (default: the class's), then the head at the root."""
+    def rule_table(self, hf_class, prefix=None, body=None):
+        """The `RuleTable` of a class's state dict: the body's rules `body`
+        (default `BODY`) under `prefix` (default: the class's), then the
+        head at the root."""
         spec = self.TRANSFORMERS_CLASSES[hf_class]
-        body = RuleTable(self.BODY).prefixed(spec.prefix if prefix is None else prefix)
+        body = RuleTable(self.BODY if body is None else body).prefixed(spec.prefix if prefix is None else prefix)
         return body + RuleTable(spec.head)
+
+    def body(self, config):
+        """The body's rules for a `config.json` dict: `BODY`, unless the
+        family's tensor names depend on the config."""
+        return self.BODY
 
     def split_state(self, state):
         """`(kept, ignored)`: a state dict without the `IGNORED` keys (by
         their end, a buffer under any prefix, or their start, a two-tower
         model's text tower), and `{ignored key: why}`."""
-        kept, ignored = {}, {}
-        for key, value in state.items():
-            reason = next((r for p, r in self.IGNORED.items() if key.endswith(p) or key.startswith(p)), None)
-            if reason:
-                ignored[key] = reason
-            else:
-                kept[key] = value
-        return kept, ignored
+        return split_ignored(state, self.IGNORED)
 
     def complete(self, params, ignored, config):
         """Adds the weights the files leave implicit to `params`, or moves
@@ -330,7 +349,7 @@ class TransformersFamily(abc.ABC):
         if not any(k.startswith(prefix) for k in kept):
             prefix = ""  # the body saved on its own
         heads = self.model_arguments(config)["num_heads"]
-        params, unknown = self.rule_table(hf_class, prefix).to_canonical(kept, heads)
+        params, unknown = self.rule_table(hf_class, prefix, self.body(config)).to_canonical(kept, heads)
         params.update({k: kept[k] for k in unknown})
         self.complete(params, ignored, config)
         return C.Checkpoint(path, "transformers", params, ignored)

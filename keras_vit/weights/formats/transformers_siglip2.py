@@ -1,5 +1,5 @@
-"""transformers SigLIP2 vision towers (`Siglip2VisionModel`) at a fixed
-resolution <-> the canonical layout, read and written.
+"""transformers SigLIP2 vision towers (`Siglip2VisionModel`, NaFlex) <->
+the canonical layout, read and written.
 
 Facts about the files (`save_pretrained`; `model_type`
 "siglip2_vision_model"):
@@ -21,25 +21,33 @@ Facts about the files (`save_pretrained`; `model_type`
   `interpolate(mode="bilinear", antialias=True, align_corners=False)` in
   float32; the identity at the table's own grid.
 
-keras_vit builds the fixed-resolution model: an NHWC image of
-`sqrt(num_patches) * patch_size` pixels a side (every patch kept, no
-padding, no mask), `pooling="map"` (the output is `pooler_output`) and
-`position_interpolation="siglip2"`, so that `for_inference(image_size=...)`
-runs any other grid, non-square included, as transformers does for that
-`spatial_shapes`. Padded batches (a mask with zeros) have no keras_vit
-equivalent.
+keras_vit builds a model of `sqrt(num_patches) * patch_size` pixels a side,
+`pooling="map"` (the output is `pooler_output`) and
+`position_interpolation="siglip2"`. It takes NHWC images of any grid,
+non-square included, as transformers does for that `spatial_shapes` (every
+patch kept; `for_inference(image_size=...)` resizes the table once), and
+NaFlex patch dicts (`keras_vit.preprocessing.naflex_inputs`, timm's form;
+`keras_vit.models.patch_inputs`): transformers' padded batches, each image
+on its own grid, `pixel_attention_mask` as `patch_valid`, its
+`spatial_shapes` one more than each image's largest `patch_coords`.
 
 Preprocessing: `Siglip2ImageProcessor` resizes each image, aspect ratio
 kept, to the largest multiple of the patch size within `max_num_patches`
-patches (bilinear), then scales to `(x / 255 - 0.5) / 0.5`. A fixed-size
-model cannot follow a per-image size, so keras_vit records the statistics
-and the filter: from `preprocessor_config.json` when there is one (its
-`image_mean`/`image_std`/`resample`), otherwise mean and std 0.5, bilinear.
+patches (bilinear), then scales to `(x / 255 - 0.5) / 0.5`; `naflex_inputs`
+does the same for the patch dict. For NHWC images keras_vit records the
+statistics and the filter: from `preprocessor_config.json` when there is
+one (its `image_mean`/`image_std`/`resample`), otherwise mean and std 0.5,
+bilinear.
 The record holds the model's image size without a file, or when the file's
 `max_num_patches` and `patch_size` are the model's grid (a square image
 then fills that grid); with another patch budget, no size.
 The patch channels are not in the tensor's shape, so only 3-channel towers
 load.
+
+A two-tower `Siglip2Model` directory (`model_type` "siglip2") holds the
+vision config under `vision_config` and the same vision tensors under
+`vision_model.`; its text tower, logit scale and bias are ignored here
+(`transformers_image_text` reads them).
 
 Written back (`save_to_preset(format="transformers")`): a model that ends in
 a MAP head without a class token, with `position_interpolation="siglip2"`
@@ -63,8 +71,9 @@ from keras_vit.weights.record import Preprocessing
 
 
 class Siglip2Family(SiglipFamily):
-    """transformers' SigLIP2 vision towers at a fixed resolution: SigLIP's
-    tower with a flattened patch embedding and a patch count for a size.
+    """transformers' SigLIP2 vision towers: SigLIP's tower with a flattened
+    patch embedding and a patch count for a size, taking images of any
+    grid and NaFlex patch dicts.
 
     Example:
 
@@ -76,8 +85,12 @@ class Siglip2Family(SiglipFamily):
     """
 
     NAME = "SigLIP2 vision model"
-    MODEL_TYPES = ("siglip2_vision_model",)
-    TRANSFORMERS_CLASSES = {"Siglip2VisionModel": TransformersClass("siglip2_vision_model", PREFIX)}
+    MODEL_TYPES = ("siglip2_vision_model", "siglip2")
+    TRANSFORMERS_CLASSES = {
+        "Siglip2VisionModel": TransformersClass("siglip2_vision_model", PREFIX),
+        # The two-tower model, read for its vision tower (its `vision_config`).
+        "Siglip2Model": TransformersClass("siglip2", PREFIX),
+    }
     DEFAULTS = dict(SiglipFamily.DEFAULTS, num_patches=256)
     BODY = (
         POSITIONS,
@@ -85,7 +98,12 @@ class Siglip2Family(SiglipFamily):
         ("embeddings.patch_embedding.bias", C.EMBEDDING + "bias"),
         *ENCODER,
     )
-    IGNORED = {}
+    # The rest of a two-tower model.
+    IGNORED = {
+        "text_model.": "the text tower of a Siglip2Model",
+        "logit_scale": "the image-text logit scale of a Siglip2Model",
+        "logit_bias": "the image-text logit bias of a Siglip2Model",
+    }
     # SigLIP's options, with SigLIP2's own position-table resize.
     EXPORTED_OPTIONS = dict(SiglipFamily.EXPORTED_OPTIONS, position_interpolation=("siglip2",))
 

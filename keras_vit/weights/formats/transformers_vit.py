@@ -127,7 +127,7 @@ class ViTFamily(TransformersFamily):
     EXPORTED_OPTIONS = {
         "layer_norm_epsilon": None,
         "mlp_activation": ("gelu_tanh", "gelu"),
-        "qkv_bias": None,
+        "qkv_bias": (True, False),
         "dropout_rate": None,
         "attention_dropout_rate": None,
     }

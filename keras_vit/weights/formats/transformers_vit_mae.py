@@ -75,7 +75,7 @@ class ViTMAEFamily(TowerFamily):
     )
     EXPORTED_OPTIONS = dict(
         TowerFamily.EXPORTED_OPTIONS,
-        qkv_bias=None,
+        qkv_bias=(True, False),
         position_embedding=("sincos",),
         class_token=(None, True),
         # A fixed table is computed for each grid: no interpolation applies.

@@ -1,0 +1,174 @@
+"""One resolver (`keras_vit.load_model`) and one call from image files to
+named probabilities (`keras_vit.classify`), with each checkpoint's own resize,
+filter, crop and scaling."""
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import keras_vit
+from conftest import DEIT_NPZ, TINY, requires_shared, to_numpy
+from keras_vit.preprocessing import Preprocessing, resize_and_crop
+from keras_vit.presets import PresetDownloadError
+from synthetic import official_params
+
+CAT_CLASSES = {281, 282, 285}  # tabby, tiger cat, Egyptian cat
+
+
+def _photo():
+    import skimage.data
+
+    return skimage.data.chelsea()  # 300 x 451, a real photo
+
+
+def _softmax(logits):
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
+def test_resize_and_crop_follow_the_record_as_pillow_does(interpolation):
+    photo = _photo()
+    method = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}[interpolation]
+    # resize=None: straight to the input size, aspect ratio not kept (ViT's processor).
+    straight = Preprocessing.from_mode("inception", image_size=(32, 48), interpolation=interpolation)
+    expected = np.asarray(Image.fromarray(photo).resize((48, 32), method))
+    np.testing.assert_array_equal(resize_and_crop(photo, straight), expected)
+    # An int resize: the shorter side to 36 (the longer truncated, 54), then the centre 32.
+    cropped = Preprocessing(image_size=32, resize=36, interpolation=interpolation)
+    resized = np.asarray(Image.fromarray(photo).resize((54, 36), method))
+    np.testing.assert_array_equal(resize_and_crop(photo, cropped), resized[2:34, 11:43])
+    # Float pixels take the same geometry, plane by plane.
+    floats = resize_and_crop(photo.astype("float32"), cropped)
+    assert floats.dtype == np.float32 and np.abs(floats - resized[2:34, 11:43]).max() < 1.5
+
+
+def test_load_images_reads_paths_pil_images_and_arrays_alike(tmp_path):
+    photo = _photo()
+    Image.fromarray(photo).save(tmp_path / "cat.png")
+    model = keras_vit.ViT(**TINY, classes=3, preprocessing=Preprocessing.from_mode(
+        "imagenet", image_size=32, interpolation="bilinear"))
+    display, inputs = keras_vit.load_images(
+        [str(tmp_path / "cat.png"), Image.fromarray(photo), photo, photo[..., :1]], model)
+    assert display.shape == inputs.shape == (4, 32, 32, 3) and display.dtype == np.uint8
+    expected = np.asarray(Image.fromarray(photo).resize((32, 32), Image.BILINEAR))
+    for image in display[:3]:
+        np.testing.assert_array_equal(image, expected)
+    mean, std = np.array([(0.485, 0.456, 0.406), (0.229, 0.224, 0.225)])
+    np.testing.assert_allclose(inputs[0], (expected / 255 - mean) / std, atol=1e-5)
+    # The reload path never resizes with Keras' default "nearest".
+    nearest = np.asarray(Image.fromarray(photo).resize((32, 32), Image.NEAREST))
+    assert np.abs(display[0].astype(float) - nearest).mean() > 5
+
+
+def test_classify_names_probabilities_of_a_logits_model(tmp_path):
+    names = ["apple", "pear", "plum"]
+    model = keras_vit.ViT(**TINY, classes=3, classifier_activation=None, class_names=names,
+                          preprocessing=Preprocessing.from_mode("inception", image_size=32))
+    model.get_layer("head").bias.assign(np.array([0.0, 2.0, 1.0], "float32"))
+    photos = [_photo(), np.full((20, 30, 3), 200, "uint8")]
+    results = keras_vit.classify(model, photos, top=5)
+    assert [len(row) for row in results] == [3, 3]  # top is at most the classes
+    _, inputs = keras_vit.load_images(photos, model)
+    expected = _softmax(to_numpy(model.predict(inputs, verbose=0)).astype("float64"))
+    for row, probabilities in zip(results, expected):
+        assert [p.index for p in row] == list(np.argsort(-probabilities))
+        assert [p.name for p in row] == [names[p.index] for p in row]
+        np.testing.assert_allclose([p.probability for p in row], np.sort(probabilities)[::-1], atol=1e-6)
+        assert isinstance(row[0], keras_vit.Prediction) and row[0] == (row[0].index, row[0].name, row[0].probability)
+
+
+def test_classify_asks_for_the_scaling_a_model_does_not_record():
+    model = keras_vit.ViT(**TINY, classes=3)
+    with pytest.raises(ValueError, match="carries no preprocessing record.*preprocessing='inception'"):
+        keras_vit.classify(model, _photo())
+    assert len(keras_vit.classify(model, _photo(), top=2, preprocessing="inception")[0]) == 2
+    with pytest.raises(ValueError, match="No image file at 'missing.jpg'"):
+        keras_vit.classify(model, "missing.jpg", preprocessing="inception")
+
+
+@requires_shared
+def test_classify_a_real_photo_from_the_deit_file(tmp_path):
+    Image.fromarray(_photo()).save(tmp_path / "chelsea.jpg")
+    model = keras_vit.load_model(str(DEIT_NPZ), mlp_activation="gelu", preprocessing="imagenet")
+    top = keras_vit.classify(model, str(tmp_path / "chelsea.jpg"), top=3)[0]
+    assert {p.index for p in top} <= CAT_CLASSES | {283, 287}, top
+    assert top[0].index in CAT_CLASSES and top[0].name in ("tabby", "tiger_cat", "Egyptian_cat")
+    assert sum(p.probability for p in top) < 1 and top[0].probability > 0.2
+
+
+def _official_file(tmp_path, rng):
+    """A ViT-Ti/16-shaped official .npz at 32 px (architecture read from its shapes)."""
+    params = official_params(rng, image_size=32, patch_size=16, hidden_size=192, num_layers=12,
+                             num_heads=3, mlp_dim=768, classes=4)
+    np.savez(tmp_path / "ti.npz", **params)
+    return tmp_path / "ti.npz"
+
+
+def test_load_model_takes_every_way_of_naming_a_model(tmp_path, rng):
+    file = _official_file(tmp_path, rng)
+    x = rng.normal(size=(1, 32, 32, 3)).astype("float32")
+    with pytest.warns(UserWarning, match="does not record the GELU.*mlp_activation='gelu'.*--gelu erf"):
+        from_file = keras_vit.load_model(str(file))
+    assert from_file.name == "vitti16" and from_file.image_size == (32, 32) and from_file.classes == 4
+    by_name = keras_vit.load_model("ViTTi16", weights=str(file), preprocessing="inception")
+    by_architecture = keras_vit.load_model("Ti/16", weights=str(file))
+    by_name.save_to_preset(tmp_path / "preset")
+    by_name.save(tmp_path / "model.keras")
+    expected = to_numpy(from_file.predict(x, verbose=0))
+    for model in (by_name, by_architecture, keras_vit.load_model(str(tmp_path / "preset")),
+                  keras_vit.load_model(tmp_path / "model.keras"), keras_vit.load_model(by_name)):
+        np.testing.assert_allclose(to_numpy(model.predict(x, verbose=0)), expected, atol=1e-5)
+    assert keras_vit.load_model(str(tmp_path / "preset")).preprocessing.mode == "inception"
+    assert keras_vit.load_model(str(file), mlp_activation="gelu").mlp_activation == "gelu"
+
+
+@pytest.mark.parametrize(
+    "source, kwargs, message",
+    [
+        ("ViTTi61", {}, "Unknown model 'ViTTi61'.*Did you mean 'ViTTi16'"),
+        ("runs/gone", {}, r"No file or folder at 'runs/gone' \(resolved to"),
+        ("gone.npz", {}, "No file or folder at 'gone.npz'"),
+        (3, {}, "`source` must be"),
+    ],
+)
+def test_load_model_names_what_is_wrong(source, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        keras_vit.load_model(source, **kwargs)
+
+
+def test_load_model_refuses_what_a_source_fixes(tmp_path):
+    model = keras_vit.ViT(**TINY, classes=3)
+    model.save_to_preset(tmp_path / "preset")
+    with pytest.raises(ValueError, match="A preset holds its own weights"):
+        keras_vit.load_model(str(tmp_path / "preset"), weights="imagenet21k")
+    with pytest.raises(ValueError, match="A model is used as it is"):
+        keras_vit.load_model(model, classes=4)
+    model.save_weights(tmp_path / "w.weights.h5")  # arrays only, no architecture
+    with pytest.raises(ValueError, match=r"Cannot tell which architecture .*--model ViTTi16"):
+        keras_vit.load_model(str(tmp_path / "w.weights.h5"))
+
+
+def test_load_model_reads_kaggle_handles_through_kagglehub(tmp_path, monkeypatch):
+    """`kaggle://` handles (where keras-hub's presets live) are downloaded by
+    kagglehub into its cache; the folder it returns is read as any preset."""
+    kagglehub = pytest.importorskip("kagglehub")
+    model = keras_vit.ViT(**TINY, classes=3, class_names=("a", "b", "c"))
+    model.save_to_preset(tmp_path / "preset")
+    asked = []
+
+    def download(handle, *args, **kwargs):
+        asked.append(handle)
+        if handle.endswith("/gone"):
+            raise ConnectionError("no network")
+        return str(tmp_path / "preset")
+
+    monkeypatch.setattr(kagglehub, "model_download", download)
+    again = keras_vit.load_model("kaggle://me/vit/keras/tiny")
+    assert asked == ["me/vit/keras/tiny"] and again.class_names == ("a", "b", "c")
+    x = np.random.default_rng(0).normal(size=(1, *again.image_size, 3)).astype("float32")
+    np.testing.assert_array_equal(to_numpy(again.predict(x, verbose=0)), to_numpy(model.predict(x, verbose=0)))
+    with pytest.raises(PresetDownloadError, match="kaggle://me/vit/keras/gone.*no network"):
+        keras_vit.load_model("kaggle://me/vit/keras/gone")
+    with pytest.raises(ValueError, match="owner/model/framework/variation"):
+        keras_vit.load_model("kaggle://me/vit")

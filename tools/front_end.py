@@ -1,0 +1,187 @@
+"""What every command line does before it imports Keras: standard library only.
+
+- `ArgumentParser`: argparse without prefix matching, whose errors name a
+  misspelt flag and the closest valid one (`--weigths` is not reported as
+  "--weights is required").
+- `configure_threads`: torch's intra-op threads set to the physical cores
+  this process may use (its CPU affinity and the container's CPU quota),
+  unless `OMP_NUM_THREADS` or a `--threads` flag says otherwise. torch's own
+  default, one thread per logical CPU with OpenMP's busy-waiting, fights the
+  tf.data input pipeline and any other job for the same cores.
+- `quiet_imports`: the C++ start-up banners of TensorFlow, XLA and CUDA
+  (oneDNN notices, "Could not find cuda drivers") kept out of the terminal.
+
+The examples (`examples/*.py`) and the console scripts
+(`keras_vit_tools.commands`) call these; `import keras_vit` alone changes
+nothing of the process.
+"""
+
+import argparse
+import contextlib
+import difflib
+import importlib.util
+import os
+import sys
+
+THREADS_HELP = (
+    "threads of torch's CPU operations (default: the physical cores this process may "
+    "use, or OMP_NUM_THREADS when set; on a machine shared with other jobs, fewer run faster)"
+)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """`argparse.ArgumentParser` that names a misspelt flag and the closest valid one.
+
+    Prefix matching is off (`allow_abbrev=False`): `--weigths` is an
+    unknown flag, reported before any "required" error, with the valid flag
+    nearest to it. Sub-commands made from it behave the same.
+
+    Example:
+
+    >>> parser = ArgumentParser(prog="demo")
+    >>> _ = parser.add_argument("--weights", required=True)
+    >>> parser.unknown_flag(["--weigths", "w.npz"])
+    "unrecognized argument '--weigths'; did you mean '--weights'?"
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def _flags(self):
+        return [s for action in self._actions for s in action.option_strings]
+
+    def _command_parser(self, argv):
+        """The sub-command's parser named in `argv`, and the arguments after it."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for i, token in enumerate(argv):
+                    if token in action.choices:
+                        return action.choices[token], argv[i + 1:]
+        return None, ()
+
+    def unknown_flag(self, argv):
+        """The error message for the first unknown `--flag` in `argv`, or None."""
+        argv = list(argv)
+        command, rest = self._command_parser(argv)
+        if command is not None:
+            argv = argv[: len(argv) - len(rest) - 1]
+            message = command.unknown_flag(rest) if isinstance(command, ArgumentParser) else None
+            if message:
+                return message
+        flags = self._flags()
+        for token in argv:
+            if token == "--":
+                break
+            name = token.split("=", 1)[0]
+            if name.startswith("--") and name not in flags:
+                match = difflib.get_close_matches(name, flags, n=1, cutoff=0.6)
+                hint = f"; did you mean {match[0]!r}?" if match else f" (valid: {', '.join(flags)})"
+                return f"unrecognized argument {name!r}{hint}"
+        return None
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message):
+        unknown = self.unknown_flag(getattr(self, "_argv", ()))
+        super().error(unknown or message)
+
+
+def physical_cores():
+    """Physical cores this process may run on.
+
+    The CPUs of its affinity mask, counted once per core (hyper-threads
+    share one), and no more than the container's CPU quota
+    (`/sys/fs/cgroup/cpu.max`) allows.
+
+    Returns:
+        int, at least 1.
+    """
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    cores = set()
+    for cpu in cpus:
+        path = f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"
+        try:
+            with open(path) as handle:
+                cores.add(handle.read().strip())
+        except OSError:
+            cores.add(str(cpu))
+    count = len(cores)
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as handle:
+            quota, period = handle.read().split()[:2]
+        if quota != "max":
+            count = min(count, max(1, int(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, count)
+
+
+def configure_threads(threads=None):
+    """Sets the threads torch's CPU operations use; call it before importing Keras.
+
+    Args:
+        threads: None (default: `OMP_NUM_THREADS` when set, else
+            `physical_cores()`) or an int.
+
+    Returns:
+        `(threads, reason)`: the count and where it came from ("--threads",
+        "OMP_NUM_THREADS" or "physical cores").
+    """
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"--threads must be at least 1. Received: {threads}")
+        count, reason = threads, "--threads"
+    elif os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        count, reason = int(os.environ["OMP_NUM_THREADS"]), "OMP_NUM_THREADS"
+    else:
+        count, reason = physical_cores(), "physical cores"
+    os.environ["OMP_NUM_THREADS"] = str(count)
+    # Idle OpenMP threads sleep instead of spinning on cores other work needs.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    torch = sys.modules.get("torch")
+    if torch is not None:  # imported already: OMP_NUM_THREADS came too late
+        torch.set_num_threads(count)
+    return count, reason
+
+
+@contextlib.contextmanager
+def _stderr_muted():
+    """File descriptor 2 sent to /dev/null: C++ libraries write there directly."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def quiet_imports(*modules):
+    """Imports `modules` (those installed) with their start-up banners muted.
+
+    TensorFlow's C++ log threshold is raised to errors that stop the program
+    (`TF_CPP_MIN_LOG_LEVEL=3`, unless set): its CPU-only start-up reports
+    (oneDNN, missing CUDA drivers, XLA services) are notices, and its
+    failures reach Python as exceptions. A module that fails to import is
+    imported again unmuted, so that its error shows.
+
+    Args:
+        *modules: module names, e.g. "tensorflow", "keras_vit".
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    for name in modules:
+        if name in sys.modules or importlib.util.find_spec(name) is None:
+            continue
+        try:
+            with _stderr_muted():
+                importlib.import_module(name)
+        except Exception:  # noqa: BLE001 (shown by the unmuted import below)
+            importlib.import_module(name)
