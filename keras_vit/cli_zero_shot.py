@@ -10,10 +10,8 @@ for CLIP and MetaCLIP 2, a sigmoid per class for SigLIP and SigLIP 2.
 
 import sys
 
-import numpy as np
-
+from keras_vit.classification import classify
 from keras_vit.image_text import DEFAULT_TEMPLATES, ImageTextModel
-from keras_vit.preprocessing import INTERPOLATIONS, center_crop, preprocess_input
 from keras_vit.text.templates import IMAGENET_TEMPLATES
 
 
@@ -25,46 +23,21 @@ def _templates(values):
     return tuple(values)
 
 
-def load_pixels(path, model):
-    """An image file as `model` takes it: its preprocessing record's resize
-    and centre crop (`keras_vit.preprocessing.center_crop`), then its
-    scaling (`keras_vit.preprocess_input`)."""
-    try:
-        from PIL import Image
-    except ImportError as error:
-        raise ImportError("Reading images needs Pillow: pip install pillow") from error
-
-    image = np.asarray(Image.open(path).convert("RGB"))
-    record = model.preprocessing
-    fraction = record.crop_fraction if record is not None else 0.875
-    filter = record.interpolation if record is not None and record.interpolation in INTERPOLATIONS else "bicubic"
-    return preprocess_input(center_crop(image, model.image_size, fraction, filter), model=model)
-
-
-def rank(probabilities, class_names, top=None):
-    """`[(name, probability), ...]` of one image, most probable first.
-
-    Example:
-
-    >>> rank(np.array([0.1, 0.7, 0.2]), ["cat", "dog", "bird"], top=2)
-    [('dog', 0.7), ('bird', 0.2)]
-    """
-    order = np.argsort(-np.asarray(probabilities), kind="stable")[:top]
-    return [(class_names[i], float(probabilities[i])) for i in order]
-
-
 def zero_shot_command(args):
-    """Runs `keras-vit zero-shot`; returns the exit status (2 on unusable input)."""
+    """Runs `keras-vit zero-shot`; returns the exit status (2 on unusable input).
+
+    The images are read, prepared and ranked by `keras_vit.classify`, as
+    `keras-vit classify` does for any classifier.
+    """
     try:
         model = ImageTextModel.from_preset(args.preset)
         classifier = model.zero_shot_classifier(args.classes, templates=_templates(args.templates))
-        pixels = np.stack([load_pixels(path, classifier) for path in args.images])
+        results = classify(classifier, args.images, top=args.top or len(args.classes))
     except (ValueError, OSError, ImportError) as error:
         print(f"keras-vit zero-shot: error: {error}", file=sys.stderr)
         return 2
-    probabilities = classifier.predict(pixels, verbose=0)
-    for path, row in zip(args.images, probabilities):
+    for path, predictions in zip(args.images, results):
         print(path)
-        for name, probability in rank(row, args.classes, args.top):
-            print(f"  {probability:.4f}  {name}")
+        for prediction in predictions:
+            print(f"  {prediction.probability:.4f}  {prediction.name}")
     return 0

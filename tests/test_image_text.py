@@ -193,7 +193,6 @@ def test_zero_shot_command_ranks_the_classes(tmp_path, capsys):
     import skimage.data
     from PIL import Image
 
-    from keras_vit.cli_zero_shot import load_pixels
     from keras_vit_tools import commands
 
     photo = tmp_path / "chelsea.png"
@@ -204,7 +203,10 @@ def test_zero_shot_command_ranks_the_classes(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert status == 0 and lines[0] == str(photo) and len(lines) == 3
     classifier = _model("siglip").zero_shot_classifier(CLASSES[:3])
-    probabilities = classifier.predict(load_pixels(photo, classifier)[None], verbose=0)[0]
+    # The photo prepared as keras_vit.classify prepares it (which agrees with
+    # transformers' pipeline, above), then the classifier's own outputs.
+    _, pixels = keras_vit.load_images(str(photo), classifier)
+    probabilities = classifier.predict(pixels, verbose=0)[0]
     best = np.argsort(-probabilities)[:2]
     assert [line.split() for line in lines[1:]] == [[f"{probabilities[i]:.4f}", CLASSES[i]] for i in best]
     assert commands.keras_vit(["zero-shot", str(tmp_path / "none.png"), "--preset", folder,
