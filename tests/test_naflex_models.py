@@ -103,16 +103,21 @@ def test_compiled_predict_takes_every_grid_at_a_fixed_length(siglip2):
 
 @pytest.mark.parametrize("format", ["onnx", "openvino"])
 def test_export_takes_the_patch_dict(siglip2, tmp_path, format):
-    """`model.export` with a dict `input_signature` (a fixed n, dynamic
-    batch): the artifact's inputs are the dict's arrays, by name."""
+    """`model.export` with a dict `input_signature` (ONNX) or `naflex_length`
+    (OpenVINO): a fixed n, a dynamic batch; the artifact's inputs are the
+    dict's arrays, by name."""
     _, reference, model = siglip2
     n = 18
     patch = PATCH * PATCH * 3
     shapes = {"patches": (None, n, patch), "patch_coords": (None, n, 2), "patch_valid": (None, n)}
     dtypes = {"patches": "float32", "patch_coords": "int32", "patch_valid": "bool"}
     signature = {k: keras.InputSpec(shape=s, dtype=dtypes[k], name=k) for k, s in shapes.items()}
+    assert export.signature_options(model, signature) == {"naflex_length": n}
     path = str(tmp_path / f"siglip2{export.SUFFIXES[format]}")
-    model.export(path, format=format, input_signature=signature)
+    if format == "onnx":
+        model.export(path, format=format, input_signature=signature)
+    else:
+        model.export(path, format=format, naflex_length=n)
     batch = naflex_inputs(_photos(4) + _photos(5)[:1], PATCH, 16, length=n)
     diff, outputs, _ = export.verify_export(path, format, model, batch)
     assert diff <= ATOL
@@ -164,10 +169,13 @@ def test_full_grid_dict_equals_the_image(options):
         "patch_valid": np.array([[True] * rows * cols + [False] * pad]),
     }
     np.testing.assert_allclose(to_numpy(model(batch)), to_numpy(model(image)), rtol=0, atol=1e-5)
+    if not model.num_prefix_tokens:
+        return  # the blocks' outputs: once, with prefix tokens
     features = model.forward_intermediates(batch, indices=[0], output_fmt="NLC", intermediates_only=True)
     grid = model.forward_intermediates(image, indices=[0], output_fmt="NLC", intermediates_only=True)
     np.testing.assert_allclose(to_numpy(features[0])[:, : rows * cols], to_numpy(grid[0])[:, order],
                                rtol=0, atol=1e-5)
+    assert features[0].shape == (1, rows * cols + pad, 16)  # the patch tokens, padding included
 
 
 @pytest.mark.parametrize("change, match", [

@@ -180,6 +180,10 @@ def test_timm_arguments_read_are_timm_arguments():
     args, _ = timm.model_arguments({"architecture": "vit_tiny_patch16_224", "pretrained_cfg": {},
                                     "model_args": {"proj_bias": True, "qk_norm": False}})
     assert args["hidden_size"] == 192  # arguments at timm's defaults are accepted
-    with pytest.raises(ValueError, match="proj_bias=False"):
+    # Read: timm's `proj_bias` is the attention output's and the MLP's biases.
+    args, _ = timm.model_arguments({"architecture": "vit_tiny_patch16_224", "pretrained_cfg": {},
+                                    "model_args": {"proj_bias": False}})
+    assert args["attention_out_bias"] is False and args["mlp_bias"] is False
+    with pytest.raises(ValueError, match="qk_norm=True"):
         timm.model_arguments({"architecture": "vit_tiny_patch16_224", "pretrained_cfg": {},
-                              "model_args": {"proj_bias": False}})
+                              "model_args": {"qk_norm": True}})

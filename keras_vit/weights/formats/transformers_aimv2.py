@@ -158,7 +158,7 @@ class Aimv2Family(TransformersFamily):
         ...     "attention_out_bias": False, "image_size": (28, 28), "patch_size": (7, 7)})
         'Aimv2VisionModel'
         """
-        if not config.get("patch_norm"):
+        if config.get("patch_norm") is not True:
             return None
         hf_class = "Aimv2VisionModel"
         check_structure(config, hf_class, self.STRUCTURE)
