@@ -272,12 +272,9 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         if classes is None:
             classes = info.classes or 1000
         self.classes = check_positive_int(classes, "classes") if include_top else classes
-        activation_given = block_config is not None or "mlp_activation" in options
-        if not activation_given and info.gelu_approximate is not None:
+        if block_config is None and "mlp_activation" not in options and info.gelu_approximate is not None:
             # The activation the checkpoint was trained with.
-            self.block_config = self.block_config.replace(
-                mlp_activation=gelu_activation(info.gelu_approximate)
-            )
+            self.block_config = self.block_config.replace(mlp_activation=gelu_activation(info.gelu_approximate))
         self._set_metadata(class_names, preprocessing, info)
 
         inputs = keras.Input(shape=shape, name="image")
