@@ -14,9 +14,10 @@ family is tested by adding one entry:
 - `hybrid`: True for a `ViTHybrid` (a ResNet stem before the patches),
   else a `ViT`;
 - `reference`: whether `tests/reference.py`'s NumPy ViT computes the
-  forward pass (it has no MAP head, SwiGLU MLP, sin-cos position
-  embedding, query/key norm or RMSNorm: their numerics are tested against
-  transformers and NumPy in their own files).
+  forward pass (it has no MAP or attention-pool head, SwiGLU MLP, sin-cos
+  or rotary position embedding, query/key norm or RMSNorm: their numerics
+  are tested against transformers, timm's layouts and NumPy in their own
+  files).
 
 Each entry is tiny, so that every check takes a fraction of a second to a
 few seconds per backend.
@@ -66,8 +67,9 @@ FAMILIES = {
     "vit": Family({}),
     # DeiT: a distillation token with its own head, the exact erf GELU.
     "deit": Family(dict(distillation_token=True, mlp_activation="gelu")),
-    # R+ViT: a ResNet stem and one stage (stride 4), 2x2 patches: a 4x4 grid.
-    "hybrid": Family(dict(patch_size=2, resnet_layers=(1,), resnet_width=0.5), hybrid=True),
+    # R+ViT: the ResNet stem alone (stride 4; the stages' units pass the layer
+    # contract), 2x2 patches: a 4x4 grid.
+    "hybrid": Family(dict(patch_size=2, resnet_layers=(), resnet_width=0.5), hybrid=True),
     # DINOv2: SwiGLU MLP, LayerScale, a register token (left out of the
     # mean), the class token and the patch mean concatenated for the head.
     "dinov2": Family(
@@ -83,8 +85,28 @@ FAMILIES = {
     "mae": Family(dict(position_embedding="sincos", classifier="gap", pooled_norm=True), reference=False),
     # ViT-22B: a norm of the queries and keys, no q/k/v bias.
     "vit22b": Family(dict(qk_norm=True, qkv_bias=False), reference=False),
-    # AIMv2: RMSNorm everywhere, SwiGLU MLP, no q/k/v bias.
-    "aimv2": Family(dict(norm_kind="rmsnorm", mlp_kind="swiglu", qkv_bias=False), reference=False),
+    # AIMv2: RMSNorm everywhere (the patch embeddings too), SwiGLU MLP, no
+    # projection biases, sin-cos position embedding, attention-pool head.
+    "aimv2": Family(
+        dict(norm_kind="rmsnorm", mlp_kind="swiglu", qkv_bias=False, attention_out_bias=False, mlp_bias=False,
+             patch_norm=True, position_embedding="sincos", classifier="attention_pool"),
+        reference=False,
+    ),
+    # DINOv3: rotary position embedding and no position table, register
+    # tokens, no key bias, LayerScale.
+    "dinov3": Family(
+        dict(rope="dinov3", position_embedding="none", num_register_tokens=2, qkv_bias=(True, False, True),
+             layer_scale_init=0.1),
+        reference=False,
+    ),
+    # EVA02: rotary position embedding beside a position table, SwiGLU MLP
+    # with a norm inside, a norm before the attention's output projection,
+    # mean pooling.
+    "eva02": Family(
+        dict(rope="eva02", rope_settings={"reference_grid": (4, 4)}, mlp_kind="swiglu", mlp_norm=True,
+             attention_out_norm=True, qkv_bias=(True, False, True), classifier="gap"),
+        reference=False,
+    ),
 }
 
 # The options of later checkpoints (register tokens, LayerScale, no q/k/v

@@ -33,6 +33,7 @@ from keras.src import testing
 import keras_vit.layers
 from harness import run_layer_test
 from keras_vit import layers
+from keras_vit.layers.attention_pool import AttentionPoolHead
 from keras_vit.layers.norms import RMSNorm
 from keras_vit.layers.qk_norm import QKNorm
 from keras_vit.layers.rotary import RotaryEmbedding
@@ -119,6 +120,10 @@ CASES = {
         lambda **kw: layers.PatchEncoder(4, 2, 2, class_token=False, patch_norm="rmsnorm", **kw),
         _normal(1, 2, 2, 12), (1, 4, 4), (4, 0, 0),
     ),
+    # The query, the key and value kernels, the output kernel and bias.
+    "AttentionPoolHead": Case(
+        lambda **kw: AttentionPoolHead(num_heads=2, **kw), _normal(2, 5, 8), (2, 8), (5, 0, 0)
+    ),
     "StdConv2D": Case(
         lambda **kw: layers.StdConv2D(8, 3, strides=2, epsilon=1e-4, **kw), _normal(2, 7, 7, 4), (2, 4, 4, 8), (1, 0, 0)
     ),
@@ -182,6 +187,7 @@ KERAS_CASES = sorted(
     {
         "Patches", "PatchEncoder-distillation-registers", "MultiHeadSelfAttention-qk-norm", "MlpBlock",
         "SwiGluMlp", "TransformerBlock-layer-scale", "TokenPooling-token", "PatchDropout", "MapHead",
+        "AttentionPoolHead",
         "StdConv2D", "GroupNorm", "MaxPool2D", "BottleneckUnit", "ResNetStage", *OTHER_CASES,
     }
 )
