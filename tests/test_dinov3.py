@@ -61,7 +61,7 @@ def test_transformers_dinov3_loads(hf_dinov3, name):
     for size in SIZES:
         x = _images(size)
         want = fam.run_torch(reference, x)
-        np.testing.assert_allclose(model.predict(x, verbose=0), want.pooler_output.numpy(), atol=ATOL, rtol=0)
+        np.testing.assert_allclose(to_numpy(model(x)), want.pooler_output.numpy(), atol=ATOL, rtol=0)
         np.testing.assert_allclose(to_numpy(model.forward_features(x)), want.last_hidden_state.numpy(),
                                    atol=ATOL, rtol=0)
 
@@ -102,7 +102,7 @@ def test_written_back_to_transformers(hf_dinov3, tmp_path, name):
         if key != "embeddings.mask_token":  # pre-training only: written as zeros
             np.testing.assert_array_equal(written.state_dict()[key].numpy(), value.numpy(), err_msg=key)
     x = _images((20, 28))
-    np.testing.assert_allclose(fam.run_torch(written, x).pooler_output.numpy(), model.predict(x, verbose=0),
+    np.testing.assert_allclose(fam.run_torch(written, x).pooler_output.numpy(), to_numpy(model(x)),
                                atol=ATOL, rtol=0)
     processor = transformers.AutoImageProcessor.from_pretrained(str(tmp_path))
     assert list(processor.image_mean) == pytest.approx([0.485, 0.456, 0.406])
@@ -117,7 +117,7 @@ def test_a_keras_vit_dinov3_without_layerscale_writes_ones(tmp_path):
     written = transformers.DINOv3ViTModel.from_pretrained(str(tmp_path)).eval()
     assert written.config.num_register_tokens == 0 and written.config.layerscale_value == 1.0
     x = _images((16, 24))
-    np.testing.assert_allclose(fam.run_torch(written, x).pooler_output.numpy(), model.predict(x, verbose=0),
+    np.testing.assert_allclose(fam.run_torch(written, x).pooler_output.numpy(), to_numpy(model(x)),
                                atol=ATOL, rtol=0)
 
 
@@ -170,7 +170,7 @@ def test_keras_hub_dinov3_loads(hub_dinov3, name):
         reference = keras_hub.models.Backbone.from_preset(folders[name], image_shape=size + (3,))
         want = to_numpy(reference({"pixel_values": x}))
         np.testing.assert_allclose(to_numpy(model.forward_features(x)), want, atol=ATOL, rtol=0)
-        np.testing.assert_allclose(model.predict(x, verbose=0), want[:, 0], atol=ATOL, rtol=0)
+        np.testing.assert_allclose(to_numpy(model(x)), want[:, 0], atol=ATOL, rtol=0)
 
 
 # --- deployment ------------------------------------------------------------------

@@ -40,7 +40,7 @@ def test_eva_layouts_equal_numpy_timm(tmp_path, architecture):
     for size in SIZES:
         x = _images(size)
         want = ref.eva_forward(state, x, arch)
-        np.testing.assert_allclose(model.predict(x, verbose=0), want["logits"], atol=ATOL, rtol=0)
+        np.testing.assert_allclose(to_numpy(model(x)), want["logits"], atol=ATOL, rtol=0)
         np.testing.assert_allclose(to_numpy(model.forward_features(x)), want["tokens"], atol=ATOL, rtol=0)
 
 
@@ -56,7 +56,7 @@ def test_without_a_head_the_output_is_timms_pooled_features(tmp_path, architectu
     if architecture.startswith("vit_pe"):
         assert (model.map_num_heads, model.map_mlp_dim) == (4, 64)
     x = _images(SIZES[1])
-    np.testing.assert_allclose(model.predict(x, verbose=0), ref.eva_forward(state, x, arch)["pooled"],
+    np.testing.assert_allclose(to_numpy(model(x)), ref.eva_forward(state, x, arch)["pooled"],
                                atol=ATOL, rtol=0)
 
 
@@ -73,7 +73,7 @@ def test_dinov3_timm_layout_equals_transformers(tmp_path):
         np.testing.assert_allclose(to_numpy(model.forward_features(x)), want.last_hidden_state.numpy(),
                                    atol=ATOL, rtol=0)
         # timm pools the mean of the patch tokens after `norm`.
-        np.testing.assert_allclose(model.predict(x, verbose=0), want.last_hidden_state.numpy()[:, 3:].mean(1),
+        np.testing.assert_allclose(to_numpy(model(x)), want.last_hidden_state.numpy()[:, 3:].mean(1),
                                    atol=ATOL, rtol=0)
 
 
@@ -114,3 +114,30 @@ def test_the_reader_is_chosen_by_the_architecture(tmp_path):
     assert source.layout == "timm" and source.arguments["rope"] == "axial"
     config = json.load(open(tmp_path / "config.json"))
     assert timm_eva.is_eva(config) and not timm_eva.is_eva({"architecture": "vit_base_patch16_224"})
+
+
+@pytest.mark.parametrize("architecture", ["vit_pe_core_base_patch16_224", "vit_base_patch16_rope_mixed_224"])
+def test_feature_maps_are_the_blocks_tokens_on_their_grid(tmp_path, architecture):
+    model_args = dict(fam.TINY_TIMM, attn_pool_num_heads=2) if architecture.startswith("vit_pe") else None
+    model, state, arch = _load(tmp_path, architecture, model_args)
+    x = _images(SIZES[1])
+    maps = keras_vit.feature_model(model, feature_blocks=-1, norm=True)(x)
+    tokens = ref.eva_forward(state, x, arch)["tokens"][:, arch["num_prefix_tokens"]:]
+    np.testing.assert_allclose(to_numpy(maps), tokens.reshape(2, 5, 6, -1), atol=ATOL, rtol=0)
+
+
+# RoPE-ViT mixed: each block's tables come from a learned weight, in the
+# interleaved layout (DINOv3's half layout exports in test_dinov3.py).
+@pytest.mark.parametrize("format", ["onnx"])
+def test_eva_layouts_export(tmp_path, format):
+    import keras
+
+    from keras_vit import export
+
+    if format not in export.BACKEND_FORMATS.get(keras.backend.backend(), ()):
+        pytest.skip(f"the {keras.backend.backend()} backend exports no {format}")
+    model, _, _ = _load(tmp_path / "hub", "vit_base_patch16_rope_mixed_224")
+    path = model.export(str(tmp_path / f"model{export.SUFFIXES[format]}"), format=format)
+    diff, outputs, expected = export.verify_export(path, format, model, _images(SIZES[0]))
+    assert outputs.shape == (2, 5) and diff <= ATOL, diff
+    assert np.abs(expected[0] - expected[1]).max() > 1e-3

@@ -345,10 +345,10 @@ def _rotate(x, layout):
     dim = x.shape[-1]
     if layout == "half":
         return ops.concatenate([-x[..., dim // 2 :], x[..., : dim // 2]], axis=-1)
-    shape = ops.shape(x)
-    pairs = ops.reshape(x, tuple(shape[:-1]) + (dim // 2, 2))
-    turned = ops.stack([-pairs[..., 1], pairs[..., 0]], axis=-1)
-    return ops.reshape(turned, shape)
+    # Strided slices, not a split of (dim / 2, 2) pairs: tf2onnx turns that
+    # split into an ONNX `Split` that onnxruntime rejects.
+    turned = ops.stack([-x[..., 1::2], x[..., 0::2]], axis=-1)
+    return ops.reshape(turned, ops.shape(x))
 
 
 def _align(table):

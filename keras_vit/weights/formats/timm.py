@@ -46,6 +46,10 @@ arguments (`_NAMED` lists them by model name):
   into key and value, `proj` the output, then `x + mlp(norm(x))` with
   `mlp.fc1`/`mlp.fc2` of the blocks' width and activation: keras_vit's
   `MapHead`, over the tokens after `norm`.
+
+timm's `Eva` models (DINOv3, EVA02, Perception Encoder, RoPE-ViT: rotary
+position embeddings) have their own table and module, `timm_eva`;
+`keras_vit.presets` picks the module by the architecture's name.
 """
 
 import difflib
