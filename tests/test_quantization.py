@@ -123,7 +123,7 @@ def test_one_call_int8_refusals(tmp_path):
     with pytest.raises(ValueError, match=r"must be preprocessed model inputs.*\[0, 255\]|raw pixels"):
         export.export_model(model, str(tmp_path / "m.onnx"), "onnx", quantize="int8", sample_images=photos)
     assert not (tmp_path / "m.onnx").exists()
-    recorded = _model("vit")
+    recorded = make_model("vit")
     recorded.preprocessing = keras_vit.preprocessing.Preprocessing.from_mode("inception")
     with pytest.raises(ValueError, match=r"in about \[-1, 1\].*values in \[0, 2\]"):
         export.export_model(recorded, str(tmp_path / "m.onnx"), "onnx", quantize="int8",
