@@ -12,8 +12,8 @@ outputs across them; each check is also a function of its own.
   family, it builds and gives the same outputs under a channels-first Keras
   (`check_channels_first`), and it exports with the outputs of `predict`
   (`check_export`).
-- Precision (`check_precision`): every policy of `PRECISION_ATOL`, given as
-  `dtype=` and as Keras' global policy.
+- Precision (`check_precision`): every policy of `PRECISION_POLICIES`, given
+  as `dtype=` and as Keras' global policy.
 - Quantization (`check_quantization`): `model.quantize(mode)` for each mode of
   `QUANTIZATION_ERROR`, then `predict`, the config, a `.keras` file, a preset
   and (where asked) the export of the quantized model.
@@ -46,18 +46,19 @@ EXPORT_FORMATS = {
 }
 REFERENCE_ATOL = 3e-5
 EXPORT_ATOL = 1e-4
-# Absolute tolerances on the float32 model's softmax probabilities (10
-# classes); "bfloat16" keeps its variables in bfloat16 too.
-PRECISION_ATOL = {"mixed_float16": 5e-3, "mixed_bfloat16": 3e-2, "bfloat16": 5e-2}
-# The policies under which the model's outputs are compared with float32's.
-# The layer contract (tests/harness.py) compares every layer's under
-# mixed_float16 and mixed_bfloat16; bfloat16 computes as mixed_bfloat16 and
-# also stores the variables in bfloat16.
-PRECISION_OUTPUTS = ("mixed_float16", "bfloat16")
-# Relative error of the quantized model's logits over the initial weights
-# (seeds 0-7 on tensorflow, 0-3 on jax and torch): int8 0.005-0.053; float8
-# (e4m3, three mantissa bits) 0.03-0.30.
-QUANTIZATION_ERROR = {"int8": 0.1, "float8": 0.4}
+PRECISION_POLICIES = ("mixed_float16", "mixed_bfloat16", "bfloat16")
+# The policies under which the model's outputs are compared with float32's,
+# and the absolute tolerance on its softmax probabilities (10 classes): the
+# largest difference over the families and weight seeds 0-3 on tensorflow,
+# 0-1 on torch, 0 on jax, was 0.4 of it. The layer contract
+# (tests/harness.py) compares every layer's outputs under mixed_float16 and
+# mixed_bfloat16; bfloat16 computes as mixed_bfloat16 and also stores the
+# variables in bfloat16.
+PRECISION_ATOL = {"mixed_float16": 2e-3, "bfloat16": 2e-2}
+# The bound on the relative error of the quantized model's logits; over the
+# same families and seeds it was 0.005-0.026 for int8 and 0.03-0.19 for
+# float8 (e4m3: three mantissa bits).
+QUANTIZATION_ERROR = {"int8": 0.08, "float8": 0.4}
 # The layers Keras quantizes (its convolutions and norms stay float).
 QUANTIZED_TYPES = (keras.layers.Dense, keras.layers.EinsumDense)
 # The family whose quantized model is exported, per mode. The export of a
@@ -169,7 +170,7 @@ def _build_under(family, policy, how, **options):
 
 def _check_policies(model, policy):
     wanted = keras.DTypePolicy(policy)
-    assert model.dtype_policy.name == policy
+    assert model.dtype_policy.name == policy, model.dtype_policy.name
     for layer in model._flatten_layers(include_self=False):
         if isinstance(layer, keras.layers.InputLayer):
             continue
@@ -187,7 +188,7 @@ def _softmax(logits):
 
 
 def check_precision(family, weights, x, logits, **options):
-    """The family under each policy of `PRECISION_ATOL`, as `dtype=` and as the global policy.
+    """The family under each policy of `PRECISION_POLICIES`, as `dtype=` and as the global policy.
 
     - the model's own policy is the policy (so `compile` wraps the optimizer
       in a `LossScaleOptimizer` for mixed_float16, and only then), and so is
@@ -199,10 +200,10 @@ def check_precision(family, weights, x, logits, **options):
     - the variables are in the policy's variable dtype;
     - the config rebuilds the model under the same policy whatever the
       global one;
-    - under `PRECISION_OUTPUTS`, the probabilities, float32, are close to
-      the softmax of the float32 model's `logits` with the same `weights`
-      (`dtype=` and the global policy build the same layers: once), for a
-      model with its classifier.
+    - under the policies of `PRECISION_ATOL`, the probabilities, float32,
+      are close to the softmax of the float32 model's `logits` with the
+      same `weights` (`dtype=` and the global policy build the same layers:
+      once), for a model with its classifier.
 
     Args:
         family: a key of `tests.families.FAMILIES`.
@@ -213,7 +214,7 @@ def check_precision(family, weights, x, logits, **options):
     head = options.get("include_top", True)
     if head:
         options = dict(options, classifier_activation="softmax")
-    for policy in PRECISION_ATOL:
+    for policy in PRECISION_POLICIES:
         for how in ("global", "argument"):
             model = _build_under(family, policy, how, **options)
             _check_policies(model, policy)
@@ -222,9 +223,9 @@ def check_precision(family, weights, x, logits, **options):
             assert scaled == (policy == "mixed_float16"), (how, type(model.optimizer).__name__)
             if how == "global":  # rebuilt under float32: the config holds the policy
                 again = type(model).from_config(model.get_config())
-                assert again.dtype_policy.name == policy
+                assert again.dtype_policy.name == policy, (how, again.dtype_policy.name)
                 assert again.get_layer("encoderblock_0").compute_dtype == keras.DTypePolicy(policy).compute_dtype
-        if policy in PRECISION_OUTPUTS and head:
+        if policy in PRECISION_ATOL and head:
             model.set_weights(weights)
             outputs = outputs_of(model, x)
             assert outputs.dtype == "float32"
@@ -266,11 +267,12 @@ def check_quantization(family, model, mode, x, logits, folder):
     - every Dense and EinsumDense layer is quantized and nothing else (Keras
       leaves the convolutions of hybrids and the norms float), and the
       outputs move, but not far;
+    - a `.keras` file reloads the quantized model (bit-equal outputs for
+      int8, bit-equal variables for float8);
     - the config holds each quantized layer's policy (a `DTypePolicyMap`)
       and rebuilds the layers quantized;
-    - a `.keras` file reloads the quantized model (bit-equal outputs for
-      int8, bit-equal variables for float8); so does a preset
-      (`save_to_preset`, `keras_vit.from_preset`; bit-equal variables);
+    - a preset (`save_to_preset`, `keras_vit.from_preset`) reloads it with
+      bit-equal variables;
     - for the family of `QUANTIZED_EXPORT[mode]`, the quantized model
       exports with `predict`'s outputs.
 
@@ -288,11 +290,11 @@ def check_quantization(family, model, mode, x, logits, folder):
     outputs = outputs_of(model, x)
     error = np.linalg.norm(outputs - logits) / np.linalg.norm(logits)
     assert 0 < error < QUANTIZATION_ERROR[mode], (mode, error)
-    policy = keras.dtype_policies.deserialize(model.get_config()["dtype"])
-    assert isinstance(policy, keras.dtype_policies.DTypePolicyMap) and set(policy) == set(layers)
-    assert quantized_layers(check_config(model)) == layers
     loaded = check_keras_file(model, x, outputs if mode == "int8" else None, folder)
     assert quantized_layers(loaded) == layers
+    policy = keras.dtype_policies.deserialize(model.get_config()["dtype"])
+    assert isinstance(policy, keras.dtype_policies.DTypePolicyMap) and set(policy) == set(layers), policy
+    assert quantized_layers(check_config(model)) == layers
     preset = os.path.join(folder, f"preset_{mode}")
     model.save_to_preset(preset)
     again = keras_vit.from_preset(preset)

@@ -6,10 +6,12 @@
   given as `dtype=` and as Keras' global policy; int8 and float8
   quantization with predict, config, `.keras` files, presets and export.
 - keras-hub's harness for its own backbones (`keras_hub.src.tests.test_case`):
-  `run_vision_backbone_test` (serialisation, eager and compiled calls,
-  precision and quantization) and `run_model_saving_test`, on the backbone
+  `run_vision_backbone_test` (serialisation, eager and compiled calls, a
+  `tf.data` input, the model name) and `run_model_saving_test`, on the backbone
   (`include_top=False`: the token sequence, keras-hub's backbone output) of
   `KERAS_HUB_FAMILIES`.
+- The MaskedPatchPrediction task takes its encoder's policy, and a policy
+  map naming layers the model lacks is refused.
 """
 
 import re

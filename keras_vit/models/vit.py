@@ -248,9 +248,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         self.hidden_size, self.num_layers = hidden_size, num_layers
         self.num_heads, self.mlp_dim = num_heads, mlp_dim
         self.classifier = classifier
-        self.classifier_activation = check_head(
-            classifier, pooling, representation_size, classifier_activation
-        )
+        self.classifier_activation = check_head(classifier, pooling, representation_size, classifier_activation)
         self.representation_size, self.pooling = representation_size, pooling
         self.include_top = bool(include_top)
         self.stochastic_depth_rate = check_rate(stochastic_depth_rate, "stochastic_depth_rate")
