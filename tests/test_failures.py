@@ -255,7 +255,7 @@ def test_input_checks_read_a_tf_data_spec_and_warn_on_integer_pixels():
         model.predict(np.zeros((2, 32, 32, 3), "uint8"), verbose=0)
     # `predict` checks its input, and the model checks it again inside the
     # step: the warning is said once per model and dtype, not per check.
-    other = _model()
+    other = _compiled_model()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(2):
