@@ -176,7 +176,7 @@ def test_timm_architecture_table(name, expected):
         ("vit_medium_patch16_rope_reg1_gap_256", {}, "vit_medium_patch16_rope_reg1_gap_256"),
         ("vit_base_patch16_224", {"qk_norm": True}, "qk_norm"),
         ("vit_base_patch16_224", {"global_pool": "map"}, "global_pool"),
-        ("vit_base_patch16_224", {"norm_layer": "groupnorm"}, "norm_layer"),
+        ("vit_base_patch16_224", {"norm_layer": "batchnorm"}, "norm_layer"),
         ("vit_base_patch16_224", {"act_layer": "silu"}, "act_layer"),
     ],
 )
