@@ -15,7 +15,17 @@ from keras_vit.image_text import DEFAULT_TEMPLATES, ImageTextModel
 from keras_vit.text.templates import IMAGENET_TEMPLATES
 
 
-def _templates(values):
+def prompt_templates(values):
+    """The prompts `--templates` names: the default one, the CLIP paper's 80
+    ImageNet prompts ("imagenet"), or the given ones.
+
+    Example:
+
+    >>> prompt_templates(None), len(prompt_templates(["imagenet"]))
+    (('a photo of a {}.',), 80)
+    >>> prompt_templates(["a {} in the wild."])
+    ('a {} in the wild.',)
+    """
     if not values:
         return DEFAULT_TEMPLATES
     if list(values) == ["imagenet"]:
@@ -31,7 +41,7 @@ def zero_shot_command(args):
     """
     try:
         model = ImageTextModel.from_preset(args.preset)
-        classifier = model.zero_shot_classifier(args.classes, templates=_templates(args.templates))
+        classifier = model.zero_shot_classifier(args.classes, templates=prompt_templates(args.templates))
         results = classify(classifier, args.images, top=args.top or len(args.classes))
     except (ValueError, OSError, ImportError) as error:
         print(f"keras-vit zero-shot: error: {error}", file=sys.stderr)

@@ -290,7 +290,9 @@ class PatchEncoder(keras.layers.Layer):
             order, without prefix tokens or position embedding.
         """
         grid = self._grid(patches)
-        return self.embed_flat_patches(ops.reshape(patches, (-1, grid[0] * grid[1], patches.shape[-1])))
+        # The built depth: inside a traced tf.data step the last axis can be unknown.
+        depth = self.patch_size[0] * self.patch_size[1] * self.num_channels
+        return self.embed_flat_patches(ops.reshape(patches, (-1, grid[0] * grid[1], depth)))
 
     def embed_flat_patches(self, patches):
         """Projects patches flattened row-major as `(ph, pw, C)` to tokens.
