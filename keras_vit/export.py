@@ -451,7 +451,8 @@ def _export_torch(model, path, format, spec):
         import openvino as ov
 
         converted = ov.convert_model(program)
-        for port, name in zip(converted.inputs, _input_names(spec)):
+        current = [", ".join(port.get_names()) for port in converted.inputs]
+        for port, name in zip(converted.inputs, _port_names(current, _input_names(spec))):
             port.get_node().set_friendly_name(name)
             port.get_tensor().set_names({name})
         ov.save_model(converted, path, compress_to_fp16=False)
@@ -472,6 +473,26 @@ def _onnx_torch(model, path, sample, dims, names):
     program.save(path)
 
 
+def _port_names(current, wanted):
+    """The name each traced input gets: the wanted name that its current name
+    contains (exporters keep a dict's keys in the names they make, but order
+    the inputs their own way), else the wanted name at its position.
+
+    Example:
+
+    >>> _port_names(["args_0_patch_coords", "args_0_patch_valid", "args_0_patches"],
+    ...             ["patches", "patch_coords", "patch_valid"])
+    ['patch_coords', 'patch_valid', 'patches']
+    >>> _port_names(["input_layer"], ["images"])
+    ['images']
+    """
+    named = []
+    for position, name in enumerate(current):
+        contained = [w for w in wanted if w in name]
+        named.append(max(contained, key=len) if contained else wanted[position])
+    return named
+
+
 def _finish_onnx(path, output, inputs=(INPUT_NAME,)):
     """Folds the weight reshapes into the initializers of an ONNX graph and
     names its inputs and output.
@@ -488,7 +509,8 @@ def _finish_onnx(path, output, inputs=(INPUT_NAME,)):
 
     model = onnx_ir.load(path)
     onnxscript.optimizer.optimize(model, input_size_limit=1 << 31, output_size_limit=1 << 31)
-    for port, name in zip(model.graph.inputs, inputs):
+    ports = list(model.graph.inputs)
+    for port, name in zip(ports, _port_names([p.name for p in ports], list(inputs))):
         port.name = name
     model.graph.outputs[0].name = output
     onnx_ir.save(model, path)
@@ -506,7 +528,8 @@ def _name_openvino(path, output, inputs=(INPUT_NAME,)):
     if len(model.outputs) > 1:
         # TensorFlow's converter leaves internal shape slices as outputs too.
         model = ov.Model([model.get_results()[0]], model.get_parameters(), model.get_friendly_name())
-    for port, name in zip(model.inputs, inputs):
+    current = [", ".join(port.get_names()) for port in model.inputs]
+    for port, name in zip(model.inputs, _port_names(current, list(inputs))):
         port.get_tensor().set_names({name})
         port.get_node().set_friendly_name(name)
     model.outputs[0].get_tensor().set_names({output})
