@@ -7,6 +7,7 @@ keyword arguments a function does not take (`UnknownArgumentError`). Plain Pytho
 nothing else of keras_vit is imported here.
 """
 
+import dataclasses
 import difflib
 import inspect
 import math
@@ -140,6 +141,55 @@ def check_positive_float(value, name):
     if not _is_number(value) or not math.isfinite(value) or not value > 0:
         _fail(name, "a positive float", value)
     return float(value)
+
+
+def head_width(width, num_heads, name="width"):
+    """The width of one attention head: `width // num_heads`.
+
+    Raises:
+        ValueError: when `width` (named `name`) is unknown or not divisible
+            by `num_heads`.
+
+    Example:
+
+    >>> head_width(768, 12)
+    64
+    """
+    if width is None or width % num_heads:
+        raise ValueError(
+            f"`{name}` must be divisible by `num_heads`. "
+            f"Received: {name}={width}, num_heads={num_heads}"
+        )
+    return width // num_heads
+
+
+def check_record_config(cls, config, name):
+    """A copy of `config`, the config dict of the dataclass `cls`, checked
+    to name only fields of `cls`.
+
+    Raises:
+        ValueError: naming the argument `name`, when `config` is not a dict
+            or names a field `cls` does not have.
+
+    Example:
+
+    >>> import dataclasses
+    >>> Size = dataclasses.make_dataclass("Size", ["height", "width"])
+    >>> check_record_config(Size, {"height": 2}, "size")
+    {'height': 2}
+    """
+    fields = [field.name for field in dataclasses.fields(cls)]
+    if not isinstance(config, dict):
+        raise ValueError(
+            f"`{name}` must be a {cls.__name__} or its config dict. Received: {name}={config!r}"
+        )
+    unknown = sorted(set(config) - set(fields))
+    if unknown:
+        raise ValueError(
+            f"`{name}` names no field {unknown[0]!r} of a {cls.__name__}; its fields are "
+            f"{fields}. Received: {name}={config!r}"
+        )
+    return dict(config)
 
 
 def check_choice(value, allowed, name):

@@ -7,7 +7,8 @@ from keras import ops
 
 from keras_vit import kernels
 from keras_vit.layers.attention import as_attention_mask
-from keras_vit.validation import check_bool, check_positive_int
+from keras_vit.layers.map_head import build_projections
+from keras_vit.validation import check_bool, check_positive_int, head_width
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -64,28 +65,11 @@ class AttentionPoolHead(keras.layers.Layer):
 
     def build(self, input_shape):
         dim = input_shape[-1]
-        if dim is None or dim % self.num_heads:
-            raise ValueError(
-                "The token width must be divisible by `num_heads`. "
-                f"Received: width={dim}, num_heads={self.num_heads}"
-            )
-        self.head_dim = dim // self.num_heads
+        self.head_dim = head_width(dim, self.num_heads)
         self.query = self.add_weight(
             name="query", shape=(1, 1, dim), initializer=keras.initializers.RandomNormal(stddev=0.02)
         )
-        common = dict(kernel_initializer=self.kernel_initializer, dtype=self.dtype_policy)
-        for name in ("key", "value"):
-            layer = keras.layers.EinsumDense(
-                "btd,dhk->bthk", output_shape=(None, self.num_heads, self.head_dim),
-                bias_axes="hk" if self.qkv_bias else None, name=name, **common,
-            )
-            layer.build(input_shape)
-            setattr(self, name, layer)
-        self.out = keras.layers.EinsumDense(
-            "bthk,hkd->btd", output_shape=(None, dim), bias_axes="d", name="out", **common
-        )
-        self.out.build((None, None, self.num_heads, self.head_dim))
-        self.built = True
+        build_projections(self, ("key", "value"), input_shape)
 
     def query_heads(self):
         """The query split into heads, `(1, 1, heads, head_dim)`."""
@@ -105,12 +89,7 @@ class AttentionPoolHead(keras.layers.Layer):
         return (tokens_shape[0], tokens_shape[-1])
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "qkv_bias": self.qkv_bias,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            }
-        )
-        return config
+        return {
+            **super().get_config(), "num_heads": self.num_heads, "qkv_bias": self.qkv_bias,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        }

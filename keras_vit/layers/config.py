@@ -37,6 +37,7 @@ from keras_vit.validation import (
     check_positive_float,
     check_positive_int,
     check_rate,
+    check_record_config,
 )
 
 # The MLP's activation, by the names timm gives them: "gelu_tanh", the tanh
@@ -147,18 +148,8 @@ class _Record:
         """The record of a `get_config()` dict (or the record itself)."""
         if isinstance(config, cls):
             return config
-        if not isinstance(config, dict):
-            raise ValueError(
-                f"A {cls.__name__} must be given as a {cls.__name__} or its config dict. "
-                f"Received: {config!r}"
-            )
-        unknown = sorted(set(config) - set(cls.field_names()))
-        if unknown:
-            raise ValueError(
-                f"{cls.__name__} has no field {unknown[0]!r}; its fields are "
-                f"{list(cls.field_names())}. Received: {config!r}"
-            )
-        return cls(**config)
+        argument = next(name for name, record in RECORDS.items() if record is cls)
+        return cls(**check_record_config(cls, config, argument))
 
     @classmethod
     def from_arguments(cls, config=None, **keywords):

@@ -10,7 +10,33 @@ from keras_vit.layers.attention import as_attention_mask
 from keras_vit.layers.config import MLP_ACTIVATIONS
 from keras_vit.layers.norms import check_norm_kind, norm_layer
 from keras_vit.layers.transformer import MlpBlock
-from keras_vit.validation import check_bool, check_choice, check_positive_float, check_positive_int
+from keras_vit.validation import (
+    check_bool,
+    check_choice,
+    check_positive_float,
+    check_positive_int,
+    head_width,
+)
+
+
+def build_projections(layer, names, input_shape):
+    """Builds the projections of a pooling head's attention as attributes of
+    `layer`: each of `names` from tokens `(b, t, D)` to heads `(b, t, heads,
+    head_dim)` (biased with `layer.qkv_bias`), and `out` back to `D`."""
+    dim = input_shape[-1]
+    common = dict(kernel_initializer=layer.kernel_initializer, dtype=layer.dtype_policy)
+    for name in names:
+        projection = keras.layers.EinsumDense(
+            "btd,dhk->bthk", output_shape=(None, layer.num_heads, layer.head_dim),
+            bias_axes="hk" if layer.qkv_bias else None, name=name, **common,
+        )
+        projection.build(input_shape)
+        setattr(layer, name, projection)
+    layer.out = keras.layers.EinsumDense(
+        "bthk,hkd->btd", output_shape=(None, dim), bias_axes="d", name="out", **common
+    )
+    layer.out.build((None, None, layer.num_heads, layer.head_dim))
+    layer.built = True
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -95,12 +121,7 @@ class MapHead(keras.layers.Layer):
 
     def build(self, input_shape):
         dim = input_shape[-1]
-        if dim is None or dim % self.num_heads:
-            raise ValueError(
-                "The token width must be divisible by `num_heads`. "
-                f"Received: width={dim}, num_heads={self.num_heads}"
-            )
-        self.head_dim = dim // self.num_heads
+        self.head_dim = head_width(dim, self.num_heads)
         self.probe = self.add_weight(
             name="probe", shape=(1, 1, dim), initializer=keras.initializers.GlorotUniform()
         )
@@ -170,23 +191,7 @@ class _ProbeAttention(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     def build(self, input_shape):
-        dim = input_shape[-1]
-        common = dict(kernel_initializer=self.kernel_initializer, dtype=self.dtype_policy)
-        for name in ("query", "key", "value"):
-            layer = keras.layers.EinsumDense(
-                "btd,dhk->bthk",
-                output_shape=(None, self.num_heads, self.head_dim),
-                bias_axes="hk" if self.qkv_bias else None,
-                name=name,
-                **common,
-            )
-            layer.build(input_shape)
-            setattr(self, name, layer)
-        self.out = keras.layers.EinsumDense(
-            "bthk,hkd->btd", output_shape=(None, dim), bias_axes="d", name="out", **common
-        )
-        self.out.build((None, None, self.num_heads, self.head_dim))
-        self.built = True
+        build_projections(self, ("query", "key", "value"), input_shape)
 
     def call(self, queries, tokens, attention_mask=None):
         q = kernels.project(self.query, queries)

@@ -400,11 +400,8 @@ class ResNetStage(_BottleneckLayer):
         **kwargs: `groups`, `norm_epsilon`, `conv_epsilon`, `standardize`
             as in `BottleneckUnit`, and the usual layer arguments.
 
-    Input shape:
-        `(batch, height, width, channels)`.
-
-    Returns:
-        `(batch, ceil(height / strides), ceil(width / strides), 4 * filters)`.
+    Input shape and returns: as a `BottleneckUnit` with these `filters` and
+    `strides`.
 
     Example:
 

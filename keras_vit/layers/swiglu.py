@@ -27,6 +27,17 @@ def mlp_options(config):
     )
 
 
+def check_mlp_fields(layer, mlp_dim, dropout_rate, seed, use_bias, norm, norm_kind):
+    """Checks the arguments every MLP of a block takes and sets them on
+    `layer` (`norm` becomes `norm_epsilon`)."""
+    layer.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
+    layer.dropout_rate = check_rate(dropout_rate, "dropout_rate")
+    layer.seed = check_seed(seed)
+    layer.use_bias = check_bool(use_bias, "use_bias")
+    layer.norm_epsilon = None if norm is None else check_positive_float(norm, "norm")
+    layer.norm_kind = check_norm_kind(norm_kind)
+
+
 def hidden_norm(layer, hidden_shape):
     """The built norm of an MLP's hidden activations (sublayer `norm`), or
     None: for an MLP `layer` with `norm_epsilon` and `norm_kind`."""
@@ -112,12 +123,7 @@ class SwiGluMlp(keras.layers.Layer):
     def __init__(self, mlp_dim, dropout_rate=0.0, seed=None, use_bias=True, norm=None,
                  norm_kind="layernorm", **kwargs):
         super().__init__(**kwargs)
-        self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
-        self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
-        self.seed = check_seed(seed)
-        self.use_bias = check_bool(use_bias, "use_bias")
-        self.norm_epsilon = None if norm is None else check_positive_float(norm, "norm")
-        self.norm_kind = check_norm_kind(norm_kind)
+        check_mlp_fields(self, mlp_dim, dropout_rate, seed, use_bias, norm, norm_kind)
 
     @classmethod
     def for_block(cls, config, mlp_dim, **kwargs):

@@ -7,15 +7,14 @@ from keras_vit import kernels
 from keras_vit.kernels import call_sublayer
 from keras_vit.layers.attention import MultiHeadSelfAttention, tokens_shape
 from keras_vit.layers.config import MLP_ACTIVATIONS, BlockConfig, expose_records
-from keras_vit.layers.norms import block_norm, check_norm_kind, norm_layer
+from keras_vit.layers.norms import block_norm
 from keras_vit.layers.seeds import check_seed, derive_seed
-from keras_vit.layers.swiglu import SwiGluMlp, hidden_norm, mlp_options
+from keras_vit.layers.swiglu import SwiGluMlp, check_mlp_fields, hidden_norm, mlp_options
 from keras_vit.validation import (
-    check_bool,
     check_choice,
-    check_positive_float,
     check_positive_int,
     check_rate,
+    head_width,
 )
 
 
@@ -54,13 +53,8 @@ class MlpBlock(keras.layers.Layer):
     def __init__(self, mlp_dim, dropout_rate=0.0, activation="gelu_tanh", seed=None, use_bias=True,
                  norm=None, norm_kind="layernorm", **kwargs):
         super().__init__(**kwargs)
-        self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
-        self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
+        check_mlp_fields(self, mlp_dim, dropout_rate, seed, use_bias, norm, norm_kind)
         self.activation = check_choice(activation, MLP_ACTIVATIONS, "activation")
-        self.seed = check_seed(seed)
-        self.use_bias = check_bool(use_bias, "use_bias")
-        self.norm_epsilon = None if norm is None else check_positive_float(norm, "norm")
-        self.norm_kind = check_norm_kind(norm_kind)
 
     @classmethod
     def for_block(cls, config, mlp_dim, **kwargs):
@@ -207,17 +201,13 @@ class TransformerBlock(keras.layers.Layer):
 
     def build(self, input_shape):
         dim = input_shape[-1]
-        if dim % self.num_heads:
-            raise ValueError(
-                "`hidden_size` must be divisible by `num_heads`. "
-                f"Received: hidden_size={dim}, num_heads={self.num_heads}"
-            )
+        head_size = head_width(dim, self.num_heads, "hidden_size")
         config = self.block_config
         self.norm_0 = block_norm(config, "LayerNorm_0", dtype=self.dtype_policy)
         self.attention = MultiHeadSelfAttention.for_block(
             config,
             self.num_heads,
-            dim // self.num_heads,
+            head_size,
             seed=derive_seed(self.seed, "attention"),
             dtype=self.dtype_policy,
             name="MultiHeadDotProductAttention_1",
