@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 
 from keras_vit.architectures import CLASSIFIERS
-from keras_vit.validation import check_choice, check_fraction, pair
+from keras_vit.validation import check_choice, check_fraction, check_record_config, pair
 
 # The input scalings a checkpoint can expect (`keras_vit.preprocess_input`
 # modes): "inception" maps [0, 255] to [-1, 1] (every Google checkpoint),
@@ -276,18 +276,7 @@ class Preprocessing:
     def from_config(cls, config):
         if isinstance(config, cls):
             return config
-        if not isinstance(config, dict):
-            raise ValueError(
-                "`preprocessing` must be None, a `keras_vit.weights.record.Preprocessing` "
-                f"or its config dict. Received: preprocessing={config!r}"
-            )
-        unknown = sorted(set(config) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ValueError(
-                f"Unknown `preprocessing` fields {unknown}. Allowed: "
-                f"{[f.name for f in dataclasses.fields(cls)]}"
-            )
-        config = dict(config)
+        config = check_record_config(cls, config, "preprocessing")
         for key in ("image_size", "resize"):
             if isinstance(config.get(key), list):
                 config[key] = tuple(config[key])

@@ -174,16 +174,9 @@ def _make(arch, name, urls, file_name, size, classes, width, params, note=None):
     about = _ABOUT[name.removesuffix("-224")].format(size=size)
     note = note or _NOTES.get((arch, name))
     return WeightsRecord(
-        name=name,
-        architecture=arch,
-        urls=urls,
-        file_name=file_name,
-        image_size=size,
-        classes=classes,
-        representation_size=width,
-        params=params,
-        description=f"ViT-{arch} {about}" + (f" {note}" if note else ""),
-        **_GOOGLE,
+        name=name, architecture=arch, urls=urls, file_name=file_name, image_size=size,
+        classes=classes, representation_size=width, params=params,
+        description=f"ViT-{arch} {about}" + (f" {note}" if note else ""), **_GOOGLE,
     )
 
 

@@ -66,34 +66,18 @@ class ClipFamily(KerasHubFamily):
     NAME = "CLIP preset"
     REGISTERED = (BACKBONE, VISION)
     TABLE = RuleTable(RULES)
+    VISION = VISION
     IGNORED = {"embedding/position_ids": "the position indices 0..N, not a weight"}
 
-    def encoder_config(self, backbone):
-        """The vision encoder's `config`: the preset's own, or its backbone's `vision_encoder`'s."""
-        if backbone.get("registered_name") == VISION:
-            return backbone["config"]
-        vision = backbone.get("config", {}).get("vision_encoder") or {}
-        if vision.get("registered_name") != VISION:
-            raise self.unsupported(
-                f"its vision_encoder must be a {VISION}. Received: "
-                f"registered_name={vision.get('registered_name')!r}"
-            )
-        return vision["config"]
-
     def encoder_arguments(self, config, shape):
-        activation = config.get("intermediate_activation", "quick_gelu")
-        if activation not in ACTIVATIONS:
-            raise self.unsupported(
-                f"`intermediate_activation` must be one of {sorted(ACTIVATIONS)}. "
-                f"Received: intermediate_activation={activation!r}"
-            )
+        activation = self.mlp_activation(config, "quick_gelu", ACTIVATIONS)
         if config.get("data_format") == "channels_first":
             raise self.unsupported("keras_vit reads channels_last towers. Received: data_format='channels_first'")
         return dict(
             self.backbone_arguments(config, shape),
             mlp_dim=config["intermediate_dim"],
             layer_norm_epsilon=EPSILON,
-            mlp_activation=ACTIVATIONS[activation],
+            mlp_activation=activation,
             patch_bias=False,
             pre_norm=True,
             # keras-hub keeps the size it was built at; other sizes resize as

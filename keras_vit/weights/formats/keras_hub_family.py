@@ -140,9 +140,40 @@ class KerasHubFamily(abc.ABC):
         """The error of a preset keras_vit cannot build."""
         return ValueError(f"Cannot build this keras-hub {self.NAME}: {message}")
 
+    # An image-text family's vision encoder `registered_name`: its presets
+    # are that encoder alone or a backbone holding it as `vision_encoder`.
+    VISION = None
+
     def encoder_config(self, backbone):
-        """The image encoder's `config` dict in a preset's `config.json` dict."""
-        return backbone["config"]
+        """The image encoder's `config` dict in a preset's `config.json` dict:
+        the preset's own, or its backbone's `vision_encoder`'s."""
+        if self.VISION is None or backbone.get("registered_name") == self.VISION:
+            return backbone["config"]
+        vision = backbone.get("config", {}).get("vision_encoder") or {}
+        if vision.get("registered_name") != self.VISION:
+            raise self.unsupported(
+                f"its vision_encoder must be a {self.VISION}. Received: "
+                f"registered_name={vision.get('registered_name')!r}"
+            )
+        return vision["config"]
+
+    def mlp_activation(self, config, default, activations):
+        """keras_vit's `mlp_activation` for a config's `intermediate_activation`
+        (`default` when unset), through `{keras-hub name: keras_vit name}`.
+
+        Example:
+
+        >>> from keras_vit.weights.formats.keras_hub_dinov2 import Dinov2Family
+        >>> Dinov2Family().mlp_activation({}, "gelu", {"gelu": "gelu"})
+        'gelu'
+        """
+        activation = config.get("intermediate_activation", default)
+        if activation not in activations:
+            raise self.unsupported(
+                f"`intermediate_activation` must be one of {sorted(activations)}. "
+                f"Received: intermediate_activation={activation!r}"
+            )
+        return activations[activation]
 
     @staticmethod
     def backbone_arguments(config, shape):

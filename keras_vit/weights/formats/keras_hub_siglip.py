@@ -63,6 +63,7 @@ class SiglipFamily(KerasHubFamily):
 
     NAME = "SigLIP preset"
     REGISTERED = ("keras_hub>SigLIPBackbone", VISION)
+    VISION = VISION
     TABLE = RuleTable(RULES)
     IGNORED = {"embedding/position_ids": "the position indices 0..N-1, not a weight"}
     # The epsilon of the final norm, whatever `layer_norm_epsilon` says.
@@ -79,25 +80,8 @@ class SiglipFamily(KerasHubFamily):
         """
         return "head/probe" if _PROBE.fullmatch(name) else name
 
-    def encoder_config(self, backbone):
-        """The vision encoder's `config`: the preset's own, or its backbone's `vision_encoder`'s."""
-        if backbone.get("registered_name") == VISION:
-            return backbone["config"]
-        vision = backbone.get("config", {}).get("vision_encoder") or {}
-        if vision.get("registered_name") != VISION:
-            raise self.unsupported(
-                f"its vision_encoder must be a {VISION}. Received: "
-                f"registered_name={vision.get('registered_name')!r}"
-            )
-        return vision["config"]
-
     def encoder_arguments(self, config, shape):
-        activation = config.get("intermediate_activation", "gelu_approximate")
-        if activation not in ACTIVATIONS:
-            raise self.unsupported(
-                f"`intermediate_activation` must be one of {sorted(ACTIVATIONS)}. "
-                f"Received: intermediate_activation={activation!r}"
-            )
+        activation = self.mlp_activation(config, "gelu_approximate", ACTIVATIONS)
         epsilon = float(config.get("layer_norm_epsilon", 1e-6))
         if epsilon != self.POST_NORM_EPSILON:
             raise self.unsupported(
@@ -108,7 +92,7 @@ class SiglipFamily(KerasHubFamily):
             self.backbone_arguments(config, shape),
             mlp_dim=config["intermediate_dim"],
             layer_norm_epsilon=epsilon,
-            mlp_activation=ACTIVATIONS[activation],
+            mlp_activation=activation,
             # keras-hub keeps the size it was built at; other sizes resize as
             # transformers' SigLIP does.
             position_interpolation="siglip",

@@ -555,14 +555,25 @@ def read_file(path, num_heads):
     return read(read_state_dict(path), num_heads, path)
 
 
-def preset_source(directory):
-    """A `PresetSource` for a timm Hub directory."""
+def hub_source(directory, arguments, reader):
+    """A `PresetSource` for a timm Hub directory, given its family's
+    `arguments(config) -> (ViT arguments, layout)` and
+    `reader(state, path, config, arguments, layout) -> Checkpoint`."""
     config = read_json(os.path.join(directory, "config.json"))
-    args, no_embed_class = model_arguments(config)
+    args, layout = arguments(config)
     args["preprocessing"] = preprocessing(config).get_config()
 
     def read_weights(model):
         state, path = shards.read_state(directory)
-        return read(state, args["num_heads"], path, no_embed_class, args.get("mlp_kind", "plain"))
+        return reader(state, path, config, args, layout)
 
     return C.PresetSource("timm", directory, "ViT", args, read_weights)
+
+
+def _read_hub_state(state, path, config, args, no_embed_class):
+    return read(state, args["num_heads"], path, no_embed_class, args.get("mlp_kind", "plain"))
+
+
+def preset_source(directory):
+    """A `PresetSource` for a timm Hub directory."""
+    return hub_source(directory, model_arguments, _read_hub_state)

@@ -44,10 +44,8 @@ from keras_vit.layers.config import check_qkv_bias
 from keras_vit.layers.rotary import VARIANTS, RotarySpec
 from keras_vit.validation import pair
 from keras_vit.weights import canonical as C
-from keras_vit.weights import shards
-from keras_vit.weights.files import read_json
 from keras_vit.weights.formats.conventions import torch_linear, torch_map_head_tail, torch_norm
-from keras_vit.weights.formats.timm import class_names, fold_prefix_rows, preprocessing, split_config
+from keras_vit.weights.formats.timm import class_names, fold_prefix_rows, hub_source, split_config
 from keras_vit.weights.rules import RuleTable
 
 # timm's `Eva.__init__` arguments with timm's defaults (`norm_eps`: the
@@ -342,12 +340,4 @@ def read(state, config, path):
 
 def preset_source(directory):
     """A `PresetSource` for a timm Hub directory of an Eva model."""
-    config = read_json(os.path.join(directory, "config.json"))
-    args, _ = model_arguments(config)
-    args["preprocessing"] = preprocessing(config).get_config()
-
-    def read_weights(model):
-        state, path = shards.read_state(directory)
-        return read(state, config, path)
-
-    return C.PresetSource("timm", directory, "ViT", args, read_weights)
+    return hub_source(directory, model_arguments, lambda state, path, config, args, _: read(state, config, path))
