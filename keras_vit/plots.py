@@ -117,8 +117,7 @@ def plot_position_embedding_similarity(similarity, path, title=None):
     Args:
         similarity: `(gh, gw, gh, gw)` array from
             `keras_vit.inspection.position_embedding_similarity`.
-        path: output PNG path.
-        title: optional title.
+        path, title: the PNG to write, and an optional title.
 
     Returns:
         The path written, as a string.

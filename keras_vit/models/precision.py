@@ -95,3 +95,12 @@ def model_policy_config(model):
     if not quantized:
         return policy
     return DTypePolicyMap(default_policy=policy, policy_map=quantized)
+
+
+def with_policy(config):
+    """A copy of a model's config whose serialised `dtype` is a policy
+    again, for the model's constructor."""
+    config = dict(config)
+    if isinstance(config.get("dtype"), dict):
+        config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+    return config

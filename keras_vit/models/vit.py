@@ -31,7 +31,7 @@ from keras_vit.models.arguments import (
     check_embedding,
 )
 from keras_vit.models.base import ModelBase
-from keras_vit.models.precision import model_policy_config, set_model_policy
+from keras_vit.models.precision import model_policy_config, set_model_policy, with_policy
 from keras_vit.validation import (
     argument_names,
     check_bool,
@@ -210,35 +210,20 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
 
     def __init__(
         self,
-        image_size=None,
-        patch_size=16,
-        hidden_size=768,
-        num_layers=12,
-        num_heads=12,
-        mlp_dim=3072,
-        classifier="token",
-        representation_size=None,
-        include_top=True,
-        classes=None,
-        classifier_activation="softmax",
-        pooling=None,
-        stochastic_depth_rate=0.0,
-        input_shape=None,
-        weights=None,
-        distillation_token=False,
-        distillation_head=None,
-        num_register_tokens=0,
-        pooled_norm=False,
-        projection_dim=None,
-        l2_normalize=False,
-        class_names=None,
-        preprocessing=None,
-        seed=None,
-        block_config=None,
-        encoder_config=None,
-        name="vit",
-        dtype=None,
-        **kwargs,
+        # The encoder's size.
+        image_size=None, patch_size=16, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072,
+        # The head.
+        classifier="token", representation_size=None, include_top=True, classes=None,
+        classifier_activation="softmax", pooling=None,
+        stochastic_depth_rate=0.0, input_shape=None, weights=None,
+        # Tokens besides the patches, and the pooled output.
+        distillation_token=False, distillation_head=None, num_register_tokens=0,
+        pooled_norm=False, projection_dim=None, l2_normalize=False,
+        # What a checkpoint carries, and the random draws.
+        class_names=None, preprocessing=None, seed=None,
+        # The option records (their fields are keywords too).
+        block_config=None, encoder_config=None,
+        name="vit", dtype=None, **kwargs,
     ):
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in record_keywords()}
         check_keywords(kwargs, type(self).argument_names(), type(self).__name__, OTHER_NAMES)
@@ -566,10 +551,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        return cls(**with_policy(config))
 
     @classmethod
     def get_layout_map(cls, device_mesh, model_axis="model"):

@@ -6,6 +6,7 @@ import keras
 from keras_vit.layers.config import BlockConfig, expose_records
 from keras_vit.layers.norms import norm_layer
 from keras_vit.layers.transformer import TransformerBlock
+from keras_vit.models.precision import with_policy
 from keras_vit.text.layers import TEXT_POOLINGS, AttentionMask, TextEmbedding, TextPooling
 from keras_vit.validation import (
     argument_names,
@@ -184,7 +185,4 @@ class TextEncoder(keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        return cls(**with_policy(config))

@@ -27,7 +27,7 @@ import os
 import re
 import string
 
-from keras_vit.text.tokenizer import JsonTokenizer, Tokenizer, read_sentencepiece, write_sentencepiece
+from keras_vit.text.tokenizer import JsonTokenizer, SentencePieceFiles, read_sentencepiece
 from keras_vit.validation import check_positive_int
 
 ASSETS = os.path.join("assets", "tokenizer")
@@ -52,7 +52,7 @@ def canonicalize(text):
     return text.strip(" \t\n\v\f\r")
 
 
-class SentencePieceTokenizer(Tokenizer):
+class SentencePieceTokenizer(SentencePieceFiles):
     """A SentencePiece model run as keras-hub's `SigLIPPreprocessor` runs it.
 
     Args:
@@ -76,13 +76,6 @@ class SentencePieceTokenizer(Tokenizer):
 
     def get_config(self):
         return dict(super().get_config(), end_id=self.end_id, canonicalize_text=self.canonicalize_text)
-
-    def save_files(self, directory):
-        write_sentencepiece(self.processor, os.path.join(directory, self.FILE))
-
-    @classmethod
-    def from_files(cls, directory, config):
-        return cls(read_sentencepiece(os.path.join(directory, cls.FILE)), **config)
 
     def encode(self, text):
         if self.canonicalize_text:

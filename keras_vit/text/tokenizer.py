@@ -169,7 +169,19 @@ class JsonTokenizer(Tokenizer):
         return cls(tokenizers.Tokenizer.from_file(os.path.join(directory, cls.FILE)), **config)
 
 
-class SiglipTokenizer(Tokenizer):
+class SentencePieceFiles(Tokenizer):
+    """A tokenizer whose vocabulary is one SentencePiece model (its
+    `processor`), written to `FILE`."""
+
+    def save_files(self, directory):
+        write_sentencepiece(self.processor, os.path.join(directory, self.FILE))
+
+    @classmethod
+    def from_files(cls, directory, config):
+        return cls(read_sentencepiece(os.path.join(directory, cls.FILE)), **config)
+
+
+class SiglipTokenizer(SentencePieceFiles):
     """SigLIP's `spiece.model`, run by `sentencepiece` with transformers'
     `SiglipTokenizer` rule (see the module docstring).
 
@@ -201,13 +213,6 @@ class SiglipTokenizer(Tokenizer):
     def get_config(self):
         return dict(super().get_config(), eos_id=self.eos_id, unk_token=self.unk_token,
                     special_tokens=self.special_tokens, lowercase=self.lowercase)
-
-    def save_files(self, directory):
-        write_sentencepiece(self.processor, os.path.join(directory, self.FILE))
-
-    @classmethod
-    def from_files(cls, directory, config):
-        return cls(read_sentencepiece(os.path.join(directory, cls.FILE)), **config)
 
     def canonicalize(self, text):
         """big_vision's SigLIP text rule: lowercase, no punctuation, single spaces."""
