@@ -15,8 +15,9 @@ def test_architectures_are_the_library_table():
 
     # B/14 (DINOv2's high-resolution size) is B/16 with 14-pixel patches.
     assert benchmark.ARCHS["B/14"] == (14, *benchmark.ARCHS["B/16"][1:])
+    assert benchmark.ARCHS["DINOv3-B/16"] == benchmark.ARCHS["B/16"]
     for name, row in benchmark.ARCHS.items():
-        if name not in ("tiny", "B/14"):
+        if name not in ("tiny", "B/14", "DINOv3-B/16"):
             arch = ARCHITECTURE_CONFIGS[name]
             assert row == tuple(arch[k] for k in (
                 "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")), name
@@ -361,3 +362,24 @@ def test_kernel_timings_versus_keras_hub(tmp_path):
         assert float(rows[name][3]) == pytest.approx(ms["keras_hub"] / ms[name], rel=0.1)
     assert rows["square 128 matmul"][2] == "100"
     assert f"keras_vit over keras_hub: {float(rows['keras_vit'][3]):.3f}x measured" in text
+
+
+def test_dinov3_rows_build_one_model_in_every_system():
+    """The DINOv3 rows time the same network in keras_vit, keras-hub and
+    transformers: equal parameter counts (the peers also hold a mask token
+    for masked pre-training, one row of the width), and the `dinov3`
+    preset names known cases at 224 and 518 px."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("keras_hub")
+    from keras_vit_tools import benchmark_worker
+
+    hidden = benchmark.ARCHS["tiny"][1]
+    arch = "tiny"
+    ours = benchmark_worker._keras_dinov3("keras_vit", arch, 36).count_params()
+    hub = benchmark_worker._keras_dinov3("keras_hub", arch, 36).count_params()
+    config = transformers.DINOv3ViTConfig(**benchmark_worker.dinov3_config(arch, 36))
+    reference = sum(p.numel() for p in transformers.DINOv3ViTModel(config).parameters())
+    assert ours + hidden == hub == reference
+    (workloads, dtypes, systems), = benchmark.PRESETS["dinov3"]
+    assert {benchmark.WORKLOADS[w][2] for w in workloads} == {224, 518}
+    assert set(systems) == {*benchmark.KERAS_SYSTEMS, "hf-sdpa"}

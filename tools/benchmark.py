@@ -120,6 +120,10 @@ WORKLOADS = {
     "infer-l16-bs64": ("infer", "L/16", 224, 64),
     "train-b16-bs32": ("train", "B/16", 224, 32),
     "train-l16-bs32": ("train", "L/16", 224, 32),
+    # DINOv3 ViT-B/16 (rotary position embedding, 4 registers, layer
+    # scale) at its training size and at DINOv2's dense-task size.
+    "infer-dinov3-b16-bs1": ("infer", "DINOv3-B/16", 224, 1),
+    "infer-dinov3-b16-518-bs1": ("infer", "DINOv3-B/16", 518, 1),
     "infer-tiny-bs2": ("infer", "tiny", 32, 2),
     "train-tiny-bs2": ("train", "tiny", 32, 2),
 }
@@ -136,7 +140,18 @@ ARCHS = {
     "B/16": (16, 768, 12, 12, 3072),
     "B/14": (14, 768, 12, 12, 3072),  # DINOv2's B/14: B/16 with 14-pixel patches
     "L/16": (16, 1024, 24, 16, 4096),
+    # DINOv3's B/16: B/16's sizes, its own block and embedding (the workers
+    # build it from `DINOV3_CONFIG`).
+    "DINOv3-B/16": (16, 768, 12, 12, 3072),
 }
+# Tokens besides the patches: the class token, and DINOv3's 4 registers.
+PREFIX_TOKENS = {"DINOv3-B/16": 5}
+# The DINOv3 fields of a transformers `DINOv3ViTConfig` (ViT-B/16's release:
+# no key bias, layer scale 1.0, rotary base 100); each system builds this model.
+DINOV3_CONFIG = dict(model_type="dinov3_vit", architectures=["DINOv3ViTModel"], num_register_tokens=4,
+                     query_bias=True, key_bias=False, value_bias=True, proj_bias=True, mlp_bias=True,
+                     layerscale_value=1.0, rope_theta=100.0, hidden_act="gelu", layer_norm_eps=1e-5,
+                     use_gated_mlp=False, num_channels=3)
 # `--preset cpu`: the cases of the CPU comparison, (workloads, dtypes, systems)
 # groups. float32 everywhere; bfloat16 inference per backend and for the
 # peers at 224 px; the training step in float32.
@@ -169,6 +184,11 @@ PRESETS = {
         (("infer-b16-bs64", "train-b16-bs32"), ("bfloat16",),
          ("keras_vit-tensorflow", "keras_hub-tensorflow")),
     ),
+    # `--preset dinov3`: DINOv3 B/16 against keras-hub's and transformers'
+    # DINOv3 on each backend, at 224 and 518 px.
+    "dinov3": (
+        (("infer-dinov3-b16-bs1", "infer-dinov3-b16-518-bs1"), ("float32",), (*KERAS_SYSTEMS, "hf-sdpa")),
+    ),
 }
 # Matmul peaks, one process each (`tools/benchmark_worker.py::run_peak`).
 PEAK_LIBRARIES = ("torch", "tensorflow", "jax", "numpy")
@@ -180,7 +200,7 @@ def forward_flops(arch, image, channels=3, classes=1000):
     """FLOPs (2 per multiply-add) of one image's forward pass; see module doc."""
     patch, dim, layers, _, mlp = ARCHS[arch]
     patches = (image // patch) ** 2
-    tokens = patches + 1
+    tokens = patches + PREFIX_TOKENS.get(arch, 1)
     embed = patches * patch * patch * channels * dim
     block = 4 * tokens * dim**2 + 2 * tokens**2 * dim + 2 * tokens * dim * mlp
     return 2 * (embed + layers * block + dim * classes)

@@ -36,9 +36,10 @@ def _bind_tools():
 
 _bind_tools()
 
-from keras_vit_tools.benchmark import ARCHS  # noqa: E402
+from keras_vit_tools.benchmark import ARCHS, DINOV3_CONFIG  # noqa: E402
 
 CLASSES = 1000
+DINOV3_ARCHS = {arch for arch in ARCHS if arch.startswith("DINOv3")}
 
 
 def rss_mib():
@@ -95,9 +96,41 @@ def _timed(fn, warmup, reps):
 
 
 # ----------------------------------------------------------------- Keras --
+def dinov3_config(arch, image):
+    """The transformers config dict of a DINOv3 `arch` at `image` pixels."""
+    patch, hidden, layers, heads, mlp = ARCHS[arch]
+    return dict(DINOV3_CONFIG, patch_size=patch, hidden_size=hidden, num_hidden_layers=layers,
+                num_attention_heads=heads, intermediate_size=mlp, image_size=image)
+
+
+def _keras_dinov3(library, arch, image):
+    """DINOv3 in keras_vit (read from the transformers config, as a
+    checkpoint is) or keras-hub's `DINOV3Backbone`: features, no head."""
+    config = dinov3_config(arch, image)
+    if library == "keras_vit":
+        # keras_vit takes whole patches only: it runs on the crop that the
+        # peers' stride-`patch` convolution reads (518 px: 512).
+        config["image_size"] = image - image % config["patch_size"]
+        import keras_vit
+        from keras_vit.weights.formats.transformers_dinov3 import Dinov3Family
+
+        return keras_vit.ViT(**Dinov3Family().model_arguments(config))
+    from keras_hub.models import DINOV3Backbone
+
+    return DINOV3Backbone(
+        patch_size=config["patch_size"], num_layers=config["num_hidden_layers"],
+        hidden_dim=config["hidden_size"], num_heads=config["num_attention_heads"],
+        intermediate_dim=config["intermediate_size"], num_register_tokens=config["num_register_tokens"],
+        layer_scale_init_value=config["layerscale_value"], use_key_bias=config["key_bias"],
+        rope_theta=config["rope_theta"], apply_layernorm=True, image_shape=(image, image, 3),
+    )
+
+
 def _keras_model(library, arch, image):
     import keras
 
+    if arch in DINOV3_ARCHS:
+        return _keras_dinov3(library, arch, image)
     patch, hidden, layers, heads, mlp = ARCHS[arch]
     if library == "keras_vit":
         import keras_vit
@@ -152,6 +185,9 @@ def run_keras(spec, x, y):
     # The batch lives on the model's device before the clock starts, as
     # HF's and timm's tensors do: on a GPU a host batch of B/16 at 64 images
     # (38 MB) would add its copy to every call.
+    if library == "keras_vit" and spec["arch"] in DINOV3_ARCHS:
+        whole = spec["image"] - spec["image"] % ARCHS[spec["arch"]][0]
+        x = x[:, :whole, :whole]
     x, y = keras.ops.convert_to_tensor(x), keras.ops.convert_to_tensor(y)
     jit = {"compile": True, "eager": False}.get(option, "auto")
     if option == "int8":
@@ -177,6 +213,11 @@ def run_keras(spec, x, y):
 def _hf_model(spec):
     import transformers
 
+    impl = spec["system"].split("-", 1)[1]
+    if spec["arch"] in DINOV3_ARCHS:
+        config = transformers.DINOv3ViTConfig(**dinov3_config(spec["arch"], spec["image"]))
+        config._attn_implementation = impl
+        return transformers.DINOv3ViTModel(config), {"transformers": transformers.__version__, "attn": impl}
     patch, hidden, layers, heads, mlp = ARCHS[spec["arch"]]
     config = transformers.ViTConfig(
         hidden_size=hidden,
@@ -188,7 +229,6 @@ def _hf_model(spec):
         num_labels=CLASSES,
         hidden_act="gelu",
     )
-    impl = spec["system"].split("-", 1)[1]
     config._attn_implementation = impl
     model = transformers.ViTForImageClassification(config)
     return model, {"transformers": transformers.__version__, "attn": impl}
@@ -226,7 +266,8 @@ def run_torch_module(spec, x, y):
     start = time.perf_counter()
     if spec["system"].startswith("hf"):
         model, info = _hf_model(spec)
-        forward = lambda inp: model(pixel_values=inp).logits  # noqa: E731
+        output = "pooler_output" if spec["arch"] in DINOV3_ARCHS else "logits"
+        forward = lambda inp: getattr(model(pixel_values=inp), output)  # noqa: E731
     else:
         model, info = _timm_model(spec)
         forward = model
