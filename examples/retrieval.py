@@ -30,7 +30,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import keras_vit  # noqa: E402
-from keras_vit.cli_zero_shot import load_pixels  # noqa: E402
 
 # scikit-image's bundled photos and what each shows.
 PHOTOS = {
@@ -94,7 +93,7 @@ def image_files(folder):
 
 def embed_images(model, folder, names, batch_size):
     """Unit-length embeddings of the images, as the image tower takes them."""
-    pixels = np.stack([load_pixels(os.path.join(folder, n), model.image_encoder) for n in names])
+    _, pixels = keras_vit.load_images([os.path.join(folder, n) for n in names], model.image_encoder)
     return model.encode_images(pixels, batch_size=batch_size)
 
 
