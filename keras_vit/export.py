@@ -368,9 +368,9 @@ def _write(model, path, format, batch_size, verbose, naflex_length=None):
             # own `export` here.
             keras.Model.export(model, path, format=format, verbose=verbose, input_signature=[spec])
         if format == "onnx":
-            _finish_onnx(path, output_name(model), _input_names(spec))
+            _finish_onnx(path, output_name(model), _input_names(spec), _input_dtypes(spec))
         elif format == "openvino":
-            _name_openvino(path, output_name(model), _input_names(spec))
+            _name_openvino(path, output_name(model), _input_names(spec), _input_dtypes(spec))
     return path
 
 
@@ -452,7 +452,9 @@ def _export_torch(model, path, format, spec):
 
         converted = ov.convert_model(program)
         current = [", ".join(port.get_names()) for port in converted.inputs]
-        for port, name in zip(converted.inputs, _port_names(current, _input_names(spec))):
+        current_dtypes = [port.get_element_type().to_dtype().name for port in converted.inputs]
+        names = _port_names(current, _input_names(spec), current_dtypes, _input_dtypes(spec))
+        for port, name in zip(converted.inputs, names):
             port.get_node().set_friendly_name(name)
             port.get_tensor().set_names({name})
         ov.save_model(converted, path, compress_to_fp16=False)
@@ -473,27 +475,42 @@ def _onnx_torch(model, path, sample, dims, names):
     program.save(path)
 
 
-def _port_names(current, wanted):
-    """The name each traced input gets: the wanted name that its current name
-    contains (exporters keep a dict's keys in the names they make, but order
-    the inputs their own way), else the wanted name at its position.
+def _port_names(current, wanted, current_dtypes=None, wanted_dtypes=None):
+    """The name each traced input gets: the wanted name of the one input of
+    its dtype, else the wanted name that its current name contains
+    (exporters keep a dict's keys in the names they make, but order the
+    inputs their own way), else the wanted name at its position.
 
     Example:
 
     >>> _port_names(["args_0_patch_coords", "args_0_patch_valid", "args_0_patches"],
     ...             ["patches", "patch_coords", "patch_valid"])
     ['patch_coords', 'patch_valid', 'patches']
+    >>> _port_names(["a", "b", "c"], ["patches", "patch_coords", "patch_valid"],
+    ...             ["bool", "float32", "int32"], ["float32", "int32", "bool"])
+    ['patch_valid', 'patches', 'patch_coords']
     >>> _port_names(["input_layer"], ["images"])
     ['images']
     """
     named = []
     for position, name in enumerate(current):
+        of_dtype = [
+            w for w, dtype in zip(wanted, wanted_dtypes or ())
+            if current_dtypes is not None and dtype == current_dtypes[position]
+        ]
         contained = [w for w in wanted if w in name]
-        named.append(max(contained, key=len) if contained else wanted[position])
+        if len(of_dtype) == 1:
+            named.append(of_dtype[0])
+        else:
+            named.append(max(contained, key=len) if contained else wanted[position])
     return named
 
 
-def _finish_onnx(path, output, inputs=(INPUT_NAME,)):
+def _input_dtypes(spec):
+    return [str(s.dtype) for s in spec.values()] if isinstance(spec, dict) else ["float32"]
+
+
+def _finish_onnx(path, output, inputs=(INPUT_NAME,), dtypes=("float32",)):
     """Folds the weight reshapes into the initializers of an ONNX graph and
     names its inputs and output.
 
@@ -510,13 +527,15 @@ def _finish_onnx(path, output, inputs=(INPUT_NAME,)):
     model = onnx_ir.load(path)
     onnxscript.optimizer.optimize(model, input_size_limit=1 << 31, output_size_limit=1 << 31)
     ports = list(model.graph.inputs)
-    for port, name in zip(ports, _port_names([p.name for p in ports], list(inputs))):
+    current = [port.name for port in ports]
+    current_dtypes = [port.dtype.numpy().name for port in ports]
+    for port, name in zip(ports, _port_names(current, list(inputs), current_dtypes, list(dtypes))):
         port.name = name
     model.graph.outputs[0].name = output
     onnx_ir.save(model, path)
 
 
-def _name_openvino(path, output, inputs=(INPUT_NAME,)):
+def _name_openvino(path, output, inputs=(INPUT_NAME,), dtypes=("float32",)):
     """Names an OpenVINO model's input and output tensors (and nodes).
 
     The model read maps its `.bin` file into memory, so the named copy is
@@ -529,7 +548,8 @@ def _name_openvino(path, output, inputs=(INPUT_NAME,)):
         # TensorFlow's converter leaves internal shape slices as outputs too.
         model = ov.Model([model.get_results()[0]], model.get_parameters(), model.get_friendly_name())
     current = [", ".join(port.get_names()) for port in model.inputs]
-    for port, name in zip(model.inputs, _port_names(current, list(inputs))):
+    current_dtypes = [port.get_element_type().to_dtype().name for port in model.inputs]
+    for port, name in zip(model.inputs, _port_names(current, list(inputs), current_dtypes, list(dtypes))):
         port.get_tensor().set_names({name})
         port.get_node().set_friendly_name(name)
     model.outputs[0].get_tensor().set_names({output})
