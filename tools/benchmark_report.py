@@ -111,4 +111,8 @@ def write_report(report, prefix):
     output = pathlib.Path(prefix)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.with_name(output.name + ".json").write_text(json.dumps(report, indent=1))
-    output.with_name(output.name + ".md").write_text(to_markdown(report))
+    title, rest = to_markdown(report).split("\n", 1)
+    # The page links the figures it was made from (the docs keep no JSON
+    # file that no page names).
+    link = f"All figures as JSON: [{output.name}.json]({output.name}.json)."
+    output.with_name(output.name + ".md").write_text(f"{title}\n\n{link}\n{rest}")
