@@ -330,6 +330,16 @@ def test_named_modules_functions_and_files_exist(path):
 # ------------------------------------------------------------- the site
 
 
+def test_every_page_is_in_the_site_navigation():
+    """Every Markdown page under docs/ has a place in mkdocs.yml's nav, and
+    every nav entry is a page (some MkDocs versions fail a strict build on a
+    page left out; others only note it)."""
+    nav = set(re.findall(r"(\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M))
+    pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
+    assert pages - nav == set(), "pages missing from the nav"
+    assert nav - pages == set(), "nav entries without a page"
+
+
 def test_site_builds_strictly(tmp_path):
     """`mkdocs build --strict`: every page in the navigation, every link and
     anchor resolving, every API reference found, no docstring naming an
