@@ -74,7 +74,10 @@ from keras_vit import kernels
 from keras_vit.export_inputs import (  # noqa: F401  (signature_options re-exported)
     INPUT_NAME,
     check_naflex_export,
+    input_dtypes,
+    input_names,
     input_signature,
+    port_names,
     signature_options,
 )
 from keras_vit.serving import (  # noqa: F401  (re-exported)
@@ -368,9 +371,9 @@ def _write(model, path, format, batch_size, verbose, naflex_length=None):
             # own `export` here.
             keras.Model.export(model, path, format=format, verbose=verbose, input_signature=[spec])
         if format == "onnx":
-            _finish_onnx(path, output_name(model), _input_names(spec), _input_dtypes(spec))
+            _finish_onnx(path, output_name(model), input_names(spec), input_dtypes(spec))
         elif format == "openvino":
-            _name_openvino(path, output_name(model), _input_names(spec), _input_dtypes(spec))
+            _name_openvino(path, output_name(model), input_names(spec), input_dtypes(spec))
     return path
 
 
@@ -437,10 +440,6 @@ def _torch_program(model, spec):
     return torch.export.export(model, (sample,), dynamic_shapes=dims, strict=False), sample, dims
 
 
-def _input_names(spec):
-    return list(spec) if isinstance(spec, dict) else [INPUT_NAME]
-
-
 def _export_torch(model, path, format, spec):
     import torch
 
@@ -453,13 +452,13 @@ def _export_torch(model, path, format, spec):
         converted = ov.convert_model(program)
         current = [", ".join(port.get_names()) for port in converted.inputs]
         current_dtypes = [port.get_element_type().to_dtype().name for port in converted.inputs]
-        names = _port_names(current, _input_names(spec), current_dtypes, _input_dtypes(spec))
+        names = port_names(current, input_names(spec), current_dtypes, input_dtypes(spec))
         for port, name in zip(converted.inputs, names):
             port.get_node().set_friendly_name(name)
             port.get_tensor().set_names({name})
         ov.save_model(converted, path, compress_to_fp16=False)
     else:
-        _onnx_torch(model, path, sample, dims, _input_names(spec))
+        _onnx_torch(model, path, sample, dims, input_names(spec))
 
 
 def _onnx_torch(model, path, sample, dims, names):
@@ -473,41 +472,6 @@ def _onnx_torch(model, path, sample, dims, names):
         model, args, dynamic_shapes=dims, dynamo=True, input_names=names, verbose=False,
     )
     program.save(path)
-
-
-def _port_names(current, wanted, current_dtypes=None, wanted_dtypes=None):
-    """The name each traced input gets: the wanted name of the one input of
-    its dtype, else the wanted name that its current name contains
-    (exporters keep a dict's keys in the names they make, but order the
-    inputs their own way), else the wanted name at its position.
-
-    Example:
-
-    >>> _port_names(["args_0_patch_coords", "args_0_patch_valid", "args_0_patches"],
-    ...             ["patches", "patch_coords", "patch_valid"])
-    ['patch_coords', 'patch_valid', 'patches']
-    >>> _port_names(["a", "b", "c"], ["patches", "patch_coords", "patch_valid"],
-    ...             ["bool", "float32", "int32"], ["float32", "int32", "bool"])
-    ['patch_valid', 'patches', 'patch_coords']
-    >>> _port_names(["input_layer"], ["images"])
-    ['images']
-    """
-    named = []
-    for position, name in enumerate(current):
-        of_dtype = [
-            w for w, dtype in zip(wanted, wanted_dtypes or ())
-            if current_dtypes is not None and dtype == current_dtypes[position]
-        ]
-        contained = [w for w in wanted if w in name]
-        if len(of_dtype) == 1:
-            named.append(of_dtype[0])
-        else:
-            named.append(max(contained, key=len) if contained else wanted[position])
-    return named
-
-
-def _input_dtypes(spec):
-    return [str(s.dtype) for s in spec.values()] if isinstance(spec, dict) else ["float32"]
 
 
 def _finish_onnx(path, output, inputs=(INPUT_NAME,), dtypes=("float32",)):
@@ -529,7 +493,7 @@ def _finish_onnx(path, output, inputs=(INPUT_NAME,), dtypes=("float32",)):
     ports = list(model.graph.inputs)
     current = [port.name for port in ports]
     current_dtypes = [port.dtype.numpy().name for port in ports]
-    for port, name in zip(ports, _port_names(current, list(inputs), current_dtypes, list(dtypes))):
+    for port, name in zip(ports, port_names(current, list(inputs), current_dtypes, list(dtypes))):
         port.name = name
     model.graph.outputs[0].name = output
     onnx_ir.save(model, path)
@@ -549,7 +513,7 @@ def _name_openvino(path, output, inputs=(INPUT_NAME,), dtypes=("float32",)):
         model = ov.Model([model.get_results()[0]], model.get_parameters(), model.get_friendly_name())
     current = [", ".join(port.get_names()) for port in model.inputs]
     current_dtypes = [port.get_element_type().to_dtype().name for port in model.inputs]
-    for port, name in zip(model.inputs, _port_names(current, list(inputs), current_dtypes, list(dtypes))):
+    for port, name in zip(model.inputs, port_names(current, list(inputs), current_dtypes, list(dtypes))):
         port.get_tensor().set_names({name})
         port.get_node().set_friendly_name(name)
     model.outputs[0].get_tensor().set_names({output})

@@ -121,3 +121,44 @@ def input_signature(model, batch_size=None, naflex_length=None):
     patch = model.patch_size[0] * model.patch_size[1] * model.input_shape[-1]
     shapes = patch_input_shapes(naflex_length, patch, batch_size)
     return {k: keras.InputSpec(shape=shapes[k], dtype=PATCH_INPUT_DTYPES[k], name=k) for k in PATCH_INPUTS}
+
+
+def input_names(spec):
+    """The traced inputs' names: the patch dict's keys, or `INPUT_NAME`."""
+    return list(spec) if isinstance(spec, dict) else [INPUT_NAME]
+
+
+def port_names(current, wanted, current_dtypes=None, wanted_dtypes=None):
+    """The name each traced input gets: the wanted name of the one input of
+    its dtype, else the wanted name that its current name contains
+    (exporters keep a dict's keys in the names they make, but order the
+    inputs their own way), else the wanted name at its position.
+
+    Example:
+
+    >>> port_names(["args_0_patch_coords", "args_0_patch_valid", "args_0_patches"],
+    ...             ["patches", "patch_coords", "patch_valid"])
+    ['patch_coords', 'patch_valid', 'patches']
+    >>> port_names(["a", "b", "c"], ["patches", "patch_coords", "patch_valid"],
+    ...             ["bool", "float32", "int32"], ["float32", "int32", "bool"])
+    ['patch_valid', 'patches', 'patch_coords']
+    >>> port_names(["input_layer"], ["images"])
+    ['images']
+    """
+    named = []
+    for position, name in enumerate(current):
+        of_dtype = [
+            w for w, dtype in zip(wanted, wanted_dtypes or ())
+            if current_dtypes is not None and dtype == current_dtypes[position]
+        ]
+        contained = [w for w in wanted if w in name]
+        if len(of_dtype) == 1:
+            named.append(of_dtype[0])
+        else:
+            named.append(max(contained, key=len) if contained else wanted[position])
+    return named
+
+
+def input_dtypes(spec):
+    """The traced inputs' dtypes, in `input_names` order."""
+    return [str(s.dtype) for s in spec.values()] if isinstance(spec, dict) else ["float32"]
