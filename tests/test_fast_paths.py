@@ -430,13 +430,22 @@ def test_assumed_hardware_nests_and_is_checked():
 
 @pytest.mark.parametrize("isa", hardware.ISAS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_onednn_pays_on_avx512_only(isa, dtype):
-    """torch's oneDNN projections: taken on an AVX-512 CPU, not on an AVX2-only
-    or older one, in float32 and bfloat16 alike (the rule is a plain function
-    of the hardware, so it is checked on every backend)."""
+def test_onednn_pays_on_avx512_or_on_packed_kernels_with_avx2(isa, dtype):
+    """torch's oneDNN projections: taken on an AVX-512 CPU for any kernel, on an
+    AVX2-only one only for a kernel kept in oneDNN's layout (a `for_inference`
+    copy's), never on an older CPU (the rule is a plain function of the
+    hardware and the kernel, so it is checked on every backend)."""
     x = np.ones((2, 2), dtype if dtype == "float32" else "float32")
+
+    class Marked:  # a kernel that `pack_for_inference` marked
+        pass
+
+    packed = Marked()
+    setattr(packed, torch_backend.PACKING, torch_backend.Packing())
     with hardware.assume(cpu_isa=isa):
         assert torch_backend.onednn_pays(x) == (isa == "avx512")
+        assert torch_backend.onednn_pays(x, x) == (isa == "avx512")
+        assert torch_backend.onednn_pays(x, packed) == (isa in ("avx512", "avx2"))
 
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2"])

@@ -12,7 +12,7 @@ from conftest import TINY, to_numpy
 from kernel_helpers import BACKEND, only, taken, value_and_grads
 from keras_vit import ViT, kernels, layers
 from keras_vit.execution import tf_xla
-from keras_vit.kernels import registry, switches, torch_backend, xla
+from keras_vit.kernels import hardware, registry, switches, torch_backend, xla
 
 ATTENTION_PATHS = [o.name for o in registry.registered("attention", BACKEND)] + ["portable"]
 
@@ -523,7 +523,9 @@ def _onednn_here(dtype="float32"):
     import torch
 
     t = torch.ones(2, 2, dtype=getattr(torch, dtype))
-    return torch_backend.onednn_pays(t) and torch_backend.onednn_computes(t, t, None)
+    kernel = torch.ones(2, 2, dtype=getattr(torch, dtype))
+    setattr(kernel, torch_backend.PACKING, torch_backend.Packing())
+    return torch_backend.onednn_pays(t, kernel) and torch_backend.onednn_computes(t, kernel, None)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -559,6 +561,27 @@ def test_for_inference_packs_kernels_once_and_follows_assignments(rng, dtype):
     kernel.assign(to_numpy(kernel) * 2)
     other.get_layer("encoderblock_0").mlp.dense_0.kernel.assign(to_numpy(kernel))
     np.testing.assert_array_equal(fast.predict(x, verbose=0), other.predict(x, verbose=0))
+
+
+def test_for_inference_copy_takes_onednn_with_avx2_where_the_model_does_not(rng):
+    """With AVX2 only, the model's projections take `F.linear` (oneDNN would
+    reorder each kernel at every call) and its `for_inference` copy's take
+    oneDNN on the packed kernels, with the same outputs to float32 rounding."""
+    if BACKEND != "torch":
+        pytest.skip("the oneDNN projections and their packing are torch's")
+    model = ViT(**TINY, classes=5, classifier_activation=None)
+    x = rng.normal(size=(2, 32, 32, 3)).astype("float32")
+    fast = model.for_inference()
+    with hardware.assume(cpu_isa="avx2"):
+        with taken() as plain:
+            expected = model.predict(x, verbose=0)
+        with taken() as packed:
+            got = fast.predict(x, verbose=0)
+    dense = {"onednn", "torch_linear"}
+    assert set(plain) & dense == {"torch_linear"}, plain
+    assert set(packed) & dense == {"onednn", "torch_linear"}, packed  # the head: a plain Dense
+    assert any(p.packed is not None for p in _packings(fast).values())
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
 
 
 def test_packed_kernels_leave_gradients_and_copies_alone(rng):

@@ -5,8 +5,9 @@
   `mm` for the weight's (`OneDNNLinear`); in inference the MLP's tanh GELU
   runs inside the GEMM as its post-op, and a `for_inference` copy's kernels
   are reordered to oneDNN's layout once (`Packing`). Taken where oneDNN
-  runs AVX-512 (`onednn_pays`): torch's default float32 GEMM was the slower
-  one on AVX-512 CPUs and the faster one on an AVX2-only CPU.
+  runs AVX-512, and with AVX2 only on those packed kernels (`onednn_pays`):
+  torch's default float32 GEMM was the slower one on AVX-512 CPUs and, on
+  kernels oneDNN must reorder at every call, the faster one with AVX2.
 - dense, "torch_linear": `F.linear` with torch's own reshapes (the bias
   added inside the GEMM, `addmm`, rather than in a pass over the output).
 - attention, "sdpa": `F.scaled_dot_product_attention` on strided
@@ -50,12 +51,15 @@ def transforms():
 # --- oneDNN projections ------------------------------------------------------
 
 
-def onednn_pays(x, *args):
-    """The hardware rule of "onednn": where oneDNN runs AVX-512.
+def onednn_pays(x, kernel=None, *args):
+    """The hardware rule of "onednn": where oneDNN runs AVX-512, or AVX2 on a packed kernel.
 
     On the AVX-512 CPUs measured, oneDNN's GEMM ran ViT's projections faster
     than `F.linear` (MKL's sgemm; in bfloat16 `addmm` and copies of its
-    operands); on an AVX2-only CPU it ran them slower (docs/performance.md).
+    operands) with the kernel as it is. With AVX2 only it lost to `F.linear`
+    there, by reordering the kernel into its own layout on every call, and
+    won on a kernel already in that layout (a `for_inference` copy's, see
+    `Packing`; docs/performance.md).
 
     Example:
 
@@ -64,7 +68,15 @@ def onednn_pays(x, *args):
     ...     onednn_pays(np.ones((2, 2), "float32"))
     False
     """
-    return hardware.cpu_isa() == "avx512"
+    isa = hardware.cpu_isa()
+    if isa == "avx512":
+        return True
+    return isa == "avx2" and kernel is not None and _packing(kernel) is not None
+
+
+def _packing(kernel):
+    """The `Packing` of a kernel (a variable or tensor) that `pack_for_inference` marked, else None."""
+    return getattr(getattr(kernel, "value", kernel), PACKING, None)
 
 
 def onednn_computes(x, kernel, bias):

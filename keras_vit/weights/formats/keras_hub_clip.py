@@ -34,7 +34,7 @@ from keras_vit.weights.formats.conventions import keras_block, keras_norm
 from keras_vit.weights.formats.keras_hub_family import KerasHubFamily
 from keras_vit.weights.rules import RuleTable
 
-BACKBONE, VISION = "keras_hub>CLIPBackbone", "keras_hub>CLIPVisionEncoder"
+BACKBONE, VISION_ENCODER = "keras_hub>CLIPBackbone", "keras_hub>CLIPVisionEncoder"
 RULES = (
     ("embedding/class_embedding", C.CLS, "token"),
     ("embedding/patch_embedding/kernel", C.EMBEDDING + "kernel"),
@@ -64,9 +64,9 @@ class ClipFamily(KerasHubFamily):
     """
 
     NAME = "CLIP preset"
-    REGISTERED = (BACKBONE, VISION)
+    REGISTERED = (BACKBONE, VISION_ENCODER)
     TABLE = RuleTable(RULES)
-    VISION = VISION
+    VISION = VISION_ENCODER
     IGNORED = {"embedding/position_ids": "the position indices 0..N, not a weight"}
 
     def encoder_arguments(self, config, shape):

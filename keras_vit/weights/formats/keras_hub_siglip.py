@@ -37,7 +37,7 @@ from keras_vit.weights.formats.conventions import keras_block, keras_dense, kera
 from keras_vit.weights.formats.keras_hub_family import KerasHubFamily
 from keras_vit.weights.rules import RuleTable
 
-VISION = "keras_hub>SigLIPVisionEncoder"
+VISION_ENCODER = "keras_hub>SigLIPVisionEncoder"
 RULES = (
     *keras_dense("embedding/patch_embedding", C.EMBEDDING),
     ("embedding/position_embedding/embeddings", C.POSEMB, "batch"),
@@ -62,8 +62,8 @@ class SiglipFamily(KerasHubFamily):
     """
 
     NAME = "SigLIP preset"
-    REGISTERED = ("keras_hub>SigLIPBackbone", VISION)
-    VISION = VISION
+    REGISTERED = ("keras_hub>SigLIPBackbone", VISION_ENCODER)
+    VISION = VISION_ENCODER
     TABLE = RuleTable(RULES)
     IGNORED = {"embedding/position_ids": "the position indices 0..N-1, not a weight"}
     # The epsilon of the final norm, whatever `layer_norm_epsilon` says.
@@ -105,7 +105,7 @@ class SiglipFamily(KerasHubFamily):
         """The vision encoder's prefix, and in a `SigLIPBackbone` the text
         tower's and the loss's, ignored."""
         out = super().variable_prefixes(backbone)
-        if backbone.get("registered_name") != VISION:
+        if backbone.get("registered_name") != VISION_ENCODER:
             text = backbone["config"].get("text_encoder", {}).get("config", {}).get("name")
             out[f"{text}_"] = "the text tower of the SigLIP backbone (an image model has none)"
             out["siglip_head/"] = "the logit scale and bias of the image-text loss"
