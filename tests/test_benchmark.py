@@ -319,9 +319,9 @@ def test_cpu_preset_names_known_cases_and_the_table_sets_them_side_by_side():
 
 def test_kernel_timings_bf16_rows(tmp_path):
     """`--bf16`: whole model and its projections, float32 against bfloat16."""
-    from keras_vit_tools import benchmark_kernels
+    from keras_vit_tools import benchmark_kernels, benchmark_kernels_model
 
-    shapes = benchmark_kernels._projection_shapes("tiny", 2)
+    shapes = benchmark_kernels_model._projection_shapes("tiny", 2)
     patch, hidden, layers, _, mlp = benchmark_kernels.ARCHS["tiny"]
     rows = 2 * ((32 // patch) ** 2 + 1)
     assert len(shapes) == 6 * layers
