@@ -41,7 +41,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tools.front_end import THREADS_HELP, configure_threads, quiet_imports  # noqa: E402
+from tools.front_end import THREADS_HELP, ArgumentParser, configure_threads, quiet_imports  # noqa: E402
 
 # TensorFlow's C++ start-up notices (oneDNN, CUDA) kept out of the terminal.
 quiet_imports("tensorflow", "keras_vit")
@@ -78,7 +78,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         description=__doc__.split("\n\n")[0],
         epilog="Unset flags take the defaults of the offline demo (--dataset "
         "digits) or of the paper's masked patch prediction recipe.",

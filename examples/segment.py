@@ -22,7 +22,6 @@ exact GELU, ImageNet mean/std input); the backbone is built at
 loading.
 """
 
-import argparse
 import json
 import os
 import sys
@@ -30,7 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tools.front_end import THREADS_HELP, configure_threads, quiet_imports  # noqa: E402
+from tools.front_end import THREADS_HELP, ArgumentParser, configure_threads, quiet_imports  # noqa: E402
 
 # TensorFlow's C++ start-up notices (oneDNN, CUDA) kept out of the terminal.
 quiet_imports("tensorflow", "keras_vit")
@@ -50,7 +49,7 @@ SMOKE_MODEL = dict(patch_size=8, hidden_size=16, num_layers=2, num_heads=2, mlp_
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
     a = p.add_argument
     a("--init", default="both", choices=("both", "pretrained", "scratch"), help="backbone initialisation: the DeiT-Tiny weights, random, or one run of each")
     a("--weights", default=DEIT, help="checkpoint of the pretrained backbone (ViT-Ti/16 layout)")

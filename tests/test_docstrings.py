@@ -35,7 +35,10 @@ MODULES = sorted(
     name
     for _, name, _ in pkgutil.walk_packages(keras_vit.__path__, "keras_vit.")
     if name not in WITHOUT_EXAMPLES and name not in SAMPLED
-) + ["keras_vit_tools.reference", "keras_vit_tools.commands", "keras_vit_tools.zero_shot_command"]
+) + [
+    "keras_vit_tools.reference", "keras_vit_tools.commands", "keras_vit_tools.zero_shot_command",
+    "keras_vit_tools.front_end",
+]
 
 
 def test_every_module_is_listed():

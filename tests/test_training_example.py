@@ -48,12 +48,16 @@ def test_help_and_usage_errors_import_nothing_heavy():
         "    status = exit.code\n"
         f"print(json.dumps([status, sorted(m for m in {HEAVY!r} if m in sys.modules)]), file=sys.stderr)\n"
     )
-    for argv, expected in ((["--help"], 0), (["--weigths", "w.npz"], 2)):
+    errors = []
+    for argv, expected in ((["--help"], 0), (["--weigths", "w.npz"], 2), (["--epochs", "3"], 2)):
         result = subprocess.run([sys.executable, "-c", probe, *argv], cwd=ROOT, capture_output=True,
                                 text=True, timeout=120)
         status, heavy = json.loads(result.stderr.strip().splitlines()[-1])
         assert (status, heavy) == (expected, []), result.stderr[-2000:]
-    assert "unrecognized argument '--weigths'; did you mean '--weights'?" in result.stderr
+        errors.append(result.stderr)
+    assert "unrecognized argument '--weigths'; did you mean '--weights'?" in errors[1]
+    # Another script's name for a flag is answered with this script's flag.
+    assert "unrecognized argument '--epochs'; did you mean '--total-steps'?" in errors[2]
 
 
 NOISE = ("I0000", "E0000", "W0000", "absl", "oneDNN", "cuda", "CUDA", "torchvision", "torchao")

@@ -29,6 +29,23 @@ THREADS_HELP = (
 )
 
 
+# Flags of other training scripts (Keras examples, transformers' Trainer,
+# timm's train.py) and the flag here that does the same, for the hint.
+OTHER_NAMES = {
+    "--epochs": "--total-steps",
+    "--num-epochs": "--total-steps",
+    "--num-train-epochs": "--total-steps",
+    "--max-steps": "--total-steps",
+    "--steps": "--total-steps",
+    "--learning-rate": "--lr",
+    "--bs": "--batch-size",
+    "--warmup": "--warmup-steps",
+    "--warmup-epochs": "--warmup-steps",
+    "--output-dir": "--run-dir",
+    "--model-name": "--model",
+}
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """`argparse.ArgumentParser` that names a misspelt flag and the closest valid one.
 
@@ -75,10 +92,30 @@ class ArgumentParser(argparse.ArgumentParser):
                 break
             name = token.split("=", 1)[0]
             if name.startswith("--") and name not in flags:
-                match = difflib.get_close_matches(name, flags, n=1, cutoff=0.6)
-                hint = f"; did you mean {match[0]!r}?" if match else f" (valid: {', '.join(flags)})"
-                return f"unrecognized argument {name!r}{hint}"
+                return f"unrecognized argument {name!r}{self._hint(name, flags)}"
         return None
+
+    @staticmethod
+    def _hint(name, flags):
+        """"; did you mean '--flag'?" for an unknown flag `name`, or the valid flags.
+
+        The same flag with `_` for `-`, or another script's name for one of
+        these (`OTHER_NAMES`), is named before the closest spelling.
+
+        Example:
+
+        >>> ArgumentParser._hint("--epochs", ["--total-steps", "--preprocessing"])
+        "; did you mean '--total-steps'?"
+        >>> ArgumentParser._hint("--batch_size", ["--batch-size", "--seed"])
+        "; did you mean '--batch-size'?"
+        """
+        dashed = name.replace("_", "-")
+        if dashed in flags:
+            return f"; did you mean {dashed!r}?"
+        if OTHER_NAMES.get(dashed) in flags:
+            return f"; did you mean {OTHER_NAMES[dashed]!r}?"
+        match = difflib.get_close_matches(name, flags, n=1, cutoff=0.6)
+        return f"; did you mean {match[0]!r}?" if match else f" (valid: {', '.join(flags)})"
 
     def parse_known_args(self, args=None, namespace=None):
         self._argv = list(sys.argv[1:] if args is None else args)
