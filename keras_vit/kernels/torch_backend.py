@@ -71,7 +71,7 @@ def onednn_pays(x, kernel=None, *args):
     isa = hardware.cpu_isa()
     if isa == "avx512":
         return True
-    return isa == "avx2" and kernel is not None and _packing(kernel) is not None
+    return isa == "avx2" and _packing(kernel) is not None
 
 
 def _packing(kernel):
@@ -245,7 +245,7 @@ def _operands(x, kernel, bias, axes):
     x = ops.convert_to_tensor(x)
     kernel = ops.convert_to_tensor(kernel)
     out_dims = tuple(kernel.shape[axes:])
-    packing = getattr(kernel, PACKING, None)
+    packing = _packing(kernel)
     if kernel.dim() != 2:
         kernel = kernel.reshape(-1, math.prod(out_dims))
     if axes > 1:
