@@ -6,6 +6,8 @@ at high-resolution token counts, tensorflow's bfloat16 inference outside XLA)
 and that it computes what the plain float32 path does, within bfloat16's
 precision."""
 
+import time
+
 import keras
 import numpy as np
 import pytest
@@ -15,7 +17,7 @@ from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared, to_nu
 from kernel_helpers import BACKEND, taken
 from keras_vit import kernels
 from keras_vit.execution import tf_xla
-from keras_vit.kernels import hardware, jax_backend, torch_backend
+from keras_vit.kernels import hardware, jax_backend, measured, torch_backend
 
 # 8 mantissa bits: a relative error of 2^-8 per rounding, a few roundings deep.
 BF16_RTOL = 3e-2
@@ -429,23 +431,93 @@ def test_assumed_hardware_nests_and_is_checked():
 
 
 @pytest.mark.parametrize("isa", hardware.ISAS)
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_onednn_pays_on_avx512_or_on_packed_kernels_with_avx2(isa, dtype):
+@pytest.mark.parametrize("measured_faster", [True, False])
+def test_onednn_pays_on_avx512_or_where_measured_faster_on_packed_kernels_with_avx2(
+    isa, measured_faster
+):
     """torch's oneDNN projections: taken on an AVX-512 CPU for any kernel, on an
     AVX2-only one only for a kernel kept in oneDNN's layout (a `for_inference`
-    copy's), never on an older CPU (the rule is a plain function of the
-    hardware and the kernel, so it is checked on every backend)."""
-    x = np.ones((2, 2), dtype if dtype == "float32" else "float32")
+    copy's) and there only where the measurement finds it faster, never on an
+    older CPU (the rule is a plain function of the hardware, the kernel and the
+    measurement, so it is checked on every backend)."""
+    x = np.ones((2, 2), "float32")
 
     class Marked:  # a kernel that `pack_for_inference` marked
         pass
 
     packed = Marked()
     setattr(packed, torch_backend.PACKING, torch_backend.Packing())
-    with hardware.assume(cpu_isa=isa):
+    with hardware.assume(cpu_isa=isa), measured.assume(measured_faster):
         assert torch_backend.onednn_pays(x) == (isa == "avx512")
         assert torch_backend.onednn_pays(x, x) == (isa == "avx512")
-        assert torch_backend.onednn_pays(x, packed) == (isa in ("avx512", "avx2"))
+        assert torch_backend.onednn_pays(x, packed) == (
+            isa == "avx512" or (isa == "avx2" and measured_faster)
+        )
+
+
+def test_measurement_keeps_the_faster_and_remembers_it_by_key():
+    """`measured.faster` times both candidates once per key: the one that
+    sleeps loses, and a second call with the same key does not time again."""
+    calls = []
+
+    def quick():
+        calls.append("quick")
+
+    def slow():
+        calls.append("slow")
+        time.sleep(0.01)
+
+    key = ("test", "quick against slow")
+    try:
+        assert measured.faster(key, quick, slow) is True
+        timed = len(calls)
+        assert timed == 2 * (1 + measured.REPEATS)
+        assert measured.faster(key, slow, quick) is True  # remembered, not timed again
+        assert len(calls) == timed
+        assert measured.choices()[key] is True
+        assert measured.faster(("test", "slow against quick"), slow, quick) is False
+        with measured.assume(False):
+            assert measured.faster(key, quick, slow) is False
+        assert measured.assumed() is None
+    finally:
+        measured.forget()
+    assert key not in measured.choices()
+    with pytest.raises(ValueError, match="first_is_faster"):
+        with measured.assume("yes"):
+            pass
+
+
+def test_torch_packed_kernel_with_avx2_is_timed_once_a_shape(rng, monkeypatch):
+    """On torch with AVX2 only, a packed kernel's projection is timed against
+    `F.linear` at its first call for each input shape and follows the answer;
+    either answer gives the product to float32 rounding."""
+    if BACKEND != "torch":
+        pytest.skip("the oneDNN projections and their packing are torch's")
+    import torch
+
+    timings = []
+    real = measured._first_is_faster
+    monkeypatch.setattr(
+        measured, "_first_is_faster", lambda *a: timings.append(1) or real(*a)
+    )
+    monkeypatch.setattr(measured, "_CHOICES", {})
+    kernel = torch.tensor(rng.normal(size=(8, 12)).astype("float32"))
+    setattr(kernel, torch_backend.PACKING, torch_backend.Packing())
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    with hardware.assume(cpu_isa="avx2"), torch.no_grad():
+        for _ in range(2):
+            with taken() as paths:
+                got = to_numpy(kernels.dense(x, kernel))
+        assert len(timings) == 1
+        (choice,) = measured.choices().values()
+        assert paths == (["onednn"] if choice else ["torch_linear"])
+        np.testing.assert_allclose(got, x @ kernel.numpy(), atol=1e-5)
+        kernels.dense(x[:1], kernel)  # another batch size: another shape to time
+        assert len(timings) == 2
+        # A gradient to record: the packed kernel does not serve, nothing is timed.
+        with torch.enable_grad(), taken() as paths:
+            kernels.dense(torch.tensor(x, requires_grad=True)[:, :2], kernel)
+        assert len(timings) == 2 and paths == ["torch_linear"]
 
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2"])

@@ -12,7 +12,7 @@ from conftest import TINY, to_numpy
 from kernel_helpers import BACKEND, only, taken, value_and_grads
 from keras_vit import ViT, kernels, layers
 from keras_vit.execution import tf_xla
-from keras_vit.kernels import hardware, registry, switches, torch_backend, xla
+from keras_vit.kernels import hardware, measured, registry, switches, torch_backend, xla
 
 ATTENTION_PATHS = [o.name for o in registry.registered("attention", BACKEND)] + ["portable"]
 
@@ -361,7 +361,7 @@ def test_dense_fast_path_matches_plain_ops(rng, shape, with_bias):
         np.testing.assert_allclose(g, e, atol=1e-5, rtol=1e-5)
     default = {"jax": "xla_dense", "tensorflow": "fused_bias_gelu"}.get(BACKEND)
     if BACKEND == "torch":
-        default = "onednn" if _onednn_here() else "torch_linear"
+        default = "onednn" if _onednn_by_default() else "torch_linear"
     assert set(paths) == {default}  # (jax calls it twice: once more for the gradients)
     with taken() as paths, kernels.export_mode():
         kernels.dense(x, kernel)
@@ -371,7 +371,7 @@ def test_dense_fast_path_matches_plain_ops(rng, shape, with_bias):
 def test_training_step_is_the_same_on_both_dense_paths(rng):
     """Two `fit` steps move the weights identically with and without oneDNN
     (the weight is never prepacked, so an update is seen at the next call)."""
-    if not _onednn_here():
+    if not _onednn_computes_here():
         pytest.skip("torch's oneDNN GEMM cannot run here (not torch, or no oneDNN)")
     x = rng.normal(size=(4, 32, 32, 3)).astype("float32")
     y = rng.integers(0, 5, size=(4,))
@@ -437,7 +437,7 @@ def test_dense_multi_axis_gradients(rng):
 def test_torch_inference_dense_skips_the_autograd_function(rng, monkeypatch):
     """Without gradients to record, torch's oneDNN `dense` calls the GEMM
     directly (the same numbers) instead of through its autograd function."""
-    if not _onednn_here():
+    if not _onednn_computes_here():
         pytest.skip("the autograd function is torch's own, and needs oneDNN")
     import torch
 
@@ -481,7 +481,7 @@ def test_dense_with_activation_equals_the_activation_after_it(rng, monkeypatch, 
     else:
         # One bfloat16 rounding apart at most (the fused GELU rounds once).
         np.testing.assert_allclose(got, expected, atol=2e-2, rtol=1e-2)
-    on_onednn = _onednn_here(dtype)
+    on_onednn = _onednn_by_default(dtype)
     if on_onednn and name == "gelu_tanh":
         assert post_ops_taken == [("gelu", "tanh")]
     else:
@@ -517,22 +517,37 @@ def _packings(model):
     return out
 
 
-def _onednn_here(dtype="float32"):
+def _onednn_computes_here(dtype="float32"):
+    """Whether torch's oneDNN GEMM can run here (torch, oneDNN, the dtype)."""
     if keras.backend.backend() != "torch":
         return False
     import torch
 
     t = torch.ones(2, 2, dtype=getattr(torch, dtype))
-    kernel = torch.ones(2, 2, dtype=getattr(torch, dtype))
-    setattr(kernel, torch_backend.PACKING, torch_backend.Packing())
-    return torch_backend.onednn_pays(t, kernel) and torch_backend.onednn_computes(t, kernel, None)
+    return torch_backend.onednn_computes(t, t, None)
+
+
+def _onednn_by_default(dtype="float32"):
+    """Whether a plain kernel's projection takes oneDNN here (its hardware rule pays)."""
+    if not _onednn_computes_here(dtype):
+        return False
+    import torch
+
+    t = torch.ones(2, 2, dtype=getattr(torch, dtype))
+    return torch_backend.onednn_pays(t, t)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_for_inference_packs_kernels_once_and_follows_assignments(rng, dtype):
     """A `for_inference` copy keeps its projection kernels in oneDNN's layout on
     torch: outputs bit-equal to the original's, one packing per projection,
-    made on first use and remade after the kernel is assigned (never stale)."""
+    made on first use and remade after the kernel is assigned (never stale).
+    oneDNN is forced wherever it computes: its hardware rule has tests of its own."""
+    with kernels.forced("onednn"):
+        _check_packing(rng, dtype)
+
+
+def _check_packing(rng, dtype):
     model = ViT(**TINY, classes=5, classifier_activation=None, dtype=dtype)
     other = ViT(**TINY, classes=5, classifier_activation=None, dtype=dtype)
     x = rng.normal(size=(3, 32, 32, 3)).astype("float32")
@@ -540,7 +555,7 @@ def test_for_inference_packs_kernels_once_and_follows_assignments(rng, dtype):
     packings = _packings(fast)
     got = fast.predict(x, verbose=0)
     expected = model.predict(x, verbose=0)
-    if not _onednn_here(dtype):
+    if not _onednn_computes_here(dtype):
         assert not any(p.packed is not None for p in packings.values())
         np.testing.assert_allclose(got, expected, atol=1e-5)
         return
@@ -563,24 +578,30 @@ def test_for_inference_packs_kernels_once_and_follows_assignments(rng, dtype):
     np.testing.assert_array_equal(fast.predict(x, verbose=0), other.predict(x, verbose=0))
 
 
-def test_for_inference_copy_takes_onednn_with_avx2_where_the_model_does_not(rng):
+@pytest.mark.parametrize("measured_faster", [True, False])
+def test_for_inference_copy_with_avx2_takes_onednn_where_measured_faster(rng, measured_faster):
     """With AVX2 only, the model's projections take `F.linear` (oneDNN would
     reorder each kernel at every call) and its `for_inference` copy's take
-    oneDNN on the packed kernels, with the same outputs to float32 rounding."""
+    oneDNN on the packed kernels where the measurement finds that faster,
+    with the same outputs to float32 rounding either way."""
     if BACKEND != "torch":
         pytest.skip("the oneDNN projections and their packing are torch's")
     model = ViT(**TINY, classes=5, classifier_activation=None)
     x = rng.normal(size=(2, 32, 32, 3)).astype("float32")
     fast = model.for_inference()
-    with hardware.assume(cpu_isa="avx2"):
+    with hardware.assume(cpu_isa="avx2"), measured.assume(measured_faster):
         with taken() as plain:
             expected = model.predict(x, verbose=0)
         with taken() as packed:
             got = fast.predict(x, verbose=0)
     dense = {"onednn", "torch_linear"}
     assert set(plain) & dense == {"torch_linear"}, plain
-    assert set(packed) & dense == {"onednn", "torch_linear"}, packed  # the head: a plain Dense
-    assert any(p.packed is not None for p in _packings(fast).values())
+    if measured_faster:
+        assert set(packed) & dense == {"onednn", "torch_linear"}, packed  # the head: plain Dense
+        assert any(p.packed is not None for p in _packings(fast).values())
+    else:
+        assert set(packed) & dense == {"torch_linear"}, packed
+        assert not any(p.packed is not None for p in _packings(fast).values())
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
 
 

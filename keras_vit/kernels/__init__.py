@@ -6,8 +6,9 @@ Each is written once in `keras.ops` (`keras_vit.kernels.portable`, the
 reference and the exporters' form); a backend module (`torch_backend`,
 `jax_backend`, `tensorflow_backend`, with the XLA forms in `xla`) registers
 the fast paths it overrides them with (`registry`), each with a hardware
-rule (`hardware`) that says where it pays, and the tests hold every
-registered path to the portable form. Contexts steer the choice
+rule (`hardware`, or a short measurement at first use: `measured`) that
+says where it pays, and the tests hold every registered path to the
+portable form. Contexts steer the choice
 (`switches`): `export_mode()`, `xla_compiled()`, `disabled(*names)`,
 `portable_only()`, `forced(*names)`. What each fast path gained, on which
 machine, and how to measure it again: docs/performance.md.

@@ -5,9 +5,10 @@
   `mm` for the weight's (`OneDNNLinear`); in inference the MLP's tanh GELU
   runs inside the GEMM as its post-op, and a `for_inference` copy's kernels
   are reordered to oneDNN's layout once (`Packing`). Taken where oneDNN
-  runs AVX-512, and with AVX2 only on those packed kernels (`onednn_pays`):
-  torch's default float32 GEMM was the slower one on AVX-512 CPUs and, on
-  kernels oneDNN must reorder at every call, the faster one with AVX2.
+  runs AVX-512, and with AVX2 only on those packed kernels where a short
+  measurement at first use finds it faster (`onednn_pays`): torch's default
+  float32 GEMM was the slower one on AVX-512 CPUs and, on kernels oneDNN
+  must reorder at every call, the faster one with AVX2.
 - dense, "torch_linear": `F.linear` with torch's own reshapes (the bias
   added inside the GEMM, `addmm`, rather than in a pass over the output).
 - attention, "sdpa": `F.scaled_dot_product_attention` on strided
@@ -36,7 +37,7 @@ import math
 import keras
 from keras import ops
 
-from keras_vit.kernels import hardware, portable
+from keras_vit.kernels import hardware, measured, portable
 from keras_vit.kernels.registry import register
 
 
@@ -52,14 +53,16 @@ def transforms():
 
 
 def onednn_pays(x, kernel=None, *args):
-    """The hardware rule of "onednn": where oneDNN runs AVX-512, or AVX2 on a packed kernel.
+    """The hardware rule of "onednn": where oneDNN runs AVX-512, or measured faster on a packed kernel.
 
     On the AVX-512 CPUs measured, oneDNN's GEMM ran ViT's projections faster
     than `F.linear` (MKL's sgemm; in bfloat16 `addmm` and copies of its
     operands) with the kernel as it is. With AVX2 only it lost to `F.linear`
-    there, by reordering the kernel into its own layout on every call, and
-    won on a kernel already in that layout (a `for_inference` copy's, see
-    `Packing`; docs/performance.md).
+    there, by reordering the kernel into its own layout on every call; on a
+    kernel already in that layout (a `for_inference` copy's, see `Packing`)
+    it won on a machine held to AVX2, which need not hold on every AVX2 CPU:
+    there the two are timed once for each shape at first use
+    (`measured.faster`; docs/performance.md).
 
     Example:
 
@@ -71,7 +74,37 @@ def onednn_pays(x, kernel=None, *args):
     isa = hardware.cpu_isa()
     if isa == "avx512":
         return True
-    return isa == "avx2" and _packing(kernel) is not None
+    if isa != "avx2" or _packing(kernel) is None:
+        return False
+    answer = measured.assumed()
+    return answer if answer is not None else _packed_is_faster(x, kernel, *args)
+
+
+def _packed_is_faster(x, kernel, bias=None, axes=1, activation=None):
+    """Whether oneDNN on the packed kernel beats `F.linear` for this call (timed once a shape)."""
+    import torch
+
+    tx, tkernel, tbias, _, _ = _operands(x, kernel, bias, axes)
+    if not onednn_computes(tx, tkernel, tbias) or _recording(tx, tkernel, tbias) or transforms():
+        return False  # the packed kernel serves only the inference product
+    key = (
+        "onednn on a packed kernel, else F.linear",
+        tuple(tx.shape), tuple(tkernel.shape), tbias is not None, activation, str(tx.dtype),
+        torch.get_num_threads(),
+    )
+    with torch.no_grad():
+        return measured.faster(
+            key,
+            lambda: onednn_dense(x, kernel, bias, axes, activation),
+            lambda: linear_dense(x, kernel, bias, axes, activation),
+        )
+
+
+def _recording(*tensors):
+    """Whether autograd records an op on these torch tensors now."""
+    import torch
+
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def _packing(kernel):
@@ -259,15 +292,10 @@ def _operands(x, kernel, bias, axes):
 
 @register("dense", "torch", "onednn", pays=onednn_pays)
 def onednn_dense(x, kernel, bias, axes, activation):
-    import torch
-
     x, kernel, bias, out_dims, packing = _operands(x, kernel, bias, axes)
     if not onednn_computes(x, kernel, bias):
         return NotImplemented
-    recording = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (x, kernel, bias)
-    )
-    if recording or transforms():
+    if _recording(x, kernel, bias) or transforms():
         y = _activation(autograd_linear()(x, kernel, bias), activation)
     else:
         # No gradient to record: the GEMM itself, without an autograd

@@ -403,7 +403,10 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
           kernel is reordered to oneDNN's blocked layout once, on first
           use, instead of on every call (`kernels.pack_for_inference`,
           outputs bit-equal; docs/performance.md has the gain). The packed
-          copies take as much memory again as those kernels.
+          copies take as much memory again as those kernels. On a CPU with
+          AVX2 but not AVX-512 the first call with each input shape also
+          times oneDNN against torch's own product and keeps the faster
+          (`kernels.measured`).
 
         The copy gives the original's outputs up to float rounding. It is not
         trainable: fine-tune the original (a hybrid copy's convolutions no
