@@ -399,14 +399,11 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
           the original on images of that size.
         - Subclasses fold their own per-call work (hybrids: the weight
           standardisation of their convolutions).
-        - On torch, where the projections run on oneDNN, each projection
-          kernel is reordered to oneDNN's blocked layout once, on first
-          use, instead of on every call (`kernels.pack_for_inference`,
-          outputs bit-equal; docs/performance.md has the gain). The packed
-          copies take as much memory again as those kernels. On a CPU with
-          AVX2 but not AVX-512 the first call with each input shape also
-          times oneDNN against torch's own product and keeps the faster
-          (`kernels.measured`).
+        - On torch, each projection kernel is reordered to oneDNN's layout
+          once, on first use, not at every call (`kernels.pack_for_inference`;
+          as much memory again as those kernels); with AVX2 but not AVX-512,
+          the first call of each input shape keeps oneDNN only where it times
+          faster than torch's own product (docs/performance.md).
 
         The copy gives the original's outputs up to float rounding. It is not
         trainable: fine-tune the original (a hybrid copy's convolutions no
