@@ -1,4 +1,5 @@
-"""Helpers of the kernels' tests: which fast path ran, one path alone, gradients."""
+"""Helpers of the kernels' tests: which fast path ran, one path alone, gradients,
+where torch's oneDNN runs."""
 
 import contextlib
 import dataclasses
@@ -8,7 +9,7 @@ import numpy as np
 
 from conftest import to_numpy
 from keras_vit import kernels
-from keras_vit.kernels import registry
+from keras_vit.kernels import registry, torch_backend
 
 BACKEND = keras.backend.backend()
 
@@ -75,3 +76,23 @@ def value_and_grads(fn, arrays, weights):
         (out.float() * torch.from_numpy(np.asarray(weights, "float32"))).sum().backward()
         grads = [t.grad for t in tensors]
     return to_numpy(out), [to_numpy(g) for g in grads]
+
+
+def onednn_computes_here(dtype="float32"):
+    """Whether torch's oneDNN GEMM can run here (torch, oneDNN, the dtype)."""
+    if keras.backend.backend() != "torch":
+        return False
+    import torch
+
+    t = torch.ones(2, 2, dtype=getattr(torch, dtype))
+    return torch_backend.onednn_computes(t, t, None)
+
+
+def onednn_by_default(dtype="float32"):
+    """Whether a plain kernel's projection takes oneDNN here (its hardware rule pays)."""
+    if not onednn_computes_here(dtype):
+        return False
+    import torch
+
+    t = torch.ones(2, 2, dtype=getattr(torch, dtype))
+    return torch_backend.onednn_pays(t, t)
