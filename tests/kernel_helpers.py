@@ -78,21 +78,17 @@ def value_and_grads(fn, arrays, weights):
     return to_numpy(out), [to_numpy(g) for g in grads]
 
 
-def onednn_computes_here(dtype="float32"):
-    """Whether torch's oneDNN GEMM can run here (torch, oneDNN, the dtype)."""
-    if keras.backend.backend() != "torch":
-        return False
+def _probe(dtype):
     import torch
 
-    t = torch.ones(2, 2, dtype=getattr(torch, dtype))
-    return torch_backend.onednn_computes(t, t, None)
+    return torch.ones(2, 2, dtype=getattr(torch, dtype))
+
+
+def onednn_computes_here(dtype="float32"):
+    """Whether torch's oneDNN GEMM can run here (torch, oneDNN, the dtype)."""
+    return BACKEND == "torch" and torch_backend.onednn_computes(_probe(dtype), _probe(dtype), None)
 
 
 def onednn_by_default(dtype="float32"):
     """Whether a plain kernel's projection takes oneDNN here (its hardware rule pays)."""
-    if not onednn_computes_here(dtype):
-        return False
-    import torch
-
-    t = torch.ones(2, 2, dtype=getattr(torch, dtype))
-    return torch_backend.onednn_pays(t, t)
+    return onednn_computes_here(dtype) and torch_backend.onednn_pays(_probe(dtype), _probe(dtype))
