@@ -86,7 +86,12 @@ def attention(q, k, v, scale, mask=None):
     >>> keras.ops.convert_to_numpy(attention(q, q, v, 0.5))[0, :, 0].tolist()
     [[2.0, 3.0], [2.0, 3.0], [2.0, 3.0]]
     """
-    logits = ops.matmul(ops.transpose(q, (0, 2, 1, 3)), ops.transpose(k, (0, 2, 3, 1)))
+    # k to (batch, heads, tokens, dim), then its last two axes swapped: the
+    # form Inductor's attention fusion reads correctly (a single transpose
+    # to (batch, heads, dim, tokens) made it call its fused kernel on
+    # `(batch, tokens, ...)` keys under torch.compile and fail).
+    keys = ops.swapaxes(ops.transpose(k, (0, 2, 1, 3)), -2, -1)
+    logits = ops.matmul(ops.transpose(q, (0, 2, 1, 3)), keys)
     probs = masked_softmax(ops.cast(logits, "float32") * scale, mask)
     context = ops.matmul(ops.cast(probs, v.dtype), ops.transpose(v, (0, 2, 1, 3)))
     return ops.transpose(context, (0, 2, 1, 3))

@@ -33,6 +33,7 @@ The measurements: docs/performance.md.
 """
 
 import math
+import sys
 
 import keras
 from keras import ops
@@ -45,6 +46,8 @@ def transforms():
     """The names of torch's function transforms active now ("Vmap", "Grad", ...)."""
     import torch
 
+    if compiling():
+        return set()  # torch.compile traces transforms as graph operations of its own
     stack = torch._C._functorch.get_interpreter_stack()
     return {level.key().name for level in stack} if stack else set()
 
@@ -71,6 +74,8 @@ def onednn_pays(x, kernel=None, *args):
     ...     onednn_pays(np.ones((2, 2), "float32"))
     False
     """
+    if compiling():
+        return False  # Inductor lowers the products of a compiled graph itself
     isa = hardware.cpu_isa()
     if isa == "avx512":
         return True
@@ -100,6 +105,16 @@ def _packed_is_faster(x, kernel, bias=None, axes=1, activation=None):
         )
 
 
+def compiling():
+    """Whether torch.compile is tracing the caller now (False where torch is not loaded).
+
+    The oneDNN product is a call Inductor cannot lower in a training graph,
+    and the hardware rule reads files that would break the graph.
+    """
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.compiler.is_compiling()
+
+
 def _recording(*tensors):
     """Whether autograd records an op on these torch tensors now."""
     import torch
@@ -120,7 +135,7 @@ def onednn_computes(x, kernel, bias):
 
     if x.device.type != "cpu" or x.dim() < 2:
         return False
-    if not torch.backends.mkldnn.is_available() or torch.compiler.is_compiling():
+    if not torch.backends.mkldnn.is_available() or compiling():
         return False
     if any(t is not None and t.dtype != x.dtype for t in (kernel, bias)):
         return False
@@ -184,8 +199,9 @@ def _one_dnn_linear():
             x, kernel = ctx.saved_tensors
             grad_x = grad_kernel = grad_bias = None
             # Plain products where this backward is itself differentiated
-            # (a transform, or `create_graph=True`).
-            plain = bool(transforms()) or torch.is_grad_enabled()
+            # (a transform, or `create_graph=True`) or traced by torch.compile
+            # (an eager forward's backward inside a compiled training step).
+            plain = bool(transforms()) or torch.is_grad_enabled() or compiling()
             grad = grad if plain else grad.contiguous()
             if ctx.needs_input_grad[0]:
                 grad_x = torch.matmul(grad, kernel.T) if plain else linear_pointwise(grad, kernel.T, None)
