@@ -114,7 +114,7 @@ DISTRIBUTIONS = ("none", "auto", "data_parallel", "mirrored", "multi_worker", "m
                  "tpu", "data", "model")  # keras_vit.training.distribute.NAMES
 CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".h5", ".keras")
 # What a checkpoint file of each kind leaves open about its numerics
-# (keras_vit.resolver.numerics_unrecorded), known from its name alone.
+# (keras_vit.presets.resolver.numerics_unrecorded), known from its name alone.
 UNRECORDED_BY_SUFFIX = {
     ".npz": ("mlp_activation", "preprocessing"),
     ".h5": ("mlp_activation", "preprocessing"),
@@ -238,12 +238,12 @@ def check_numerics(args, unrecorded=None):
     unless --gelu and --preprocessing say them.
 
     `unrecorded`: what the file leaves open; default: read by
-    `keras_vit.resolver.numerics_unrecorded` (which opens a `.keras` file).
+    `keras_vit.presets.resolver.numerics_unrecorded` (which opens a `.keras` file).
     """
     if not args.weights or not os.path.isfile(args.weights):
         return
     if unrecorded is None:
-        from keras_vit.resolver import numerics_unrecorded
+        from keras_vit.presets.resolver import numerics_unrecorded
 
         unrecorded = numerics_unrecorded(args.weights)
     flags = {"mlp_activation": ("--gelu", args.gelu), "preprocessing": ("--preprocessing", args.preprocessing)}

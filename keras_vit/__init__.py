@@ -1,6 +1,11 @@
 """keras_vit: the Vision Transformer model zoo for Keras 3.
 
 Works unchanged on the jax, tensorflow and torch backends (`KERAS_BACKEND`).
+
+Each name below lives in the subpackage of its concern: models in
+`keras_vit.models`, tasks (classification, zero-shot) in `keras_vit.tasks`,
+presets and the resolver in `keras_vit.presets`, input scaling in
+`keras_vit.preprocessing`, export in `keras_vit.export`.
 """
 
 from keras_vit import architectures, inspection, layers, pretraining, text
@@ -25,19 +30,22 @@ from keras_vit.models import (
     feature_model,
 )
 from keras_vit.version import __version__
-from keras_vit.preprocessing import decode_predictions, preprocess_input
-from keras_vit.presets import from_preset
-from keras_vit.classification import Prediction, classify, load_images
-from keras_vit.image_text import ImageTextModel
-from keras_vit.resolver import load_model
+from keras_vit.preprocessing import preprocess_input
+from keras_vit.presets import from_preset, load_model
+from keras_vit.tasks.classification import Prediction, classify, decode_predictions
+from keras_vit.tasks.images import load_images
+from keras_vit.tasks.zero_shot import ImageTextModel
 from keras_vit.weights.patch_resample import resample_patch_embedding
 
 
 def __getattr__(name):
     # `keras_vit.export` without `from keras_vit import export`: loaded on
-    # first use (it imports no exporter until one runs).
-    if name in ("export", "export_int8"):
-        import importlib
+    # first use (it imports no exporter until one runs); `export_int8` is its
+    # int8 module.
+    import importlib
 
-        return importlib.import_module(f"{__name__}.{name}")
+    if name == "export":
+        return importlib.import_module("keras_vit.export")
+    if name == "export_int8":
+        return importlib.import_module("keras_vit.export.int8")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

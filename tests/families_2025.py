@@ -352,7 +352,7 @@ def torch_state(model):
 
 def siglip2_forward(model, batch):
     """transformers' `Siglip2VisionModel` on a NaFlex dict
-    (`keras_vit.naflex.naflex_inputs`): `(pooled, last_hidden_state)`."""
+    (`keras_vit.preprocessing.naflex.naflex_inputs`): `(pooled, last_hidden_state)`."""
     import torch
 
     valid = np.asarray(batch["patch_valid"])

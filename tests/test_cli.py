@@ -5,20 +5,21 @@ import pytest
 from conftest import DEIT_NPZ, requires_shared
 from PIL import Image
 
-from keras_vit import cli
+from keras_vit.cli import commands as cli
+from keras_vit_tools.commands import keras_vit as run_cli
 
 CAT_CLASSES = {281, 282, 285}  # tabby, tiger cat, Egyptian cat
 
 
 def test_usage_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        cli.main(["inspect", "missing.png", "--out", str(tmp_path), "--wieghts", "w.npz"])
+        run_cli(["inspect", "missing.png", "--out", str(tmp_path), "--wieghts", "w.npz"])
     assert "'--wieghts'; did you mean '--weights'?" in capsys.readouterr().err
     image = tmp_path / "x.png"
     Image.fromarray(np.zeros((32, 32, 3), "uint8")).save(image)
-    assert cli.main(["inspect", str(image), "--out", str(tmp_path)]) == 2
+    assert run_cli(["inspect", str(image), "--out", str(tmp_path)]) == 2
     assert "--model is needed" in capsys.readouterr().err
-    assert cli.main(["inspect", str(image), "--model", "NoSuchViT", "--weights", "w", "--out", str(tmp_path)]) == 2
+    assert run_cli(["inspect", str(image), "--model", "NoSuchViT", "--weights", "w", "--out", str(tmp_path)]) == 2
     assert "Unknown model 'NoSuchViT'" in capsys.readouterr().err
 
 
@@ -29,7 +30,7 @@ def test_inspect_chelsea_with_real_weights(tmp_path, capsys):
     photo = tmp_path / "chelsea.png"
     Image.fromarray(skimage.data.chelsea()).save(photo)
     out = tmp_path / "plots"
-    status = cli.main(
+    status = run_cli(
         [
             # No --model: the architecture is read from the checkpoint.
             "inspect", str(photo), "--weights", str(DEIT_NPZ),
@@ -70,7 +71,7 @@ def test_inspect_a_preset_uses_its_preprocessing_and_class_names(tmp_path, capsy
     photo = tmp_path / "photo.png"
     Image.fromarray(np.full((40, 60, 3), 200, "uint8")).save(photo)
     for flag in ("--preset", "--model"):  # the same resolver either way
-        assert cli.main(["inspect", str(photo), flag, str(tmp_path / "preset"), "--out", str(tmp_path / "o")]) == 0
+        assert run_cli(["inspect", str(photo), flag, str(tmp_path / "preset"), "--out", str(tmp_path / "o")]) == 0
         # Three classes: the summary names as many as there are, not five.
         assert "top-3 classes: 1 pear" in capsys.readouterr().out
     again = keras_vit.from_preset(tmp_path / "preset")

@@ -12,7 +12,10 @@ import pytest
 from conftest import DEIT_NPZ, DEIT_SAFETENSORS, ROOT, requires_shared
 from PIL import Image
 
-from keras_vit import architectures, cli, export, presets, preprocessing, serving
+from keras_vit import architectures, export, presets, preprocessing
+from keras_vit.cli import commands as cli
+from keras_vit_tools.commands import keras_vit as run_cli
+from keras_vit.export import serving
 from keras_vit.weights.describe import checkpoint_constructor
 from keras_vit_tools import commands
 
@@ -183,7 +186,7 @@ def _image(tmp_path):
 
 
 def _one_line_error(capsys, argv):
-    status = cli.main(argv)
+    status = run_cli(argv)
     err = capsys.readouterr().err
     assert status == 2 and err.startswith("keras-vit inspect: error: ")
     assert err.count("\n") == 1 and "Traceback" not in err
@@ -222,14 +225,14 @@ def test_classify_names_the_classes_of_a_preset(tmp_path, capsys):
     model.get_layer("head").bias.assign(np.array([0.0, 3.0, 1.0], "float32"))
     model.save_to_preset(tmp_path / "fruit")
     photo = _image(tmp_path)
-    assert cli.main(["classify", str(tmp_path / "fruit"), photo, photo, "--top", "2"]) == 0
+    assert run_cli(["classify", str(tmp_path / "fruit"), photo, photo, "--top", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     expected = keras_vit.classify(model, photo, top=2)[0]
     assert lines[0] == photo and lines[3] == photo and len(lines) == 6
     for line, prediction in zip(lines[1:3], expected):
         assert line.split() == [f"{prediction.probability:.3f}", str(prediction.index), prediction.name]
     assert lines[1].split()[2] == "pear"
-    assert cli.main(["classify", str(tmp_path / "fruit" / "missing"), photo]) == 2
+    assert run_cli(["classify", str(tmp_path / "fruit" / "missing"), photo]) == 2
     assert "No file or folder" in capsys.readouterr().err
 
 

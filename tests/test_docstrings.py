@@ -24,6 +24,13 @@ WITHOUT_EXAMPLES = {
     "keras_vit.execution": "a package: its modules have the examples",
     "keras_vit.execution.jax_state": "trainer internals, tested by fault injection in test_failures.py",
     "keras_vit.training.datasets": "needs datasets; tested in test_training_data.py",
+    "keras_vit.export": "re-exports",
+    "keras_vit.presets": "re-exports",
+    "keras_vit.inspection": "re-exports",
+    "keras_vit.preprocessing": "re-exports",
+    "keras_vit.tasks": "a package: its modules have the examples",
+    "keras_vit.cli": "a package: its modules have the examples",
+    "keras_vit.families": "a package: its modules have the examples",
 }
 
 # The named constructors share one docstring template: the examples of the
@@ -37,7 +44,7 @@ MODULES = sorted(
     if name not in WITHOUT_EXAMPLES and name not in SAMPLED
 ) + [
     "keras_vit_tools.reference", "keras_vit_tools.commands", "keras_vit_tools.zero_shot_command",
-    "keras_vit_tools.front_end",
+    "keras_vit_tools.front_end", "keras_vit_tools.checkout", "keras_vit_tools.convert_command",
 ]
 
 

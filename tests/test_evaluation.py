@@ -1,4 +1,4 @@
-"""Tests of `keras_vit.evaluation` (few-shot linear evaluation, paper §4.1)."""
+"""Tests of `keras_vit.inspection.evaluation` (few-shot linear evaluation, paper §4.1)."""
 
 import os
 import subprocess
@@ -11,7 +11,7 @@ from conftest import DEIT_NPZ, IMAGENET_MEAN as MEAN, IMAGENET_STD as STD, ROOT,
 from PIL import Image
 
 import keras_vit
-from keras_vit.evaluation import few_shot_linear, fit_least_squares
+from keras_vit.inspection.evaluation import few_shot_linear, fit_least_squares
 
 
 
@@ -98,7 +98,7 @@ def test_tf_data_source_matches_arrays():
 def test_tensorflow_is_imported_only_for_tf_data():
     code = (
         "import sys, numpy as np\n"
-        "from keras_vit.evaluation import few_shot_linear\n"
+        "from keras_vit.inspection.evaluation import few_shot_linear\n"
         "x = np.eye(3)[np.arange(30) % 3]\n"
         "few_shot_linear(lambda b: b, (x, np.arange(30) % 3), (x, np.arange(30) % 3), shots=2)\n"
         "assert 'tensorflow' not in sys.modules\n"

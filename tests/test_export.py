@@ -17,7 +17,10 @@ from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared, to_nu
 from families import BASE, OPTIONS, make_model
 
 import keras_vit
-from keras_vit import cli, export, serving
+from keras_vit import export
+from keras_vit.cli import commands as cli
+from keras_vit_tools.commands import keras_vit as run_cli
+from keras_vit.export import serving
 from keras_vit import kernels
 from keras_vit.layers.resnet import GroupNorm, MaxPool2D
 
@@ -336,22 +339,22 @@ def test_cli_exports_and_reports(tmp_path, capsys, models):
     models["options"].save(saved)
     format = "onnx"
     output = str(tmp_path / f"tiny{export.SUFFIXES[format]}")
-    status = cli.main(["export", saved, "--format", format, "--output", output, "--samples", "2"])
+    status = run_cli(["export", saved, "--format", format, "--output", output, "--samples", "2"])
     out = capsys.readouterr().out
     assert status == 0, out
     assert f"max |{format} runtime - model.predict (2 random images)| = " in out and "OK" in out
     diff = float(out.split(" = ")[1].split()[0])
     assert diff <= ATOL
     assert cli.report({"x": 2e-4}, 1e-4) == 1 and cli.report({"x": 0.0}, 1e-4) == 0
-    assert cli.main(["export", "NoSuchViT", "--format", format, "--output", output]) == 2
+    assert run_cli(["export", "NoSuchViT", "--format", format, "--output", output]) == 2
     # A preset folder (what examples/finetune.py writes) exports as the model does.
     models["options"].save_to_preset(tmp_path / "my_vit_preset")
-    assert cli.main(["export", str(tmp_path / "my_vit_preset"), "--format", format, "--output", output,
+    assert run_cli(["export", str(tmp_path / "my_vit_preset"), "--format", format, "--output", output,
                      "--samples", "2"]) == 0
     assert "OK (tolerance" in capsys.readouterr().out
-    assert cli.main(["export", saved, "--format", "onnx", "--output", str(tmp_path / "x.pt2")]) == 2
+    assert run_cli(["export", saved, "--format", "onnx", "--output", str(tmp_path / "x.pt2")]) == 2
     # --precision is OpenVINO's: refused, by name, for another format.
-    assert cli.main(["export", saved, "--format", format, "--output", output, "--precision", "bf16"]) == 2
+    assert run_cli(["export", saved, "--format", format, "--output", output, "--precision", "bf16"]) == 2
     assert "applies to format='openvino' only" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        cli.main(["export", saved, "--format", "onxx", "--output", output])
+        run_cli(["export", saved, "--format", "onxx", "--output", output])

@@ -16,7 +16,7 @@ import reference_families as ref
 from conftest import to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.layers.sincos import sincos_position_embedding
-from keras_vit.naflex import naflex_inputs
+from keras_vit.preprocessing.naflex import naflex_inputs
 
 transformers = pytest.importorskip("transformers", reason="transformers makes the reference models")
 torch = pytest.importorskip("torch")

@@ -12,7 +12,6 @@ import keras_vit
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from image_text_dirs import image_text_dir
 from keras_vit import export
-from keras_vit.text.export import run_exported_text
 
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
@@ -66,7 +65,7 @@ def test_text_tower_exports_with_token_ids(tmp_path, family, format):
     tokens = model.tokenizer(["a photo of a cat.", "a cartoon truck", "x"], sequence_length=encoder.max_length)
     inputs = [tokens["token_ids"], tokens["padding_mask"]]
     path = encoder.export(tmp_path / f"text{FORMATS[format]}", format=format)
-    outputs = run_exported_text(path, format, *inputs)
+    outputs = export.run_exported(path, format, {"token_ids": inputs[0], "padding_mask": inputs[1]})
     np.testing.assert_allclose(outputs, encoder.predict(inputs, verbose=0), rtol=0, atol=1e-4)
     # The embeddings of the exported tower are the model's encode_texts once scaled.
     unit = outputs / np.linalg.norm(outputs, axis=-1, keepdims=True)
@@ -80,5 +79,5 @@ def test_text_export_refuses_bad_arguments(tmp_path):
         encoder.export(tmp_path / "text.xml", format="onnx")
     with pytest.raises(ValueError, match="at most the encoder's max_length"):
         encoder.export(tmp_path / "text.onnx", format="onnx", sequence_length=encoder.max_length + 1)
-    with pytest.raises(ValueError, match="`format` must be one of"):
-        encoder.export(tmp_path / "text.tflite", format="litert")
+    with pytest.raises(ValueError, match=r"A TextEncoder exports to \('onnx', 'openvino'\)"):
+        encoder.export(tmp_path / "text_saved_model", format="tf_saved_model")

@@ -16,7 +16,9 @@ from conftest import DEIT_NPZ, IMAGENET_MEAN as MEAN, IMAGENET_STD as STD, TINY,
 from PIL import Image
 
 import keras_vit
-from keras_vit import cli, evaluation, inspection, plots
+from keras_vit import inspection
+from keras_vit.inspection import evaluation
+from keras_vit.inspection import plots
 
 # Where the 144x96 cat goes on the 224x224 background: (top, left), pixels
 # of the model input. Both boxes are patch-aligned and off-centre.

@@ -14,8 +14,8 @@ import keras_vit
 from conftest import to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.weights import canonical as C
-from keras_vit.weights.formats import keras_hub as keras_hub_format
-from keras_vit.weights.formats.keras_hub_dinov2 import Dinov2Family
+from keras_vit.families import keras_hub_source as keras_hub_format
+from keras_vit.families.dinov2 import KerasHubDinov2
 from keras_vit.weights.mapping import model_variables
 
 keras_hub = pytest.importorskip("keras_hub")
@@ -243,7 +243,7 @@ def test_swiglu_table_reads_and_writes_keras_hub_names(rng):
     """keras-hub's `weights_in` is the gate and the up projection side by
     side (`silu(first half) * second half`): the table splits it so and
     writes it back unchanged."""
-    table = Dinov2Family.TABLE
+    table = KerasHubDinov2.TABLE
     kernel, bias = rng.normal(size=(4, 6)).astype("float32"), rng.normal(size=(6,)).astype("float32")
     state = {"encoder/layers_1/mlp/weights_in/kernel": kernel, "encoder/layers_1/mlp/weights_in/bias": bias}
     params, unknown = table.to_canonical(state)

@@ -173,7 +173,8 @@ def test_finetune_example_trains_lora_with_layer_decay(tmp_path):
 
 
 def test_merged_model_exports_to_onnx_with_the_adapters(tmp_path):
-    from keras_vit import export, serving
+    from keras_vit import export
+    from keras_vit.export import serving
 
     if "onnx" not in export.BACKEND_FORMATS.get(keras.backend.backend(), ()):
         pytest.skip(f"no ONNX exporter for the {keras.backend.backend()} backend")

@@ -14,7 +14,7 @@ from keras_vit.layers.native_grids import (
     per_image_position_embedding,
     position_embedding_at,
 )
-from keras_vit.naflex import naflex_grid, naflex_inputs
+from keras_vit.preprocessing.naflex import naflex_grid, naflex_inputs
 
 transformers = pytest.importorskip("transformers", reason="transformers' SigLIP 2 is the reference")
 torch = pytest.importorskip("torch")

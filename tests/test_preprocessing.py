@@ -11,7 +11,8 @@ import pytest
 import keras_vit
 from conftest import DEIT_NPZ, SHARED, requires_shared, to_numpy
 from keras_vit import labels, preprocessing
-from keras_vit.preprocessing import center_crop, decode_predictions, preprocess_input
+from keras_vit.preprocessing import center_crop, preprocess_input
+from keras_vit.tasks.classification import decode_predictions
 from keras_vit.weights.registry import get_record
 
 LABELS = SHARED / "labels"

@@ -12,12 +12,12 @@ from hub_dirs import populate_hf_cache, random_timm_state, write_timm_hub
 from keras_vit import presets
 from keras_vit.preprocessing import Preprocessing, preprocess_input
 from keras_vit.weights import shards
-from keras_vit.weights.formats import keras_hub as keras_hub_format
+from keras_vit.families import keras_hub_source as keras_hub_format
 from keras_vit.weights.formats import keras_hub_family
 from keras_vit.weights.formats import timm as timm_format
-from keras_vit.weights.formats import transformers as hf_format
+from keras_vit.families import transformers_source as hf_format
 from keras_vit.weights.formats import transformers_processor
-from keras_vit.weights.formats.transformers_vit import ViTFamily
+from keras_vit.families.vit import TransformersViT
 
 TINY_HF = dict(image_size=32, patch_size=8, hidden_size=16, num_hidden_layers=2,
                num_attention_heads=2, intermediate_size=32, num_labels=3)
@@ -51,7 +51,7 @@ def test_transformers_table_reads_every_tensor_and_writes_it_back(hf_dirs, archi
     assert path.endswith("model.safetensors")
     config = json.load(open(os.path.join(folder, "config.json")))
     assert hf_format.TRANSFORMERS_FAMILIES.find(config).transformers_class(config) == architecture
-    table = ViTFamily().rule_table(architecture)
+    table = TransformersViT().rule_table(architecture)
     params, unknown = table.to_canonical(state, num_heads=2)
     assert unknown == []
     assert params["Transformer/encoderblock_1/MultiHeadDotProductAttention_1/query/kernel"].shape == (16, 2, 8)
@@ -72,7 +72,7 @@ def test_transformers_in_memory_names_read_as_the_saved_ones(hf_dirs, architectu
     # memory and renames when saving; a raw `state_dict()` must read the same.
     folder, memory = hf_dirs[architecture]
     saved, _ = shards.read_state(folder)
-    table = ViTFamily().rule_table(architecture)
+    table = TransformersViT().rule_table(architecture)
     from_file, _ = table.to_canonical(saved, 2)
     from_memory, unknown = table.to_canonical(memory, 2)
     assert unknown == [] and sorted(from_memory) == sorted(from_file)

@@ -13,7 +13,8 @@ from conftest import DEIT_NPZ, imagenet_preprocess, requires_shared
 from families import OPTIONS, make_model
 
 import keras_vit
-from keras_vit import cli, export
+from keras_vit import export
+from keras_vit_tools.commands import keras_vit as run_cli
 
 BACKEND = keras.backend.backend()
 # scikit-image's colour photos; DeiT-Tiny's float32 top-1 on them is
@@ -141,7 +142,7 @@ def test_cli_int8_export_reports_agreement(tmp_path, capsys):
     saved = str(tmp_path / "tiny.keras")
     make_model("deit", **OPTIONS).save(saved)
     output = str(tmp_path / "tiny.int8.onnx")
-    status = cli.main(["export", saved, "--format", "onnx", "--output", output,
+    status = run_cli(["export", saved, "--format", "onnx", "--output", output,
                        "--quantize", "int8", "--samples", "4"])
     out = capsys.readouterr().out
     assert status == 0, out
@@ -149,7 +150,7 @@ def test_cli_int8_export_reports_agreement(tmp_path, capsys):
     line = next(l for l in out.splitlines() if "top-1 agrees with float32 on" in l)
     assert line.startswith("int8 onnx:") and "of 4 random images" in line
     assert _int8_operations(output, "onnx")
-    assert cli.main(["export", saved, "--format", "onnx", "--output", output, "--quantize", "int8",
+    assert run_cli(["export", saved, "--format", "onnx", "--output", output, "--quantize", "int8",
                      "--samples", "4", "--min-agreement", "1.01"]) == 1
 
 

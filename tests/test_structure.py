@@ -1,14 +1,17 @@
 """The shape of the code base: import floors, modules that import alone, sizes.
 
-keras_vit's modules form floors (`keras_vit.architectures` and
-`keras_vit.validation` at the bottom, then layers and weights, then models,
-then the tools around them): no module imports, directly or through
-others, a module that imports it back.
+keras_vit's subpackages stand on the floors of the table in
+docs/guides/architecture.md (`validation` and `architectures` at the bottom,
+then kernels, layers and weights, then families and models, then tasks and
+the command line): a module imports only from its floor and below, no
+module imports, directly or through others, a module that imports it back,
+and tools/ and examples/ use the package, never the reverse.
 """
 
 import ast
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -55,6 +58,63 @@ def import_graph():
     return {name: _imports(path, modules) - {name} for name, path in modules.items()}
 
 
+# tools/ installs as `keras_vit_tools`; its modules also import each other
+# by bare name (run as scripts) and the examples import it as `tools`.
+TOOL_ALIASES = ("keras_vit_tools.", "tools.", "")
+
+
+def _script_modules():
+    """`{name: path}` of tools/ (as `keras_vit_tools.x`) and examples/ (as `examples.x`)."""
+    found = {f"keras_vit_tools.{p.stem}": p for p in sorted((ROOT / "tools").glob("*.py")) if p.stem != "__init__"}
+    found.update({f"examples.{p.stem}": p for p in sorted((ROOT / "examples").glob("*.py"))})
+    return found
+
+
+def whole_graph():
+    """The import graph of the package, tools/ and examples/ together."""
+    modules = {**_modules(), **_script_modules()}
+    tools = {name.split(".", 1)[1] for name in modules if name.startswith("keras_vit_tools.")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                # `from package import module` imports the module.
+                names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules
+                         or node.module in ("keras_vit_tools", "tools") else node.module for a in node.names]
+            for imported in names:
+                for alias in TOOL_ALIASES:
+                    rest = imported[len(alias):] if imported.startswith(alias) else None
+                    if rest in tools and (alias or not name.startswith("keras_vit.")):
+                        targets.add(f"keras_vit_tools.{rest}")
+                if imported in modules:
+                    targets.add(imported)
+        graph[name] = targets - {name}
+    return graph
+
+
+def floors():
+    """`{subpackage or top-level module: floor}` from docs/guides/architecture.md's table."""
+    text = (ROOT / "docs" / "guides" / "architecture.md").read_text()
+    table = text.split("<!-- floors: read by tests/test_structure.py -->", 1)[1]
+    found = {}
+    for line in table.splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        floor, names = line.split("|")[1:3]
+        for name in re.findall(r"`(\w+)`", names):
+            found[f"keras_vit.{name}"] = int(floor)
+    return found
+
+
+def _unit(module):
+    """The subpackage or top-level module a module belongs to (`keras_vit.x`)."""
+    return ".".join(module.split(".")[:2])
+
+
 def find_cycle(graph):
     """A list of modules forming an import cycle, or None."""
     state, stack = {}, []
@@ -89,6 +149,42 @@ def test_cycle_finder_finds_a_cycle():
 def test_no_import_cycle():
     graph = import_graph()
     assert len(graph) >= 30
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_floors_table_names_every_subpackage_and_top_level_module():
+    units = {_unit(name) for name in _modules()} - {"keras_vit"}
+    assert set(floors()) == units
+
+
+def upward_imports(graph, floor):
+    """The imports of `graph` that go up the floors `floor` (`floors()`)."""
+    return sorted(
+        f"{name} (floor {floor[_unit(name)]}) imports {target} (floor {floor[_unit(target)]})"
+        for name, targets in graph.items() if name != "keras_vit"
+        for target in targets if target != "keras_vit" and floor[_unit(target)] > floor[_unit(name)]
+    )
+
+
+def test_imports_go_down_the_floors():
+    assert upward_imports(import_graph(), floors()) == []
+
+
+def test_the_floor_check_finds_an_upward_import():
+    graph = {"keras_vit.weights.loader": {"keras_vit.tasks.images", "keras_vit.layers.norms"}}
+    assert upward_imports(graph, floors()) == [
+        "keras_vit.weights.loader (floor 3) imports keras_vit.tasks.images (floor 10)"]
+
+
+def test_tools_and_examples_use_the_package_never_the_reverse():
+    graph = whole_graph()
+    assert any(t.startswith("keras_vit.") for t in graph["keras_vit_tools.convert"])
+    assert "keras_vit_tools.front_end" in graph["examples.finetune"]
+    package = [name for name in graph if name == "keras_vit" or name.startswith("keras_vit.")]
+    backwards = {name: sorted(t for t in graph[name] if t != "keras_vit" and not t.startswith("keras_vit."))
+                 for name in package}
+    assert {name: found for name, found in backwards.items() if found} == {}
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
@@ -156,7 +252,7 @@ def test_inspection_module_does_not_shadow_the_standard_library():
 BACKEND_FREE_FOLDERS = ("layers", "models")
 # Where private APIs of other libraries may be used: the kernels package and the
 # modules whose point is a runtime (export, serving, saving, training, distribution).
-PRIVATE_API_HOMES = ("kernels", "export", "export_int8", "serving", "saving", "training", "distribution")
+PRIVATE_API_HOMES = ("kernels", "export", "saving", "training")
 PRIVATE_APIS = ("keras.src", "torch.ops", "torch.nn.modules.module", "torch._C")
 BACKEND_LIBRARIES = ("torch", "jax", "jaxlib", "tensorflow")
 

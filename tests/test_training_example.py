@@ -79,7 +79,7 @@ def test_examples_keep_library_banners_out_of_the_terminal(tmp_path, example, ar
 
 
 def test_the_parsers_lists_are_keras_vits():
-    from keras_vit.resolver import numerics_unrecorded
+    from keras_vit.presets.resolver import numerics_unrecorded
     from keras_vit.training import distribute
 
     example = _load_example()

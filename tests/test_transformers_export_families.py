@@ -20,7 +20,7 @@ import keras_vit
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.preprocessing import Preprocessing
 from keras_vit.weights import shards
-from keras_vit.weights.formats import transformers as hf_format
+from keras_vit.families import transformers_source as hf_format
 from transformers_cases import Case, assert_outputs_equal, keep_mae_table, keras_outputs, mae_noise, make, reference
 
 transformers = pytest.importorskip("transformers")

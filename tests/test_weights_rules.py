@@ -10,9 +10,9 @@ from hub_dirs import random_timm_state
 from keras_vit.layers.config import RECORDS, training_fields
 from keras_vit.weights import canonical as C
 from keras_vit.weights.formats import official, timm
-from keras_vit.weights.formats.keras_hub_vit import ViTFamily as KerasHubViT
-from keras_vit.weights.formats import transformers as hf
-from keras_vit.weights.formats.transformers_vit import ViTFamily
+from keras_vit.families.vit import KerasHubViT
+from keras_vit.families import transformers_source as hf
+from keras_vit.families.vit import TransformersViT
 from keras_vit.weights.mapping import TABLE as KERAS_VIT_TABLE
 from keras_vit.weights.rules import RuleTable
 
@@ -119,7 +119,7 @@ def test_official_table_renames_linen_and_flattens_groupnorm(rng):
 
 
 def test_transformers_and_keras_vit_tables_name_the_same_canonical_keys():
-    body = ViTFamily().rule_table("ViTForImageClassification")
+    body = TransformersViT().rule_table("ViTForImageClassification")
     assert body.source_key(C.POSEMB) == "vit.embeddings.position_embeddings"
     assert body.source_key(C.block(C.MLP_IN, 2) + "kernel") == "vit.encoder.layer.2.intermediate.dense.weight"
     assert KERAS_VIT_TABLE.source_key(C.POSEMB) == "embedding/pos_embedding"
@@ -156,7 +156,7 @@ def test_position_embedding_key_is_spelled_once():
     "name",
     sorted(
         {n for record in RECORDS.values() for n in record.field_names()}
-        - set(ViTFamily.EXPORTED_OPTIONS) - set(training_fields())
+        - set(TransformersViT.EXPORTED_OPTIONS) - set(training_fields())
     ),
 )
 def test_transformers_export_refuses_every_option_it_does_not_write(name):

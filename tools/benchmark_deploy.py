@@ -6,7 +6,7 @@ Imported by `tools/benchmark_worker.py` for the systems
   dynamo ONNX exporter) and run by ONNX Runtime; `+int8`: the one-call int8
   export, `export_model(model, path, "onnx", quantize="int8")`
   (`onnxruntime.quantization.quantize_dynamic` on the float graph: int8
-  weights, activations quantized at run time; `keras_vit.export_int8`).
+  weights, activations quantized at run time; `keras_vit.export.int8`).
 - `openvino-keras_vit`: the same model exported to OpenVINO IR, compiled for
   the CPU in float32; `+bf16`: OpenVINO's own default on a CPU with bfloat16
   units; `+int8`: `export_model(..., "openvino", quantize="int8")`, weights
@@ -15,7 +15,7 @@ Imported by `tools/benchmark_worker.py` for the systems
   activations, compiled in float32 otherwise.
 - `ort-hf`: HF transformers' ViT exported with `torch.onnx.export`
   (dynamo) and run by ONNX Runtime, the peer's own deployment path; `+int8`
-  through the same quantizer (`keras_vit.export_int8.quantize_onnx`).
+  through the same quantizer (`keras_vit.export.int8.quantize_onnx`).
 
 Exported files are cached in `KERAS_VIT_BENCH_CACHE` (default a folder in
 the temporary directory), so every round reuses them; the export time is the
@@ -25,17 +25,17 @@ the temporary directory), so every round reuses them; the export time is the
 import json
 import os
 import pathlib
+import sys
 import tempfile
 import time
 
 import numpy as np
 
 if __name__ == "__main__":
-    # Run as a script: importing the worker binds `keras_vit_tools` to this folder.
-    import sys
+    # Run as a script (tools/ is sys.path[0]): this checkout's tools.
+    import checkout
 
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-    import benchmark_worker  # noqa: F401
+    checkout.bind_tools()
 
 from keras_vit_tools.benchmark import ARCHS  # noqa: E402
 
@@ -90,14 +90,12 @@ def _keras_vit_files(spec, int8=False):
     return onnx_path, ov_path, json.loads(pathlib.Path(f"{stem}.check").read_text())
 
 
-def _hf_file(spec):
+def _hf_file(spec, hf_model):
     import torch
-
-    from keras_vit_tools import benchmark_worker
 
     path = str(cache_dir() / f"hf-{spec['arch'].replace('/', '')}-{spec['image']}.onnx")
     if not os.path.exists(path):
-        model, _ = benchmark_worker._hf_model(dict(spec, system="hf-sdpa"))
+        model, _ = hf_model(dict(spec, system="hf-sdpa"))
         model.eval()
         sample = torch.zeros(2, 3, spec["image"], spec["image"])
         batch = torch.export.Dim("batch", min=1, max=4096)
@@ -111,7 +109,7 @@ def _hf_file(spec):
 
 
 def _int8_onnx(path):
-    from keras_vit.export_int8 import quantize_onnx
+    from keras_vit.export.int8 import quantize_onnx
 
     target = path.replace(".onnx", ".int8.onnx")
     if not os.path.exists(target):
@@ -192,8 +190,12 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def run_deployed(spec, x, timed):
-    """Builds (exports or reads the cache) and times one deployment case."""
+def run_deployed(spec, x, timed, hf_model):
+    """Builds (exports or reads the cache) and times one deployment case.
+
+    `timed(step, warmup, reps)` times a step, `hf_model(spec)` builds HF's
+    model (both the benchmark worker's).
+    """
     runtime, _, rest = spec["system"].partition("-")
     library, _, option = rest.partition("+")
     start = time.perf_counter()
@@ -202,7 +204,7 @@ def run_deployed(spec, x, timed):
         onnx_path, ov_path, check = _keras_vit_files(spec, int8=option == "int8")
         info["int8_vs_float32" if option == "int8" else "max_abs_diff_vs_keras"] = check
     else:
-        onnx_path, ov_path = _hf_file(spec), None
+        onnx_path, ov_path = _hf_file(spec, hf_model), None
         x = np.ascontiguousarray(x.transpose(0, 3, 1, 2))  # HF takes NCHW
     if runtime == "ort":
         hf_int8 = option == "int8" and library != "keras_vit"

@@ -18,23 +18,11 @@ import sys
 import time
 
 
-def _bind_tools():
-    """`keras_vit_tools` is this file's folder, not the one `pip install -e`
-    mapped the name to (a second checkout benchmarks its own tools)."""
-    import importlib.util
-    import pathlib
+if __name__ == "__main__":
+    # Run as a script (tools/ is sys.path[0]): this checkout's tools.
+    import checkout
 
-    folder = pathlib.Path(__file__).resolve().parent
-    if (folder / "__init__.py").exists() and "keras_vit_tools" not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            "keras_vit_tools", folder / "__init__.py", submodule_search_locations=[str(folder)]
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["keras_vit_tools"] = module
-        spec.loader.exec_module(module)
-
-
-_bind_tools()
+    checkout.bind_tools()
 
 from keras_vit_tools.benchmark import ARCHS, DINOV3_CONFIG  # noqa: E402
 
@@ -112,9 +100,9 @@ def _keras_dinov3(library, arch, image):
         # peers' stride-`patch` convolution reads (518 px: 512).
         config["image_size"] = image - image % config["patch_size"]
         import keras_vit
-        from keras_vit.weights.formats.transformers_dinov3 import Dinov3Family
+        from keras_vit.families.dinov3 import TransformersDinov3
 
-        return keras_vit.ViT(**Dinov3Family().model_arguments(config))
+        return keras_vit.ViT(**TransformersDinov3().model_arguments(config))
     from keras_hub.models import DINOV3Backbone
 
     return DINOV3Backbone(
@@ -456,7 +444,7 @@ def run(spec):
     if deployed:
         from keras_vit_tools.benchmark_deploy import run_deployed
 
-        build, first, times, info, step = run_deployed(spec, x, _timed)
+        build, first, times, info, step = run_deployed(spec, x, _timed, _hf_model)
         torch_engine = False
     elif keras_system:
         case = run_keras(spec, x, y)

@@ -14,8 +14,9 @@ name (with `--weights`), a checkpoint or `.keras` file, a preset folder or an
 `hf://org/name` handle, all resolved by `keras_vit.load_model`.
 
 This module imports nothing of keras_vit: the few lists its parsers offer as
-choices are written here and checked against keras_vit's own by
-`tests/test_commands.py`.
+choices are copies in `keras_vit_tools.front_end`, checked against keras_vit's
+own by `tests/test_commands.py`; `keras-vit-convert`'s parser is
+`keras_vit_tools.convert_command`.
 
 Example:
 
@@ -27,39 +28,43 @@ Example:
 (224, 320)
 """
 
-import argparse
-import ast
-import json
-import os
 import sys
 
-from keras_vit_tools.zero_shot_command import zero_shot_parser
+try:
+    from keras_vit_tools.convert_command import convert_parser
+    from keras_vit_tools.zero_shot_command import zero_shot_parser
+except ImportError:  # run from a checkout as a script: tools/ is sys.path[0]
+    from convert_command import convert_parser
+    from zero_shot_command import zero_shot_parser
 
 try:
-    from keras_vit_tools.front_end import THREADS_HELP, ArgumentParser, configure_threads, quiet_imports
+    from keras_vit_tools.front_end import (
+        EXPORT_FORMATS,
+        GELU_FLAVOURS,
+        NORMALIZATIONS,
+        OPENVINO_PRECISIONS,
+        PRESET_FORMATS,
+        QUANTIZATIONS,
+        THREADS_HELP,
+        ArgumentParser,
+        configure_threads,
+        parse_size,
+        quiet_imports,
+    )
 except ImportError:  # run from a checkout as a script: tools/ is sys.path[0]
-    from front_end import THREADS_HELP, ArgumentParser, configure_threads, quiet_imports
-
-# Copies of keras_vit's lists (see the module docstring).
-GELU_FLAVOURS = ("tanh", "erf")  # keras_vit.architectures.GELU_FLAVOURS
-NORMALIZATIONS = ("inception", "imagenet")  # keras_vit.preprocessing.MODES
-EXPORT_FORMATS = ("tf_saved_model", "onnx", "openvino", "litert", "torch")  # keras_vit.export.EXPORT_FORMATS
-PRESET_FORMATS = ("keras_vit", "transformers")  # keras_vit.presets.PRESET_FORMATS
-QUANTIZATIONS = ("int8", "float8")
-OPENVINO_PRECISIONS = ("f32", "bf16", "f16")  # keras_vit.serving.OPENVINO_PRECISIONS
-
-
-def parse_size(text):
-    """`N` or `HxW` (also `H,W`) as an image size: an int or a pair of ints."""
-    parts = text.lower().replace("x", ",").split(",")
-    try:
-        values = tuple(int(p) for p in parts)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}") from None
-    if len(values) not in (1, 2) or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}")
-    return values[0] if len(values) == 1 else values
-
+    from front_end import (
+        EXPORT_FORMATS,
+        GELU_FLAVOURS,
+        NORMALIZATIONS,
+        OPENVINO_PRECISIONS,
+        PRESET_FORMATS,
+        QUANTIZATIONS,
+        THREADS_HELP,
+        ArgumentParser,
+        configure_threads,
+        parse_size,
+        quiet_imports,
+    )
 
 MODEL_HELP = (
     "the model: a constructor (ViTTi16, ViTB16, ...) or architecture (Ti/16) name, with "
@@ -216,81 +221,9 @@ def keras_vit(argv=None):
     args = keras_vit_parser().parse_args(argv)
     # Exports trace through TensorFlow on every backend.
     prepare(args.threads, ("tensorflow", "keras_vit") if args.command == "export" else ("keras_vit",))
-    from keras_vit import cli
+    from keras_vit.cli import commands
 
-    return cli.run(args)
-
-
-def _convert_docstring():
-    # Read from the file, not imported: importing the tool imports keras_vit.
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "convert.py")
-    with open(path, encoding="utf-8") as handle:
-        return ast.get_docstring(ast.parse(handle.read()), clean=False)
-
-
-def convert_parser():
-    """The parser of `keras-vit-convert` (`tools/convert.py`)."""
-    doc = _convert_docstring()
-    parser = ArgumentParser(
-        prog="keras-vit-convert",
-        description=doc.split("\n\n")[0],
-        epilog=doc.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--variant",
-        help='architecture ("Ti/16", "B/16", "R50+B/16") or constructor name ("ViTTi16"); '
-        "default with --weights FILE: the architecture the file holds",
-    )
-    parser.add_argument(
-        "--config", type=json.loads, default={},
-        help="JSON object of extra keras_vit.ViT keyword arguments, overriding the variant's "
-        'row (e.g. \'{"hidden_size": 16, "num_layers": 2}\'); without --variant it must give '
-        "patch_size, hidden_size, num_layers, num_heads and mlp_dim",
-    )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--weights", help="registered weights name (with --variant), checkpoint path, or a preset as --preset takes"
-    )
-    source.add_argument(
-        "--preset", help="preset directory (keras_vit, transformers, timm Hub, keras-hub, e.g. the one "
-        "examples/finetune.py writes) or hf://org/name[@revision] or kaggle://owner/model/framework/variation handle"
-    )
-    parser.add_argument(
-        "--output", required=True, help="file ending with .weights.h5 (--format weights) or a preset directory"
-    )
-    parser.add_argument(
-        "--format", choices=("weights",) + PRESET_FORMATS,
-        help="what --output is; default: weights for a file name, keras_vit for a name without suffix",
-    )
-    parser.add_argument("--image-size", type=parse_size, help="N or HxW; default: the checkpoint's resolution")
-    parser.add_argument(
-        "--classes", type=int, help="head size; default: the checkpoint's; 0 writes the model without a head"
-    )
-    parser.add_argument(
-        "--representation-size", type=int,
-        help="pre-logits width; default: the checkpoint's (kept when present); 0 drops them",
-    )
-    parser.add_argument(
-        "--gelu", choices=GELU_FLAVOURS,
-        help="GELU flavour; default: the weights' (Google .npz: tanh, timm: erf, registry: recorded)",
-    )
-    parser.add_argument(
-        "--preprocessing",
-        help="input scaling written to a preset (imagenet: ImageNet mean/std, inception: [-1, 1]); "
-        "default: the source's. A transformers preset needs one",
-    )
-    parser.add_argument(
-        "--class-names",
-        help="class names written to a preset: imagenet1k, imagenet21k or a text file with one name "
-        "per line; default: the source's. A transformers preset needs them",
-    )
-    parser.add_argument("--keras", action="store_true", help="also write a whole .keras model beside --output")
-    parser.add_argument("--tolerance", type=float, default=1e-4, help="largest max |difference| accepted (default 1e-4)")
-    parser.add_argument("--batch-size", type=int, default=2, help="images in the random test batch (default 2)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random test batch (default 0)")
-    parser.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
-    return parser
+    return commands.run(args)
 
 
 def convert(argv=None):

@@ -39,7 +39,7 @@ import numpy as np
 
 from keras_vit import architectures, presets
 from keras_vit.architectures import GELU_FLAVOURS, gelu_activation
-from keras_vit.resolver import load_model
+from keras_vit.presets.resolver import load_model
 from keras_vit.weights import describe_weights, loader, readers
 from keras_vit.weights.describe import checkpoint_constructor
 from keras_vit.weights.mapping import model_state
@@ -52,11 +52,11 @@ _ARCHITECTURE_OPTIONS = ("variant", "config", "gelu", "representation_size")
 
 
 def build_parser():
-    """The command line's parser (`keras_vit_tools.commands.convert_parser`)."""
+    """The command line's parser (`keras_vit_tools.convert_command.convert_parser`)."""
     try:
-        from keras_vit_tools.commands import convert_parser
+        from keras_vit_tools.convert_command import convert_parser
     except ImportError:  # run as a script from a checkout: tools/ is sys.path[0]
-        from commands import convert_parser
+        from convert_command import convert_parser
 
     return convert_parser()
 

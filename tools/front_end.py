@@ -12,7 +12,7 @@
   (oneDNN notices, "Could not find cuda drivers") kept out of the terminal.
 
 The examples (`examples/*.py`) and the console scripts
-(`keras_vit_tools.commands`) call these; `import keras_vit` alone changes
+(`keras_vit.cli.parsers`) call these; `import keras_vit` alone changes
 nothing of the process.
 """
 
@@ -222,3 +222,25 @@ def quiet_imports(*modules):
                 importlib.import_module(name)
         except Exception:  # noqa: BLE001 (shown by the unmuted import below)
             importlib.import_module(name)
+
+
+# Copies of keras_vit's lists (the modules that hold them import Keras),
+# checked against them by tests/test_commands.py.
+GELU_FLAVOURS = ("tanh", "erf")  # keras_vit.architectures.GELU_FLAVOURS
+NORMALIZATIONS = ("inception", "imagenet")  # keras_vit.preprocessing.MODES
+EXPORT_FORMATS = ("tf_saved_model", "onnx", "openvino", "litert", "torch")  # keras_vit.export.EXPORT_FORMATS
+PRESET_FORMATS = ("keras_vit", "transformers")  # keras_vit.presets.PRESET_FORMATS
+QUANTIZATIONS = ("int8", "float8")
+OPENVINO_PRECISIONS = ("f32", "bf16", "f16")  # keras_vit.export.serving.OPENVINO_PRECISIONS
+
+
+def parse_size(text):
+    """`N` or `HxW` (also `H,W`) as an image size: an int or a pair of ints."""
+    parts = text.lower().replace("x", ",").split(",")
+    try:
+        values = tuple(int(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}") from None
+    if len(values) not in (1, 2) or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}")
+    return values[0] if len(values) == 1 else values

@@ -4,7 +4,7 @@ Pre-trains a small ViT by masked patch prediction on scikit-learn's digits
 (upscaled to 64 px, labels unused), then measures it with the same labelled
 budget as the same encoder from its random initialisation:
 
-- few-shot linear accuracy (`keras_vit.evaluation.few_shot_linear`,
+- few-shot linear accuracy (`keras_vit.inspection.evaluation.few_shot_linear`,
   `--shots` labelled images per class) of the frozen, average-pooled patch
   tokens;
 - fine-tuning accuracy: a classifier on the encoder trained on the same
@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 
 import keras_vit  # noqa: E402
 from keras_vit import pretraining, training  # noqa: E402
-from keras_vit.evaluation import few_shot_linear  # noqa: E402
+from keras_vit.inspection.evaluation import few_shot_linear  # noqa: E402
 from keras_vit.training import datasets  # noqa: E402
 
 # The demo encoder of examples/pretrain_masked_patches.py (and finetune.py):

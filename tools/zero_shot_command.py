@@ -1,4 +1,4 @@
-"""The parser of `keras-vit zero-shot` (the work is `keras_vit.cli_zero_shot`).
+"""The parser of `keras-vit zero-shot` (the work is `keras_vit.cli.zero_shot`).
 
 Imports nothing of keras_vit, as `keras_vit_tools.commands` (see there).
 

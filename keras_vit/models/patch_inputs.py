@@ -38,7 +38,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers.native_grids import grid_sizes_from_positions
-from keras_vit.naflex import PATCH_INPUTS
+from keras_vit.preprocessing.naflex import PATCH_INPUTS
 
 
 def is_patch_dict(inputs):

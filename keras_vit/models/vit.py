@@ -516,7 +516,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         }
 
     def save_to_preset(self, directory, format="keras_vit", preprocessing=None, class_names=None):
-        """Writes the model as a preset directory (see `keras_vit.weights.writers`).
+        """Writes the model as a preset directory (see `keras_vit.families.writers`).
 
         Args:
             directory: folder to write (created if needed).
@@ -543,7 +543,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         >>> keras_vit.from_preset(folder).class_names
         ('no', 'yes')
         """
-        from keras_vit.weights import writers
+        from keras_vit.families import writers
 
         writers.save_to_preset(
             self, directory, format=format, preprocessing=preprocessing, class_names=class_names

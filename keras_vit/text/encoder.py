@@ -135,14 +135,71 @@ class TextEncoder(keras.Model):
                                    dtype=dtype)(x)
         return x
 
+    # What the export pipeline (`keras_vit.export`) reads of a model whose
+    # inputs are not images.
+    export_formats = ("onnx", "openvino")
+    export_output_name = "embeddings"
+
+    def export_signature(self, batch_size=None, sequence_length=None):
+        """The exported inputs: `token_ids` and `padding_mask`, `(batch, length)` int32.
+
+        Example:
+
+        >>> encoder = TextEncoder(vocabulary_size=20, max_length=6, hidden_size=8, num_layers=1,
+        ...                       num_heads=2, mlp_dim=16, eos_token_id=2)
+        >>> [(s.name, s.shape) for s in encoder.export_signature()]
+        [('token_ids', (None, 6)), ('padding_mask', (None, 6))]
+        """
+        length = self.max_length if sequence_length is None else check_positive_int(
+            sequence_length, "sequence_length")
+        if length > self.max_length:
+            raise ValueError(
+                f"`sequence_length` must be at most the encoder's max_length ({self.max_length}). "
+                f"Received: sequence_length={sequence_length}"
+            )
+        if batch_size is not None:
+            check_positive_int(batch_size, "batch_size")
+        return [keras.InputSpec(shape=(batch_size, length), dtype="int32", name=name)
+                for name in ("token_ids", "padding_mask")]
+
     def export(self, filepath, format="onnx", verbose=None, input_signature=None, sequence_length=None,
                batch_size=None):
-        """`keras.Model.export` through `keras_vit.text.export` ("onnx",
-        "openvino"): inputs `token_ids` and `padding_mask` `(batch, length)`
-        int32, the length fixed (`sequence_length`, default `max_length`),
-        the batch dynamic unless `batch_size` (or `input_signature`, one
-        `keras.InputSpec` of shape `(batch, length)`) fixes them."""
-        from keras_vit.text import export
+        """`keras.Model.export` through keras_vit's export pipeline (`keras_vit.export`).
+
+        The artifact takes token ids and the padding mask, `(batch, length)`
+        int32 each (inputs `token_ids` and `padding_mask`), and returns the
+        text embeddings before normalisation (output `embeddings`);
+        tokenisation stays in Python (`keras_vit.text.tokenizer`). Run it
+        with `keras_vit.export.run_exported(path, format, {"token_ids": ...,
+        "padding_mask": ...})`.
+
+        Args:
+            filepath: `.onnx` or `.xml` (with its `.bin`).
+            format: "onnx" (default) or "openvino".
+            verbose: None or bool: the exporters' own messages.
+            input_signature: None, or one `keras.InputSpec` of shape
+                `(batch, length)`: a fixed batch and length.
+            sequence_length: None (the encoder's `max_length`) or the fixed
+                length of the inputs.
+            batch_size: None (dynamic) or an int.
+
+        Returns:
+            The path.
+
+        Example:
+
+        >>> import os, tempfile, numpy as np
+        >>> from keras_vit.export import run_exported
+        >>> encoder = TextEncoder(vocabulary_size=20, max_length=6, hidden_size=8, num_layers=1,
+        ...                       num_heads=2, mlp_dim=16, eos_token_id=2, projection_dim=4)
+        >>> path = encoder.export(os.path.join(tempfile.mkdtemp(), "text.onnx"))
+        >>> ids = np.array([[1, 5, 2, 0, 0, 0]], "int32")
+        >>> inputs = {"token_ids": ids, "padding_mask": (ids > 0).astype("int32")}
+        >>> out = run_exported(path, "onnx", inputs)
+        >>> bool(np.allclose(out, encoder.predict([ids, inputs["padding_mask"]], verbose=0), atol=1e-5))
+        True
+        """
+        from keras_vit.export import export_model
 
         if input_signature is not None:
             spec = input_signature[0] if isinstance(input_signature, (list, tuple)) else input_signature
@@ -154,8 +211,9 @@ class TextEncoder(keras.Model):
                     f"Received: input_signature={input_signature!r}"
                 )
             batch_size, sequence_length = shape
-        return export.export_text_encoder(self, filepath, format, sequence_length=sequence_length,
-                                          batch_size=batch_size, verbose=bool(verbose))
+        signature = self.export_signature(batch_size, sequence_length)
+        return export_model(self, filepath, format, batch_size=batch_size, verbose=bool(verbose),
+                            input_signature=signature)
 
     @property
     def embedding_dim(self):

@@ -1,27 +1,22 @@
-"""One module per checkpoint source, each a table on `keras_vit.weights.rules`.
+"""The readers and writers of each checkpoint layout, each a table on `keras_vit.weights.rules`.
 
 - `official`: official vit_jax and big_vision `.npz` files (the canonical
   layout itself, plus Linen numbering, scanned blocks, big_vision's position
   embedding);
-- `timm`: timm state dicts and timm Hub directories;
-- `transformers`: transformers directories, read and written, through the
-  registry of its families (`TRANSFORMERS_FAMILIES`): one
-  `transformers_family.TransformersFamily` subclass per module
-  (`transformers_vit` for ViT/DeiT, `transformers_dinov2`, `transformers_dinov3`,
-  `transformers_clip`, `transformers_siglip`, `transformers_siglip2`,
-  `transformers_vit_mae`), processor files in `transformers_processor`;
-- `keras_hub`: keras-hub presets, through the registry of its families
-  (`KERAS_HUB_FAMILIES`): one `keras_hub_family.KerasHubFamily` subclass per
-  module (`keras_hub_vit`, `keras_hub_dinov2`, `keras_hub_siglip`, `keras_hub_clip`);
+- `timm`: timm state dicts and timm Hub directories of timm's
+  `VisionTransformer`; `timm_eva`: those of timm's `Eva` (DINOv3, EVA02,
+  Perception Encoder, RoPE-ViT);
+- `transformers_family`, `keras_hub_family`: the base classes of the
+  families of the sources that come in families (what a family declares,
+  what every family does the same way), `registry.FamilyRegistry` the
+  table of one source's families, `transformers_processor` the
+  transformers image processor files;
 - `keras_vit`: keras_vit's own `.weights.h5` / `.keras` files;
-- `transformers_image_text`, `keras_hub_image_text`: the text towers and
-  logit scale and bias of the two-tower image-text checkpoints (CLIP,
-  MetaCLIP 2, SigLIP, SigLIP 2), beside the vision families that read their
-  image towers (`keras_vit.image_text_presets` puts them together).
+- `conventions`: the rules of the PyTorch and Keras naming conventions the
+  tables are written with.
 
-The tables are written with the rules of the PyTorch and Keras naming
-conventions (`conventions`); both registries are a `families.FamilyRegistry`.
-Each reader returns a `keras_vit.weights.canonical.Checkpoint`;
-`keras_vit.weights.readers` picks one by file name, `keras_vit.presets` by
-directory layout.
+The families themselves (their tables of names, config fields and tensors)
+live one module per family in `keras_vit.families`. Each reader returns a
+`keras_vit.weights.canonical.Checkpoint`; `keras_vit.weights.readers` picks
+one by file name, `keras_vit.presets` by directory layout.
 """

@@ -182,3 +182,11 @@ def keras_map_head(source, probe="probe"):
         *keras_dense(f"{source}/mlp/fc1", C.MAP_MLP_IN),
         *keras_dense(f"{source}/mlp/fc2", C.MAP_MLP_OUT),
     )
+
+
+# The token and position embeddings of keras-hub's text encoders (CLIP's,
+# SigLIP's), as the text tower's canonical keys.
+KERAS_HUB_TEXT_EMBEDDINGS = (
+    ("embedding/token_embedding/embeddings", "embedding/token_embedding"),
+    ("embedding/position_embedding/embeddings", "embedding/position_embedding"),
+)

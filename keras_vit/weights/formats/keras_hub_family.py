@@ -15,7 +15,7 @@ keras-hub reads its own files (`keras_hub.models.Backbone.from_preset`);
 keras_vit renames the variables. Each backbone keras_vit builds is one
 `KerasHubFamily` subclass (`keras_hub_vit`, `keras_hub_dinov2`,
 `keras_hub_siglip`), registered in
-`keras_vit.weights.formats.keras_hub.KERAS_HUB_FAMILIES`; it declares
+`keras_vit.families.keras_hub_source.KERAS_HUB_FAMILIES`; it declares
 `NAME`, `REGISTERED` (the backbones' `registered_name`s), `TASKS` (the
 tasks on them it reads), `TABLE` (variable names -> canonical keys) and
 `IGNORED` (variable names that are not weights of the image encoder), and
@@ -124,8 +124,8 @@ class KerasHubFamily(abc.ABC):
 
     Example:
 
-    >>> from keras_vit.weights.formats.keras_hub_dinov2 import Dinov2Family
-    >>> family = Dinov2Family()
+    >>> from keras_vit.families.dinov2 import KerasHubDinov2
+    >>> family = KerasHubDinov2()
     >>> family.variable_prefixes({"config": {"name": "dinov2"}})
     {'dinov2_': None}
     """
@@ -163,8 +163,8 @@ class KerasHubFamily(abc.ABC):
 
         Example:
 
-        >>> from keras_vit.weights.formats.keras_hub_dinov2 import Dinov2Family
-        >>> Dinov2Family().mlp_activation({}, "gelu", {"gelu": "gelu"})
+        >>> from keras_vit.families.dinov2 import KerasHubDinov2
+        >>> KerasHubDinov2().mlp_activation({}, "gelu", {"gelu": "gelu"})
         'gelu'
         """
         activation = config.get("intermediate_activation", default)

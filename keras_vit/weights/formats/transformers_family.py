@@ -4,7 +4,7 @@ what every family does the same way.
 A family is a group of transformers model classes that share their tensor
 names and config fields (ViT/DeiT, DINOv2, CLIP, SigLIP, SigLIP2, ViTMAE):
 one subclass of `TransformersFamily` each, in `transformers_<family>.py`,
-registered in `keras_vit.weights.formats.transformers.TRANSFORMERS_FAMILIES`.
+registered in `keras_vit.families.transformers_source.TRANSFORMERS_FAMILIES`.
 
 A subclass declares tables:
 
@@ -219,8 +219,8 @@ class TransformersFamily(abc.ABC):
 
     Example:
 
-    >>> from keras_vit.weights.formats.transformers_vit_mae import ViTMAEFamily
-    >>> family = ViTMAEFamily()
+    >>> from keras_vit.families.vit_mae import TransformersViTMAE
+    >>> family = TransformersViTMAE()
     >>> family.transformers_class({"model_type": "vit_mae"})
     'ViTMAEModel'
     >>> family.vision_config({"hidden_size": 8})["layer_norm_eps"]

@@ -1,0 +1,8 @@
+"""The work of the `keras-vit` commands: `inspect`, `classify`, `export` (`commands`) and `zero-shot`.
+
+The console script's front end (`tools/commands.py`, installed as
+`keras_vit_tools.commands`) parses the command line before anything of
+keras_vit loads (importing keras_vit imports Keras and a backend, several
+seconds that `--help` and a usage error should not cost), then runs
+`keras_vit.cli.commands.run(args)`.
+"""

@@ -1,0 +1,291 @@
+"""Runtimes of exported artifacts: SavedModel, ONNX Runtime, OpenVINO, LiteRT, torch.export.
+
+`run_exported(path, format, images)` runs an artifact written by
+`keras_vit.export.export_model` (or Keras' `model.export`) in the format's own
+runtime, without Keras; `verify_export` compares it with `model.predict`.
+Also available as `keras_vit.export.run_exported` etc. An artifact exported
+for NaFlex patch batches (`naflex_length`) takes the dict of
+`keras_vit.preprocessing.naflex.naflex_inputs` instead of images; each runtime's inputs
+are matched to its keys by name.
+"""
+
+import importlib
+import os
+
+import numpy as np
+
+from keras_vit.export.formats import EXPORT_FORMATS, OPENVINO_PRECISIONS, RUNTIMES
+from keras_vit.preprocessing.naflex import PATCH_INPUTS, as_patch_inputs
+
+
+def require(modules, purpose):
+    """Imports `modules` (`(module, pip name)` pairs) or raises ImportError naming them."""
+    missing = []
+    for module, package in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(package)
+    if missing:
+        raise ImportError(
+            f"{purpose} needs {', '.join(missing)}: pip install {' '.join(missing)} "
+            '(or pip install "keras-vit[export]")'
+        )
+
+
+def load_exported(path, format, precision=None):
+    """Loads an artifact in its own runtime; returns `run(images) -> outputs`.
+
+    Runtimes: `tf.saved_model.load` (its `serve` endpoint), an ONNX Runtime
+    CPU session, an OpenVINO CPU compiled model (float32 inference
+    precision unless `precision` asks for another), the LiteRT interpreter
+    (`ai_edge_litert`) or `torch.export.load`. A fixed-batch artifact is fed
+    in slices of its batch size (a last, short slice is padded).
+
+    Args:
+        path: the artifact written by `export_model` (or `model.export`).
+        format: one of `EXPORT_FORMATS`.
+        precision: None (float32) or, for "openvino" only, one of
+            `OPENVINO_PRECISIONS`: OpenVINO's `INFERENCE_PRECISION_HINT`.
+            OpenVINO's own default is bfloat16 on CPUs with bfloat16 units
+            (AVX512_BF16, AMX), which moves ViT logits by about 1e-2;
+            "bf16" opts into it.
+
+    Returns:
+        A function from a float32 NumPy batch `(batch, H, W, C)` (or a
+        NaFlex patch dict, for an artifact exported with `naflex_length`)
+        to the NumPy outputs.
+    """
+    if format not in EXPORT_FORMATS:
+        raise ValueError(f"`format` must be one of {EXPORT_FORMATS}. Received: format={format!r}")
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ValueError(f"No exported artifact at `path`. Received: path={path!r}")
+    _check_precision(precision, format)
+    require(RUNTIMES[format], f"Running a {format!r} artifact")
+    options = {"precision": precision or "f32"} if format == "openvino" else {}
+    run, batch = LOADERS[format](path, **options)
+    if batch is None:
+        return lambda images: run(_as_inputs(images))
+    return lambda images: _in_slices(run, _as_inputs(images), batch)
+
+
+def _as_inputs(x):
+    """Images as float32, a NaFlex patch dict checked, any other dict's arrays as they are."""
+    if not isinstance(x, dict):
+        return np.asarray(x, "float32")
+    if sorted(x) == sorted(PATCH_INPUTS):
+        return as_patch_inputs(x)
+    return {k: np.asarray(v) for k, v in x.items()}
+
+
+def input_key(name, keys=PATCH_INPUTS):
+    """The key of `keys` a runtime's input name stands for (the longest key
+    it contains: exporters prefix or suffix the names), or None.
+
+    Example:
+
+    >>> input_key("serving_default_patch_valid:0"), input_key("args_0_patches"), input_key("image")
+    ('patch_valid', 'patches', None)
+    >>> input_key("serving_default_token_ids:0", ("token_ids", "padding_mask"))
+    'token_ids'
+    """
+    found = [k for k in keys if k in name]
+    return max(found, key=len) if found else None
+
+
+def _feed(names, x):
+    """`{runtime input name: array}` of images or a dict of named inputs."""
+    if not isinstance(x, dict):
+        return {names[0]: x}
+    keys = {name: input_key(name, tuple(x)) for name in names}
+    if sorted(k for k in keys.values() if k) != sorted(x):
+        kind = "a NaFlex patch batch's" if sorted(x) == sorted(PATCH_INPUTS) else "the given"
+        raise ValueError(
+            f"The artifact's inputs {list(names)} are not {kind} ({list(x)})."
+        )
+    return {name: x[key] for name, key in keys.items()}
+
+
+def _rows(x, start, stop):
+    if isinstance(x, dict):
+        return {k: v[start:stop] for k, v in x.items()}
+    return x[start:stop]
+
+
+def _pad(x, short):
+    if isinstance(x, dict):
+        return {k: _pad(v, short) for k, v in x.items()}
+    return np.concatenate([x, np.zeros((short,) + x.shape[1:], x.dtype)])
+
+
+def _check_precision(precision, format):
+    if precision is None:
+        return
+    if format != "openvino":
+        raise ValueError(
+            f"`precision` applies to format='openvino' only; other runtimes run the "
+            f"artifact as exported. Received: precision={precision!r}, format={format!r}"
+        )
+    if precision not in OPENVINO_PRECISIONS:
+        raise ValueError(
+            f"`precision` must be None (float32) or one of {OPENVINO_PRECISIONS}. "
+            f"Received: precision={precision!r}"
+        )
+
+
+def _in_slices(run, images, batch):
+    outputs = []
+    total = len(next(iter(images.values())) if isinstance(images, dict) else images)
+    for start in range(0, total, batch):
+        part = _rows(images, start, start + batch)
+        short = batch - min(batch, total - start)
+        if short:
+            part = _pad(part, short)
+        outputs.append(run(part)[: batch - short])
+    return np.concatenate(outputs)
+
+
+def _load_tf_saved_model(path):
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(path)
+    spec = tf.nest.flatten(loaded.serve.input_signature)[0]
+
+    def run(images):
+        # The closure keeps `loaded` alive: its variables die with it.
+        x = tf.nest.map_structure(tf.constant, images)
+        return loaded.serve(x).numpy()
+
+    return run, spec.shape[0]
+
+
+def _load_onnx(path):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    specs = session.get_inputs()
+    batch = specs[0].shape[0] if isinstance(specs[0].shape[0], int) else None
+    names = [spec.name for spec in specs]
+    return lambda images: session.run(None, _feed(names, images))[0], batch
+
+
+def _load_openvino(path, precision="f32"):
+    import openvino as ov
+
+    # OpenVINO's CPU default is bfloat16 wherever the CPU has it: always say
+    # which precision, float32 (the exported one) unless asked.
+    compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": precision})
+    first = compiled.inputs[0].get_partial_shape()[0]
+    batch = None if first.is_dynamic else first.get_length()
+    # Every name of each input: compiling may give a tensor an internal name
+    # beside the one the export set.
+    ports = {"|".join(sorted(port.get_names())): port for port in compiled.inputs}
+    return lambda images: np.asarray(compiled(
+        {ports[k]: v for k, v in _feed(list(ports), images).items()})[0]), batch
+
+
+def _load_litert(path):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=path)
+    sources = {d["name"]: d for d in interpreter.get_input_details()}
+    source = next(iter(sources.values()))
+    target = interpreter.get_output_details()[0]
+    dynamic = source["shape_signature"][0] == -1
+    state = {"shapes": None}
+
+    def run(images):
+        feed = _feed(list(sources), images)
+        shapes = {name: x.shape for name, x in feed.items()}
+        if state["shapes"] != shapes:
+            for name, x in feed.items():
+                if dynamic:
+                    interpreter.resize_tensor_input(sources[name]["index"], x.shape)
+            interpreter.allocate_tensors()
+            state["shapes"] = shapes
+        for name, x in feed.items():
+            interpreter.set_tensor(sources[name]["index"], x)
+        interpreter.invoke()
+        return interpreter.get_tensor(target["index"]).copy()
+
+    return run, None if dynamic else int(source["shape"][0])
+
+
+def _load_torch(path):
+    import torch
+
+    module = torch.export.load(path).module()
+    spec = [n for n in module.graph.nodes if n.op == "placeholder"][0].meta.get("val")
+    first = spec.shape[0] if spec is not None else None
+    batch = int(first) if isinstance(first, int) else None
+
+    def run(images):
+        x = {k: torch.from_numpy(v) for k, v in images.items()} if isinstance(images, dict) else (
+            torch.from_numpy(images))
+        with torch.no_grad():
+            return module(x).detach().cpu().numpy()
+
+    return run, batch
+
+
+def run_exported(path, format, images, precision=None):
+    """Runs an exported artifact in its own runtime on `images`.
+
+    Args:
+        path: the artifact.
+        format: one of `EXPORT_FORMATS`.
+        images: float32 array `(batch, H, W, C)`, preprocessed as the model
+            expects (or a NaFlex patch dict, for an artifact exported with
+            `naflex_length`).
+        precision: None (float32) or, for "openvino", one of
+            `OPENVINO_PRECISIONS` (see `load_exported`).
+
+    Returns:
+        The artifact's outputs as a NumPy array.
+
+    Example:
+
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> from keras_vit import ViT, export
+    >>> model = ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=1,
+    ...             num_heads=2, mlp_dim=32, classes=10)
+    >>> path = export.export_model(model, os.path.join(tempfile.mkdtemp(), "vit"),
+    ...                            "tf_saved_model")
+    >>> run_exported(path, "tf_saved_model", np.zeros((2, 32, 32, 3), "float32")).shape
+    (2, 10)
+    """
+    return load_exported(path, format, precision)(images)
+
+
+def verify_export(path, format, model, images, precision=None):
+    """Maximum absolute difference between the artifact and `model.predict`.
+
+    Args:
+        path, format: the artifact, as given to `export_model`.
+        model: the Keras model it was exported from.
+        images: float32 array `(batch, H, W, C)`, or a NaFlex patch dict.
+        precision: None (float32) or an OpenVINO precision (`load_exported`).
+
+    Returns:
+        `(max_abs_diff, outputs, expected)`: a float and the two arrays.
+    """
+    images = _as_inputs(images)
+    expected = np.asarray(model.predict(images, verbose=0))
+    outputs = run_exported(path, format, images, precision)
+    if outputs.shape != expected.shape:
+        raise ValueError(
+            f"The artifact's outputs have shape {outputs.shape}, the model's {expected.shape}."
+        )
+    return float(np.abs(outputs - expected).max()), outputs, expected
+
+
+# Each format's loader: `load_exported`'s table.
+LOADERS = {
+    "tf_saved_model": _load_tf_saved_model,
+    "onnx": _load_onnx,
+    "openvino": _load_openvino,
+    "litert": _load_litert,
+    "torch": _load_torch,
+}

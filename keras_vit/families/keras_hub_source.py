@@ -1,0 +1,64 @@
+"""keras-hub presets -> keras_vit, through the table of families.
+
+Each backbone keras_vit builds is one `KerasHubFamily` subclass in the
+family's module (`vit.KerasHubViT` for ViT and its image classifier,
+`dinov2`, `dinov3`, `siglip`, `clip`; the protocol and the files every
+preset shares in `keras_vit.weights.formats.keras_hub_family`). A preset is read by the family of its
+backbone's `registered_name` (`KERAS_HUB_FAMILIES`); a new family is a
+module with its subclass and one entry here.
+"""
+
+import os
+
+from keras_vit.weights import canonical as C
+from keras_vit.weights.formats import keras_hub_family
+from keras_vit.weights.formats.registry import FamilyRegistry
+from keras_vit.families.clip import KerasHubClip
+from keras_vit.families.dinov2 import KerasHubDinov2
+from keras_vit.families.dinov3 import KerasHubDinov3
+from keras_vit.families.siglip import KerasHubSiglip
+from keras_vit.families.vit import KerasHubViT
+
+KERAS_HUB_FAMILIES = FamilyRegistry(
+    "keras-hub preset",
+    "registered_name",
+    (KerasHubViT(), KerasHubDinov2(), KerasHubDinov3(), KerasHubSiglip(), KerasHubClip()),
+    lambda family: family.REGISTERED,
+)
+
+
+def model_arguments(directory):
+    """keras_vit `ViT` arguments for a keras-hub preset directory.
+
+    Example:
+
+    >>> import json, os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> with open(os.path.join(folder, "config.json"), "w") as f:
+    ...     json.dump({"registered_name": "keras_hub>ViTBackbone", "config": {
+    ...         "image_shape": [32, 32, 3], "patch_size": 8, "num_layers": 1, "num_heads": 2,
+    ...         "hidden_dim": 16, "mlp_dim": 32}}, f)
+    >>> model_arguments(folder)["include_top"]
+    False
+    """
+    backbone = keras_hub_family.read_json(directory, "config.json")
+    task = keras_hub_family.read_json(directory, "task.json")
+    return KERAS_HUB_FAMILIES.find(backbone).model_arguments(backbone, task)
+
+
+def preset_source(directory):
+    """A `PresetSource` for a keras-hub preset directory."""
+    args = model_arguments(directory)
+    prep = keras_hub_family.preprocessing(directory)
+    if prep is not None:
+        args["preprocessing"] = prep.get_config()
+    with_task = os.path.isfile(os.path.join(directory, "task.json"))
+    backbone = keras_hub_family.read_json(directory, "config.json")
+    family = KERAS_HUB_FAMILIES.find(backbone)
+
+    def read_weights(model):
+        variables = keras_hub_family.read_variables(directory, with_task)
+        path = os.path.join(directory, keras_hub_family.WEIGHTS_FILE)
+        return family.read(variables, backbone, args["num_heads"], path)
+
+    return C.PresetSource("keras_hub", directory, "ViT", args, read_weights)

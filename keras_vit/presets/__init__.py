@@ -1,0 +1,25 @@
+"""Presets: whole checkpoints in, and keras_vit, transformers or timm directories out.
+
+- `keras_vit.presets.loading`: `from_preset` and `describe_preset` (the
+  layout of a directory, `hf://` or `kaggle://` handle, and the model it
+  describes);
+- `keras_vit.presets.image_text`: the two-tower directories of
+  `keras_vit.ImageTextModel`;
+- `keras_vit.presets.resolver`: `load_model`, a model from whatever names one
+  (a constructor, a checkpoint file, a `.keras` file, a preset).
+"""
+
+from keras_vit.presets.loading import (
+    HANDLE_SCHEMES,
+    KERAS_WEIGHTS,
+    LAYOUTS,
+    OVERRIDES,
+    PRESET_FORMATS,
+    PresetDownloadError,
+    describe_preset,
+    detect_layout,
+    from_preset,
+    preset_directory,
+    save_to_preset,
+)
+from keras_vit.presets.resolver import load_model

@@ -1,0 +1,379 @@
+"""Presets: whole checkpoints (configuration, weights, preprocessing, class
+names) in, and keras_vit or transformers directories out.
+
+`from_preset(handle)` reads a local directory, an `hf://org/name[@revision]`
+handle (downloaded by `huggingface_hub` into its cache, honouring
+`HF_HUB_OFFLINE`, tokens and progress bars) or a
+`kaggle://owner/model/framework/variation[/version]` handle (downloaded by
+`kagglehub`, as keras-hub's presets are), recognises the layout from the
+files, builds the model the checkpoint's own configuration describes and loads
+the weights strictly (`keras_vit.weights.loader`):
+
+| layout | recognised by | reader |
+| --- | --- | --- |
+| keras_vit | `config.json` registered as `keras_vit>...` | Keras (`model.weights.h5`) |
+| transformers ViT / DeiT / DINOv2 / DINOv3 / CLIP / SigLIP / ViTMAE | `config.json` with `model_type` | `weights.formats.transformers` (+ one `transformers_<family>` module each) |
+| timm Hub | `config.json` with `architecture` | `weights.formats.timm`; timm's `Eva` models (DINOv3, EVA02, PE, RoPE-ViT) `weights.formats.timm_eva` |
+| keras-hub ViT / DINOv2 / DINOv3 / SigLIP | `config.json` registered as `keras_hub>...` | keras-hub, `weights.formats.keras_hub` (+ one `keras_hub_<family>` module each) |
+
+`model.save_to_preset(directory, format)` (`keras_vit.families.writers`)
+writes `format="keras_vit"` (reloaded exactly by `from_preset` on every
+backend) or `format="transformers"` (loaded by
+`AutoModelForImageClassification`).
+"""
+
+import os
+
+from keras_vit.layers.config import training_fields
+from keras_vit.models import ViT, ViTHybrid
+from keras_vit.models.arguments import OTHER_NAMES
+from keras_vit.validation import check_keywords
+from keras_vit.weights import loader, shards
+from keras_vit.weights.canonical import Checkpoint, PresetSource
+from keras_vit.weights.files import read_json as _read_json
+from keras_vit.weights.formats import timm, timm_eva
+from keras_vit.families import keras_hub_source as keras_hub
+from keras_vit.families import transformers_source as transformers
+from keras_vit.weights.mapping import model_state
+from keras_vit.weights.record import Preprocessing
+from keras_vit.families.writers import KERAS_WEIGHTS, PRESET_FORMATS, save_to_preset  # noqa: F401
+
+HF_SCHEME = "hf://"
+KAGGLE_SCHEME = "kaggle://"
+# The prefixes of preset handles that name a download.
+HANDLE_SCHEMES = (HF_SCHEME, KAGGLE_SCHEME)
+LAYOUTS = ("keras_vit", "transformers", "timm", "keras_hub")
+# What a user may change about a checkpoint's model; the loader's head and
+# position-embedding rules apply (`keras_vit.weights.loader`).
+OVERRIDES = (
+    "classes",
+    "image_size",
+    "input_shape",
+    "include_top",
+    "pooling",
+    "classifier_activation",
+    "representation_size",
+    *training_fields(),
+    "stochastic_depth_rate",
+    "dtype",
+    "name",
+)
+# Files worth downloading from a Hub repository (not READMEs, ONNX, ...);
+# `*.model` and `*.spm` are SentencePiece tokenizers (image-text models).
+_HUB_FILES = ("*.json", "*.safetensors", "*.h5", "*.txt", "*.model", "*.spm")
+_TORCH_FILES = ("pytorch_model.bin", "pytorch_model*.bin", "pytorch_model.bin.index.json")
+
+
+class PresetDownloadError(OSError):
+    """An `hf://` or `kaggle://` preset is neither downloadable nor cached.
+
+    Attributes:
+        repo_id: the repository (the Kaggle model handle).
+        cache_path: the `huggingface_hub` (`kagglehub`) cache folder it was
+            looked for in.
+    """
+
+    def __init__(self, message, repo_id, cache_path):
+        super().__init__(message)
+        self.repo_id = repo_id
+        self.cache_path = cache_path
+
+
+def _download(handle):
+    try:
+        import huggingface_hub
+        from huggingface_hub.errors import LocalEntryNotFoundError
+        from huggingface_hub.file_download import repo_folder_name
+    except ImportError:
+        raise ImportError(
+            f"{handle!r} needs huggingface_hub (`pip install huggingface_hub`)."
+        ) from None
+    uri = huggingface_hub.parse_hf_uri(handle)
+    if uri.type != "model":
+        raise ValueError(
+            f"`handle` must name a model repository (hf://org/name[@revision]). "
+            f"Received: handle={handle!r} (a {uri.type})"
+        )
+    sub = uri.path_in_repo.strip("/")
+    prefix = f"{sub}/" if sub else ""
+    cache = os.path.join(
+        huggingface_hub.constants.HF_HUB_CACHE,
+        repo_folder_name(repo_id=uri.id, repo_type="model"),
+    )
+
+    def fetch(patterns):
+        try:
+            return huggingface_hub.snapshot_download(
+                uri.id, revision=uri.revision, allow_patterns=[prefix + p for p in patterns]
+            )
+        except LocalEntryNotFoundError as error:
+            offline = " (HF_HUB_OFFLINE is set)" if huggingface_hub.constants.HF_HUB_OFFLINE else ""
+            raise PresetDownloadError(
+                f"Cannot get {uri.id!r} (revision {uri.revision or 'main'}){offline}: it "
+                f"could not be downloaded and no complete cached copy is in {cache}. "
+                f"Download it once online (or `huggingface-cli download {uri.id}`), "
+                "or give the local directory instead.",
+                uri.id,
+                cache,
+            ) from error
+
+    folder = os.path.join(fetch(_HUB_FILES), sub)
+    if shards.weights_file(folder) is None and not os.path.isfile(os.path.join(folder, KERAS_WEIGHTS)):
+        folder = os.path.join(fetch(_TORCH_FILES + _HUB_FILES), sub)
+    return folder
+
+
+def _download_kaggle(handle):
+    try:
+        import kagglehub
+    except ImportError:
+        raise ImportError(f"{handle!r} needs kagglehub (`pip install kagglehub`).") from None
+    model = handle[len(KAGGLE_SCHEME):].strip("/")
+    if len(model.split("/")) not in (4, 5):
+        raise ValueError(
+            "A Kaggle handle names owner/model/framework/variation[/version], e.g. "
+            "'kaggle://keras/vit/keras/vit_base_patch16_224_imagenet'. "
+            f"Received: handle={handle!r}"
+        )
+    try:
+        return kagglehub.model_download(model)
+    except Exception as error:  # noqa: BLE001 (kagglehub raises HTTP, network and value errors)
+        cache = kagglehub.config.get_cache_folder()
+        raise PresetDownloadError(
+            f"Cannot get {handle!r}: kagglehub could neither download it nor find it in "
+            f"its cache ({cache}): {error}. Download it once online, or give the local "
+            "directory instead.",
+            model,
+            cache,
+        ) from error
+
+
+def preset_directory(handle):
+    """The local directory of a preset handle (downloading `hf://` and `kaggle://` ones).
+
+    Args:
+        handle: a directory, `"hf://org/name[@revision][/subfolder]"` or
+            `"kaggle://owner/model/framework/variation[/version]"`.
+
+    Returns:
+        The directory's path.
+
+    Raises:
+        PresetDownloadError: an `hf://` or `kaggle://` handle that can be
+            neither downloaded nor found in its library's cache.
+        ValueError: for anything else that is not a preset directory.
+
+    Example:
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> preset_directory(folder) == folder
+    True
+    """
+    if isinstance(handle, os.PathLike):
+        handle = os.fspath(handle)
+    if not isinstance(handle, str):
+        raise ValueError(
+            "`handle` must be a directory, an 'hf://org/name[@revision]' or a "
+            f"'kaggle://owner/model/framework/variation' string. Received: handle={handle!r}"
+        )
+    if handle.startswith(HF_SCHEME):
+        return _download(handle)
+    if handle.startswith(KAGGLE_SCHEME):
+        return _download_kaggle(handle)
+    if os.path.isdir(handle):
+        return handle
+    if os.path.exists(handle):
+        raise ValueError(
+            f"`handle` must be a preset directory; {handle!r} is a file. "
+            "Checkpoint files load with the constructors' `weights=` argument."
+        )
+    raise ValueError(
+        "`handle` must be an existing directory, an 'hf://org/name[@revision]' or a "
+        f"'kaggle://...' handle. Received: handle={handle!r} (no such directory)"
+    )
+
+
+def detect_layout(directory):
+    """The layout of a preset directory: one of `LAYOUTS`.
+
+    Raises:
+        ValueError: naming the directory when no layout matches.
+    """
+    path = os.path.join(directory, "config.json")
+    if not os.path.isfile(path):
+        raise ValueError(
+            f"{directory!r} is not a preset: it has no config.json (a keras_vit, "
+            "transformers, timm or keras-hub preset has one)."
+        )
+    config = _read_json(path)
+    registered = str(config.get("registered_name") or "")
+    if registered.startswith("keras_vit>"):
+        return "keras_vit"
+    if registered.startswith("keras_hub>"):
+        return "keras_hub"
+    if "model_type" in config:
+        return "transformers"
+    if "architecture" in config:
+        return "timm"
+    raise ValueError(
+        f"Cannot tell the layout of {path!r}: it has no `registered_name` "
+        "(keras_vit, keras-hub), `model_type` (transformers) or `architecture` (timm)."
+    )
+
+
+def _keras_vit_source(directory):
+    config = _read_json(os.path.join(directory, "config.json"))
+    model_class = config.get("class_name")
+    if model_class not in ("ViT", "ViTHybrid"):
+        raise ValueError(
+            f"{directory!r}: config.json must describe a keras_vit ViT or ViTHybrid (an image-text "
+            f"preset loads with keras_vit.ImageTextModel.from_preset). Received: class_name={model_class!r}"
+        )
+    args = dict(config["config"])
+    args.pop("trainable", None)
+    path = os.path.join(directory, KERAS_WEIGHTS)
+
+    def read(model):
+        # Keras reads its own file into the preset's own model; the canonical
+        # copy then serves any overrides (new head, new image size).
+        source = _build(model_class, args)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"Preset weights not found: {path!r}")
+        try:
+            source.load_weights(path)
+        except ValueError as error:
+            raise ValueError(f"Cannot load {path!r}: {error}") from None
+        return Checkpoint(path, "keras_vit", model_state(source), {})
+
+    return PresetSource("keras_vit", directory, model_class, args, read)
+
+
+def _timm_source(directory):
+    """timm's `Eva` models by their module, every other timm ViT by `timm`'s."""
+    config = _read_json(os.path.join(directory, "config.json"))
+    reader = timm_eva if timm_eva.is_eva(config) else timm
+    return reader.preset_source(directory)
+
+
+_SOURCES = {
+    "keras_vit": _keras_vit_source,
+    "transformers": transformers.preset_source,
+    "timm": _timm_source,
+    "keras_hub": keras_hub.preset_source,
+}
+
+
+def describe_preset(handle):
+    """A `PresetSource`: the layout and model arguments of a preset.
+
+    Reads the configuration files only (an `hf://` handle is downloaded), so
+    it shows what `from_preset` would build without building it.
+
+    Example:
+
+    >>> import keras_vit, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
+    ...               num_heads=2, mlp_dim=8, classes=3).save_to_preset(folder)
+    >>> source = describe_preset(folder)
+    >>> source.layout, source.model_class, source.arguments["classes"]
+    ('keras_vit', 'ViT', 3)
+    """
+    directory = preset_directory(handle)
+    return _SOURCES[detect_layout(directory)](directory)
+
+
+def _build(model_class, args):
+    return {"ViT": ViT, "ViTHybrid": ViTHybrid}[model_class].from_config(args)
+
+
+def _apply_overrides(args, overrides):
+    # A name no model takes is a misspelling; a model argument outside
+    # `OVERRIDES` is one the checkpoint fixes.
+    known = ViTHybrid.argument_names()
+    misspelt = {k: v for k, v in overrides.items() if k not in known}
+    check_keywords(misspelt, OVERRIDES, "from_preset", OTHER_NAMES)
+    unknown = sorted(set(overrides) - set(OVERRIDES))
+    if unknown:
+        raise ValueError(
+            f"`from_preset` cannot change {unknown}: the checkpoint fixes them. "
+            f"It accepts {list(OVERRIDES)}. Received: {', '.join(unknown)}"
+        )
+    args = dict(args)
+    keep_names = overrides.get("classes", args.get("classes")) == args.get("classes")
+    args.update(overrides)
+    if not args.get("include_top", True) or not keep_names:
+        args["class_names"] = None
+    size = overrides.get("image_size")
+    if size is None and overrides.get("input_shape") is not None:
+        size = tuple(overrides["input_shape"][:2])
+    if size is not None and args.get("preprocessing"):
+        prep = Preprocessing.from_config(args["preprocessing"])
+        args["preprocessing"] = prep.for_image_size(size).get_config()
+    if "input_shape" in overrides and "image_size" not in overrides:
+        args.pop("image_size", None)
+    if "image_size" in overrides and "input_shape" in args and "input_shape" not in overrides:
+        args.pop("input_shape")
+    return args
+
+
+def from_preset(handle, **overrides):
+    """Builds a keras_vit model from a whole checkpoint directory.
+
+    The model is the one the checkpoint's configuration describes (width,
+    depth, heads, MLP size, patch and image size, classes, pooling, LayerNorm
+    epsilon, GELU flavour, qkv bias, distillation or register tokens), with
+    its preprocessing (`model.preprocessing`) and class names
+    (`model.class_names`) attached, so `keras_vit.preprocess_input(x,
+    model=model)` and `keras_vit.decode_predictions(preds, model=model)` work
+    as the checkpoint expects. Every tensor is loaded or deliberately ignored;
+    anything else is a `ValueError` naming the file.
+
+    Args:
+        handle: a local directory, `"hf://org/name[@revision]"`,
+            downloaded through `huggingface_hub` (its cache, `HF_HUB_OFFLINE`,
+            token and progress bars), or
+            `"kaggle://owner/model/framework/variation[/version]"`,
+            downloaded through `kagglehub` (keras-hub's presets).
+        **overrides: what a user may change (`OVERRIDES`): e.g. `classes`
+            (a new zero-initialised head), `image_size` (position embedding
+            resized as the official fine-tuning code), `include_top`,
+            `pooling`, `classifier_activation` (default: the source's; logits
+            for transformers, timm and keras-hub checkpoints), `dtype`.
+
+    Returns:
+        A `keras_vit.ViT` (or `ViTHybrid`).
+
+    Raises:
+        ValueError: unreadable or unknown layouts, architectures keras_vit
+            cannot build, overrides of fixed properties, and strict-loading
+            mismatches (missing, unexpected or mis-shaped tensors).
+        PresetDownloadError: an `hf://` or `kaggle://` handle neither
+            downloadable nor cached.
+
+    Example:
+
+    >>> import keras_vit, numpy as np, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8,
+    ...                       num_layers=1, num_heads=2, mlp_dim=8, classes=3,
+    ...                       class_names=["cat", "dog", "fish"])
+    >>> model.save_to_preset(folder)
+    >>> again = keras_vit.from_preset(folder)
+    >>> again.class_names
+    ('cat', 'dog', 'fish')
+    >>> x = np.random.default_rng(0).normal(size=(1, 16, 16, 3))
+    >>> bool(np.array_equal(again.predict(x, verbose=0), model.predict(x, verbose=0)))
+    True
+    """
+    source = describe_preset(handle)
+    args = _apply_overrides(source.arguments, overrides)
+    model = _build(source.model_class, args)
+    if source.layout == "keras_vit" and not overrides:
+        # The preset's own model: Keras reads its file straight into it.
+        model.load_weights(os.path.join(source.directory, KERAS_WEIGHTS))
+        return model
+    loader.load_checkpoint(model, source.read(model))
+    return model
+

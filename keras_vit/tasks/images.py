@@ -1,0 +1,138 @@
+"""Images read and prepared as a model's checkpoint expects, for every task.
+
+`load_images(images, model)` reads file paths, PIL images or arrays (in
+[0, 255], any sizes), converts them to RGB, resizes and centre-crops them as
+the model's `Preprocessing` record says (`keras_vit.preprocessing.resize_and_crop`)
+and scales them (`preprocess_input`). The one-call functions of the tasks
+(`keras_vit.classify`, ...) start with it; `read_images` is its first step
+alone, for tasks that keep each image at its own size.
+"""
+
+import os
+
+import numpy as np
+
+from keras_vit.preprocessing import Preprocessing, preprocess_input, resize_and_crop
+
+
+def _pil_image(image):
+    try:
+        from PIL import Image
+    except ImportError:
+        return None
+    return Image if isinstance(image, Image.Image) else None
+
+
+def _read(path):
+    try:
+        from PIL import Image, ImageOps
+    except ImportError as error:
+        raise ImportError("Reading image files needs Pillow: pip install pillow") from error
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"No image file at {path!r} (resolved to {os.path.abspath(path)!r}).")
+    try:
+        with Image.open(path) as image:
+            # Phone photos store their orientation apart from the pixels.
+            return np.asarray(ImageOps.exif_transpose(image).convert("RGB"))
+    except OSError as error:
+        raise ValueError(f"Cannot read the image {path!r}: {error}") from None
+
+
+def _as_rgb(array, where):
+    array = np.asarray(array)
+    if array.ndim == 2:
+        array = array[..., None]
+    if array.ndim != 3 or array.shape[-1] not in (1, 3, 4):
+        raise ValueError(
+            f"{where} must be an (height, width), (height, width, 1 | 3 | 4) image. "
+            f"Received: shape {array.shape}"
+        )
+    if array.shape[-1] == 1:
+        array = np.repeat(array, 3, axis=-1)
+    return array[..., :3]
+
+
+def read_images(images):
+    """`images` (a path, a PIL image, an array, a batch or a list of these) as a
+    list of `(H, W, 3)` NumPy images in [0, 255], each at its own size.
+
+    Example:
+
+    >>> [image.shape for image in read_images(np.zeros((2, 5, 7, 1), "uint8"))]
+    [(5, 7, 3), (5, 7, 3)]
+    """
+    import keras
+
+    if isinstance(images, (str, os.PathLike)) or _pil_image(images) is not None:
+        images = [images]
+    elif keras.ops.is_tensor(images):
+        images = keras.ops.convert_to_numpy(images)
+    if isinstance(images, np.ndarray) and images.ndim != 4:
+        images = [images]
+    out = []
+    for i, image in enumerate(images):
+        if isinstance(image, (str, os.PathLike)):
+            out.append(_read(image))
+        elif _pil_image(image) is not None:
+            out.append(np.asarray(image.convert("RGB")))
+        else:
+            out.append(_as_rgb(image, f"`images[{i}]`"))
+    if not out:
+        raise ValueError("`images` is empty: give at least one image.")
+    return out
+
+
+def _record(model, preprocessing):
+    if preprocessing is None:
+        preprocessing = getattr(model, "preprocessing", None)
+        if preprocessing is None:
+            raise ValueError(
+                f"Model {getattr(model, 'name', model)!r} carries no preprocessing record (it "
+                "was built from a file that does not say how its images were scaled). Pass "
+                "preprocessing='inception' ([-1, 1], Google's checkpoints) or 'imagenet' "
+                "(ImageNet mean/std, DeiT and timm), or a Preprocessing record."
+            )
+    if isinstance(preprocessing, str):
+        preprocessing = Preprocessing.from_mode(preprocessing)
+    record = Preprocessing.from_config(preprocessing)
+    if record.image_size is None:
+        record = record.for_image_size(tuple(model.input_shape[1:3]))
+    return record
+
+
+def load_images(images, model, preprocessing=None):
+    """Reads images and prepares them as `model`'s checkpoint expects.
+
+    Args:
+        images: a file path, a PIL image, an `(H, W, C)` array in [0, 255],
+            a batch `(N, H, W, C)`, or a list of any of these (sizes may
+            differ).
+        model: the keras_vit model the images are for.
+        preprocessing: None (default: `model.preprocessing`), a mode
+            ("inception", "imagenet") or a `Preprocessing` record.
+
+    Returns:
+        `(display, inputs)`: the resized and cropped images, uint8
+        `(N, height, width, 3)`, and the model inputs, float32 of the same
+        shape.
+
+    Example:
+
+    >>> import keras_vit
+    >>> model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=1,
+    ...                       num_heads=2, mlp_dim=32, classes=3, preprocessing=
+    ...                       Preprocessing.from_mode("imagenet", image_size=32))
+    >>> display, inputs = load_images(np.zeros((40, 60, 3), "uint8"), model)
+    >>> display.shape, inputs.dtype
+    ((1, 32, 32, 3), dtype('float32'))
+    """
+    record = _record(model, preprocessing)
+    display, inputs = [], []
+    for image in read_images(images):
+        if image.dtype != np.uint8:
+            image = np.asarray(image, "float32")
+        resized = resize_and_crop(image, record)
+        display.append(np.clip(np.round(resized), 0, 255).astype("uint8"))
+        inputs.append(preprocess_input(np.asarray(resized, "float32"), preprocessing=record))
+    return np.stack(display), np.stack(inputs).astype("float32")
