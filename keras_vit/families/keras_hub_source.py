@@ -46,8 +46,13 @@ def model_arguments(directory):
     return KERAS_HUB_FAMILIES.find(backbone).model_arguments(backbone, task)
 
 
-def preset_source(directory):
-    """A `PresetSource` for a keras-hub preset directory."""
+def preset_source(directory, variables=None):
+    """A `PresetSource` for a keras-hub preset directory.
+
+    `variables`: None, or the preset's variables already loaded
+    (`keras_hub_family.read_variables`), which its `read` then uses rather
+    than loading the preset again (a two-tower preset's text and image towers).
+    """
     args = model_arguments(directory)
     prep = keras_hub_family.preprocessing(directory)
     if prep is not None:
@@ -57,8 +62,8 @@ def preset_source(directory):
     family = KERAS_HUB_FAMILIES.find(backbone)
 
     def read_weights(model):
-        variables = keras_hub_family.read_variables(directory, with_task)
+        loaded = keras_hub_family.read_variables(directory, with_task) if variables is None else variables
         path = os.path.join(directory, keras_hub_family.WEIGHTS_FILE)
-        return family.read(variables, backbone, args["num_heads"], path)
+        return family.read(loaded, backbone, args["num_heads"], path)
 
     return C.PresetSource("keras_hub", directory, "ViT", args, read_weights)

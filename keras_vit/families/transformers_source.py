@@ -72,8 +72,13 @@ def read(state, config, path):
     return TRANSFORMERS_FAMILIES.find(config).read(state, config, path)
 
 
-def preset_source(directory):
-    """A `PresetSource` for a transformers directory."""
+def preset_source(directory, state=None):
+    """A `PresetSource` for a transformers directory.
+
+    `state`: None, or the directory's `(state dict, path)` already read
+    (`shards.read_state`), which its `read` then uses rather than reading
+    the files again (a two-tower directory's text and image towers).
+    """
     config = read_json(os.path.join(directory, "config.json"))
     family = TRANSFORMERS_FAMILIES.find(config)
     args = family.model_arguments(config)
@@ -82,8 +87,8 @@ def preset_source(directory):
         args["preprocessing"] = family.preprocessing(read_json(prep_path), args).get_config()
 
     def read_weights(model):
-        state, path = shards.read_state(directory)
-        return family.read(state, config, path)
+        tensors, path = shards.read_state(directory) if state is None else state
+        return family.read(tensors, config, path)
 
     return C.PresetSource("transformers", directory, "ViT", args, read_weights)
 

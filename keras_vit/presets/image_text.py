@@ -29,7 +29,8 @@ from typing import NamedTuple
 
 import keras
 
-from keras_vit import presets
+from keras_vit.families import keras_hub_image_text, keras_hub_source, transformers_image_text, transformers_source
+from keras_vit.presets.loading import build, detect_layout, from_preset, preset_directory
 from keras_vit.text.encoder import TextEncoder
 from keras_vit.text.keras_hub_tokenizer import SentencePieceTokenizer, load_keras_hub_tokenizer
 from keras_vit.text.tokenizer import JsonTokenizer, SiglipTokenizer, load_tokenizer
@@ -37,8 +38,6 @@ from keras_vit.version import __version__
 from keras_vit.weights import shards
 from keras_vit.weights.files import read_json, write_json
 from keras_vit.weights.formats import keras_hub_family
-from keras_vit.families import keras_hub_image_text
-from keras_vit.families import transformers_image_text
 from keras_vit.weights.loader import load_checkpoint
 
 REGISTERED = "keras_vit>ImageTextModel"
@@ -66,9 +65,9 @@ def read_parts(handle, dtype=None):
         ValueError: for a directory that is not a two-tower preset keras_vit
             reads, or whose files do not match.
     """
-    directory = presets.preset_directory(handle)
+    directory = preset_directory(handle)
     overrides = {} if dtype is None else {"dtype": dtype}
-    layout = presets.detect_layout(directory)
+    layout = detect_layout(directory)
     readers = {"transformers": _transformers, "keras_hub": _keras_hub, "keras_vit": _keras_vit}
     if layout not in readers:
         raise ValueError(
@@ -83,13 +82,13 @@ def _transformers(directory, overrides):
     config = read_json(os.path.join(directory, "config.json"))
     tower = transformers_image_text.text_tower(config)
     text_encoder = TextEncoder(**transformers_image_text.text_arguments(config), **overrides)
+    # Read once: the text tower, the logits and the image tower from the same tensors.
     state, path = shards.read_state(directory)
     load_checkpoint(text_encoder, transformers_image_text.read_text(state, config, path))
     scale, bias = transformers_image_text.logits(state, config, path)
-    del state
     padding, max_length = transformers_image_text.pipeline_padding(config)
     tokenizer = load_tokenizer(directory, max_length, padding, lowercase=tower.lowercase)
-    image_encoder = presets.from_preset(directory, **overrides)
+    image_encoder = build(transformers_source.preset_source(directory, state=(state, path)), **overrides)
     return Parts(image_encoder, text_encoder, tokenizer, scale, bias, tower.activation)
 
 
@@ -104,12 +103,12 @@ def _keras_hub(directory, overrides):
             f"tower's {arguments['max_length']} positions."
         )
     text_encoder = TextEncoder(**arguments, **overrides)
+    # Loaded once by keras-hub: the text tower, the logits and the image tower from the same variables.
     variables = keras_hub_family.read_variables(directory, with_task=False)
     path = os.path.join(directory, keras_hub_family.WEIGHTS_FILE)
     load_checkpoint(text_encoder, keras_hub_image_text.read_text(variables, backbone, path))
     scale, bias = keras_hub_image_text.logits(variables, backbone, path)
-    del variables
-    image_encoder = presets.from_preset(directory, **overrides)
+    image_encoder = build(keras_hub_source.preset_source(directory, variables=variables), **overrides)
     return Parts(image_encoder, text_encoder, tokenizer, scale, bias, tower.activation)
 
 
@@ -128,7 +127,7 @@ def _keras_vit(directory, overrides):
     if kind not in TOKENIZERS:
         raise ValueError(f"{directory!r}: its tokenizer must be one of {tuple(TOKENIZERS)}. Received: {kind!r}")
     tokenizer = TOKENIZERS[kind].from_files(os.path.join(directory, TOKENIZER_FOLDER), config["tokenizer"]["config"])
-    image_encoder = presets.from_preset(os.path.join(directory, IMAGE_FOLDER), **overrides)
+    image_encoder = from_preset(os.path.join(directory, IMAGE_FOLDER), **overrides)
     return Parts(image_encoder, text_encoder, tokenizer, config["logit_scale"], config["logit_bias"],
                  config["activation"])
 

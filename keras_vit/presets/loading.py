@@ -24,19 +24,19 @@ backend) or `format="transformers"` (loaded by
 
 import os
 
+from keras_vit.families import keras_hub_source as keras_hub
+from keras_vit.families import transformers_source as transformers
+from keras_vit.families.writers import KERAS_WEIGHTS, PRESET_FORMATS, save_to_preset  # noqa: F401
 from keras_vit.layers.config import training_fields
 from keras_vit.models import ViT, ViTHybrid
 from keras_vit.models.arguments import OTHER_NAMES
 from keras_vit.validation import check_keywords
 from keras_vit.weights import loader, shards
-from keras_vit.weights.canonical import Checkpoint, PresetSource
+from keras_vit.weights.canonical import PresetSource
 from keras_vit.weights.files import read_json as _read_json
+from keras_vit.weights.formats import keras_vit as keras_vit_format
 from keras_vit.weights.formats import timm, timm_eva
-from keras_vit.families import keras_hub_source as keras_hub
-from keras_vit.families import transformers_source as transformers
-from keras_vit.weights.mapping import model_state
 from keras_vit.weights.record import Preprocessing
-from keras_vit.families.writers import KERAS_WEIGHTS, PRESET_FORMATS, save_to_preset  # noqa: F401
 
 HF_SCHEME = "hf://"
 KAGGLE_SCHEME = "kaggle://"
@@ -235,16 +235,13 @@ def _keras_vit_source(directory):
     path = os.path.join(directory, KERAS_WEIGHTS)
 
     def read(model):
-        # Keras reads its own file into the preset's own model; the canonical
-        # copy then serves any overrides (new head, new image size).
-        source = _build(model_class, args)
+        # Keras reads its own file, walking a tiny template of the model's
+        # layers (`formats.keras_vit.read`): the canonical arrays then serve
+        # any overrides (new head, new image size) without a second model
+        # of the checkpoint's size.
         if not os.path.isfile(path):
             raise FileNotFoundError(f"Preset weights not found: {path!r}")
-        try:
-            source.load_weights(path)
-        except ValueError as error:
-            raise ValueError(f"Cannot load {path!r}: {error}") from None
-        return Checkpoint(path, "keras_vit", model_state(source), {})
+        return keras_vit_format.read(path, model)
 
     return PresetSource("keras_vit", directory, model_class, args, read)
 
@@ -318,6 +315,22 @@ def _apply_overrides(args, overrides):
     return args
 
 
+def build(source, **overrides):
+    """The model a `PresetSource` describes, with `overrides`, its weights loaded.
+
+    The step `from_preset` ends with, for readers that hold a source already
+    (a two-tower preset's image tower, read from tensors read once).
+    """
+    args = _apply_overrides(source.arguments, overrides)
+    model = _build(source.model_class, args)
+    if source.layout == "keras_vit" and not overrides:
+        # The preset's own model: Keras reads its file straight into it.
+        model.load_weights(os.path.join(source.directory, KERAS_WEIGHTS))
+        return model
+    loader.load_checkpoint(model, source.read(model))
+    return model
+
+
 def from_preset(handle, **overrides):
     """Builds a keras_vit model from a whole checkpoint directory.
 
@@ -367,13 +380,5 @@ def from_preset(handle, **overrides):
     >>> bool(np.array_equal(again.predict(x, verbose=0), model.predict(x, verbose=0)))
     True
     """
-    source = describe_preset(handle)
-    args = _apply_overrides(source.arguments, overrides)
-    model = _build(source.model_class, args)
-    if source.layout == "keras_vit" and not overrides:
-        # The preset's own model: Keras reads its file straight into it.
-        model.load_weights(os.path.join(source.directory, KERAS_WEIGHTS))
-        return model
-    loader.load_checkpoint(model, source.read(model))
-    return model
+    return build(describe_preset(handle), **overrides)
 

@@ -17,6 +17,7 @@ then applies: `predict`, `decode_predictions(..., model=)`,
 `save_to_preset`, `model.export` and its int8 export.
 """
 
+import keras
 import numpy as np
 
 from keras_vit.presets import image_text as image_text_presets
@@ -26,7 +27,7 @@ from keras_vit.text.tokenizer import Tokenizer, check_texts
 from keras_vit.validation import check_choice, check_positive_int
 from keras_vit.weights.canonical import HEAD, Checkpoint
 from keras_vit.weights.loader import load_checkpoint
-from keras_vit.weights.mapping import model_state
+from keras_vit.weights.mapping import model_variables
 
 ACTIVATIONS = ("softmax", "sigmoid")
 # An image tower's pooling -> the classifier that pools the same way.
@@ -94,8 +95,10 @@ def zero_shot_classifier(image_encoder, class_embeddings, class_names, logit_sca
         name: the model's name.
 
     Returns:
-        A new model of the image tower's class (its weights copied), with
-        `classes`, `class_names` and `preprocessing` set.
+        A new model of the image tower's class, with `classes`,
+        `class_names` and `preprocessing` set; its weights are the tower's,
+        moved from variable to variable in the backend's own tensors (never
+        through NumPy), and the class head.
 
     Raises:
         ValueError: for class embeddings of another width than the image
@@ -125,7 +128,9 @@ def zero_shot_classifier(image_encoder, class_embeddings, class_names, logit_sca
             f"The class embeddings must be as wide as the image embedding ({width}). "
             f"Received: class_embeddings of width {kernel.shape[0]}"
         )
-    params = model_state(image_encoder)
+    # The tower's variables by canonical key: their values go straight into
+    # the classifier's (`load_checkpoint` assigns backend tensors as they are).
+    params = {key: variable.value for key, variable in model_variables(image_encoder).items()}
     config = image_encoder.get_config()
     projection_dim = config.get("projection_dim")
     if config["include_top"]:
@@ -136,7 +141,7 @@ def zero_shot_classifier(image_encoder, class_embeddings, class_names, logit_sca
                 f"representation_size={config.get('representation_size')!r}, "
                 f"distillation_head={config.get('distillation_head')!r}"
             )
-        tower_bias = params.pop(HEAD + "bias")
+        tower_bias = keras.ops.convert_to_numpy(params.pop(HEAD + "bias"))
         if np.any(tower_bias != 0):
             raise ValueError(
                 "The image tower's head must be a projection without bias (CLIP's). Received: "

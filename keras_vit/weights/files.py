@@ -1,8 +1,11 @@
 """Reading checkpoint files safely: existence checks and PyTorch-style state
 dicts (`.safetensors`, or `.pth`/`.pt`/`.bin` with `weights_only=True`) as
-NumPy. Nothing is unpickled."""
+NumPy. Nothing is unpickled; a `.safetensors` file's tensors are read one at
+a time, when their values are needed (`LazyTensor`)."""
 
 import os
+
+import numpy as np
 
 
 def check_file(path):
@@ -17,26 +20,131 @@ def check_file(path):
     return path
 
 
-def _read_safetensors(path):
+class LazyTensor:
+    """One tensor of a `.safetensors` file, read from it when its values are needed.
+
+    Its `shape` and `dtype` are known from the file's header; `np.asarray`
+    (and any array operation or attribute) reads it (bfloat16 widened to
+    float32), then applies the views a layout's rules take of it (`view`).
+    Nothing is kept, so a loader that assigns tensors one at a time holds
+    one at a time (`keras_vit.weights.loader.load_checkpoint`). Every read
+    goes through `read_tensor`.
+
+    Example:
+
+    >>> import numpy as np, os, tempfile
+    >>> from safetensors.numpy import save_file
+    >>> path = os.path.join(tempfile.mkdtemp(), "w.safetensors")
+    >>> save_file({"w": np.arange(6, dtype="float32").reshape(2, 3)}, path)
+    >>> lazy = read_state_dict(path)["w"]
+    >>> lazy.shape, lazy.view(lambda a: a.T).shape
+    ((2, 3), (3, 2))
+    >>> np.asarray(lazy.view(lambda a: a.T))[0].tolist()
+    [0.0, 3.0]
+    """
+
+    def __init__(self, path, key, shape, dtype, views=()):
+        self.path, self.key = path, key
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.views = tuple(views)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape))
+
+    def __len__(self):
+        return self.shape[0]
+
+    def stand_in(self):
+        """An array of this shape and dtype that occupies no memory (every stride 0)."""
+        return np.lib.stride_tricks.as_strided(np.zeros(1, self.dtype), self.shape, (0,) * len(self.shape))
+
+    def view(self, function):
+        """This tensor through `function`, a view of an array (a transpose, reshape, slice)."""
+        shape = function(self.stand_in()).shape
+        return LazyTensor(self.path, self.key, shape, self.dtype, self.views + (function,))
+
+    def __array__(self, dtype=None, copy=None):
+        array = read_tensor(self.path, self.key)
+        for function in self.views:
+            array = function(array)
+        return array if dtype is None else array.astype(dtype, copy=False)
+
+    def __getattr__(self, name):
+        # Anything else an array has: read it.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(np.asarray(self), name)
+
+    def __getitem__(self, index):
+        return np.asarray(self)[index]
+
+    def __repr__(self):
+        return f"LazyTensor({self.key!r} of {os.path.basename(self.path)!r}, shape={self.shape}, dtype={self.dtype})"
+
+
+def _delegate(name):
+    def method(self, *args):
+        return getattr(np.asarray(self), name)(*args)
+
+    method.__name__ = name
+    return method
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+              "__rtruediv__", "__neg__", "__abs__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
+              "__ge__", "__matmul__", "__rmatmul__", "__pow__", "__float__", "__int__", "__bool__", "__iter__"):
+    setattr(LazyTensor, _name, _delegate(_name))
+LazyTensor.__hash__ = object.__hash__
+
+
+def _safetensors_error(path, error):
+    return ValueError(f"Cannot read checkpoint {path!r}: {type(error).__name__}: {error}")
+
+
+def read_tensor(path, key):
+    """One tensor of a `.safetensors` file as NumPy, bfloat16 widened to float32."""
     # Registers bfloat16 with NumPy (a Keras dependency), so safetensors
-    # can hand out bfloat16 tensors, which are widened below.
+    # can hand out bfloat16 tensors, which are widened here.
     import ml_dtypes  # noqa: F401
-    from safetensors.numpy import load_file
+    from safetensors import safe_open
 
     try:
-        state = load_file(path)
+        with safe_open(path, framework="numpy") as handle:
+            array = handle.get_tensor(key)
     except Exception as error:  # safetensors raises its own error types
-        raise ValueError(
-            f"Cannot read checkpoint {path!r}: {type(error).__name__}: {error}"
-        ) from None
-    return {
-        k: v.astype("float32") if v.dtype.kind == "V" or v.dtype.name == "bfloat16" else v
-        for k, v in state.items()
-    }
+        raise _safetensors_error(path, error) from None
+    return array.astype("float32") if array.dtype.kind == "V" or array.dtype.name == "bfloat16" else array
+
+
+# safetensors' dtype names, as NumPy reads them (bfloat16 is widened on reading).
+_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "float32",
+                       "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
+                       "BOOL": "bool"}
+
+
+def _read_safetensors(path):
+    """`{key: LazyTensor}` of a `.safetensors` file: its header is read, not its tensors."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(path, framework="numpy") as handle:
+            header = {key: handle.get_slice(key) for key in handle.keys()}
+            state = {
+                key: LazyTensor(path, key, part.get_shape(), _SAFETENSORS_DTYPES.get(part.get_dtype(), "float32"))
+                for key, part in header.items()
+            }
+    except Exception as error:  # safetensors raises its own error types
+        raise _safetensors_error(path, error) from None
+    return state
 
 
 def read_state_dict(path):
-    """A PyTorch-style state dict from `.safetensors` or `.pth` as NumPy."""
+    """A PyTorch-style state dict from `.safetensors` (as `LazyTensor`s) or `.pth` (as NumPy)."""
     path = check_file(path)
     if path.lower().endswith(".safetensors"):
         return _read_safetensors(path)

@@ -4,6 +4,7 @@ import logging
 import os
 import warnings
 
+import keras
 import numpy as np
 
 from keras_vit.architectures import architecture_name
@@ -235,5 +236,9 @@ def load_checkpoint(model, checkpoint):
     for note in notes:
         warnings.warn(note, stacklevel=3)
     for variable, value in assignments.values():
-        variable.assign(np.asarray(value, dtype="float32"))
+        # A backend tensor (another model's variable) is copied by the
+        # backend (jax's training steps donate a variable's buffer, which must
+        # not be shared); anything else is read into NumPy now, one tensor
+        # at a time.
+        variable.assign(keras.ops.copy(value) if keras.ops.is_tensor(value) else np.asarray(value, dtype="float32"))
     return model

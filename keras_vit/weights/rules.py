@@ -26,6 +26,8 @@ from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
+from keras_vit.weights.files import LazyTensor
+
 _FIELD = re.compile(r"\{(\w+)\}")
 _FIELD_PATTERNS = {"i": r"\d+", "path": r".+", "dir": r"(?:[^/]+/)*"}
 _DEFAULT_FIELD = r"[^/.]+"
@@ -187,6 +189,13 @@ TRANSFORMS = {
 }
 
 
+def _lazy_read(tensor, transform, num_heads):
+    """`transform.read` of a `LazyTensor`, as lazy views of it (one per part)."""
+    if not transform.parts:
+        return tensor.view(lambda a: transform.read(a, num_heads))
+    return tuple(tensor.view(lambda a, n=n: transform.read(a, num_heads)[n]) for n in range(len(transform.parts)))
+
+
 class Rule(NamedTuple):
     """`source` key template <-> `canonical` key template, with a `TRANSFORMS` name."""
 
@@ -304,7 +313,12 @@ class RuleTable:
                 unknown.append(key)
                 continue
             transform = TRANSFORMS[rule.transform]
-            value = transform.read(np.asarray(array), num_heads)
+            if isinstance(array, LazyTensor):
+                # Not read yet: the canonical tensors are views of it, read
+                # when they are assigned (the transforms only take views).
+                value = _lazy_read(array, transform, num_heads)
+            else:
+                value = transform.read(np.asarray(array), num_heads)
             if not transform.parts:
                 params[_fill(rule.canonical, fields)] = value
                 continue
