@@ -188,10 +188,11 @@ OTHER_CASES = {
         {"class_embeddings": (2, 6, 6), "logit_shift": (2, 6, 1), "logit_scale": (2, 6, 1), "pred_boxes": (2, 6, 4),
          "objectness_logits": (2, 6)}, (20, 0, 0),
     ),
-    # The fixed queries: a weight that is not trained.
+    # The fixed queries: a weight that is not trained. Its three inputs as a
+    # tuple: tensorflow's datasets take a list for one tensor.
     "QueryLogits": Case(
         lambda **kw: QueryLogits(num_queries=3, query_dim=5, **kw),
-        [_normal(2, 4, 5), _normal(2, 4, 1), _normal(2, 4, 1)], (2, 4, 3), (0, 1, 1),
+        (_normal(2, 4, 5), _normal(2, 4, 1), _normal(2, 4, 1)), (2, 4, 3), (0, 1, 1),
     ),
     # The Fourier matrix, four point embeddings, not-a-point, no-mask (7);
     # three convolutions (6) and two LayerNorms (4).
