@@ -25,6 +25,7 @@ backend) or `format="transformers"` (loaded by
 import os
 
 from keras_vit.families import keras_hub_source as keras_hub
+from keras_vit.families import sam
 from keras_vit.families import transformers_source as transformers
 from keras_vit.families.writers import KERAS_WEIGHTS, PRESET_FORMATS, save_to_preset  # noqa: F401
 from keras_vit.layers.config import training_fields
@@ -247,8 +248,11 @@ def _keras_vit_source(directory):
 
 
 def _timm_source(directory):
-    """timm's `Eva` models by their module, every other timm ViT by `timm`'s."""
+    """timm's `Eva` models by their module, `samvit_*` by the SAM family's
+    (`keras_vit.families.sam`), every other timm ViT by `timm`'s."""
     config = _read_json(os.path.join(directory, "config.json"))
+    if sam.is_timm_samvit(config):
+        return sam.timm_preset_source(directory)
     reader = timm_eva if timm_eva.is_eva(config) else timm
     return reader.preset_source(directory)
 
