@@ -82,13 +82,18 @@ def _model_options(parser):
     parser.add_argument("--weights", help="registered weights name or checkpoint path, with a constructor name")
     parser.add_argument(
         "--gelu", choices=GELU_FLAVOURS, default=None,
-        help="GELU flavour (default: the one the weights were trained with; a file that "
-        "does not record it, such as DeiT's .npz, needs erf)",
+        help="GELU flavour (default: the one the weights record; an .npz or .weights.h5 does "
+        "not record it and needs --gelu: Google's .npz tanh, DeiT's erf)",
     )
     parser.add_argument(
         "--preprocessing", choices=NORMALIZATIONS, default=None,
         help="input scaling where the model has no record of its own: inception ([-1, 1], "
         "Google checkpoints) or imagenet (mean/std, timm and DeiT weights)",
+    )
+    parser.add_argument(
+        "--class-names", default=None,
+        help="the head's class names where the model records none: imagenet1k, imagenet21k "
+        "(weights trained on ImageNet, such as DeiT's .npz) or a text file with one name per line",
     )
     parser.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
 
@@ -131,8 +136,8 @@ def _classify_parser(commands):
         description=(
             "Prints the most probable classes of each image (keras_vit.classify): "
             "the images are resized, cropped and scaled as the model's checkpoint "
-            "records, and named by the model's class names (ImageNet's for 1000 "
-            "or 21843 classes)."
+            "records, and named by the class names the model records (or --class-names); "
+            "a model that records none gets class indices."
         ),
     )
     parser.add_argument("model", help=MODEL_HELP)

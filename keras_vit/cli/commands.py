@@ -30,7 +30,7 @@ from keras_vit.architectures import GELU_FLAVOURS
 from keras_vit.inspection import plots
 from keras_vit.presets.resolver import load_model
 from keras_vit.preprocessing import Preprocessing
-from keras_vit.tasks.classification import classify, decode_predictions
+from keras_vit.tasks.classification import classify
 from keras_vit.tasks.images import load_images
 
 
@@ -61,6 +61,8 @@ def command_model(args, source=None):
     else:
         weights = args.weights
     model = load_model(source, weights=weights, **options)
+    if getattr(args, "class_names", None) is not None:
+        model.class_names = _class_names(args.class_names)
     if args.preprocessing is not None:
         crop = getattr(args, "crop_fraction", None)
         model.preprocessing = Preprocessing.from_mode(
@@ -69,12 +71,28 @@ def command_model(args, source=None):
     return model
 
 
+def _class_names(value):
+    """`--class-names`: a list name of `keras_vit.labels.LISTS`, or a file of one name a line."""
+    from keras_vit import labels
+
+    if value in labels.LISTS:
+        return value
+    if not os.path.isfile(value):
+        raise ValueError(
+            f"--class-names takes {', '.join(labels.LISTS)} or a text file with one name per "
+            f"line. Received: {value!r} (no such file, resolved to {os.path.abspath(value)!r})"
+        )
+    with open(value, encoding="utf-8") as handle:
+        return [line.strip() for line in handle if line.strip()]
+
+
 def _needs_preprocessing(model):
     if getattr(model, "preprocessing", None) is None:
         raise ValueError(
-            f"Model {model.name!r} does not record how its images are scaled (a checkpoint "
-            "file does not say): give --preprocessing inception ([-1, 1], Google's "
-            "checkpoints) or --preprocessing imagenet (ImageNet mean/std, DeiT and timm)."
+            f"Model {model.name!r} does not record how its images are scaled (it was built "
+            "without weights that record it, from scratch or from a checkpoint file such as an "
+            ".npz): give --preprocessing inception ([-1, 1], Google's checkpoints) or "
+            "--preprocessing imagenet (ImageNet mean/std, DeiT and timm)."
         )
 
 
@@ -86,13 +104,9 @@ def _summary(model, logits, distances, rollout_grid, similarity):
             probs = ops.convert_to_numpy(ops.softmax(ops.convert_to_tensor(probs)))
         count = min(5, len(probs))
         top = np.argsort(probs)[::-1][:count]
-        names = {}
-        try:
-            own = model if model.class_names is not None else None
-            decoded = decode_predictions(probs[None], top=count, model=own)[0]
-            names = {int(i): f" {name}" for i, (_, name, _) in zip(top, decoded)}
-        except ValueError:  # neither the model's own names nor an ImageNet head
-            pass
+        # Names only from the model's record: a 1000-wide head is not ImageNet's by its width.
+        own = model.class_names or {}
+        names = {int(i): f" {own[int(i)]}" for i in top} if own else {}
         lines.append(
             f"top-{count} classes: "
             + ", ".join(f"{int(i)}{names.get(int(i), '')} ({probs[i]:.3f})" for i in top)
