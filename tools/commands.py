@@ -158,7 +158,9 @@ def _export_parser(commands):
             "artifact in its own runtime (OpenVINO in float32 unless --precision) "
             "on random images (or --images) and prints the largest difference "
             "from model.predict; exit status 1 above --tolerance, 2 on unusable "
-            "input. With --quantize int8, ONNX and OpenVINO artifacts are "
+            "input. Every artifact carries the model's class names and preprocessing; "
+            "with --raw-images it takes uint8 images of any size and prepares them itself. "
+            "With --quantize int8, ONNX and OpenVINO artifacts are "
             "quantized by the runtime's own tool and the top-1 agreement with "
             "float32 is printed (exit status 1 below --min-agreement)."
         ),
@@ -183,6 +185,12 @@ def _export_parser(commands):
         "--precision", choices=OPENVINO_PRECISIONS, default=None,
         help="OpenVINO inference precision of the check (default f32; OpenVINO's own "
         "CPU default is bf16 where the CPU has it)",
+    )
+    parser.add_argument(
+        "--raw-images", action="store_true",
+        help="the artifact takes uint8 images of any size and resizes, crops and scales them "
+        "itself as the model's preprocessing record says, returning keras_vit.classify's "
+        "probabilities (checked against keras_vit.classify)",
     )
     parser.add_argument(
         "--images", nargs="+", help="image files to check on (default: random images)"
