@@ -37,6 +37,11 @@ def _preprocessing(value, image_size):
     return Preprocessing.from_mode(value, image_size=tuple(image_size))
 
 
+# Constructor and class names by their lower-case spelling: the default
+# `name` of the model each builds.
+_LOWER_NAMES = {name.lower(): name for name in (*CONSTRUCTORS, *MODEL_CLASSES)}
+
+
 def _closest(name):
     names = list(CONSTRUCTORS) + list(MODEL_CLASSES) + list(ARCHITECTURE_CONFIGS)
     match = difflib.get_close_matches(name, names, n=1)
@@ -104,7 +109,8 @@ def load_model(source, weights=None, preprocessing=None, **overrides):
             `"kaggle://owner/model/framework/variation"` handle
             (`keras_vit.from_preset`); a `.keras` file; a checkpoint file
             (the architecture is read from its tensors); or a constructor
-            ("ViTTi16", "ViT") or architecture ("Ti/16") name.
+            ("ViTTi16", "ViT", or the model name it gives, "vitti16") or
+            architecture ("Ti/16") name.
         weights: with a name only: None, a registered weights name or a
             checkpoint path.
         preprocessing: None (the source's record, if any), a mode
@@ -151,6 +157,9 @@ def load_model(source, weights=None, preprocessing=None, **overrides):
         model = _from_file(source, weights, overrides)
     elif source in MODEL_CLASSES or source in CONSTRUCTORS or source in ARCHITECTURE_CONFIGS:
         model = _constructor(source)(weights=weights, **overrides)
+    elif source.lower() in _LOWER_NAMES:
+        # The name a constructor gives its model ("vitti16"), as printed.
+        model = _constructor(_LOWER_NAMES[source.lower()])(weights=weights, **overrides)
     elif os.sep in source or "/" in source or os.path.splitext(source)[1]:
         raise ValueError(
             f"No file or folder at {source!r} (resolved to {os.path.abspath(source)!r})."
