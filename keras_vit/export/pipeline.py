@@ -335,8 +335,8 @@ def export_model(model, path, format, image_size=None, batch_size=None, verbose=
     ...                       num_layers=1, num_heads=2, mlp_dim=32, classes=10)
     >>> folder = tempfile.mkdtemp()
     >>> path = export_model(model, os.path.join(folder, "vit"), "tf_saved_model")
-    >>> sorted(os.listdir(path))[:2]
-    ['assets', 'fingerprint.pb']
+    >>> sorted(os.listdir(path))[:3]
+    ['assets', 'assets.extra', 'fingerprint.pb']
     """
     import keras
 

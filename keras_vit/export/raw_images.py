@@ -101,6 +101,15 @@ def as_raw_images(images):
 
     Raises:
         ValueError: for values that are not whole numbers in [0, 255].
+
+    Example:
+
+    >>> [image.dtype.name for image in as_raw_images([np.zeros((2, 3, 3)), np.full((4, 5, 3), 255.0)])]
+    ['uint8', 'uint8']
+    >>> as_raw_images(np.full((1, 2, 2, 3), 0.5))
+    Traceback (most recent call last):
+    ...
+    ValueError: The artifact takes raw images: uint8 pixels in [0, 255] (it resizes and scales them itself). Received: float64 values in [0.5, 0.5]
     """
     if isinstance(images, (list, tuple)):
         return [as_raw_images(np.asarray(image)[None])[0] for image in images]
