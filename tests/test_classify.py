@@ -141,10 +141,12 @@ def test_load_model_takes_every_way_of_naming_a_model(tmp_path, rng):
     by_name = keras_vit.load_model("ViTTi16", weights=str(file), preprocessing="inception",
                                    mlp_activation="gelu_tanh")
     by_architecture = keras_vit.load_model("Ti/16", weights=str(file), mlp_activation="gelu_tanh")
+    # The model name `keras-vit export` prints ("vitti16") names its constructor.
+    by_model_name = keras_vit.load_model(from_file.name, weights=str(file), mlp_activation="gelu_tanh")
     by_name.save_to_preset(tmp_path / "preset")
     by_name.save(tmp_path / "model.keras")
     expected = to_numpy(from_file.predict(x, verbose=0))
-    for model in (by_name, by_architecture, keras_vit.load_model(str(tmp_path / "preset")),
+    for model in (by_name, by_architecture, by_model_name, keras_vit.load_model(str(tmp_path / "preset")),
                   keras_vit.load_model(tmp_path / "model.keras"), keras_vit.load_model(by_name)):
         np.testing.assert_allclose(to_numpy(model.predict(x, verbose=0)), expected, atol=1e-5)
     assert keras_vit.load_model(str(tmp_path / "preset")).preprocessing.mode == "inception"
