@@ -97,7 +97,10 @@ def _as_inputs(x, entries=None):
     """
     if not isinstance(x, dict):
         x = np.asarray(x)
-        if entries and entries.get("raw_images") is False and np.issubdtype(x.dtype, np.integer):
+        # Only image artifacts record a preprocessing: integer token ids
+        # (text towers) pass.
+        if entries and entries.get("preprocessing") and entries.get("raw_images") is False \
+                and np.issubdtype(x.dtype, np.integer):
             raise ValueError(
                 f"This artifact takes images already preprocessed ({entries.get('inputs')}); these "
                 f"are {x.dtype} pixels. Scale them first (keras_vit.preprocess_input(x, "
