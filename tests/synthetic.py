@@ -131,6 +131,10 @@ def to_timm(params, num_heads):
 def tiny_model(**overrides):
     """`keras_vit.ViT` on the TINY config, returning logits."""
     config = dict(TINY, classes=10, classifier_activation=None)
+    if "block_config" not in overrides and str(overrides.get("weights", "")).endswith((".npz", ".h5")):
+        # Google-layout .npz and Keras weights files record no GELU: the
+        # synthetic ones hold the tanh GELU's.
+        config["mlp_activation"] = "gelu_tanh"
     config.update(overrides)
     return keras_vit.ViT(**config)
 

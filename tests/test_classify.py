@@ -87,10 +87,36 @@ def test_classify_asks_for_the_scaling_a_model_does_not_record():
         keras_vit.classify(model, "missing.jpg", preprocessing="inception")
 
 
+@pytest.mark.parametrize("classes", [1000, 21843, 5])
+def test_classify_names_classes_only_from_the_model_record(classes):
+    """A head's width never names its classes: a random 1000- or 21843-wide
+    head gets indices and one warning, until its names are set."""
+    import warnings
+
+    from keras_vit import labels
+
+    model = keras_vit.ViT(**TINY, classes=classes,
+                          preprocessing=Preprocessing.from_mode("inception", image_size=32))
+    image = np.zeros((40, 60, 3), "uint8")
+    with pytest.warns(UserWarning, match="records no class names") as caught:
+        first = keras_vit.classify(model, image, top=2)[0]
+    assert [p.name for p in first] == [None, None]
+    said = [str(w.message) for w in caught if "records no class names" in str(w.message)]
+    assert len(said) == 1 and ("class_names='imagenet" in said[0]) == (classes in labels.NUM_CLASSES)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*class names")  # once per model
+        keras_vit.classify(model, image, top=2)
+    model.class_names = labels.list_name(classes) if classes in labels.NUM_CLASSES else list("abcde")
+    named = keras_vit.classify(model, image, top=2)[0]
+    assert [p.name for p in named] == [model.class_names[p.index] for p in named]
+    assert all(p.name is not None for p in named)
+
+
 @requires_shared
 def test_classify_a_real_photo_from_the_deit_file(tmp_path):
     Image.fromarray(_photo()).save(tmp_path / "chelsea.jpg")
-    model = keras_vit.load_model(str(DEIT_NPZ), mlp_activation="gelu", preprocessing="imagenet")
+    model = keras_vit.load_model(str(DEIT_NPZ), mlp_activation="gelu", preprocessing="imagenet",
+                                 class_names="imagenet1k")
     top = keras_vit.classify(model, str(tmp_path / "chelsea.jpg"), top=3)[0]
     assert {p.index for p in top} <= CAT_CLASSES | {283, 287}, top
     assert top[0].index in CAT_CLASSES and top[0].name in ("tabby", "tiger_cat", "Egyptian_cat")
@@ -108,15 +134,19 @@ def _official_file(tmp_path, rng):
 def test_load_model_takes_every_way_of_naming_a_model(tmp_path, rng):
     file = _official_file(tmp_path, rng)
     x = rng.normal(size=(1, 32, 32, 3)).astype("float32")
-    with pytest.warns(UserWarning, match="does not record the GELU.*mlp_activation='gelu'.*--gelu erf"):
-        from_file = keras_vit.load_model(str(file))
+    with pytest.raises(ValueError, match="does not record the GELU.*mlp_activation='gelu'.*--gelu erf"):
+        keras_vit.load_model(str(file))
+    from_file = keras_vit.load_model(str(file), mlp_activation="gelu_tanh")
     assert from_file.name == "vitti16" and from_file.image_size == (32, 32) and from_file.classes == 4
-    by_name = keras_vit.load_model("ViTTi16", weights=str(file), preprocessing="inception")
-    by_architecture = keras_vit.load_model("Ti/16", weights=str(file))
+    by_name = keras_vit.load_model("ViTTi16", weights=str(file), preprocessing="inception",
+                                   mlp_activation="gelu_tanh")
+    by_architecture = keras_vit.load_model("Ti/16", weights=str(file), mlp_activation="gelu_tanh")
+    # The model name `keras-vit export` prints ("vitti16") names its constructor.
+    by_model_name = keras_vit.load_model(from_file.name, weights=str(file), mlp_activation="gelu_tanh")
     by_name.save_to_preset(tmp_path / "preset")
     by_name.save(tmp_path / "model.keras")
     expected = to_numpy(from_file.predict(x, verbose=0))
-    for model in (by_name, by_architecture, keras_vit.load_model(str(tmp_path / "preset")),
+    for model in (by_name, by_architecture, by_model_name, keras_vit.load_model(str(tmp_path / "preset")),
                   keras_vit.load_model(tmp_path / "model.keras"), keras_vit.load_model(by_name)):
         np.testing.assert_allclose(to_numpy(model.predict(x, verbose=0)), expected, atol=1e-5)
     assert keras_vit.load_model(str(tmp_path / "preset")).preprocessing.mode == "inception"

@@ -63,7 +63,8 @@ def test_tiny_checkpoint_with_keras_file(tmp_path, rng):
     params = official_params(rng, representation_size=12)
     np.savez(tmp_path / "tiny.npz", **params)
     output = tmp_path / "out" / "tiny.weights.h5"
-    argv = ["--config", TINY_ARCH, "--weights", str(tmp_path / "tiny.npz"), "--output", str(output), "--keras"]
+    argv = ["--config", TINY_ARCH, "--weights", str(tmp_path / "tiny.npz"), "--output", str(output), "--keras",
+            "--gelu", "tanh"]
     assert main(argv) == 0
     loaded = keras.saving.load_model(tmp_path / "out" / "tiny.keras")
     assert loaded.representation_size == 12 and loaded.mlp_activation == "gelu_tanh"
@@ -75,7 +76,8 @@ def test_tiny_checkpoint_with_keras_file(tmp_path, rng):
 def test_exit_code_when_tolerance_is_violated(tmp_path, rng, capsys):
     np.savez(tmp_path / "tiny.npz", **official_params(rng))
     # float32 Keras can never equal the float64 NumPy pass to the last bit.
-    argv = ["--config", TINY_ARCH, "--weights", str(tmp_path / "tiny.npz"), "--output", str(tmp_path / "t.weights.h5"), "--tolerance", "0"]
+    argv = ["--config", TINY_ARCH, "--weights", str(tmp_path / "tiny.npz"), "--output", str(tmp_path / "t.weights.h5"),
+            "--gelu", "tanh", "--tolerance", "0"]
     assert main(argv) == 1
     assert "FAILED" in capsys.readouterr().out
 
@@ -157,7 +159,11 @@ def test_a_checkpoint_file_names_its_own_architecture(tmp_path, rng, capsys):
                              num_heads=3, mlp_dim=768, classes=4)
     np.savez(tmp_path / "ti.npz", **params)
     output = tmp_path / "ti.weights.h5"
-    assert main(["--weights", str(tmp_path / "ti.npz"), "--output", str(output), "--batch-size", "1"]) == 0
+    # An .npz does not record its GELU: the same rule as the constructors'.
+    assert main(["--weights", str(tmp_path / "ti.npz"), "--output", str(output), "--batch-size", "1"]) == 2
+    assert "does not record the GELU" in capsys.readouterr().err
+    assert main(["--weights", str(tmp_path / "ti.npz"), "--output", str(output), "--gelu", "tanh",
+                 "--batch-size", "1"]) == 0
     printed = capsys.readouterr().out
     assert "model: vitti16, image (32, 32), classes 4, MLP activation gelu_tanh," in printed and "OK (tolerance" in printed
     assert main(["--weights", str(tmp_path / "ti.npz"), "--output", str(output), "--gelu", "erf",

@@ -42,9 +42,19 @@ def _model(name):
     return make_model(family, **options)
 
 
+# What the "vit" model records, carried into every artifact.
+CLASS_NAMES = [f"class {i}" for i in range(10)]
+RECORD = dict(mode="imagenet", image_size=32, crop_fraction=0.875)
+
+
 @pytest.fixture(scope="module")
 def models():
-    return {family: _model(family) for family in FAMILIES}
+    from keras_vit.preprocessing import Preprocessing
+
+    built = {family: _model(family) for family in FAMILIES}
+    built["vit"].class_names = CLASS_NAMES
+    built["vit"].preprocessing = Preprocessing.from_mode(**RECORD)
+    return built
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +87,26 @@ def test_export_runs_in_its_runtime_like_predict(family, format, models, images,
         assert diff <= ATOL, (family, format, batch, diff)
     # Not a constant function: different images, different outputs.
     assert np.abs(expected[0] - to_numpy(models[family](images[1:2]))[0]).max() > 1e-2
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_every_artifact_carries_class_names_and_preprocessing(format, models, artifacts, images):
+    """The metadata of each format (`keras_vit.export.metadata`): the model's
+    class names and preprocessing, and that its input is preprocessed
+    images, which the runtime then refuses uint8 pixels for."""
+    from keras_vit.preprocessing import Preprocessing
+
+    path = artifacts("vit", format)
+    meta = export.read_metadata(path, format)
+    assert meta["class_names"] == CLASS_NAMES
+    assert Preprocessing.from_config(meta["preprocessing"]) == Preprocessing.from_mode(**RECORD)
+    assert (meta["raw_images"], meta["output"], meta["model"]) == (False, "logits", models["vit"].name)
+    assert export.load_exported(path, format).metadata == meta
+    with pytest.raises(ValueError, match="takes images already preprocessed.*uint8 pixels.*raw_images=True"):
+        export.run_exported(path, format, np.zeros((1, 32, 32, 3), "uint8"))
+    # A model without names or record: the artifact says only what it has.
+    bare = export.read_metadata(artifacts("hybrid", format), format)
+    assert "class_names" not in bare and "preprocessing" not in bare and bare["raw_images"] is False
 
 
 def test_onnx_projection_weights_are_initializers(artifacts):
@@ -122,7 +152,7 @@ def test_output_names_say_what_the_output_holds():
 
 @pytest.mark.parametrize("format", FORMATS)
 def test_batch_axis_is_dynamic(format, artifacts):
-    run, batch = getattr(serving, f"_load_{format}")(artifacts("options", format))
+    run, batch, _ = getattr(serving, f"_load_{format}")(artifacts("options", format))
     assert batch is None, batch
 
 

@@ -208,7 +208,8 @@ def test_pre_training_keeps_the_encoder_when_fit_is_interrupted_or_fails(tmp_pat
     _assert_same(_weights(task), callback.recorded)
     # What the encoder saves is the pre-training so far.
     encoder.save_weights(tmp_path / "encoder.weights.h5")
-    reloaded = keras_vit.ViT(**TINY, include_top=False, weights=str(tmp_path / "encoder.weights.h5"))
+    reloaded = keras_vit.ViT(**TINY, include_top=False, weights=str(tmp_path / "encoder.weights.h5"),
+                             mlp_activation="gelu_tanh")
     _assert_same(_weights(reloaded), _weights(encoder))
 
     def grey_batches():  # only the first step sees that they are not RGB
@@ -263,16 +264,39 @@ def test_input_checks_read_a_tf_data_spec_and_warn_on_integer_pixels():
     assert [str(w.message).split(":")[0] for w in caught if "uint8" in str(w.message)] == ["`x` holds uint8 values"]
 
 
+def test_raw_float_pixels_get_a_warning_once_per_model():
+    """Float images in [0, 255] fed straight to a model (the scaling forgotten)
+    are said once, as integer pixels are; scaled images are not."""
+    from keras_vit.preprocessing import Preprocessing
+
+    model = keras_vit.ViT(**TINY, classes=3, preprocessing=Preprocessing.from_mode("imagenet", image_size=32))
+    raw = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.predict(raw, verbose=0)
+        model.predict(raw, verbose=0)
+        model(raw)
+        model.predict(keras_vit.preprocess_input(raw, model=model), verbose=0)
+    said = [str(w.message) for w in caught if "raw [0, 255] pixels" in str(w.message)]
+    assert len(said) == 1, said
+    assert said[0].startswith("`x` holds values in [") and "preprocess_input(x, model=model)" in said[0]
+    # A model whose own scaling takes [0, 255] values is fed them rightly.
+    unscaled = keras_vit.ViT(**TINY, classes=3, preprocessing=Preprocessing(mean=(0, 0, 0), std=(1 / 255,) * 3))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*raw \\[0, 255\\] pixels")
+        unscaled.predict(raw, verbose=0)
+
+
 def test_preprocess_input_rejects_nan_and_passes_tensors_through():
     images = np.full((2, 4, 4, 3), 128.0, "float32")
     images[1, 2, 3, 0] = np.nan
     with pytest.raises(ValueError, match=r"1 NaN or infinite value.*index \(1, 2, 3, 0\)"):
-        keras_vit.preprocess_input(images)
+        keras_vit.preprocess_input(images, mode="inception")
     images[1, 2, 3, 0] = np.inf
     with pytest.raises(ValueError, match="images"):
-        keras_vit.preprocess_input(images)
+        keras_vit.preprocess_input(images, mode="inception")
     # Tensors are not read back to the host: NaN in, NaN out (documented).
-    out = to_numpy(keras_vit.preprocess_input(keras.ops.convert_to_tensor(images)))
+    out = to_numpy(keras_vit.preprocess_input(keras.ops.convert_to_tensor(images), mode="inception"))
     assert np.isinf(out[1, 2, 3, 0]) and np.isfinite(out[0]).all()
 
 

@@ -133,7 +133,8 @@ def test_named_constructor_feature_blocks(tmp_path):
     model = keras_vit.ViTTi16(include_top=False, image_size=32)
     path = str(tmp_path / "ti16.weights.h5")
     model.save_weights(path)
-    features = keras_vit.ViTTi16(include_top=False, image_size=32, weights=path, feature_blocks=(3, -1))
+    features = keras_vit.ViTTi16(include_top=False, image_size=32, weights=path, feature_blocks=(3, -1),
+                                  mlp_activation="gelu_tanh")
     x = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
     got = features(x)
     assert [tuple(m.shape) for m in got] == [(2, 2, 2, 192)] * 2

@@ -294,7 +294,7 @@ def test_loads_synthetic_official_checkpoint(rng, tmp_path):
     path = str(tmp_path / "R_tiny.npz")
     np.savez(path, **params)
     config = {k: v for k, v in TINY_HYBRID.items() if k not in ("image_size", "classes")}
-    model = ViTHybrid(**config, weights=path)  # size and classes from the file
+    model = ViTHybrid(**config, weights=path, mlp_activation="gelu_tanh")  # size and classes from the file
     assert model.image_size == (32, 32) and model.classes == 5
     x = synthetic.images(rng, 32)
     np.testing.assert_allclose(_predict(model, x), _reference(params, x), atol=2e-5, rtol=1e-5)
@@ -302,7 +302,7 @@ def test_loads_synthetic_official_checkpoint(rng, tmp_path):
     del params["block2/unit2/conv2/kernel"]
     np.savez(path, **params)
     with pytest.raises(ValueError, match="block2/unit2/conv2"):
-        ViTHybrid(**config, weights=path)
+        ViTHybrid(**config, weights=path, mlp_activation="gelu_tanh")
 
 
 def test_registered_hybrid_weights():

@@ -55,6 +55,39 @@ def test_real_weights_npz_and_safetensors_agree_and_classify():
     assert top1[1] == 967, top1
 
 
+@pytest.mark.parametrize("name", ["ckpt.npz", "tiny.weights.h5", "timm.safetensors"])
+def test_a_file_that_does_not_record_its_gelu_needs_it_said(tmp_path, rng, name):
+    """One rule for the API, `load_model` and the commands (`numerics_unrecorded`):
+    an .npz (Google's tanh, DeiT's erf) or a .weights.h5 is refused without
+    `mlp_activation`; a timm file records the exact GELU by its format."""
+    from safetensors.numpy import save_file
+
+    from keras_vit.presets.resolver import numerics_unrecorded
+
+    params = official_params(rng)
+    path = str(tmp_path / name)
+    if name.endswith(".npz"):
+        write_npz(tmp_path, params, name)
+    elif name.endswith(".h5"):
+        tiny_model().save_weights(path)
+    else:
+        save_file(to_timm(params, TINY["num_heads"]), path)
+    config = dict(TINY, classes=10)
+    unrecorded = "mlp_activation" in numerics_unrecorded(path)
+    assert unrecorded == (not name.endswith(".safetensors"))
+    if not unrecorded:
+        assert keras_vit.ViT(**config, weights=path).mlp_activation == "gelu"
+        return
+    said = (r"does not record the GELU.*mlp_activation='gelu_tanh'.*mlp_activation='gelu'.*--gelu erf"
+            if name.endswith(".npz") else r"holds arrays only.*mlp_activation.*'gelu'.*--gelu erf")
+    with pytest.raises(ValueError, match=said):
+        keras_vit.ViT(**config, weights=path)
+    with pytest.raises(ValueError, match=said):
+        keras_vit.load_model("ViT", weights=path, **config)
+    for activation in ("gelu", "gelu_tanh"):
+        assert keras_vit.ViT(**config, weights=path, mlp_activation=activation).mlp_activation == activation
+
+
 def grid_rows(posemb, grid):
     return posemb[0, 1:].reshape(grid + (posemb.shape[-1],))
 
@@ -63,7 +96,8 @@ def grid_rows(posemb, grid):
 def test_position_embedding_resized_like_official_zoom(tmp_path, rng, target):
     config = dict(patch_size=16, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32)
     params = official_params(rng, image_size=224, classes=5, **config)
-    model = keras_vit.ViT(image_size=target, classes=5, weights=write_npz(tmp_path, params), **config)
+    model = keras_vit.ViT(image_size=target, classes=5, weights=write_npz(tmp_path, params),
+                          mlp_activation="gelu_tanh", **config)
     loaded = to_numpy(model.get_layer("embedding").pos_embedding)
     new = (target[0] // 16, target[1] // 16)
     zoomed = scipy.ndimage.zoom(grid_rows(params[POSEMB], (14, 14)), (new[0] / 14, new[1] / 14, 1), order=1)
@@ -217,7 +251,7 @@ def test_single_channel_keras_weights_load_and_three_channel_files_are_refused(t
     path = str(tmp_path / "gray.weights.h5")
     source.save_weights(path)
     x = rng.normal(size=(2, 32, 32, 1)).astype("float32")
-    loaded = keras_vit.ViT(**gray, weights=path)
+    loaded = keras_vit.ViT(**gray, weights=path, mlp_activation="gelu_tanh")
     np.testing.assert_array_equal(to_numpy(loaded(x)), to_numpy(source(x)))
     npz = write_npz(tmp_path, official_params(rng))
     with pytest.raises(ValueError, match=r"3-channel images.*input_shape=\(32, 32, 1\)"):

@@ -94,7 +94,8 @@ def test_checkpoint_loads_at_a_larger_patch_with_the_same_outputs(tmp_path, rng)
     path = tmp_path / "small.npz"
     np.savez(path, **model_state(small))
     large = keras_vit.ViT(
-        **dict(TINY, classes=5, patch_size=16, image_size=64), classifier_activation=None, weights=str(path)
+        **dict(TINY, classes=5, patch_size=16, image_size=64), classifier_activation=None, weights=str(path),
+        mlp_activation="gelu_tanh",
     )
     assert large.grid_size == small.grid_size
     images = rng.normal(size=(2, 32, 32, 3)).astype("float32")
@@ -111,7 +112,7 @@ def test_loading_at_another_patch_resizes_the_position_embedding(tmp_path, rng):
     small = keras_vit.ViT(**TINY)
     path = tmp_path / "small.npz"
     np.savez(path, **model_state(small))
-    model = keras_vit.ViT(**dict(TINY, patch_size=4), weights=str(path))
+    model = keras_vit.ViT(**dict(TINY, patch_size=4), weights=str(path), mlp_activation="gelu_tanh")
     # The checkpoint's resolution is kept, so the grid doubles.
     assert model.image_size == (32, 32) and model.grid_size == (8, 8)
     assert tuple(model.get_layer("embedding").pos_embedding.shape) == (1, 65, TINY["hidden_size"])

@@ -110,7 +110,8 @@ def test_weights_select_mode():
     np.testing.assert_array_equal(
         preprocess_input(x, weights=deit), _expected(x, "imagenet")
     )
-    np.testing.assert_array_equal(preprocess_input(x), inception)
+    with pytest.warns(UserWarning, match=r"no `mode`.*scaled with mode='inception'.*model=model"):
+        np.testing.assert_array_equal(preprocess_input(x), inception)
     np.testing.assert_array_equal(preprocess_input(x, mode="tf"), inception)
     np.testing.assert_array_equal(
         preprocess_input(x, mode="torch"), _expected(x, "imagenet")
@@ -130,7 +131,7 @@ def test_argument_errors():
     with pytest.raises(ValueError, match=r"images.shape=\(2, 4, 4, 1\)"):
         preprocess_input(np.zeros((2, 4, 4, 1)), mode="imagenet")
     # Any channel count is fine for the per-pixel [-1, 1] scaling.
-    assert preprocess_input(np.zeros((2, 4, 4, 1))).shape == (2, 4, 4, 1)
+    assert preprocess_input(np.zeros((2, 4, 4, 1)), mode="inception").shape == (2, 4, 4, 1)
 
 
 def _source_lines(name):
@@ -291,10 +292,10 @@ def test_pixels_that_look_scaled_already_get_a_warning():
 
     photo = np.random.default_rng(0).uniform(0, 255, (2, 8, 8, 3)).astype("float32")
     with pytest.warns(UserWarning, match=r"values in \[0, 1\] \(max 0\.99.*Multiply \[0, 1\] images by 255"):
-        preprocess_input(photo / 255.0)
+        preprocess_input(photo / 255.0, mode="inception")
     with pytest.warns(UserWarning, match=r"negative values \(min -0\.9"):
-        preprocess_input(photo / 127.5 - 1)  # preprocessed twice
+        preprocess_input(photo / 127.5 - 1, mode="inception")  # preprocessed twice
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for fine in (photo, photo.astype("uint8"), np.zeros((1, 4, 4, 3), "float32")):
-            preprocess_input(fine)
+            preprocess_input(fine, mode="inception")

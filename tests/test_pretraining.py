@@ -364,7 +364,8 @@ def test_fit_trains_the_encoder_in_place_and_it_fine_tunes(rng, tmp_path):
         assert not np.array_equal(to_numpy(w), old), w.path
     path = str(tmp_path / "encoder.weights.h5")
     encoder.save_weights(path)
-    classifier = keras_vit.ViT(**TINY, classes=3, classifier_activation=None, weights=path)
+    classifier = keras_vit.ViT(**TINY, classes=3, classifier_activation=None, weights=path,
+                                 mlp_activation="gelu_tanh")
     np.testing.assert_array_equal(
         to_numpy(classifier.get_layer("embedding").kernel), to_numpy(encoder.get_layer("embedding").kernel)
     )

@@ -82,13 +82,18 @@ def _model_options(parser):
     parser.add_argument("--weights", help="registered weights name or checkpoint path, with a constructor name")
     parser.add_argument(
         "--gelu", choices=GELU_FLAVOURS, default=None,
-        help="GELU flavour (default: the one the weights were trained with; a file that "
-        "does not record it, such as DeiT's .npz, needs erf)",
+        help="GELU flavour (default: the one the weights record; an .npz or .weights.h5 does "
+        "not record it and needs --gelu: Google's .npz tanh, DeiT's erf)",
     )
     parser.add_argument(
         "--preprocessing", choices=NORMALIZATIONS, default=None,
         help="input scaling where the model has no record of its own: inception ([-1, 1], "
         "Google checkpoints) or imagenet (mean/std, timm and DeiT weights)",
+    )
+    parser.add_argument(
+        "--class-names", default=None,
+        help="the head's class names where the model records none: imagenet1k, imagenet21k "
+        "(weights trained on ImageNet, such as DeiT's .npz) or a text file with one name per line",
     )
     parser.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
 
@@ -131,8 +136,8 @@ def _classify_parser(commands):
         description=(
             "Prints the most probable classes of each image (keras_vit.classify): "
             "the images are resized, cropped and scaled as the model's checkpoint "
-            "records, and named by the model's class names (ImageNet's for 1000 "
-            "or 21843 classes)."
+            "records, and named by the class names the model records (or --class-names); "
+            "a model that records none gets class indices."
         ),
     )
     parser.add_argument("model", help=MODEL_HELP)
@@ -153,7 +158,9 @@ def _export_parser(commands):
             "artifact in its own runtime (OpenVINO in float32 unless --precision) "
             "on random images (or --images) and prints the largest difference "
             "from model.predict; exit status 1 above --tolerance, 2 on unusable "
-            "input. With --quantize int8, ONNX and OpenVINO artifacts are "
+            "input. Every artifact carries the model's class names and preprocessing; "
+            "with --raw-images it takes uint8 images of any size and prepares them itself. "
+            "With --quantize int8, ONNX and OpenVINO artifacts are "
             "quantized by the runtime's own tool and the top-1 agreement with "
             "float32 is printed (exit status 1 below --min-agreement)."
         ),
@@ -178,6 +185,12 @@ def _export_parser(commands):
         "--precision", choices=OPENVINO_PRECISIONS, default=None,
         help="OpenVINO inference precision of the check (default f32; OpenVINO's own "
         "CPU default is bf16 where the CPU has it)",
+    )
+    parser.add_argument(
+        "--raw-images", action="store_true",
+        help="the artifact takes uint8 images of any size and resizes, crops and scales them "
+        "itself as the model's preprocessing record says, returning keras_vit.classify's "
+        "probabilities (checked against keras_vit.classify)",
     )
     parser.add_argument(
         "--images", nargs="+", help="image files to check on (default: random images)"

@@ -41,6 +41,7 @@ from keras_vit import architectures, presets
 from keras_vit.architectures import GELU_FLAVOURS, gelu_activation
 from keras_vit.presets.resolver import load_model
 from keras_vit.weights import describe_weights, loader, readers
+from keras_vit.models.arguments import check_recorded_activation
 from keras_vit.weights.describe import checkpoint_constructor
 from keras_vit.weights.mapping import model_state
 from keras_vit_tools import reference
@@ -102,6 +103,8 @@ def _from_weights(args):
     representation = args.representation_size
     if representation is None:
         representation = info.representation_size
+    if args.gelu is None:
+        check_recorded_activation(info)  # an .npz or .weights.h5 needs --gelu
     activation = gelu_activation(info.gelu_approximate) if args.gelu is None else GELU_FLAVOURS[args.gelu]
     build = dict(
         config,

@@ -72,7 +72,8 @@ def convert_parser():
     )
     parser.add_argument(
         "--gelu", choices=GELU_FLAVOURS,
-        help="GELU flavour; default: the weights' (Google .npz: tanh, timm: erf, registry: recorded)",
+        help="GELU flavour; default: the one the weights record (registry: recorded, timm: erf); "
+        "an .npz or .weights.h5 does not record it and needs --gelu (Google's .npz: tanh, DeiT's: erf)",
     )
     parser.add_argument(
         "--preprocessing",

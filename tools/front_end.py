@@ -44,6 +44,13 @@ OTHER_NAMES = {
     "--output-dir": "--run-dir",
     "--model-name": "--model",
 }
+# Flags other tools choose their backend with: keras_vit's commands take it
+# from Keras' environment variable, as every Keras program does.
+BACKEND_FLAGS = ("--backend", "--keras-backend", "--framework")
+BACKEND_HINT = (
+    ": the Keras backend is not a flag; set the environment variable KERAS_BACKEND before the "
+    "command (KERAS_BACKEND=jax, tensorflow or torch, e.g. `KERAS_BACKEND=jax keras-vit ...`)"
+)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -108,8 +115,12 @@ class ArgumentParser(argparse.ArgumentParser):
         "; did you mean '--total-steps'?"
         >>> ArgumentParser._hint("--batch_size", ["--batch-size", "--seed"])
         "; did you mean '--batch-size'?"
+        >>> ArgumentParser._hint("--backend", ["--seed"]).split(";")[0]
+        ': the Keras backend is not a flag'
         """
         dashed = name.replace("_", "-")
+        if dashed in BACKEND_FLAGS and dashed not in flags:
+            return BACKEND_HINT
         if dashed in flags:
             return f"; did you mean {dashed!r}?"
         if OTHER_NAMES.get(dashed) in flags:

@@ -92,7 +92,7 @@ def pretrain(encoder, images, held_out, args, seed):
 def few_shot(encoder, train, test, args, seed):
     features = keras_vit.ViT.from_config({**encoder.get_config(), "pooling": "avg"})
     features.set_weights(encoder.get_weights())
-    scale = lambda x: keras_vit.preprocess_input(x.astype("float32"))  # noqa: E731
+    scale = lambda x: keras_vit.preprocess_input(x.astype("float32"), mode="inception")  # noqa: E731
     result = few_shot_linear(
         features, (scale(train[0]), train[1]), (scale(test[0]), test[1]),
         shots=args.shots, seed=seed,
@@ -106,7 +106,7 @@ def finetune(encoder, train, test, args, seed):
     picked = np.concatenate(
         [rng.choice(np.flatnonzero(train[1] == c), args.shots, replace=False) for c in range(10)]
     )
-    x = keras_vit.preprocess_input(train[0][picked].astype("float32"))
+    x = keras_vit.preprocess_input(train[0][picked].astype("float32"), mode="inception")
     y = train[1][picked]
     config = {**encoder.get_config(), "include_top": True, "classes": 10,
               "classifier_activation": None, "pooling": None, "name": "classifier"}
@@ -119,7 +119,7 @@ def finetune(encoder, train, test, args, seed):
         global_batch_size=len(y),
     )
     model.fit(x, y, batch_size=len(y), epochs=args.finetune_steps, verbose=0, shuffle=True)
-    x_test = keras_vit.preprocess_input(test[0].astype("float32"))
+    x_test = keras_vit.preprocess_input(test[0].astype("float32"), mode="inception")
     logits = model.predict(x_test, batch_size=128, verbose=0)
     return float((logits.argmax(-1) == test[1]).mean())
 

@@ -30,8 +30,8 @@ from keras_vit.architectures import GELU_FLAVOURS
 from keras_vit.inspection import plots
 from keras_vit.presets.resolver import load_model
 from keras_vit.preprocessing import Preprocessing
-from keras_vit.tasks.classification import classify, decode_predictions
-from keras_vit.tasks.images import load_images
+from keras_vit.tasks.classification import classify
+from keras_vit.tasks.images import load_images, read_images
 
 
 def command_model(args, source=None):
@@ -61,6 +61,8 @@ def command_model(args, source=None):
     else:
         weights = args.weights
     model = load_model(source, weights=weights, **options)
+    if getattr(args, "class_names", None) is not None:
+        model.class_names = _class_names(args.class_names)
     if args.preprocessing is not None:
         crop = getattr(args, "crop_fraction", None)
         model.preprocessing = Preprocessing.from_mode(
@@ -69,30 +71,48 @@ def command_model(args, source=None):
     return model
 
 
+def _source(args):
+    """What the command line named the model by, as `keras_vit.load_model` takes it
+    (with the same `--weights`, `--gelu` and `--preprocessing`)."""
+    return getattr(args, "preset", None) or args.model or args.weights
+
+
+def _class_names(value):
+    """`--class-names`: a list name of `keras_vit.labels.LISTS`, or a file of one name a line."""
+    from keras_vit import labels
+
+    if value in labels.LISTS:
+        return value
+    if not os.path.isfile(value):
+        raise ValueError(
+            f"--class-names takes {', '.join(labels.LISTS)} or a text file with one name per "
+            f"line. Received: {value!r} (no such file, resolved to {os.path.abspath(value)!r})"
+        )
+    with open(value, encoding="utf-8") as handle:
+        return [line.strip() for line in handle if line.strip()]
+
+
 def _needs_preprocessing(model):
     if getattr(model, "preprocessing", None) is None:
         raise ValueError(
-            f"Model {model.name!r} does not record how its images are scaled (a checkpoint "
-            "file does not say): give --preprocessing inception ([-1, 1], Google's "
-            "checkpoints) or --preprocessing imagenet (ImageNet mean/std, DeiT and timm)."
+            f"Model {model.name!r} does not record how its images are scaled (it was built "
+            "without weights that record it, from scratch or from a checkpoint file such as an "
+            ".npz): give --preprocessing inception ([-1, 1], Google's checkpoints) or "
+            "--preprocessing imagenet (ImageNet mean/std, DeiT and timm)."
         )
 
 
-def _summary(model, logits, distances, rollout_grid, similarity):
-    lines = [f"model: {model.name}, image {model.image_size}, patch {model.patch_size}"]
+def _summary(source, model, logits, distances, rollout_grid, similarity):
+    lines = [f"model: {source}, image {model.image_size}, patch {model.patch_size}"]
     if logits is not None:
         probs = np.asarray(logits, "float32")[0]
         if getattr(model, "classifier_activation", None) is None:
             probs = ops.convert_to_numpy(ops.softmax(ops.convert_to_tensor(probs)))
         count = min(5, len(probs))
         top = np.argsort(probs)[::-1][:count]
-        names = {}
-        try:
-            own = model if model.class_names is not None else None
-            decoded = decode_predictions(probs[None], top=count, model=own)[0]
-            names = {int(i): f" {name}" for i, (_, name, _) in zip(top, decoded)}
-        except ValueError:  # neither the model's own names nor an ImageNet head
-            pass
+        # Names only from the model's record: a 1000-wide head is not ImageNet's by its width.
+        own = model.class_names or {}
+        names = {int(i): f" {own[int(i)]}" for i in top} if own else {}
         lines.append(
             f"top-{count} classes: "
             + ", ".join(f"{int(i)}{names.get(int(i), '')} ({probs[i]:.3f})" for i in top)
@@ -163,7 +183,7 @@ def inspect_command(args):
     if inspection.effective_patch_size(model) == tuple(model.patch_size):
         filters = inspection.embedding_filters(model, n=min(28, model.hidden_size))
         written.append(plots.plot_embedding_filters(filters, out("embedding_filters.png")))
-    text = _summary(model, outputs, distances, grid, similarity)
+    text = _summary(_source(args), model, outputs, distances, grid, similarity)
     with open(out("summary.txt"), "w") as handle:
         handle.write(text)
     written.append(out("summary.txt"))
@@ -208,8 +228,26 @@ def report(differences, tolerance):
     return 1 if failed else 0
 
 
+# Random check images of a raw-image artifact: sizes around the model's,
+# none of them its own (the artifact resizes each).
+_RAW_SIZES = ((1.6, 2.3), (3.1, 1.2), (0.7, 0.9))
+
+
+def _raw_export_images(args, model, size):
+    """The check images of a raw-image artifact: `--images` files as they are, or random photos-to-be."""
+    if args.images:
+        return read_images(args.images), f"{len(args.images)} given images"
+    rng = np.random.default_rng(args.seed)
+    shapes = [(int(size[0] * a) + 3, int(size[1] * b) + 5) for a, b in _RAW_SIZES]
+    images = [rng.integers(0, 256, (*shapes[i % len(shapes)], model.input_shape[3]), dtype="uint8")
+              for i in range(args.samples)]
+    return images, f"{args.samples} random uint8 images of other sizes"
+
+
 def _export_images(args, model, size):
     """The check images: `--images` files preprocessed for the model, or random ones."""
+    if getattr(args, "raw_images", False):
+        return _raw_export_images(args, model, size)
     if args.images:
         _needs_preprocessing(model)
         record = Preprocessing.from_config(model.preprocessing).for_image_size(size)
@@ -243,7 +281,7 @@ def export_command(args):
         path = export.export_model(
             model, args.output, args.format, image_size=args.image_size,
             batch_size=args.batch_size, quantize="int8" if runtime_int8 else None,
-            sample_images=images if runtime_int8 else None,
+            sample_images=images if runtime_int8 else None, raw_images=bool(getattr(args, "raw_images", False)),
         )
         elapsed = time.perf_counter() - start
         diff, _, _ = export.verify_export(path, args.format, model, images, precision=args.precision)
@@ -251,12 +289,14 @@ def export_command(args):
         print(f"keras-vit export: error: {error}", file=sys.stderr)
         return 2
     quantized = f", quantized {args.quantize}" if args.quantize and not runtime_int8 else ""
-    print(f"model: {model.name}, image {(height, width)}, {model.count_params():,} parameters{quantized}")
+    print(f"model: {_source(args)}, image {(height, width)}, {model.count_params():,} parameters{quantized}")
     print(
         f"wrote {path} (format {args.format}, {keras.backend.backend()} backend"
         + (", int8 by the runtime's quantizer" if runtime_int8 else "") + f") in {elapsed:.1f} s"
     )
-    label = f"{args.format} runtime - model.predict ({described})"
+    _print_metadata(path, args.format)
+    reference = "keras_vit.classify" if getattr(args, "raw_images", False) else "model.predict"
+    label = f"{args.format} runtime - {reference} ({described})"
     if not runtime_int8:
         return report({label: diff}, args.tolerance)
     print(f"max |{label}| = {diff:.3g} (int8 against the float model)")
@@ -265,6 +305,19 @@ def export_command(args):
     low = path.top1_agreement < args.min_agreement
     print(f"{'FAILED' if low else 'OK'} (top-1 agreement at least {args.min_agreement:g})")
     return 1 if low else 0
+
+
+def _print_metadata(path, format):
+    """One line: what the artifact carries (`keras_vit.export.read_metadata`)."""
+    from keras_vit.export import read_metadata
+
+    meta = read_metadata(path, format)
+    names = meta.get("class_names")
+    record = meta.get("preprocessing")
+    said = [f"{len(names)} class names" if names else "no class names"]
+    said.append(f"preprocessing (mean {record['mean']}, std {record['std']})" if record else "no preprocessing")
+    said.append("takes uint8 images of any size" if meta.get("raw_images") else "takes preprocessed images")
+    print("carries: " + ", ".join(said))
 
 
 def run(args):

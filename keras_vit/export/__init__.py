@@ -8,7 +8,11 @@
   batch, or what the model declares);
 - `keras_vit.export.serving`: `run_exported`, `load_exported` and
   `verify_export`, each artifact in its own runtime;
-- `keras_vit.export.int8`: `quantize="int8"` by the runtime's own quantizer.
+- `keras_vit.export.int8`: `quantize="int8"` by the runtime's own quantizer;
+- `keras_vit.export.metadata`: the class names, preprocessing and inputs
+  every artifact carries (`read_metadata`);
+- `keras_vit.export.raw_images`: artifacts that take uint8 images of any
+  size (`raw_images=True`).
 """
 
 from keras_vit.export.formats import (
@@ -22,6 +26,7 @@ from keras_vit.export.formats import (
     SUFFIXES,
 )
 from keras_vit.export.inputs import INPUT_NAME, input_signature, signature_options
+from keras_vit.export.metadata import artifact_metadata, read_metadata
 from keras_vit.export.pipeline import (
     MODEL_EXPORT_OPTIONS,
     check_format,

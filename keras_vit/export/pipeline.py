@@ -84,11 +84,14 @@ from keras_vit.export.inputs import (
     port_names,
 )
 from keras_vit.export.formats import BACKEND_FORMATS, EXPORT_FORMATS, EXPORTERS, QUANTIZED_FORMATS, SUFFIXES
+from keras_vit.export.metadata import FILE as METADATA_FILE
+from keras_vit.export.metadata import artifact_metadata, write_metadata
+from keras_vit.export.raw_images import raw_image_model, raw_record, raw_signature
 from keras_vit.export.serving import require
 from keras_vit.validation import check_positive_int, pair
 
 # Keyword arguments `model.export` passes on to `export_model`.
-MODEL_EXPORT_OPTIONS = ("image_size", "batch_size", "quantize", "sample_images", "naflex_length")
+MODEL_EXPORT_OPTIONS = ("image_size", "batch_size", "quantize", "sample_images", "naflex_length", "raw_images")
 
 
 def output_name(model):
@@ -253,15 +256,23 @@ def _check_quantization(model, format, backend, quantize):
         )
 
 
-def _exporter_modules(backend, format, batch_size):
-    if (backend, format) == ("torch", "litert") and batch_size is None:
-        # Dynamic batch: rebuilt under tensorflow (`_through_tensorflow`).
+def _via_tensorflow(backend, format, batch_size, raw=None):
+    """Whether a torch model is rebuilt under tensorflow for `format`:
+    SavedModels always; LiteRT for a dynamic batch or any image size
+    (litert-torch converts static shapes only)."""
+    return backend == "torch" and (
+        format == "tf_saved_model" or (format == "litert" and (batch_size is None or raw is not None)))
+
+
+def _exporter_modules(backend, format, batch_size, raw=None):
+    if _via_tensorflow(backend, format, batch_size, raw) and format == "litert":
         return (("tensorflow", "tensorflow"),)
     return EXPORTERS[(backend, format)]
 
 
 def export_model(model, path, format, image_size=None, batch_size=None, verbose=False,
-                 quantize=None, sample_images=None, naflex_length=None, input_signature=None):
+                 quantize=None, sample_images=None, naflex_length=None, input_signature=None,
+                 raw_images=False):
     """Writes `model` as a standalone artifact of `format` for its runtime.
 
     `model.export(path, format=...)` on a keras_vit model calls this.
@@ -293,6 +304,18 @@ def export_model(model, path, format, image_size=None, batch_size=None, verbose=
             `model.export_signature(batch_size)` declares) or the traced
             inputs themselves: a named `keras.InputSpec`, or a list or dict
             of them.
+        raw_images: bool, default False. True bakes the model's own
+            preprocessing (`model.preprocessing`: Pillow's resize, the centre
+            crop, the scaling; `keras_vit.layers.ImagePreprocessing`) and a
+            softmax on logits into the artifact: it takes uint8 images
+            `(batch, height, width, channels)` of any size and returns the
+            probabilities `keras_vit.classify` reports
+            (`keras_vit.export.raw_images`). Not with `naflex_length`,
+            `quantize` or `input_signature`.
+
+    Every artifact carries the model's class names and preprocessing and
+    what its input and output are (`keras_vit.export.metadata`;
+    `read_metadata` reads them back).
 
     Returns:
         `path`; with `quantize`, a `keras_vit.export.int8.QuantizedExport`
@@ -312,8 +335,8 @@ def export_model(model, path, format, image_size=None, batch_size=None, verbose=
     ...                       num_layers=1, num_heads=2, mlp_dim=32, classes=10)
     >>> folder = tempfile.mkdtemp()
     >>> path = export_model(model, os.path.join(folder, "vit"), "tf_saved_model")
-    >>> sorted(os.listdir(path))[:2]
-    ['assets', 'fingerprint.pb']
+    >>> sorted(os.listdir(path))[:3]
+    ['assets', 'assets.extra', 'fingerprint.pb']
     """
     import keras
 
@@ -323,7 +346,8 @@ def export_model(model, path, format, image_size=None, batch_size=None, verbose=
     if batch_size is not None:
         batch_size = check_positive_int(batch_size, "batch_size")
     _check_quantization(model, format, backend, quantize)
-    require(_exporter_modules(backend, format, batch_size), f"format={format!r} on the {backend} backend")
+    raw = raw_record(model, raw_images, image_size, naflex_length, quantize, input_signature)
+    require(_exporter_modules(backend, format, batch_size, raw), f"format={format!r} on the {backend} backend")
     if quantize is not None:
         require(export_int8.QUANTIZERS[format], f"quantize={quantize!r} for format={format!r}")
         # Checked before the (possibly long) export starts.
@@ -333,27 +357,34 @@ def export_model(model, path, format, image_size=None, batch_size=None, verbose=
         )
     if naflex_length is not None:
         check_naflex_export(model, naflex_length, image_size, quantize)
+    output = output_name(model)
+    entries = artifact_metadata(model, "probabilities" if raw and output == "logits" else output, raw is not None)
     model = prepare_model(model, image_size)
     if quantize is None:
-        return _write(model, path, format, batch_size, verbose, naflex_length, input_signature)
+        return _write(model, path, format, batch_size, verbose, naflex_length, input_signature, raw, entries)
     with tempfile.TemporaryDirectory() as folder:
         float_path = _write(model, os.path.join(folder, f"float{SUFFIXES[format]}"), format,
-                            batch_size, verbose)
+                            batch_size, verbose, metadata=entries)
         with _quiet(verbose):
-            return export_int8.quantize_artifact(float_path, path, format, quantize, images, source)
+            quantized = export_int8.quantize_artifact(float_path, path, format, quantize, images, source)
+    write_metadata(quantized, format, entries)
+    return quantized
 
 
-def _write(model, path, format, batch_size, verbose, naflex_length=None, spec=None):
-    """Traces the prepared model to `path` with the backend's exporter."""
+def _write(model, path, format, batch_size, verbose, naflex_length=None, spec=None, raw=None, metadata=None):
+    """Traces the prepared model to `path` with the backend's exporter, and
+    writes its metadata into the artifact."""
     import keras
 
     backend = keras.backend.backend()
+    if _via_tensorflow(backend, format, batch_size, raw):
+        return _through_tensorflow(model, path, format, batch_size, verbose, naflex_length, raw is not None)
+    if raw is not None:
+        model, spec = raw_image_model(model, raw), raw_signature(batch_size, model.input_shape[-1])
     spec = input_signature(model, batch_size, naflex_length) if spec is None else spec
-    if backend == "torch" and (format == "tf_saved_model" or (format, batch_size) == ("litert", None)):
-        return _through_tensorflow(model, path, format, batch_size, verbose, naflex_length)
     with kernels.export_mode(), _quiet(verbose):
         if backend == "torch" and format in ("onnx", "openvino", "torch"):
-            _export_torch(model, path, format, spec)
+            _export_torch(model, path, format, spec, metadata)
         elif (backend, format) == ("jax", "openvino"):
             _openvino_from_onnx(model, path, spec)
         else:
@@ -364,6 +395,8 @@ def _write(model, path, format, batch_size, verbose, naflex_length=None, spec=No
             _finish_onnx(path, output_names(model), input_names(spec), input_dtypes(spec))
         elif format == "openvino":
             _name_openvino(path, output_names(model), input_names(spec), input_dtypes(spec))
+    if metadata is not None and format != "torch":  # a .pt2 takes it as it is saved
+        write_metadata(path, format, metadata)
     return path
 
 
@@ -402,20 +435,28 @@ def _quiet_logs():
             logger.setLevel(level)
 
 
+# The sizes a torch trace samples unknown axes with, by axis: the batch, a
+# raw-image artifact's height and width (1 would be specialised to a
+# constant, and equal sizes could be taken for one).
+_TORCH_SAMPLE_SIZES = (2, 37, 53)
+
+
 def _torch_sample(spec):
     """A sample input for `spec` (one spec, a list or a dict of them), and
-    its dynamic batch axes (None for a fixed batch)."""
+    its dynamic axes (None where every axis is fixed)."""
     import torch
 
     specs = spec if isinstance(spec, dict) else dict(enumerate(spec if isinstance(spec, list) else [spec]))
-    dynamic = next(iter(specs.values())).shape[0] is None
-    # Dimension 1 would be specialised to a constant: trace with 2.
+    unknown = {k: [a for a, n in enumerate(s.shape) if n is None] for k, s in specs.items()}
+    sizes = dict(enumerate(_TORCH_SAMPLE_SIZES))
     sample = {
-        k: torch.ones((2 if dynamic else s.shape[0],) + tuple(s.shape[1:]), dtype=getattr(torch, s.dtype))
+        k: torch.ones(tuple(sizes[a] if n is None else n for a, n in enumerate(s.shape)),
+                      dtype=getattr(torch, s.dtype))
         for k, s in specs.items()
     }
-    batch = torch.export.Dim("batch", min=1, max=4096)
-    dims = {k: {0: batch} for k in specs} if dynamic else None
+    named = {0: torch.export.Dim("batch", min=1, max=4096)}
+    named.update({a: torch.export.Dim(f"size_{a}", min=8, max=16384) for a in (1, 2)})
+    dims = {k: {a: named[a] for a in axes} for k, axes in unknown.items()} if any(unknown.values()) else None
     if isinstance(spec, dict):
         return sample, None if dims is None else [(dims,)]
     if isinstance(spec, list):
@@ -433,12 +474,15 @@ def _torch_program(model, spec):
     return torch.export.export(model, (sample,), dynamic_shapes=dims, strict=False), sample, dims
 
 
-def _export_torch(model, path, format, spec):
+def _export_torch(model, path, format, spec, metadata=None):
+    import json
+
     import torch
 
     program, sample, dims = _torch_program(model, spec)
     if format == "torch":
-        torch.export.save(program, path)
+        extra = {METADATA_FILE: json.dumps(metadata)} if metadata is not None else None
+        torch.export.save(program, path, extra_files=extra)
     elif format == "openvino":
         import openvino as ov
 
@@ -537,15 +581,15 @@ def _openvino_from_onnx(model, path, spec):
 _REBUILD = """
 import json, sys, keras
 from keras_vit import export
-config, weights, path, format, batch, length = sys.argv[1:7]
+config, weights, path, format, batch, length, raw = sys.argv[1:8]
 model = keras.saving.deserialize_keras_object(json.loads(open(config).read()))
 model.load_weights(weights)
 export.export_model(model, path, format, batch_size=None if batch == "None" else int(batch),
-                    naflex_length=None if length == "None" else int(length))
+                    naflex_length=None if length == "None" else int(length), raw_images=raw == "True")
 """
 
 
-def _through_tensorflow(model, path, format, batch_size, verbose, naflex_length=None):
+def _through_tensorflow(model, path, format, batch_size, verbose, naflex_length=None, raw_images=False):
     """Writes the artifact from the same model rebuilt under tensorflow.
 
     Keras exports a SavedModel from torch only through `torch_xla`, which
@@ -567,9 +611,11 @@ def _through_tensorflow(model, path, format, batch_size, verbose, naflex_length=
             json.dump(keras.saving.serialize_keras_object(model), handle)
         model.save_weights(weights)
         env = dict(os.environ, KERAS_BACKEND="tensorflow")
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        # The folder holding this keras_vit: the subprocess imports the same one.
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        args = [config, weights, os.path.abspath(path), format, str(batch_size), str(naflex_length)]
+        args = [config, weights, os.path.abspath(path), format, str(batch_size), str(naflex_length),
+                str(raw_images)]
         result = subprocess.run(
             [sys.executable, "-c", _REBUILD, *args],
             env=env, capture_output=not verbose, text=True,

@@ -10,11 +10,14 @@ are matched to its keys by name.
 """
 
 import importlib
+import json
 import os
 
 import numpy as np
 
+from keras_vit.export import metadata as artifact_metadata
 from keras_vit.export.formats import EXPORT_FORMATS, OPENVINO_PRECISIONS, RUNTIMES
+from keras_vit.export.raw_images import as_raw_images, expected_probabilities
 from keras_vit.preprocessing.naflex import PATCH_INPUTS, as_patch_inputs
 
 
@@ -54,7 +57,15 @@ def load_exported(path, format, precision=None):
     Returns:
         A function from a float32 NumPy batch `(batch, H, W, C)` (or a
         NaFlex patch dict, for an artifact exported with `naflex_length`)
-        to the NumPy outputs.
+        to the NumPy outputs; for an artifact exported with
+        `raw_images=True`, from uint8 images: a batch, or a list of images
+        of their own sizes. Its `metadata` attribute holds what the
+        artifact carries (`keras_vit.export.metadata.read_metadata`).
+
+    Raises:
+        ValueError: (when called) integer pixels for an artifact whose
+            metadata says it takes preprocessed images, or values that are
+            not pixels for a raw-image artifact.
     """
     if format not in EXPORT_FORMATS:
         raise ValueError(f"`format` must be one of {EXPORT_FORMATS}. Received: format={format!r}")
@@ -64,15 +75,38 @@ def load_exported(path, format, precision=None):
     _check_precision(precision, format)
     require(RUNTIMES[format], f"Running a {format!r} artifact")
     options = {"precision": precision or "f32"} if format == "openvino" else {}
-    run, batch = LOADERS[format](path, **options)
-    if batch is None:
-        return lambda images: run(_as_inputs(images))
-    return lambda images: _in_slices(run, _as_inputs(images), batch)
+    run, batch, entries = LOADERS[format](path, **options)
+    entries = artifact_metadata.decode(entries)
+    raw = entries.get("raw_images", False)
+
+    def feed(images):
+        if raw and isinstance(images, (list, tuple)):  # images of their own sizes
+            return np.concatenate([feed(image[None]) for image in as_raw_images(images)])
+        x = as_raw_images(images) if raw else _as_inputs(images, entries)
+        return run(x) if batch is None else _in_slices(run, x, batch)
+
+    feed.metadata = entries
+    return feed
 
 
-def _as_inputs(x):
-    """Images as float32, a NaFlex patch dict checked, any other dict's arrays as they are."""
+def _as_inputs(x, entries=None):
+    """Images as float32, a NaFlex patch dict checked, any other dict's arrays as they are.
+
+    Integer pixels are refused where the artifact's metadata says it takes
+    preprocessed images: converted, they would be read as scaled values.
+    """
     if not isinstance(x, dict):
+        x = np.asarray(x)
+        # Only image artifacts record a preprocessing: integer token ids
+        # (text towers) pass.
+        if entries and entries.get("preprocessing") and entries.get("raw_images") is False \
+                and np.issubdtype(x.dtype, np.integer):
+            raise ValueError(
+                f"This artifact takes images already preprocessed ({entries.get('inputs')}); these "
+                f"are {x.dtype} pixels. Scale them first (keras_vit.preprocess_input(x, "
+                "preprocessing=metadata['preprocessing']) after its resize and crop), or export "
+                "with raw_images=True for an artifact that takes uint8 images."
+            )
         return np.asarray(x, "float32")
     if sorted(x) == sorted(PATCH_INPUTS):
         return as_patch_inputs(x)
@@ -177,7 +211,7 @@ def _load_tf_saved_model(path):
             return {k: v.numpy() for k, v in out.items()}
         return out.numpy()
 
-    return run, spec.shape[0]
+    return run, spec.shape[0], artifact_metadata.read_raw(path, "tf_saved_model")
 
 
 def _load_onnx(path):
@@ -188,7 +222,8 @@ def _load_onnx(path):
     batch = specs[0].shape[0] if isinstance(specs[0].shape[0], int) else None
     names = [spec.name for spec in specs]
     outputs = [spec.name for spec in session.get_outputs()]
-    return lambda images: _named(outputs, session.run(None, _feed(names, images))), batch
+    entries = dict(session.get_modelmeta().custom_metadata_map)
+    return lambda images: _named(outputs, session.run(None, _feed(names, images))), batch, entries
 
 
 def _load_openvino(path, precision="f32"):
@@ -196,7 +231,10 @@ def _load_openvino(path, precision="f32"):
 
     # OpenVINO's CPU default is bfloat16 wherever the CPU has it: always say
     # which precision, float32 (the exported one) unless asked.
-    compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": precision})
+    core = ov.Core()
+    model = core.read_model(path)
+    entries = artifact_metadata.openvino_entries(model)
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": precision})
     first = compiled.inputs[0].get_partial_shape()[0]
     batch = None if first.is_dynamic else first.get_length()
     # Every name of each input: compiling may give a tensor an internal name
@@ -208,7 +246,7 @@ def _load_openvino(path, precision="f32"):
         result = compiled({ports[k]: v for k, v in _feed(list(ports), images).items()})
         return _named(outputs, [result[port] for port in compiled.outputs])
 
-    return run, batch
+    return run, batch, entries
 
 
 def _load_litert(path):
@@ -218,7 +256,9 @@ def _load_litert(path):
     sources = {d["name"]: d for d in interpreter.get_input_details()}
     source = next(iter(sources.values()))
     target = interpreter.get_output_details()[0]
-    dynamic = source["shape_signature"][0] == -1
+    # Any unknown axis (the batch, a raw-image artifact's height and width)
+    # takes each call's size.
+    dynamic = bool((source["shape_signature"] == -1).any())
     state = {"shapes": None}
 
     def run(images):
@@ -235,13 +275,15 @@ def _load_litert(path):
         interpreter.invoke()
         return interpreter.get_tensor(target["index"]).copy()
 
-    return run, None if dynamic else int(source["shape"][0])
+    batch = None if source["shape_signature"][0] == -1 else int(source["shape"][0])
+    return run, batch, artifact_metadata.read_raw(path, "litert")
 
 
 def _load_torch(path):
     import torch
 
-    module = torch.export.load(path).module()
+    extra = {artifact_metadata.FILE: ""}
+    module = torch.export.load(path, extra_files=extra).module()
     spec = [n for n in module.graph.nodes if n.op == "placeholder"][0].meta.get("val")
     first = spec.shape[0] if spec is not None else None
     batch = int(first) if isinstance(first, int) else None
@@ -255,7 +297,8 @@ def _load_torch(path):
             return {k: v.detach().cpu().numpy() for k, v in out.items()}
         return out.detach().cpu().numpy()
 
-    return run, batch
+    entries = json.loads(extra[artifact_metadata.FILE]) if extra[artifact_metadata.FILE] else {}
+    return run, batch, entries
 
 
 def run_exported(path, format, images, precision=None):
@@ -292,19 +335,34 @@ def run_exported(path, format, images, precision=None):
 def verify_export(path, format, model, images, precision=None):
     """Maximum absolute difference between the artifact and `model.predict`.
 
+    A raw-image artifact (`raw_images=True`) is held to the probabilities
+    `keras_vit.classify` computes: each image resized and cropped by Pillow
+    and scaled as the artifact's preprocessing record says, `model.predict`,
+    a softmax on logits.
+
     Args:
         path, format: the artifact, as given to `export_model`.
         model: the Keras model it was exported from.
-        images: float32 array `(batch, H, W, C)`, or a NaFlex patch dict.
+        images: float32 array `(batch, H, W, C)`, or a NaFlex patch dict;
+            for a raw-image artifact, uint8 images (a batch, or a list of
+            images of their own sizes).
         precision: None (float32) or an OpenVINO precision (`load_exported`).
 
     Returns:
         `(max_abs_diff, outputs, expected)`: a float and the two arrays (for
         a model of named outputs, dicts of them, compared name by name).
     """
-    images = _as_inputs(images)
-    expected = model.predict(images, verbose=0)
-    outputs = run_exported(path, format, images, precision)
+    run = load_exported(path, format, precision)
+    if run.metadata.get("raw_images"):
+        from keras_vit.preprocessing import Preprocessing
+
+        images = as_raw_images(images)
+        record = Preprocessing.from_config(run.metadata["preprocessing"])
+        expected = expected_probabilities(model, list(images), record)
+    else:
+        images = _as_inputs(images)
+        expected = model.predict(images, verbose=0)
+    outputs = run(images)
     if isinstance(expected, dict):
         expected = {k: np.asarray(v) for k, v in expected.items()}
         if not isinstance(outputs, dict) or sorted(outputs) != sorted(expected):

@@ -24,6 +24,18 @@ NUM_CLASSES = tuple(_SYNSET_FILES)
 LISTS = {"imagenet1k": 1000, "imagenet21k": 21843}
 
 
+def list_name(classes):
+    """The name in `LISTS` of the ImageNet list of a head of `classes` classes.
+
+    Example:
+
+    >>> list_name(21843)
+    'imagenet21k'
+    """
+    _check_classes(classes)
+    return {size: name for name, size in LISTS.items()}[classes]
+
+
 def _read_lines(file_name):
     path = os.path.join(_HERE, file_name)
     opener = gzip.open if file_name.endswith(".gz") else open

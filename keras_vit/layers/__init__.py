@@ -8,6 +8,7 @@ the portable `keras.ops` form otherwise (docs/performance.md).
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.attention_pool import AttentionPoolHead
+from keras_vit.layers.image_preprocessing import ImagePreprocessing
 from keras_vit.layers.interpolation import interpolate_position_embedding
 from keras_vit.layers.map_head import MapHead
 from keras_vit.layers.norms import NORMS, norm_layer
@@ -33,6 +34,7 @@ __all__ = [
     "AttentionPoolHead",
     "BottleneckUnit",
     "GroupNorm",
+    "ImagePreprocessing",
     "MaxPool2D",
     "ResNetStage",
     "SimpleFeaturePyramid",

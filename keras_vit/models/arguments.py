@@ -12,6 +12,7 @@ ValueError: `hidden_size` must be divisible by `num_heads`. Received: hidden_siz
 import warnings
 
 import keras
+import numpy as np
 
 from keras_vit import labels
 from keras_vit.architectures import CLASS_TOKEN_READERS, CLASSIFIERS, POOLINGS
@@ -208,6 +209,32 @@ def check_class_names(value, classes, include_top):
     return names
 
 
+def check_recorded_activation(info):
+    """Refuses a checkpoint file that does not record its GELU (`WeightsInfo`).
+
+    An `.npz` is published with either GELU (Google's tanh, DeiT's exact
+    one) and a `.weights.h5` holds arrays only: a default would be wrong for
+    one of them without a word, so the caller says which
+    (`examples/finetune.py` and the `keras-vit` commands ask for `--gelu`
+    by the same rule, `keras_vit.weights.describe.numerics_unrecorded`).
+    """
+    path = info.activation_unrecorded
+    if path is None:
+        return
+    if str(path).lower().endswith(".npz"):
+        raise ValueError(
+            f"{path!r} does not record the GELU its weights were trained with: pass "
+            "mlp_activation='gelu_tanh' for Google's checkpoints or mlp_activation='gelu' "
+            "(the exact GELU) for DeiT's and timm's (command line: --gelu tanh or --gelu erf)."
+        )
+    raise ValueError(
+        f"{path!r} holds arrays only, not the GELU of the model that saved them: pass the "
+        "mlp_activation that model was built with ('gelu_tanh', keras_vit's default, or "
+        "'gelu') (command line: --gelu tanh or --gelu erf); a .keras file or a preset "
+        "records it."
+    )
+
+
 def _first_warning(model, dtype):
     """Whether `model` has not warned about `dtype` pixels yet.
 
@@ -219,6 +246,36 @@ def _first_warning(model, dtype):
         return False
     warned.add(dtype)
     return True
+
+
+# The largest value a scaled image holds under the usual scalings ([-1, 1],
+# ImageNet's or CLIP's mean/std reach about 2.7); raw [0, 255] pixels pass it.
+_SCALED_LIMIT = 5.0
+
+
+def check_pixel_values(model, x, name="x"):
+    """Warns (once per model) when float NumPy images look like raw [0, 255] pixels.
+
+    A float array with no negative value and values above what a scaled
+    image holds was most likely not passed through `preprocess_input`;
+    the model would run on it without a word. A model whose own record
+    scales [0, 255] into that range is not warned about.
+    """
+    if not x.size or not np.issubdtype(x.dtype, np.floating):
+        return
+    record = getattr(model, "preprocessing", None)
+    if record is not None and max((1 - m) / s for m, s in zip(record.mean, record.std)) > _SCALED_LIMIT:
+        return
+    low, high = float(np.min(x)), float(np.max(x))
+    if low < 0 or high <= _SCALED_LIMIT or not _first_warning(model, "raw floats"):
+        return
+    how = "keras_vit.preprocess_input(x, model=model)" if record is not None else (
+        "keras_vit.preprocess_input(x, mode=...) with the scaling its weights were trained with")
+    warnings.warn(
+        f"`{name}` holds values in [{low:.3g}, {high:.3g}]: model {model.name!r} expects scaled "
+        f"images, and these look like raw [0, 255] pixels. Scale them first: {how}.",
+        stacklevel=5,
+    )
 
 
 def check_images(model, shape, dtype, name="x"):

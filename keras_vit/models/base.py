@@ -32,6 +32,7 @@ import types
 from collections.abc import Mapping
 
 import keras
+import numpy as np
 
 from keras_vit import saving
 from keras_vit.execution import processes, tf_xla
@@ -62,6 +63,9 @@ class ModelBase:
     def _check_input_dict(self, x, name="x"):
         """Hook: raises a `ValueError` for a dict of inputs the model cannot take."""
 
+    def _check_input_values(self, x, name="x"):
+        """Hook: warns about NumPy inputs whose values look wrong (read on the host)."""
+
     def _check_data(self, x, name="x"):
         if isinstance(x, Mapping):
             self._check_input_dict(x, name)
@@ -69,6 +73,8 @@ class ModelBase:
         spec = input_spec_of(x)
         if spec is not None:
             self._check_input_spec(spec[0], spec[1], name)
+        if isinstance(x, np.ndarray):
+            self._check_input_values(x, name)
 
     def _check_validation_data(self, data):
         if isinstance(data, (tuple, list)) and data:

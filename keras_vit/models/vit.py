@@ -27,9 +27,11 @@ from keras_vit.models.arguments import (
     check_tokens,
     check_class_names,
     check_class_token_reader,
+    check_recorded_activation,
     check_images,
     check_embedding,
     check_grid_options,
+    check_pixel_values,
 )
 from keras_vit.models.base import ModelBase
 from keras_vit.models.precision import model_policy_config, set_model_policy, with_policy
@@ -256,9 +258,12 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         if classes is None:
             classes = info.classes or 1000
         self.classes = check_positive_int(classes, "classes") if include_top else classes
-        if block_config is None and "mlp_activation" not in options and info.gelu_approximate is not None:
-            # The activation the checkpoint was trained with.
-            self.block_config = self.block_config.replace(mlp_activation=gelu_activation(info.gelu_approximate))
+        if block_config is None and "mlp_activation" not in options:
+            # The activation the checkpoint was trained with, which a file
+            # that does not record it cannot choose.
+            check_recorded_activation(info)
+            if info.gelu_approximate is not None:
+                self.block_config = self.block_config.replace(mlp_activation=gelu_activation(info.gelu_approximate))
         self._set_metadata(class_names, preprocessing, info)
 
         inputs = keras.Input(shape=shape, name="image")
@@ -324,8 +329,19 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
 
     @property
     def class_names(self):
-        """The head's class names (a tuple), or None."""
+        """The head's class names (a tuple), or None.
+
+        Settable, with what the `class_names` argument takes (a sequence of
+        `classes` strings, "imagenet1k", "imagenet21k" or None); saved with
+        the model.
+        """
         return self._class_names
+
+    @class_names.setter
+    def class_names(self, value):
+        names = check_class_names(value, self.classes, self.include_top)
+        self._class_names_arg = list(value) if isinstance(value, tuple) else value
+        self._class_names = names
 
     def _set_options(self, distillation_token, distillation_head, num_register_tokens, pooled_norm,
                      projection_dim=None, l2_normalize=False):
@@ -347,8 +363,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         # The registered weights' lists, when the head is theirs.
         if class_names is None and self.include_top and self.classes == info.classes:
             class_names = info.class_names
-        self._class_names_arg = list(class_names) if isinstance(class_names, tuple) else class_names
-        self._class_names = check_class_names(class_names, self.classes, self.include_top)
+        self.class_names = class_names
         if preprocessing is None:
             preprocessing = info.preprocessing
         if preprocessing is not None:
@@ -362,6 +377,10 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         they usually mean that `keras_vit.preprocess_input` was forgotten.
         """
         check_images(self, shape, dtype, name)
+
+    def _check_input_values(self, x, name="x"):
+        """Warns once when float NumPy images look like raw [0, 255] pixels."""
+        check_pixel_values(self, x, name)
 
     def _check_input_dict(self, x, name="x"):
         """Raises a `ValueError` for a NaFlex patch dict this model cannot take."""

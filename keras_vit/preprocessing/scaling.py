@@ -55,6 +55,17 @@ def _resolve_mode(mode, weights):
     return from_weights
 
 
+def _warn_default_mode():
+    warnings.warn(
+        "`preprocess_input` was given no `mode`, `weights`, `model` or `preprocessing`: it "
+        "scaled with mode='inception' ([-1, 1], Google's checkpoints). Pass model=model to "
+        "scale as the model's checkpoint records (DeiT and timm weights take mode='imagenet'), "
+        "or mode='inception' to keep this scaling without the warning.",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
 def _per_channel(stats):
     mean, std, _ = stats
     return len(set(mean)) > 1 or len(set(std)) > 1
@@ -132,6 +143,8 @@ def _statistics(mode, weights, model, preprocessing=None):
         record = Preprocessing.from_config(preprocessing)
         return record.mean, record.std, "the given preprocessing"
     if model is None:
+        if mode is None and weights is None:
+            _warn_default_mode()
         mode = _resolve_mode(mode, weights)
         mean, std = MODE_STATISTICS[mode]
         return tuple(mean), tuple(std), f"mode={mode!r}"
@@ -179,9 +192,10 @@ def preprocess_input(images, mode=None, weights=None, model=None, preprocessing=
     Args:
         images: channels-last images, uint8 or float in [0, 255], any
             leading shape (a single image or a batch).
-        mode: None (default: from `weights`, else "inception"), "inception"
-            or "imagenet" ("tf" and "torch" are accepted as in
-            `keras.applications`).
+        mode: None (default: from `weights`, else "inception", with a
+            warning that says so when neither `weights`, `model` nor
+            `preprocessing` is given), "inception" or "imagenet" ("tf" and
+            "torch" are accepted as in `keras.applications`).
         weights: None, a registered weights name such as "imagenet21k", or
             a `WeightsRecord` (any object with a `preprocessing_mode` attribute).
         model: None, or a keras_vit model with a `preprocessing` record;
@@ -207,7 +221,7 @@ def preprocess_input(images, mode=None, weights=None, model=None, preprocessing=
     Example:
 
     >>> import numpy as np
-    >>> preprocess_input(np.array([[[0, 127.5, 255]]]))
+    >>> preprocess_input(np.array([[[0, 127.5, 255]]]), mode="inception")
     array([[[-1.,  0.,  1.]]])
     >>> preprocess_input(np.zeros((1, 1, 3), "uint8"), weights="imagenet21k").dtype
     dtype('float32')

@@ -112,8 +112,10 @@ def _download(handle):
             raise PresetDownloadError(
                 f"Cannot get {uri.id!r} (revision {uri.revision or 'main'}){offline}: it "
                 f"could not be downloaded and no complete cached copy is in {cache}. "
-                f"Download it once online (or `huggingface-cli download {uri.id}`), "
-                "or give the local directory instead.",
+                f"Fetch it once where the Hub is reachable: `hf download {uri.id}"
+                + (f" --revision {uri.revision}" if uri.revision else "")
+                + "` (huggingface_hub's command) fills that cache; or "
+                f"`hf download {uri.id} --local-dir DIR` and give DIR instead of the handle.",
                 uri.id,
                 cache,
             ) from error

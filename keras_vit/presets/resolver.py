@@ -13,16 +13,17 @@ the library and every command (`keras-vit inspect`, `export`, `classify`,
 | a constructor ("ViTTi16", "ViT") or architecture ("Ti/16") name | that constructor, with `weights=` |
 
 A checkpoint file that does not record the numerics it was trained with
-(its GELU, its input scaling) is built as the file's format implies, and
-`numerics_unrecorded` says what the file leaves open; give
-`mlp_activation=` and `preprocessing=`.
+(`numerics_unrecorded`: an `.npz` or `.weights.h5` its GELU, every file
+but a `.keras` archive its input scaling) needs them said:
+`mlp_activation=` (the constructors refuse the file without it) and
+`preprocessing=` (or `keras_vit.classify` asks for it).
 """
 
 import difflib
 import os
-import warnings
 
 from keras_vit.architectures import ARCHITECTURE_CONFIGS, CONSTRUCTORS, get_variant
+from keras_vit.weights.describe import numerics_unrecorded  # noqa: F401 (the commands' import)
 from keras_vit.weights.record import Preprocessing
 
 # The generic model classes a source may name besides the table's constructors.
@@ -36,37 +37,9 @@ def _preprocessing(value, image_size):
     return Preprocessing.from_mode(value, image_size=tuple(image_size))
 
 
-def numerics_unrecorded(path):
-    """What a checkpoint file leaves open about its numerics.
-
-    Args:
-        path: a checkpoint file.
-
-    Returns:
-        A tuple of what the file does not record, among "mlp_activation" (an
-        `.npz` is assumed to hold Google's tanh GELU, a `.weights.h5` holds
-        arrays only) and "preprocessing" (no weights file but a `.keras`
-        archive records it); empty for a `.keras` archive that records both.
-
-    Example:
-
-    >>> numerics_unrecorded("deit_tiny_patch16_224.npz")
-    ('mlp_activation', 'preprocessing')
-    """
-    from keras_vit.weights.describe import keras_file_info
-    from keras_vit.weights.readers import checkpoint_format
-
-    name = os.fspath(path).lower()
-    kind = checkpoint_format(name)
-    if name.endswith(".keras"):
-        info = keras_file_info(os.fspath(path))
-        return tuple(
-            what for what, known in (("mlp_activation", True), ("preprocessing", info.preprocessing))
-            if not known
-        )
-    # timm files fix the erf GELU by their format; `.npz` and Keras weights do not.
-    gelu = () if kind == "timm" else ("mlp_activation",)
-    return gelu + ("preprocessing",)
+# Constructor and class names by their lower-case spelling: the default
+# `name` of the model each builds.
+_LOWER_NAMES = {name.lower(): name for name in (*CONSTRUCTORS, *MODEL_CLASSES)}
 
 
 def _closest(name):
@@ -115,24 +88,6 @@ def _from_file(path, weights, overrides):
     return _constructor(name)(weights=path, **overrides)
 
 
-def _unrecorded_warning(path, overrides, preprocessing):
-    missing = [
-        what for what in numerics_unrecorded(path)
-        if (what == "mlp_activation" and "mlp_activation" not in overrides)
-        or (what == "preprocessing" and preprocessing is None)
-    ]
-    if "mlp_activation" in missing:
-        warnings.warn(
-            f"{path!r} does not record the GELU it was trained with: the model uses "
-            "the tanh GELU of Google's checkpoints. Pass mlp_activation='gelu' for "
-            "weights trained with the exact GELU (DeiT, timm) or 'gelu_tanh' to "
-            "confirm (command line: --gelu erf or --gelu tanh).",
-            UserWarning,
-            stacklevel=3,
-        )
-    return missing
-
-
 def _check_source(source):
     if isinstance(source, os.PathLike):
         return os.fspath(source)
@@ -154,7 +109,8 @@ def load_model(source, weights=None, preprocessing=None, **overrides):
             `"kaggle://owner/model/framework/variation"` handle
             (`keras_vit.from_preset`); a `.keras` file; a checkpoint file
             (the architecture is read from its tensors); or a constructor
-            ("ViTTi16", "ViT") or architecture ("Ti/16") name.
+            ("ViTTi16", "ViT", or the model name it gives, "vitti16") or
+            architecture ("Ti/16") name.
         weights: with a name only: None, a registered weights name or a
             checkpoint path.
         preprocessing: None (the source's record, if any), a mode
@@ -199,9 +155,11 @@ def load_model(source, weights=None, preprocessing=None, **overrides):
         model = from_preset(source, **overrides)
     elif os.path.isfile(source):
         model = _from_file(source, weights, overrides)
-        _unrecorded_warning(source, overrides, preprocessing)
     elif source in MODEL_CLASSES or source in CONSTRUCTORS or source in ARCHITECTURE_CONFIGS:
         model = _constructor(source)(weights=weights, **overrides)
+    elif source.lower() in _LOWER_NAMES:
+        # The name a constructor gives its model ("vitti16"), as printed.
+        model = _constructor(_LOWER_NAMES[source.lower()])(weights=weights, **overrides)
     elif os.sep in source or "/" in source or os.path.splitext(source)[1]:
         raise ValueError(
             f"No file or folder at {source!r} (resolved to {os.path.abspath(source)!r})."

@@ -10,6 +10,8 @@ names the top classes of predictions a program computed itself.
 """
 
 import collections
+import warnings
+import weakref
 
 import keras
 import numpy as np
@@ -21,7 +23,10 @@ from keras_vit.validation import check_positive_int
 Prediction = collections.namedtuple("Prediction", ["index", "name", "probability"])
 Prediction.__doc__ = """One class of a `classify` result: `(index, name, probability)`.
 
-`name` is None where neither the model nor an ImageNet-sized head names the class."""
+`name` is None where the model records no class names (`model.class_names`)."""
+
+# The models `classify` has warned about their missing class names: once each.
+_UNNAMED_WARNED = weakref.WeakSet()
 
 
 def _probabilities(model, outputs):
@@ -39,11 +44,30 @@ def _probabilities(model, outputs):
 
 
 def _names(model, classes):
+    """The class names the model records, or None for each class (with a
+    warning, once per model): a head's width alone never names its classes."""
     own = getattr(model, "class_names", None)
     if own is not None and len(own) == classes:
         return tuple(own)
-    if classes in labels.NUM_CLASSES:
-        return labels.class_names(classes)
+    try:
+        first = model not in _UNNAMED_WARNED
+        _UNNAMED_WARNED.add(model)
+    except TypeError:  # not weakly referenceable: warn each time
+        first = True
+    if first:
+        imagenet = (
+            f" For ImageNet weights, say so: class_names={labels.list_name(classes)!r}."
+            if classes in labels.NUM_CLASSES else ""
+        )
+        warnings.warn(
+            f"Model {getattr(model, 'name', model)!r} records no class names: `classify` "
+            "reports class indices, with name None. Set them (one string per class): "
+            "`model.class_names = [...]`, or `class_names=` when building or loading it "
+            "(command line: --class-names)."
+            + imagenet,
+            UserWarning,
+            stacklevel=3,
+        )
     return (None,) * classes
 
 
@@ -65,8 +89,11 @@ def classify(model, images, top=5, preprocessing=None, batch_size=32):
         A list with, per image, a list of `min(top, classes)`
         `Prediction(index, name, probability)` tuples, most probable first:
         probabilities from the model's softmax (applied here to a model
-        that returns logits), names from `model.class_names` or, for 1000
-        and 21843 classes, ImageNet's.
+        that returns logits), names from `model.class_names`. A model that
+        records no class names gets names None and a warning (once per
+        model): a 1000-wide head is not named ImageNet's unless its weights
+        say so (registered ImageNet weights, a preset, or
+        `class_names="imagenet1k"`).
 
     Example:
 

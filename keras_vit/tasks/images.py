@@ -88,10 +88,12 @@ def _record(model, preprocessing):
         preprocessing = getattr(model, "preprocessing", None)
         if preprocessing is None:
             raise ValueError(
-                f"Model {getattr(model, 'name', model)!r} carries no preprocessing record (it "
-                "was built from a file that does not say how its images were scaled). Pass "
-                "preprocessing='inception' ([-1, 1], Google's checkpoints) or 'imagenet' "
-                "(ImageNet mean/std, DeiT and timm), or a Preprocessing record."
+                f"Model {getattr(model, 'name', model)!r} carries no preprocessing record "
+                "(`model.preprocessing` is None: it was built without weights that record how "
+                "their images are scaled, from scratch or from a checkpoint file such as an "
+                ".npz). Pass preprocessing='inception' ([-1, 1], Google's checkpoints) or "
+                "'imagenet' (ImageNet mean/std, DeiT and timm), or a Preprocessing record; or "
+                "set `model.preprocessing`."
             )
     if isinstance(preprocessing, str):
         preprocessing = Preprocessing.from_mode(preprocessing)

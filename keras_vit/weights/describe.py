@@ -1,10 +1,10 @@
 """What a `weights` argument is, and what it says about the model to build."""
 
+import dataclasses
 import json
 import os
 import re
 import zipfile
-from dataclasses import dataclass
 
 from keras_vit import labels
 from keras_vit.architectures import VARIANTS, architecture_name, effective_patch_size
@@ -18,7 +18,7 @@ from keras_vit.weights.posemb import square_grid
 from keras_vit.weights.record import Preprocessing
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class WeightsInfo:
     """Facts a checkpoint fixes about its model; None where unknown.
 
@@ -31,6 +31,9 @@ class WeightsInfo:
         preprocessing: a `Preprocessing` record of its input scaling.
         class_names: the name of its head's class list in
             `keras_vit.labels.LISTS` ("imagenet1k", "imagenet21k").
+        activation_unrecorded: the file (the path) when it does not record
+            the GELU its weights were trained with (`numerics_unrecorded`),
+            else None.
     """
 
     image_size: object = None
@@ -40,6 +43,7 @@ class WeightsInfo:
     channels: object = None
     preprocessing: object = None
     class_names: object = None
+    activation_unrecorded: object = None
 
 
 def registered_names(architecture):
@@ -232,6 +236,39 @@ def keras_file_info(path):
         return WeightsInfo()
 
 
+def numerics_unrecorded(path):
+    """What a checkpoint file leaves open about its numerics.
+
+    Args:
+        path: a checkpoint file.
+
+    Returns:
+        A tuple of what the file does not record, among "mlp_activation" (an
+        `.npz` does not say which GELU it was trained with: Google's use the
+        tanh GELU, DeiT's the exact one; a `.weights.h5` holds arrays only)
+        and "preprocessing" (no weights file but a `.keras` archive records
+        it); empty for a `.keras` archive that records both. A constructor
+        given such a file without `mlp_activation` refuses it, as the
+        commands refuse it without `--gelu`.
+
+    Example:
+
+    >>> numerics_unrecorded("deit_tiny_patch16_224.npz")
+    ('mlp_activation', 'preprocessing')
+    """
+    name = os.fspath(path).lower()
+    kind = checkpoint_format(name)
+    if name.endswith(".keras"):
+        info = keras_file_info(os.fspath(path))
+        return tuple(
+            what for what, known in (("mlp_activation", True), ("preprocessing", info.preprocessing))
+            if not known
+        )
+    # timm files fix the erf GELU by their format; `.npz` and Keras weights do not.
+    gelu = () if kind == "timm" else ("mlp_activation",)
+    return gelu + ("preprocessing",)
+
+
 def describe_weights(weights, architecture_config):
     """What `weights` fixes about the model: resolution, classes, GELU, channels.
 
@@ -245,10 +282,10 @@ def describe_weights(weights, architecture_config):
             `resnet_width` for hybrids).
 
     Returns:
-        A `WeightsInfo`. Files: `.npz` -> tanh GELU (Google numerics),
-        resolution from a square position-embedding grid, classes from the
-        head; timm files -> erf GELU; `.weights.h5` -> classes from the
-        head; `.keras` -> what its saved configuration says.
+        A `WeightsInfo`. Files: `.npz` -> resolution from a square
+        position-embedding grid, classes from the head, the GELU unrecorded;
+        timm files -> erf GELU; `.weights.h5` -> classes from the head, the
+        GELU unrecorded; `.keras` -> what its saved configuration says.
 
     Example:
 
@@ -259,8 +296,8 @@ def describe_weights(weights, architecture_config):
     ...     "embedding/kernel": np.zeros((8, 8, 3, 8)),
     ...     "head/bias": np.zeros(10)})
     >>> info = describe_weights(file, dict(patch_size=8))
-    >>> info.image_size, info.classes, info.gelu_approximate, info.channels
-    (32, 10, True, 3)
+    >>> info.image_size, info.classes, info.channels, info.activation_unrecorded == file
+    (32, 10, 3, True)
     """
     path, record = weights_source(weights, architecture_name(architecture_config))
     if record is not None:
@@ -278,7 +315,9 @@ def describe_weights(weights, architecture_config):
     path = check_file(path)
     kind = checkpoint_format(path)
     if kind == "keras":
-        return keras_file_info(path)
+        info = keras_file_info(path)
+        unrecorded = "mlp_activation" in numerics_unrecorded(path)
+        return dataclasses.replace(info, activation_unrecorded=path) if unrecorded else info
     shapes = _tensor_shapes(path, kind)
     rows, classes, pre, channels = _facts(shapes, kind)
     side = square_grid(rows) if rows else None
@@ -293,9 +332,11 @@ def describe_weights(weights, architecture_config):
     return WeightsInfo(
         image_size=image_size,
         classes=classes,
-        gelu_approximate=kind == "npz",
+        # timm files hold the exact GELU by their format; an `.npz` says nothing.
+        gelu_approximate=False if kind == "timm" else None,
         representation_size=pre,
         channels=channels,
+        activation_unrecorded=path if kind == "npz" else None,
     )
 
 
