@@ -127,3 +127,40 @@ def test_zero_shot_classifier_takes_the_towers_tensors_not_numpy_copies(monkeypa
     classifier.compile(optimizer=keras.optimizers.SGD(0.5), loss="sparse_categorical_crossentropy")
     classifier.fit(images, np.array([0, 1, 2, 0]), epochs=1, verbose=0)
     np.testing.assert_array_equal(tower.predict(images, verbose=0), before)
+
+
+# Peak memory of loading a B/16 preset, in a process of its own. glibc's
+# malloc raises its mmap threshold as large blocks are freed, after which
+# jax's freed buffers stay in the heap and count twice in the peak; a
+# process that fixes the threshold (MALLOC_MMAP_THRESHOLD_, as the docs
+# advise for jax on a memory-tight host) sees what keras_vit itself holds.
+MEMORY_PROBE = """
+import resource, sys
+import numpy as np, keras_vit
+peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+keras_vit.ViT(image_size=32, patch_size=16, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8)
+before = peak()
+model = keras_vit.from_preset(sys.argv[1])
+weights = sum(int(np.prod(v.shape)) for v in model.weights) * 4 / 2**20
+print(weights, peak() - before)
+"""
+
+
+def test_loading_a_b16_preset_peaks_under_1_3x_its_weights(tmp_path, backend):
+    import os
+    import subprocess
+    import sys
+
+    model = keras_vit.ViTB16(
+        classes=1000, preprocessing=keras_vit.preprocessing.Preprocessing.from_mode("imagenet", image_size=224),
+        class_names=[str(i) for i in range(1000)])
+    model.save_to_preset(tmp_path, format="transformers")
+    del model
+    env = dict(os.environ, KERAS_BACKEND=backend)
+    if backend == "jax":
+        env["MALLOC_MMAP_THRESHOLD_"] = "131072"
+    result = subprocess.run([sys.executable, "-c", MEMORY_PROBE, str(tmp_path)], env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    weights, growth = map(float, result.stdout.split()[-2:])
+    assert 320 < weights < 340 and growth <= 1.3 * weights, (weights, growth)
