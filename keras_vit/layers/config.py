@@ -52,6 +52,15 @@ MLP_KINDS = ("plain", "swiglu")
 # style of `keras_vit.layers.sincos.STYLES`), or "none" (the positions come
 # from a rotary embedding alone: DINOv3, RoPE-ViT).
 POSITION_EMBEDDINGS = ("learned", "sincos") + tuple(f"sincos_{s}" for s in STYLES if s != "mae") + ("none",)
+# Where a block's norms sit: "pre", before each branch (the ViT's), or
+# "post", on each branch's output before its residual sum (Swin v2's
+# res-post-norm: timm's `ResPostBlock`, EVA02-enormous's `use_post_norm`).
+NORM_POSITIONS = ("pre", "post")
+# A relative position bias added to the attention logits (timm's
+# `VisionTransformerRelPos`): None, "mlp" (each block's attention has its
+# own `RelativePositionMlp` of the log-spaced relative coordinates) or
+# "shared_mlp" (one for the whole model, layer `rel_pos`).
+RELATIVE_POSITIONS = (None, "mlp", "shared_mlp")
 # Metadata of the fields that change training only, never the weights: a
 # preset's model may take other values (`keras_vit.presets.OVERRIDES`).
 TRAINING = {"training_only": True}
@@ -235,6 +244,28 @@ class BlockConfig(_Record):
             replacing the variant's (`base`, `reference_grid`,
             `grid_offset`, `order`, `layout`, `normalize_coords`,
             `min_period`, `max_period`).
+        norm_position: "pre" (default: `x + f(norm(x))`, the ViT's) or
+            "post" (`x + norm(f(x))`, Swin v2's res-post-norm; timm's
+            `ResPostBlock` and `use_post_norm`): where the block's two norms
+            sit. The weights are the same (`LayerNorm_0` with attention,
+            `LayerNorm_2` with the MLP).
+        parallel: bool, default False: attention and MLP in parallel on one
+            norm, `x + attention(norm(x)) + mlp(norm(x))` (ViT-22B; timm's
+            `ParallelScalingBlock`): the block has no `LayerNorm_2`.
+        differential_attention: bool, default False: differential attention
+            (Ye et al., arXiv:2410.05258; timm's `DiffAttention`): each head
+            splits its queries and keys in two and takes the difference of
+            the two softmax maps, weighted by a learned lambda; see
+            `keras_vit.layers.attention.MultiHeadSelfAttention`.
+        relative_position: None (default), "mlp" or "shared_mlp": a
+            relative position bias on the attention logits of the patch
+            tokens, an MLP of their log-spaced relative coordinates (timm's
+            `RelPosMlp`; `keras_vit.layers.relative_position`), one per
+            block ("mlp") or one for the model ("shared_mlp", layer
+            `rel_pos`). The model computes the coordinates once per input
+            grid, so any image size works.
+        relative_position_dim: int, default 128: the hidden width of that
+            MLP.
 
     Example:
 
@@ -258,6 +289,11 @@ class BlockConfig(_Record):
     mlp_norm: bool = False
     rope: object = None
     rope_settings: object = None
+    norm_position: str = "pre"
+    parallel: bool = False
+    differential_attention: bool = False
+    relative_position: object = None
+    relative_position_dim: int = 128
 
     def __post_init__(self):
         self._set("layer_norm_epsilon", check_positive_float(self.layer_norm_epsilon, "layer_norm_epsilon"))
@@ -278,6 +314,21 @@ class BlockConfig(_Record):
         check_choice(self.mlp_kind, MLP_KINDS, "mlp_kind")
         check_bool(self.qk_norm, "qk_norm")
         check_bool(self.remat, "remat")
+        check_choice(self.norm_position, NORM_POSITIONS, "norm_position")
+        check_bool(self.parallel, "parallel")
+        check_bool(self.differential_attention, "differential_attention")
+        check_choice(self.relative_position, RELATIVE_POSITIONS, "relative_position")
+        check_positive_int(self.relative_position_dim, "relative_position_dim")
+        if self.parallel and self.norm_position != "pre":
+            raise ValueError(
+                "A parallel block has one norm, before both branches: `parallel=True` needs "
+                f"`norm_position='pre'`. Received: norm_position={self.norm_position!r}"
+            )
+        if self.relative_position is not None and self.rope is not None:
+            raise ValueError(
+                "A block takes one kind of position tables: `relative_position` and `rope` cannot be "
+                f"combined. Received: relative_position={self.relative_position!r}, rope={self.rope!r}"
+            )
         if self.remat and (self.dropout_rate or self.attention_dropout_rate):
             raise ValueError(
                 "`remat=True` needs `dropout_rate=0` and `attention_dropout_rate=0` (the "
@@ -323,11 +374,16 @@ class EncoderConfig(_Record):
             `pooling` "map"; Perception Encoder's `attn_pool` has 8).
         map_mlp_dim: None (default: the blocks' `mlp_dim`) or a positive
             int: the MLP width of the MAP head.
+        final_norm: bool, default True: a norm after the blocks (layer
+            `encoder_norm`, or `fc_norm` on the pooled features with
+            `pooled_norm`); False leaves the tokens unnormalised (timm's
+            `final_norm=False`: RADIO, InternViT, Perception Encoder's
+            language and spatial towers).
 
     Example:
 
     >>> EncoderConfig(pre_norm=True).get_config()
-    {'patch_bias': True, 'patch_norm': False, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0, 'map_num_heads': None, 'map_mlp_dim': None}
+    {'patch_bias': True, 'patch_norm': False, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0, 'map_num_heads': None, 'map_mlp_dim': None, 'final_norm': True}
     """
 
     patch_bias: bool = True
@@ -339,6 +395,7 @@ class EncoderConfig(_Record):
     patch_dropout_rate: float = _training(0.0)
     map_num_heads: object = None
     map_mlp_dim: object = None
+    final_norm: bool = True
 
     def __post_init__(self):
         check_bool(self.patch_bias, "patch_bias")
@@ -353,6 +410,7 @@ class EncoderConfig(_Record):
         self._set("patch_dropout_rate", check_rate(self.patch_dropout_rate, "patch_dropout_rate"))
         for name in ("map_num_heads", "map_mlp_dim"):
             check_positive_int(getattr(self, name), name, allow_none=True)
+        check_bool(self.final_norm, "final_norm")
 
 
 # Each record by the name it has in a model's arguments and config.

@@ -30,6 +30,7 @@ from keras import ops
 
 from keras_vit.layers import PatchDropout, PatchEncoder, Patches, TokenGrid, TransformerBlock
 from keras_vit.layers.norms import block_norm
+from keras_vit.layers.relative_position import RelativePositionTable
 from keras_vit.layers.rotary import RotaryEmbedding
 from keras_vit.layers.seeds import derive_seed
 from keras_vit.models import heads, patch_inputs
@@ -52,7 +53,9 @@ class Stages:
             `Dropout` layers.
         patch_dropout: None or the `PatchDropout` (training only).
         pre_norm: None or the norm before the first block.
-        rope: None or the `RotaryEmbedding` whose tables every block takes.
+        rope: None or the layer whose per-grid tables every block takes:
+            the `RotaryEmbedding` (layer `rope`) or the
+            `RelativePositionTable` (layer `rel_pos`).
         blocks: the `TransformerBlock`s, in order.
         norm: None or the encoder's final norm (`encoder_norm`).
         fc_norm: None or the norm of the pooled features.
@@ -113,7 +116,7 @@ def build_stages(model, dtype):
         )
     if model.encoder_config.pre_norm:
         s.pre_norm = block_norm(model.block_config, "pre_norm", dtype)
-    s.rope = _rotary_embedding(model, dtype)
+    s.rope = _position_tables(model, dtype)
     for i in range(model.num_layers):
         # Stochastic depth grows linearly from 0 in the first block.
         rate = model.stochastic_depth_rate * i / max(model.num_layers - 1, 1)
@@ -124,12 +127,15 @@ def build_stages(model, dtype):
                 block_config=model.block_config,
                 stochastic_depth_rate=rate,
                 seed=derive_seed(model.seed, i),
+                block_index=i,
                 name=f"encoderblock_{i}",
                 dtype=dtype,
             )
         )
     s.head_layers = heads.head_layers(model, dtype)
-    if not model.pooled_norm:
+    if not model.encoder_config.final_norm:
+        pass  # timm's `final_norm=False`: the tokens leave the blocks as they are
+    elif not model.pooled_norm:
         s.norm = block_norm(model.block_config, "encoder_norm", dtype)
     elif "pool" in s.head_layers:
         # Without pooling (include_top=False, pooling=None) the tokens come
@@ -138,9 +144,16 @@ def build_stages(model, dtype):
     return s
 
 
-def _rotary_embedding(model, dtype):
-    """The model's `RotaryEmbedding` (layer `rope`), or None without `rope`."""
+def _position_tables(model, dtype):
+    """The layer making the per-grid tables every block takes: the
+    `RotaryEmbedding` (layer `rope`), the `RelativePositionTable` (layer
+    `rel_pos`), or None."""
     config = model.block_config
+    if config.relative_position is not None:
+        return RelativePositionTable(
+            model.num_heads, config.relative_position_dim, shared=config.relative_position == "shared_mlp",
+            name="rel_pos", dtype=dtype,
+        )
     if config.rope is None:
         return None
     if model.encoder_config.patch_dropout_rate:
@@ -236,7 +249,7 @@ def rope_at(s, grid):
 
 def block_rope(s, tables, index):
     """Block `index`'s slice of the tables (its own for "mixed")."""
-    if tables is None or not RotaryEmbedding.is_mixed(s.rope.variant):
+    if tables is None or not isinstance(s.rope, RotaryEmbedding) or not RotaryEmbedding.is_mixed(s.rope.variant):
         return tables
     return tables[:, index]
 

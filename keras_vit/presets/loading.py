@@ -13,7 +13,7 @@ the weights strictly (`keras_vit.weights.loader`):
 | --- | --- | --- |
 | keras_vit | `config.json` registered as `keras_vit>...` | Keras (`model.weights.h5`) |
 | transformers ViT / DeiT / DINOv2 / DINOv3 / CLIP / SigLIP / ViTMAE | `config.json` with `model_type` | `weights.formats.transformers` (+ one `transformers_<family>` module each) |
-| timm Hub | `config.json` with `architecture` | `weights.formats.timm`; timm's `Eva` models (DINOv3, EVA02, PE, RoPE-ViT) `weights.formats.timm_eva` |
+| timm Hub | `config.json` with `architecture` | `families.timm_zoo` chooses by timm's model class: `weights.formats.timm` (`VisionTransformer`), `weights.formats.timm_eva` (`Eva`: DINOv3, EVA, EVA02, PE, RoPE-ViT), `families.vit_relpos`, `families.vit_hybrid` |
 | keras-hub ViT / DINOv2 / DINOv3 / SigLIP | `config.json` registered as `keras_hub>...` | keras-hub, `weights.formats.keras_hub` (+ one `keras_hub_<family>` module each) |
 
 `model.save_to_preset(directory, format)` (`keras_vit.families.writers`)
@@ -25,6 +25,7 @@ backend) or `format="transformers"` (loaded by
 import os
 
 from keras_vit.families import keras_hub_source as keras_hub
+from keras_vit.families import timm_zoo
 from keras_vit.families import transformers_source as transformers
 from keras_vit.families.writers import KERAS_WEIGHTS, PRESET_FORMATS, save_to_preset  # noqa: F401
 from keras_vit.layers.config import training_fields
@@ -35,7 +36,6 @@ from keras_vit.weights import loader, shards
 from keras_vit.weights.canonical import PresetSource
 from keras_vit.weights.files import read_json as _read_json
 from keras_vit.weights.formats import keras_vit as keras_vit_format
-from keras_vit.weights.formats import timm, timm_eva
 from keras_vit.weights.record import Preprocessing
 
 HF_SCHEME = "hf://"
@@ -246,17 +246,10 @@ def _keras_vit_source(directory):
     return PresetSource("keras_vit", directory, model_class, args, read)
 
 
-def _timm_source(directory):
-    """timm's `Eva` models by their module, every other timm ViT by `timm`'s."""
-    config = _read_json(os.path.join(directory, "config.json"))
-    reader = timm_eva if timm_eva.is_eva(config) else timm
-    return reader.preset_source(directory)
-
-
 _SOURCES = {
     "keras_vit": _keras_vit_source,
     "transformers": transformers.preset_source,
-    "timm": _timm_source,
+    "timm": timm_zoo.preset_source,
     "keras_hub": keras_hub.preset_source,
 }
 
