@@ -32,6 +32,7 @@ from keras_vit.models import (
 from keras_vit.version import __version__
 from keras_vit.preprocessing import preprocess_input
 from keras_vit.presets import from_preset, load_model
+from keras_vit.families.timm_zoo import list_models
 from keras_vit.tasks.classification import Prediction, classify, decode_predictions
 from keras_vit.tasks.images import load_images
 from keras_vit.tasks.zero_shot import ImageTextModel

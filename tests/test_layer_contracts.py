@@ -93,6 +93,24 @@ CASES = {
         lambda **kw: layers.TransformerBlock(num_heads=2, mlp_dim=16, layer_scale_init=0.1, qkv_bias=False, **kw),
         _normal(2, 5, 8), (2, 5, 8), (15, 0, 0),
     ),
+    # Norms on the branches' outputs: the same weights.
+    "TransformerBlock-post-norm": Case(
+        lambda **kw: layers.TransformerBlock(num_heads=2, mlp_dim=16, norm_position="post", qkv_bias=False, **kw),
+        _normal(2, 5, 8), (2, 5, 8), (13, 0, 0),
+    ),
+    # One norm for both branches (-2), LayerScale (+2).
+    "TransformerBlock-parallel": Case(
+        lambda **kw: layers.TransformerBlock(num_heads=2, mlp_dim=16, parallel=True, layer_scale_init=0.1,
+                                             qkv_bias=False, **kw),
+        _normal(2, 5, 8), (2, 5, 8), (13, 0, 0),
+    ),
+    # The projections without q/k/v biases (5), four lambda vectors and the
+    # heads' RMSNorm scale.
+    "MultiHeadSelfAttention-differential": Case(
+        lambda **kw: layers.MultiHeadSelfAttention(num_heads=2, head_dim=4, qkv_bias=False, differential=True,
+                                                   block_index=1, **kw),
+        _normal(2, 5, 8), (2, 5, 8), (10, 0, 0),
+    ),
     "TokenPooling-token": Case(lambda **kw: layers.TokenPooling("token", 1, **kw), _normal(2, 5, 3), (2, 3), (0, 0, 0)),
     "TokenPooling-avg": Case(lambda **kw: layers.TokenPooling("avg", 1, **kw), _normal(2, 5, 3), (2, 3), (0, 0, 0)),
     "TokenPooling-max": Case(lambda **kw: layers.TokenPooling("max", 0, **kw), _normal(2, 5, 3), (2, 3), (0, 0, 0)),
@@ -166,6 +184,16 @@ OTHER_CASES = {
         ((2, 5, 2, 4), (2, 3, 2, 4)), (4, 0, 0),
     ),
     "RMSNorm": Case(lambda **kw: RMSNorm(epsilon=1e-5, **kw), _normal(2, 5, 8), (2, 5, 8), (1, 0, 0)),
+    # Per grid, not per image: coordinates (N, N, 2) to biases (heads, N, N),
+    # and the shared table's MLP (two Dense kernels and biases).
+    "RelativePositionMlp": Case(
+        lambda **kw: layers.RelativePositionMlp(num_heads=2, hidden_dim=8, **kw), _normal(6, 6, 2), (2, 6, 6),
+        (4, 0, 0),
+    ),
+    "RelativePositionTable": Case(
+        lambda **kw: layers.RelativePositionTable(num_heads=2, hidden_dim=8, shared=True, **kw),
+        _normal(2, 2, 3, 4), (2, 6, 6), (4, 0, 0),
+    ),
     # The learned frequencies of the "mixed" variant; the tables are float32
     # whatever the policy.
     "RotaryEmbedding": Case(
@@ -179,6 +207,8 @@ OWN_CONTRACT = {
     "QKNorm": "test_qk_norm.py",
     "RMSNorm": "test_norms.py",
     "RotaryEmbedding": "test_rotary.py",
+    "RelativePositionMlp": "test_relative_position.py",
+    "RelativePositionTable": "test_relative_position.py",
 }
 ALL_CASES = {**CASES, **OTHER_CASES}
 # One case of each layer class for Keras' harness and the channels-first

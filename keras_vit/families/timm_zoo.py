@@ -40,6 +40,10 @@ NOT_BUILT = {
                                   "(grouped-query attention per block, `num_kv_heads`), with query/key "
                                   "RMSNorms and LayerScale on the attention branch alone: keras_vit's "
                                   "blocks share one set of options"),
+    "vit_so400m_patch14_siglip*_384": ("refused", "at 384 pixels in patches of 14, timm's patch convolution "
+                                                   "drops the last 6 pixel rows and columns, and keras_vit's "
+                                                   "patches cover the whole image (the `_378` names are the same "
+                                                   "architecture at 378 pixels, which keras_vit builds)"),
     "vit_base_mci_224": ("refused", "MobileCLIP-2's image tower embeds patches with a convolution stem "
                                     "(BatchNorm and GELU between strided convolutions), which keras_vit's "
                                     "ViT and hybrid stems do not have"),

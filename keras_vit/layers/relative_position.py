@@ -76,7 +76,7 @@ class RelativePositionMlp(keras.layers.Layer):
         coords: `(N, N, 2)` from `relative_log_coordinates`.
 
     Returns:
-        `(heads, N, N)` float32 biases.
+        `(heads, N, N)` biases, in the compute dtype.
 
     Example:
 
@@ -92,14 +92,14 @@ class RelativePositionMlp(keras.layers.Layer):
         self.hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
 
     def build(self, input_shape=None):
-        self.dense_0 = keras.layers.Dense(self.hidden_dim, activation="relu", name="Dense_0", dtype="float32")
+        self.dense_0 = keras.layers.Dense(self.hidden_dim, activation="relu", name="Dense_0", dtype=self.dtype_policy)
         self.dense_0.build((None, 2))
-        self.dense_1 = keras.layers.Dense(self.num_heads, name="Dense_1", dtype="float32")
+        self.dense_1 = keras.layers.Dense(self.num_heads, name="Dense_1", dtype=self.dtype_policy)
         self.dense_1.build((None, self.hidden_dim))
         self.built = True
 
     def call(self, coords):
-        bias = self.dense_1(self.dense_0(ops.cast(coords, "float32")))
+        bias = self.dense_1(self.dense_0(ops.cast(coords, self.compute_dtype)))
         return ops.transpose(bias, (2, 0, 1))
 
     def compute_output_shape(self, input_shape):
@@ -150,12 +150,14 @@ class RelativePositionTable(keras.layers.Layer):
     def build(self, input_shape=None):
         self.mlp = None
         if self.shared:
-            self.mlp = RelativePositionMlp(self.num_heads, self.hidden_dim, name="mlp")
+            self.mlp = RelativePositionMlp(self.num_heads, self.hidden_dim, name="mlp", dtype=self.dtype_policy)
             self.mlp.build((None, None, 2))
         self.built = True
 
     def tables(self, grid):
         """What `call` returns for a feature map on a `(gh, gw)` grid."""
+        if not self.built:
+            self.build()
         coords = relative_log_coordinates(grid)
         return coords if self.mlp is None else self.mlp(coords)
 
@@ -169,7 +171,9 @@ class RelativePositionTable(keras.layers.Layer):
         return (self.num_heads, tokens, tokens) if self.shared else (tokens, tokens, 2)
 
     def compute_output_spec(self, inputs):
-        return keras.KerasTensor(self.compute_output_shape(inputs.shape), dtype="float32")
+        # The coordinates are float32 whatever the policy; the shared MLP's biases are in its compute dtype.
+        dtype = self.compute_dtype if self.shared else "float32"
+        return keras.KerasTensor(self.compute_output_shape(inputs.shape), dtype=dtype)
 
     def get_config(self):
         config = super().get_config()

@@ -350,7 +350,7 @@ def mlp_of(value, activation):
 
 # The VisionTransformer arguments `model_arguments` reads; `_TRAINING` change
 # training (or only how timm pads or initialises), never the weights.
-_READ = frozenset((
+READ = frozenset((
     "img_size", "patch_size", "in_chans", "num_classes", "global_pool", "embed_dim", "depth", "num_heads",
     "mlp_ratio", "qkv_bias", "class_token", "reg_tokens", "no_embed_class", "fc_norm", "act_layer",
     "init_values", "pre_norm", "final_norm", "proj_bias", "norm_layer", "embed_norm_layer", "mlp_layer",
@@ -436,8 +436,11 @@ def model_arguments(config):
     (1e-06, 'gelu', True)
     """
     name, cls, args = resolve(config)
+    if cls not in ("VisionTransformer", "VisionTransformerDistilled"):
+        raise ValueError(f"timm builds {name!r} with its {cls}, not its VisionTransformer: "
+                         "keras_vit.families.timm_zoo.model_arguments reads every timm model.")
     args.setdefault("distilled", cls == "VisionTransformerDistilled")
-    refuse(name, args, _READ | TRAINING, CLASS_DEFAULTS[cls], _checks(args))
+    refuse(name, args, READ | TRAINING, CLASS_DEFAULTS[cls], _checks(args))
     kind, epsilon, fc_norm, final = norms(args)
     activation = activation_of(args["act_layer"])
     mlp_kind, table, ratio = mlp_of(args["mlp_layer"], activation)
