@@ -30,8 +30,8 @@ def relative_log_coordinates(grid):
     Example:
 
     >>> import numpy as np
-    >>> c = keras.ops.convert_to_numpy(relative_log_coordinates((1, 2)))
-    >>> c.shape, np.round(c[0, 1], 4).tolist(), np.round(c[1, 0], 4).tolist()
+    >>> c = keras.ops.convert_to_numpy(relative_log_coordinates((1, 2))).astype("float64")
+    >>> c.shape, c[0, 1].round(4).tolist(), c[1, 0].round(4).tolist()
     ((2, 2, 2), [0.0, -0.6931], [0.0, 0.6931])
     """
     height, width = grid

@@ -525,7 +525,10 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
                 (loads in `transformers.AutoModelForImageClassification`,
                 `AutoImageProcessor` and `pipeline`, or a backbone in its
                 family's class: DINOv2, CLIP, SigLIP, ViTMAE; models it
-                cannot represent are refused before writing).
+                cannot represent are refused before writing) or "timm" (a
+                timm Hub directory, `timm.create_model("local-dir:...",
+                pretrained=True)`: the models timm's VisionTransformer
+                holds).
             preprocessing: None (default: `self.preprocessing`), a mode
                 ("imagenet" or "inception") or a `Preprocessing` record;
                 a transformers directory needs one.
