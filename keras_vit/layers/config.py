@@ -324,6 +324,12 @@ class BlockConfig(_Record):
                 "A parallel block has one norm, before both branches: `parallel=True` needs "
                 f"`norm_position='pre'`. Received: norm_position={self.norm_position!r}"
             )
+        if self.relative_position is not None and self.differential_attention:
+            raise ValueError(
+                "Differential attention's two maps per head take no relative position bias: "
+                "`relative_position` and `differential_attention` cannot be combined. Received: "
+                f"relative_position={self.relative_position!r}, differential_attention=True"
+            )
         if self.relative_position is not None and self.rope is not None:
             raise ValueError(
                 "A block takes one kind of position tables: `relative_position` and `rope` cannot be "

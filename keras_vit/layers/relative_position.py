@@ -35,9 +35,9 @@ def relative_log_coordinates(grid):
     ((2, 2, 2), [0.0, -0.6931], [0.0, 0.6931])
     """
     height, width = grid
-    rows = ops.repeat(ops.arange(height, dtype="float32"), width)
-    cols = ops.tile(ops.arange(width, dtype="float32"), [height])
-    coords = ops.stack([rows, cols], axis=-1)  # (N, 2)
+    # `arange(0, n)`: jax2onnx reads no `arange(n)` whose stop is None.
+    index = ops.arange(0, height * width, dtype="int32")
+    coords = ops.cast(ops.stack([index // width, index % width], axis=-1), "float32")  # (N, 2), row-major
     delta = coords[:, None, :] - coords[None, :, :]
     return ops.sign(delta) * ops.log1p(ops.abs(delta))
 
