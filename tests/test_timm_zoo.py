@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
-from timm_models import image_size, images, import_timm, make, outputs
+from timm_models import IMAGE_SIZE, images, import_timm, make, outputs
 
 import keras_vit
 from keras_vit.families import timm_zoo
@@ -57,7 +57,7 @@ def references(tmp_path_factory):
     for seed, name in enumerate(sorted(FAMILY_CASES)):
         folder = tmp_path_factory.mktemp(name)
         model = make(timm, name, folder, seed=seed)
-        x = images(image_size(name), seed=seed)
+        x = images(IMAGE_SIZE, seed=seed)
         out[name] = (str(folder), x, *outputs(model, x))
     return out
 
