@@ -35,6 +35,8 @@ TIMM_OPTIONS = {
                               classifier="gap", class_token=True),
     "post-relpos": dict(norm_position="post", relative_position="mlp", relative_position_dim=8,
                         position_embedding="none", classifier="gap", class_token=True),
+    "grouped-query-qk-norm": dict(num_kv_heads=(2, 1), qk_norm=True, norm_kind="rmsnorm", rope="dinov3",
+                                  position_embedding="none", num_register_tokens=2),
     "parallel-shared-relpos": dict(
         parallel=True, layer_scale_init=0.1, relative_position="shared_mlp", relative_position_dim=8,
         position_embedding="none", classifier="gap"),
@@ -206,7 +208,8 @@ def test_bad_option_values_are_named():
     for name, value in (("mlp_kind", "geglu"), ("position_embedding", "sin"),
                         ("position_interpolation", "bicubic"), ("qk_norm", "yes"), ("class_token", 2),
                         ("norm_position", "middle"), ("parallel", 1), ("differential_attention", "yes"),
-                        ("relative_position", "bias"), ("relative_position_dim", 0), ("final_norm", None)):
+                        ("relative_position", "bias"), ("relative_position_dim", 0), ("final_norm", None),
+                        ("num_kv_heads", 0), ("num_kv_heads", (2, 2, 2)), ("num_kv_heads", 3)):
         with pytest.raises(ValueError, match=name):
             keras_vit.ViT(**TINY, **{name: value})
     with pytest.raises(ValueError, match="classifier"):

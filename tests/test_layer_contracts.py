@@ -79,6 +79,11 @@ CASES = {
         lambda **kw: layers.MultiHeadSelfAttention(num_heads=2, head_dim=4, qkv_bias=False, qk_norm=1e-6, **kw),
         _normal(2, 5, 8), (2, 5, 8), (9, 0, 0),
     ),
+    # Grouped-query attention: 4 query heads, 2 key/value heads.
+    "MultiHeadSelfAttention-grouped": Case(
+        lambda **kw: layers.MultiHeadSelfAttention(num_heads=4, head_dim=2, num_kv_heads=2, qkv_bias=False, **kw),
+        _normal(2, 5, 8), (2, 5, 8), (5, 0, 0),
+    ),
     "MlpBlock": Case(lambda **kw: layers.MlpBlock(mlp_dim=16, **kw), _normal(2, 5, 8), (2, 5, 8), (4, 0, 0)),
     # Gate, up and down projections, with biases.
     "SwiGluMlp": Case(lambda **kw: layers.SwiGluMlp(mlp_dim=16, **kw), _normal(2, 5, 8), (2, 5, 8), (6, 0, 0)),

@@ -35,7 +35,8 @@ TOLERANCE = 1e-4
 def tiny_arguments(name, **changes):
     """`timm.create_model` arguments making `name` tiny (`TINY`; patches of
     8, except for a hybrid, which keeps its ResNet and patch size: a grid of
-    1 x 1 or 2 x 2; attention pools with 8 heads get 4)."""
+    1 x 1 or 2 x 2; attention pools with 8 heads get 4; per-block key/value
+    heads are 2, then 1)."""
     from keras_vit.families.timm_architectures import ARCHITECTURES
 
     args = dict(TINY)
@@ -44,6 +45,9 @@ def tiny_arguments(name, **changes):
         args["patch_size"] = 8
     if entry.get("attn_pool_num_heads"):
         args["attn_pool_num_heads"] = 4
+    if isinstance(entry.get("num_kv_heads"), list):
+        # One count per block: the first block's as its queries, the second grouped.
+        args["num_kv_heads"] = [2, 1]
     return {**args, **changes}
 
 

@@ -36,10 +36,6 @@ from keras_vit.weights.formats import timm, timm_eva
 NOT_BUILT = {
     "samvit_*": ("pending", "SAM's image encoder (windowed attention with decomposed relative positions and "
                             "its convolution neck) comes with keras_vit's promptable-mask models"),
-    "vit_*_sapiens2": ("refused", "Sapiens2 gives its blocks different numbers of key/value heads "
-                                  "(grouped-query attention per block, `num_kv_heads`), with query/key "
-                                  "RMSNorms and LayerScale on the attention branch alone: keras_vit's "
-                                  "blocks share one set of options"),
     "vit_so400m_patch14_siglip*_384": ("refused", "at 384 pixels in patches of 14, timm's patch convolution "
                                                    "drops the last 6 pixel rows and columns, and keras_vit's "
                                                    "patches cover the whole image (the `_378` names are the same "

@@ -142,6 +142,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             `rope=` to it, with "shared_mlp" the call gets the bias itself.
             The logits then take the explicit softmax path.
         relative_position_dim: int, default 128: the hidden width of that MLP.
+        num_kv_heads: None (default: `num_heads`) or an int dividing it:
+            grouped-query attention's key and value heads (`key`, `value`
+            kernels `(D, num_kv_heads, head_dim)`); query head `h` reads
+            key/value head `h // (num_heads // num_kv_heads)`, as timm's
+            `AttentionRope` (Sapiens2).
 
     Call arguments:
         x: `(batch, tokens, D)`.
@@ -201,9 +206,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         block_index=0,
         relative_position=None,
         relative_position_dim=128,
+        num_kv_heads=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.num_kv_heads = check_positive_int(num_kv_heads, "num_kv_heads", allow_none=True)
         self.differential = check_bool(differential, "differential")
         self.block_index = check_int(block_index, "block_index", minimum=0)
         self.relative_position = check_choice(relative_position, RELATIVE_POSITIONS, "relative_position")
@@ -239,14 +246,22 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
         )
+        if self.num_kv_heads is not None and (self.num_heads % self.num_kv_heads or self.differential):
+            raise ValueError(
+                "`num_kv_heads` must divide `num_heads` (and differential attention has no grouped heads). "
+                f"Received: num_kv_heads={self.num_kv_heads}, num_heads={self.num_heads}, "
+                f"differential={self.differential}"
+            )
         if self.differential and self.head_dim % 2:
             raise ValueError(
                 f"Differential attention splits each head in two: `head_dim` must be even. "
                 f"Received: head_dim={self.head_dim}"
             )
+        kv_heads = self.num_kv_heads or heads
         for name, bias in zip(("query", "key", "value"), qkv_biases(self.qkv_bias)):
+            shape = (None, heads if name == "query" else kv_heads, width)
             layer = keras.layers.EinsumDense(
-                "btd,dhk->bthk", name=name, bias_axes="hk" if bias else None, **projection
+                "btd,dhk->bthk", name=name, bias_axes="hk" if bias else None, **dict(projection, output_shape=shape)
             )
             layer.build(input_shape)
             setattr(self, name, layer)
@@ -269,7 +284,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             self.qk_norm = QKNorm(
                 self.qk_norm_epsilon, norm_kind=self.qk_norm_kind, dtype=self.dtype_policy, name="qk_norm"
             )
-            self.qk_norm.build((None, None, heads, width))
+            self.qk_norm.build((None, None, heads, width), (None, None, kv_heads, width))
         self._build_differential()
         self.rel_pos = None
         if self.relative_position == "mlp":
@@ -349,6 +364,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if self.qk_norm is not None:
             q, k = call_sublayer(self.qk_norm, q, k)
         q, k = self._rotate(q, k, rope, query_tokens)
+        if self.num_kv_heads is not None and self.num_kv_heads != self.num_heads:
+            # Grouped-query attention: query head h reads key/value head h // groups.
+            groups = self.num_heads // self.num_kv_heads
+            k, v = ops.repeat(k, groups, axis=2), ops.repeat(v, groups, axis=2)
         return q, k, v
 
     def _position_bias(self, rope, tokens, queries):
@@ -447,6 +466,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "block_index": self.block_index,
                 "relative_position": self.relative_position,
                 "relative_position_dim": self.relative_position_dim,
+                "num_kv_heads": self.num_kv_heads,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

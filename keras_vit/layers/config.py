@@ -103,6 +103,45 @@ def qkv_biases(value):
     return (value,) * 3 if isinstance(value, bool) else tuple(value)
 
 
+def check_kv_heads(value, name="num_kv_heads"):
+    """`value` as None, a positive int or a tuple of them (one per block).
+
+    Example:
+
+    >>> check_kv_heads([4, 2]), check_kv_heads(2), check_kv_heads(None)
+    ((4, 2), 2, None)
+    """
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        return value
+    items = tuple(value) if isinstance(value, (list, tuple)) else None
+    if not items or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in items):
+        raise ValueError(
+            f"`{name}` must be None, a positive int or one positive int per block. Received: {name}={value!r}"
+        )
+    return items
+
+
+def block_kv_heads(value, num_layers, num_heads):
+    """The key/value heads of each block for `num_kv_heads` (None: `num_heads`).
+
+    Raises:
+        ValueError: for a per-block list of another length, or a count that
+            does not divide `num_heads`.
+
+    Example:
+
+    >>> block_kv_heads(None, 2, 4), block_kv_heads((4, 2), 2, 4)
+    ((4, 4), (4, 2))
+    """
+    heads = (num_heads if value is None else value,) * num_layers if not isinstance(value, tuple) else value
+    if len(heads) != num_layers or any(num_heads % h for h in heads):
+        raise ValueError(
+            f"`num_kv_heads` must give each of the {num_layers} blocks a number of key/value heads that divides "
+            f"num_heads={num_heads}. Received: num_kv_heads={value!r}"
+        )
+    return tuple(heads)
+
+
 def check_rope(rope, settings):
     """`(rope, settings)` checked: a variant of `keras_vit.layers.rotary.VARIANTS`
     (or None) and a dict of `RotarySpec` fields replacing the variant's
@@ -380,6 +419,11 @@ class EncoderConfig(_Record):
             `pooling` "map"; Perception Encoder's `attn_pool` has 8).
         map_mlp_dim: None (default: the blocks' `mlp_dim`) or a positive
             int: the MLP width of the MAP head.
+        num_kv_heads: None (default: the blocks' `num_heads`), an int, or
+            one int per block: the key and value heads of grouped-query
+            attention (Sapiens2, timm's `num_kv_heads`); each divides
+            `num_heads`, and query head `h` reads key/value head
+            `h // (num_heads // num_kv_heads)`.
         final_norm: bool, default True: a norm after the blocks (layer
             `encoder_norm`, or `fc_norm` on the pooled features with
             `pooled_norm`); False leaves the tokens unnormalised (timm's
@@ -389,7 +433,7 @@ class EncoderConfig(_Record):
     Example:
 
     >>> EncoderConfig(pre_norm=True).get_config()
-    {'patch_bias': True, 'patch_norm': False, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0, 'map_num_heads': None, 'map_mlp_dim': None, 'final_norm': True}
+    {'patch_bias': True, 'patch_norm': False, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0, 'map_num_heads': None, 'map_mlp_dim': None, 'final_norm': True, 'num_kv_heads': None}
     """
 
     patch_bias: bool = True
@@ -402,6 +446,7 @@ class EncoderConfig(_Record):
     map_num_heads: object = None
     map_mlp_dim: object = None
     final_norm: bool = True
+    num_kv_heads: object = None
 
     def __post_init__(self):
         check_bool(self.patch_bias, "patch_bias")
@@ -417,6 +462,7 @@ class EncoderConfig(_Record):
         for name in ("map_num_heads", "map_mlp_dim"):
             check_positive_int(getattr(self, name), name, allow_none=True)
         check_bool(self.final_norm, "final_norm")
+        self._set("num_kv_heads", check_kv_heads(self.num_kv_heads))
 
 
 # Each record by the name it has in a model's arguments and config.

@@ -148,6 +148,8 @@ class TransformerBlock(keras.layers.Layer):
         block_index: int, default 0: the block's place in the encoder, from
             0; differential attention's lambda starts from a value that
             depends on it.
+        num_kv_heads: None (default: `num_heads`) or an int dividing it: the
+            attention's key and value heads (grouped-query attention).
         **kwargs: fields of `BlockConfig` (they replace those of
             `block_config`) and Keras' layer keywords.
 
@@ -188,11 +190,12 @@ class TransformerBlock(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, mlp_dim, block_config=None, stochastic_depth_rate=0.0,
-                 seed=None, block_index=0, **kwargs):
+                 seed=None, block_index=0, num_kv_heads=None, **kwargs):
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in BlockConfig.field_names()}
         super().__init__(**kwargs)
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.block_index = check_int(block_index, "block_index", minimum=0)
+        self.num_kv_heads = check_positive_int(num_kv_heads, "num_kv_heads", allow_none=True)
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
         self.block_config = BlockConfig.from_arguments(block_config, **options)
         self.stochastic_depth_rate = check_rate(stochastic_depth_rate, "stochastic_depth_rate")
@@ -216,6 +219,7 @@ class TransformerBlock(keras.layers.Layer):
             self.num_heads,
             head_size,
             block_index=self.block_index,
+            num_kv_heads=self.num_kv_heads,
             seed=derive_seed(self.seed, "attention"),
             dtype=self.dtype_policy,
             name="MultiHeadDotProductAttention_1",
@@ -309,6 +313,7 @@ class TransformerBlock(keras.layers.Layer):
                 "stochastic_depth_rate": self.stochastic_depth_rate,
                 "seed": self.seed,
                 "block_index": self.block_index,
+                "num_kv_heads": self.num_kv_heads,
             }
         )
         return config

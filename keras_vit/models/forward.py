@@ -29,6 +29,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers import PatchDropout, PatchEncoder, Patches, TokenGrid, TransformerBlock
+from keras_vit.layers.config import block_kv_heads
 from keras_vit.layers.norms import block_norm
 from keras_vit.layers.relative_position import RelativePositionTable
 from keras_vit.layers.rotary import RotaryEmbedding
@@ -117,6 +118,7 @@ def build_stages(model, dtype):
     if model.encoder_config.pre_norm:
         s.pre_norm = block_norm(model.block_config, "pre_norm", dtype)
     s.rope = _position_tables(model, dtype)
+    kv_heads = block_kv_heads(model.encoder_config.num_kv_heads, model.num_layers, model.num_heads)
     for i in range(model.num_layers):
         # Stochastic depth grows linearly from 0 in the first block.
         rate = model.stochastic_depth_rate * i / max(model.num_layers - 1, 1)
@@ -128,6 +130,7 @@ def build_stages(model, dtype):
                 stochastic_depth_rate=rate,
                 seed=derive_seed(model.seed, i),
                 block_index=i,
+                num_kv_heads=None if kv_heads[i] == model.num_heads else kv_heads[i],
                 name=f"encoderblock_{i}",
                 dtype=dtype,
             )

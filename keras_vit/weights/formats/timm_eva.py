@@ -44,6 +44,8 @@ the rotary tables for the new grid, as timm's `dynamic_img_size`.
 import math
 import os
 
+import numpy as np
+
 from keras_vit.layers.config import check_qkv_bias
 from keras_vit.layers.rotary import VARIANTS, RotarySpec
 from keras_vit.validation import pair
@@ -66,6 +68,7 @@ _READ = frozenset((
     "no_embed_class", "use_abs_pos_emb", "use_rot_pos_emb", "rope_type", "rope_grid_offset",
     "rope_grid_indexing", "rope_temperature", "rope_rotate_half", "use_post_norm", "use_pre_transformer_norm",
     "use_post_transformer_norm", "use_fc_norm", "attn_pool_num_heads", "attn_pool_mlp_ratio", "ref_feat_shape",
+    "qk_norm", "attn_only_layer_scale",
 ))
 _TRAINING = TRAINING | {"rope_shift_coords", "rope_jitter_coords", "rope_rescale_coords", "dynamic_img_pad"}
 
@@ -93,12 +96,21 @@ def resolve(config):
         extra["norm_layer"] = repr(args["norm_layer"])
     if args["use_rot_pos_emb"] and args["rope_type"] not in ("cat", "dinov3", "mixed"):
         extra["rope_type"] = repr(args["rope_type"])
-    heads = args["num_kv_heads"]
-    if heads is not None and any(h not in (None, args["num_heads"]) for h in (heads if isinstance(heads, list)
-                                                                              else [heads])):
-        extra["num_kv_heads"] = f"{heads!r} (grouped-query attention)"
+    heads = kv_heads(args)
+    if any(h is not None and h != args["num_heads"] for h in heads) and (
+            args["attn_type"] != "rope" or args["qkv_fused"] or any(h is None or args["num_heads"] % h for h in heads)):
+        # timm's grouped-query attention: `AttentionRope` with separate projections.
+        extra["num_kv_heads"] = f"{args['num_kv_heads']!r} (grouped-query attention needs attn_type='rope', " \
+                                "qkv_fused=False and counts dividing num_heads)"
     refuse(name, args, _READ | _TRAINING, CLASS_DEFAULTS[cls], extra)
     return args
+
+
+def kv_heads(args):
+    """The key/value heads of each block (None: `num_heads`), from timm's
+    `num_kv_heads` (None, an int, or one per block)."""
+    value = args["num_kv_heads"]
+    return tuple(value) if isinstance(value, list) else (value,) * args["depth"]
 
 
 def norms(args):
@@ -178,8 +190,10 @@ def model_arguments(config):
         mlp_kind="swiglu" if args["swiglu_mlp"] else "plain",
         mlp_norm=bool(args["scale_mlp"]),
         mlp_activation="gelu",
-        # timm's post-norm block has no LayerScale (it ignores `init_values`).
+        # timm's post-norm block has no LayerScale (it ignores `init_values`);
+        # with `attn_only_layer_scale` the MLP's is read as ones.
         layer_scale_init=None if args["init_values"] is None or post else float(args["init_values"]),
+        qk_norm=bool(args["qk_norm"]),
         norm_position="post" if post else "pre",
         layer_norm_epsilon=epsilon,
         norm_kind=kind,
@@ -189,6 +203,9 @@ def model_arguments(config):
         position_interpolation="timm",
         classifier_activation=None,
     )
+    heads = tuple(args["num_heads"] if h is None else h for h in kv_heads(args))
+    if any(h != args["num_heads"] for h in heads):
+        out["num_kv_heads"] = heads
     if args["use_rot_pos_emb"]:
         out["rope"], out["rope_settings"] = _variant(args)
     if pool == "map":  # `AttentionPoolLatent`'s own heads and MLP ratio, where they differ
@@ -216,6 +233,8 @@ _COMMON = (
     *(rule for p, n in (("q", "query"), ("k", "key"), ("v", "value"))
       for rule in torch_linear(_B + f"attn.{p}_proj", _A + f"{n}/", "heads_in", "heads_bias")),
     *torch_norm(_B + "attn.norm", _A + "norm/"),
+    *torch_norm(_B + "attn.q_norm", _A + "qk_norm/query_norm/"),
+    *torch_norm(_B + "attn.k_norm", _A + "qk_norm/key_norm/"),
     *torch_linear(_B + "attn.proj", _A + "out/", "heads_out"),
     (_B + "gamma_1", C.ATTENTION_SCALE),
     (_B + "gamma_2", C.MLP_SCALE),
@@ -250,14 +269,33 @@ def table(args):
     return TABLES["split" if split_mlp(args) else "packed"]
 
 
+def _grouped_key_values(state, args):
+    """`(canonical key and value projections, the rest of state)`: timm's
+    `k_proj`/`v_proj` of the blocks with fewer key/value heads than query
+    heads, split by the head width (the tables split by the query heads)."""
+    width = args["embed_dim"] // args["num_heads"]
+    params, rest = {}, dict(state)
+    for i, heads in enumerate(kv_heads(args)):
+        if heads is None or heads == args["num_heads"]:
+            continue
+        for source, target in (("k_proj", "key"), ("v_proj", "value")):
+            weight, bias = rest.pop(f"blocks.{i}.attn.{source}.weight"), rest.pop(f"blocks.{i}.attn.{source}.bias", None)
+            prefix = C.block(_A, i) + f"{target}/"
+            params[prefix + "kernel"] = weight.T.reshape(weight.shape[1], heads, width)
+            if bias is not None:
+                params[prefix + "bias"] = bias.reshape(heads, width)
+    return params, rest
+
+
 def read(state, config, path):
     """A timm Eva state dict as a `Checkpoint` (keys no rule knows kept for the loader to report)."""
     args = resolve(config)
     _, no_embed_class = model_arguments(config)
+    params, state = _grouped_key_values(state, args)
     # The attention pool splits its own heads.
     pool = {k: v for k, v in state.items() if k.startswith("attn_pool.")}
     blocks = {k: v for k, v in state.items() if k not in pool}
-    params, unknown = {}, []
+    unknown = []
     try:
         for part, heads in ((blocks, args["num_heads"]), (pool, args["attn_pool_num_heads"] or args["num_heads"])):
             read_params, read_unknown = table(args).to_canonical(part, heads)
@@ -265,6 +303,10 @@ def read(state, config, path):
             unknown += read_unknown
     except ValueError as error:
         raise ValueError(f"Cannot read checkpoint {os.fspath(path)!r}: {error}") from None
+    if args["attn_only_layer_scale"] and args["init_values"] is not None and not args["use_post_norm"]:
+        # LayerScale on the attention branch alone: the MLP's scales are ones.
+        for i in range(args["depth"]):
+            params[C.block(C.MLP_SCALE, i)] = np.ones(args["embed_dim"], "float32")
     params.update({k: state[k] for k in unknown})
     return C.Checkpoint(os.fspath(path), "timm", fold_prefix_rows(params, no_embed_class), {})
 
