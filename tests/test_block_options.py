@@ -209,13 +209,18 @@ def test_bad_option_values_are_named():
                         ("position_interpolation", "bicubic"), ("qk_norm", "yes"), ("class_token", 2),
                         ("norm_position", "middle"), ("parallel", 1), ("differential_attention", "yes"),
                         ("relative_position", "bias"), ("relative_position_dim", 0), ("final_norm", None),
-                        ("num_kv_heads", 0), ("num_kv_heads", (2, 2, 2)), ("num_kv_heads", 3)):
+                        ("num_kv_heads", 0), ("num_kv_heads", (2, 2, 2)), ("num_kv_heads", 3),
+                        ("crop_to_patches", "yes")):
         with pytest.raises(ValueError, match=name):
             keras_vit.ViT(**TINY, **{name: value})
     with pytest.raises(ValueError, match="classifier"):
         keras_vit.ViT(**TINY, classifier="mapp")
     with pytest.raises(ValueError, match="parallel=True. needs .norm_position='pre'"):
         keras_vit.ViT(**TINY, parallel=True, norm_position="post")
+    with pytest.raises(ValueError, match="multiple of 8"):
+        keras_vit.ViT(**TINY)(np.zeros((1, 36, 32, 3), "float32"))
+    cropping = keras_vit.ViT(**dict(TINY, image_size=36), crop_to_patches=True)
+    assert cropping.grid_size == (4, 4) and tuple(cropping(np.zeros((1, 38, 33, 3), "float32")).shape) == (1, 1000)
     with pytest.raises(ValueError, match="relative_position. and .rope. cannot be combined"):
         keras_vit.ViT(**TINY, relative_position="mlp", rope="dinov3")
     with pytest.raises(ValueError, match="relative_position. and .differential_attention. cannot be combined"):

@@ -88,6 +88,18 @@ def test_without_a_head_the_output_is_timms_pooled_features(tmp_path):
     np.testing.assert_allclose(to_numpy(loaded(x)), expected, atol=ATOL, rtol=0)
 
 
+def test_a_size_that_is_no_multiple_of_the_patch_drops_the_last_pixels_as_timm(tmp_path):
+    """`vit_so400m_patch14_siglip_384`: timm's patch convolution reads whole
+    patches only (here 38 pixels in patches of 7: 35 read)."""
+    model = make(timm, "vit_so400m_patch14_siglip_384", tmp_path, img_size=38, patch_size=7)
+    x = images(38, seed=5)
+    expected, features = outputs(model, x)
+    loaded = keras_vit.from_preset(str(tmp_path))
+    assert loaded.encoder_config.crop_to_patches and loaded.grid_size == (5, 5)
+    np.testing.assert_allclose(to_numpy(loaded(x)), expected, atol=ATOL, rtol=0)
+    np.testing.assert_allclose(to_numpy(loaded.forward_features(x)), features, atol=ATOL, rtol=0)
+
+
 def test_at_least_95_percent_of_the_pretrained_architectures_build():
     built, pending, refused, listed = timm_zoo.coverage()
     assert len(built) + len(pending) + len(refused) == len(listed) > 200

@@ -36,10 +36,6 @@ from keras_vit.weights.formats import timm, timm_eva
 NOT_BUILT = {
     "samvit_*": ("pending", "SAM's image encoder (windowed attention with decomposed relative positions and "
                             "its convolution neck) comes with keras_vit's promptable-mask models"),
-    "vit_so400m_patch14_siglip*_384": ("refused", "at 384 pixels in patches of 14, timm's patch convolution "
-                                                   "drops the last 6 pixel rows and columns, and keras_vit's "
-                                                   "patches cover the whole image (the `_378` names are the same "
-                                                   "architecture at 378 pixels, which keras_vit builds)"),
     "vit_base_mci_224": ("refused", "MobileCLIP-2's image tower embeds patches with a convolution stem "
                                     "(BatchNorm and GELU between strided convolutions), which keras_vit's "
                                     "ViT and hybrid stems do not have"),

@@ -424,6 +424,11 @@ class EncoderConfig(_Record):
             attention (Sapiens2, timm's `num_kv_heads`); each divides
             `num_heads`, and query head `h` reads key/value head
             `h // (num_heads // num_kv_heads)`.
+        crop_to_patches: bool, default False: images whose sides are not
+            multiples of the patch size lose their last rows and columns
+            (timm's patch convolution reads whole patches only:
+            `vit_so400m_patch14_siglip_384` sees 378 of its 384 pixels);
+            by default such images are refused.
         final_norm: bool, default True: a norm after the blocks (layer
             `encoder_norm`, or `fc_norm` on the pooled features with
             `pooled_norm`); False leaves the tokens unnormalised (timm's
@@ -433,7 +438,7 @@ class EncoderConfig(_Record):
     Example:
 
     >>> EncoderConfig(pre_norm=True).get_config()
-    {'patch_bias': True, 'patch_norm': False, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0, 'map_num_heads': None, 'map_mlp_dim': None, 'final_norm': True, 'num_kv_heads': None}
+    {'patch_bias': True, 'patch_norm': False, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0, 'map_num_heads': None, 'map_mlp_dim': None, 'final_norm': True, 'num_kv_heads': None, 'crop_to_patches': False}
     """
 
     patch_bias: bool = True
@@ -447,6 +452,7 @@ class EncoderConfig(_Record):
     map_mlp_dim: object = None
     final_norm: bool = True
     num_kv_heads: object = None
+    crop_to_patches: bool = False
 
     def __post_init__(self):
         check_bool(self.patch_bias, "patch_bias")
@@ -463,6 +469,7 @@ class EncoderConfig(_Record):
             check_positive_int(getattr(self, name), name, allow_none=True)
         check_bool(self.final_norm, "final_norm")
         self._set("num_kv_heads", check_kv_heads(self.num_kv_heads))
+        check_bool(self.crop_to_patches, "crop_to_patches")
 
 
 # Each record by the name it has in a model's arguments and config.

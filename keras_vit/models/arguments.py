@@ -229,8 +229,9 @@ def check_images(model, shape, dtype, name="x"):
             f"Model {model.name!r} takes {model.num_channels}-channel images: {takes}. "
             f"Received: {name} of shape {shape} ({shape[3]} channels)"
         )
+    crop = model.encoder_config.crop_to_patches and model.stem_stride == 1
     for size, multiple, axis in ((shape[1], cell[0], "height"), (shape[2], cell[1], "width")):
-        if size is not None and size % multiple:
+        if size is not None and size % multiple and not crop:
             unit = "the patch size" + (
                 f" times the stem stride {model.stem_stride}" if model.stem_stride > 1 else ""
             )

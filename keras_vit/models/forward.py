@@ -94,7 +94,7 @@ def build_stages(model, dtype):
     s = Stages()
     s.include_top, s.pooling, s.classifier = model.include_top, model.pooling, model.classifier
     s.num_prefix_tokens = model.num_prefix_tokens
-    s.patches = Patches(model.patch_size, name="patches", dtype=dtype)
+    s.patches = Patches(model.patch_size, crop=model.encoder_config.crop_to_patches, name="patches", dtype=dtype)
     s.embedding = PatchEncoder.for_encoder(
         model.encoder_config,
         model.hidden_size,

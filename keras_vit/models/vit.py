@@ -367,7 +367,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
 
     def _grid(self, image_size):
         cell = self.effective_patch_size
-        if image_size[0] % cell[0] or image_size[1] % cell[1]:
+        crop = self.encoder_config.crop_to_patches and self.stem_stride == 1
+        if (image_size[0] % cell[0] or image_size[1] % cell[1]) and not crop:
             stride = self.stem_stride
             raise ValueError(
                 "The image size must be divisible by the patch size"

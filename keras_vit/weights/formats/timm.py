@@ -398,10 +398,6 @@ def _checks(args):
     activation = activation_of(args["act_layer"])
     if activation is None or mlp_of(args["mlp_layer"], activation) is None:
         bad["act_layer"] = f"{args['act_layer']!r} with mlp_layer={args['mlp_layer']!r}"
-    if any(s % p for s, p in zip(pair(args["img_size"], "img_size"), pair(args["patch_size"], "patch_size"))):
-        # timm's patch convolution drops the last pixels (e.g.
-        # vit_so400m_patch14_siglip_384; its `_378` twin is the exact one).
-        bad["img_size"] = f"{args['img_size']} (not a multiple of patch_size={args['patch_size']})"
     prefix = args["class_token"] or args["reg_tokens"] or args.get("distilled")
     if pool == "map" and prefix:
         # timm's attention pool leaves the prefix tokens out; keras_vit's
@@ -471,6 +467,9 @@ def model_arguments(config):
         out.update(pre_norm=True, patch_bias=False)
     if not _plain(args):
         out["position_interpolation"] = "timm"
+    if any(s % p for s, p in zip(pair(args["img_size"], "img_size"), pair(args["patch_size"], "patch_size"))):
+        # timm's patch convolution drops the last pixels (vit_so400m_patch14_siglip_384).
+        out["crop_to_patches"] = True
     out.update(head(config, args["global_pool"], args["num_classes"]))
     layout = dict(no_embed_class=bool(args["no_embed_class"]), table=table,
                   heads=args["num_heads"] * (2 if options.get("differential_attention") else 1),
