@@ -21,6 +21,7 @@ from keras_vit.models import (
     ViTB16,
     ViTB32,
     ViTH14,
+    ViTConvStem,
     ViTHybrid,
     ViTL16,
     ViTL32,

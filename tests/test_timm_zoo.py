@@ -37,6 +37,7 @@ FAMILY_CASES = {
     "vit_base_patch16_rpn_224": "timm's ResPostBlock",
     "vit_small_r26_s32_224": "timm's hybrid: ResNet-26 and ViT-S",
     "vit_tiny_r_s16_p8_224": "timm's hybrid on the ResNet's stem alone",
+    "vit_base_mci_224": "MobileCLIP-2's image tower: a convolution stem with BatchNorm embeds the patches",
     "vit_giant_patch14_reg1_tipsv2": "TIPSv2 (and DINOv2-giant): SwiGLU packed in one Linear (timm's GluMlp)",
     "vit_base_patch16_radio_v3": "RADIO: registers without position rows, no final norm",
     "vit_intern300m_patch14_448": "InternViT-300M",
@@ -111,9 +112,9 @@ def test_at_least_95_percent_of_the_pretrained_architectures_build():
 
 
 def test_a_name_that_does_not_build_says_why(tmp_path):
-    config = {"architecture": "vit_base_mci_224", "num_classes": 0, "pretrained_cfg": {}}
+    config = {"architecture": "samvit_base_patch16", "num_classes": 0, "pretrained_cfg": {}}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match="MobileCLIP-2's image tower embeds patches with a convolution stem"):
+    with pytest.raises(ValueError, match="SAM's image encoder .* comes with keras_vit's promptable-mask models"):
         keras_vit.from_preset(str(tmp_path))
     with pytest.raises(ValueError, match=r"timm 1\.\d+\.\d+ has no ViT-family model.*closest"):
         timm_zoo.model_arguments({"architecture": "vit_base_patch16_sapiens", "pretrained_cfg": {}})
@@ -129,6 +130,7 @@ def test_list_models_as_timm():
     assert set(keras_vit.list_models(family="Relative-position ViT")) == set(
         timm.list_models(["vit_relpos_*", "vit_srelpos_*"]))
     info = timm_zoo.model_info("vit_base_mci_224")
-    assert (info.family, info.builds) == ("MobileCLIP", False) and "apple_mclip2_dfndr2b" in info.tags
+    assert (info.family, info.builds) == ("MobileCLIP", True) and "apple_mclip2_dfndr2b" in info.tags
+    assert not timm_zoo.model_info("samvit_base_patch16").builds
     with pytest.raises(ValueError, match="family"):
         keras_vit.list_models(family="DINO")

@@ -35,14 +35,18 @@ TOLERANCE = 1e-4
 def tiny_arguments(name, **changes):
     """`timm.create_model` arguments making `name` tiny (`TINY`; patches of
     8, except for a hybrid, which keeps its ResNet and patch size: a grid of
-    1 x 1 or 2 x 2; attention pools with 8 heads get 4; per-block key/value
+    1 x 1 or 2 x 2, and the width of a convolution stem that embeds the
+    patches itself; attention pools with 8 heads get 4; per-block key/value
     heads are 2, then 1)."""
     from keras_vit.families.timm_architectures import ARCHITECTURES
 
     args = dict(TINY)
     entry = ARCHITECTURES[name]["args"]
-    if not isinstance(entry.get("embed_layer"), dict):
+    embed = entry.get("embed_layer")
+    if not isinstance(embed, dict):
         args["patch_size"] = 8
+    elif embed.get("proj") is False:  # a stem whose last convolution embeds: its width
+        args["embed_dim"] = embed["backbone"]["stages"][-1]["out"]
     if entry.get("attn_pool_num_heads"):
         args["attn_pool_num_heads"] = 4
     if isinstance(entry.get("num_kv_heads"), list):
@@ -67,8 +71,15 @@ def randomise(model, seed, scale=0.2):
 
 def make(timm, name, directory, seed=0, **changes):
     """A tiny random timm model of architecture `name`, written to
-    `directory` by timm's `save_for_hf`; returns the model."""
-    model = randomise(timm.create_model(name, pretrained=False, **tiny_arguments(name, **changes)), seed)
+    `directory` by timm's `save_for_hf`; returns the model. timm's own
+    initialisation is seeded too, so that a seed makes one model; the noise
+    shrinks with the width (0.2 at 32), keeping activations of one size."""
+    import torch
+
+    torch.manual_seed(seed)
+    args = tiny_arguments(name, **changes)
+    scale = 0.2 * min(1.0, (TINY["embed_dim"] / args["embed_dim"]) ** 0.5)
+    model = randomise(timm.create_model(name, pretrained=False, **args), seed, scale)
     timm.models.save_for_hf(model, str(directory), safe_serialization=True)
     return model
 

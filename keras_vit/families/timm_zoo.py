@@ -36,9 +36,6 @@ from keras_vit.weights.formats import timm, timm_eva
 NOT_BUILT = {
     "samvit_*": ("pending", "SAM's image encoder (windowed attention with decomposed relative positions and "
                             "its convolution neck) comes with keras_vit's promptable-mask models"),
-    "vit_base_mci_224": ("refused", "MobileCLIP-2's image tower embeds patches with a convolution stem "
-                                    "(BatchNorm and GELU between strided convolutions), which keras_vit's "
-                                    "ViT and hybrid stems do not have"),
 }
 # Families, first match wins: (family, timm name patterns).
 FAMILIES = (

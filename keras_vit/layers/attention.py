@@ -305,7 +305,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         half = self.head_dim // 2
         init = keras.initializers.RandomNormal(stddev=0.1)
         for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
-            setattr(self, name, self.add_weight(name=name, shape=(half,), initializer=init, dtype="float32"))
+            setattr(self, name, self.add_weight(name=name, shape=(half,), initializer=init))
         self.sub_norm = RMSNorm(epsilon=1e-5, name="sub_norm", dtype=self.dtype_policy)
         self.sub_norm.build((None, None, self.num_heads, self.head_dim))
 
@@ -422,8 +422,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         shape = ops.shape(first)
         halves = [ops.reshape(c, (shape[0], shape[1], self.num_heads, 2, shape[3])) for c in (first, second)]
         maps = [ops.concatenate([halves[0][:, :, :, n], halves[1][:, :, :, n]], axis=-1) for n in range(2)]
-        lam = (ops.exp(ops.sum(self.lambda_q1 * self.lambda_k1)) - ops.exp(ops.sum(self.lambda_q2 * self.lambda_k2))
-               + self.lambda_init)
+        # lambda in float32 (timm's), whatever the variables' dtype.
+        q1, k1, q2, k2 = (ops.cast(w, "float32") for w in (self.lambda_q1, self.lambda_k1, self.lambda_q2,
+                                                           self.lambda_k2))
+        lam = ops.exp(ops.sum(q1 * k1)) - ops.exp(ops.sum(q2 * k2)) + self.lambda_init
         out = maps[0] - ops.cast(lam, maps[0].dtype) * maps[1]
         out = call_sublayer(self.sub_norm, out) * (1.0 - self.lambda_init)
         return ops.reshape(out, (shape[0], shape[1], 2 * self.num_heads, shape[3]))

@@ -29,7 +29,7 @@ from keras_vit.families import timm_zoo
 from keras_vit.families import transformers_source as transformers
 from keras_vit.families.writers import KERAS_WEIGHTS, PRESET_FORMATS, save_to_preset  # noqa: F401
 from keras_vit.layers.config import training_fields
-from keras_vit.models import ViT, ViTHybrid
+from keras_vit.models import ViT, ViTConvStem, ViTHybrid
 from keras_vit.models.arguments import OTHER_NAMES
 from keras_vit.validation import check_keywords
 from keras_vit.weights import loader, shards
@@ -225,7 +225,7 @@ def detect_layout(directory):
 def _keras_vit_source(directory):
     config = _read_json(os.path.join(directory, "config.json"))
     model_class = config.get("class_name")
-    if model_class not in ("ViT", "ViTHybrid"):
+    if model_class not in ("ViT", "ViTHybrid", "ViTConvStem"):
         raise ValueError(
             f"{directory!r}: config.json must describe a keras_vit ViT or ViTHybrid (an image-text "
             f"preset loads with keras_vit.ImageTextModel.from_preset). Received: class_name={model_class!r}"
@@ -275,7 +275,7 @@ def describe_preset(handle):
 
 
 def _build(model_class, args):
-    return {"ViT": ViT, "ViTHybrid": ViTHybrid}[model_class].from_config(args)
+    return {"ViT": ViT, "ViTHybrid": ViTHybrid, "ViTConvStem": ViTConvStem}[model_class].from_config(args)
 
 
 def _apply_overrides(args, overrides):

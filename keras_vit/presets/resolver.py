@@ -26,7 +26,7 @@ from keras_vit.architectures import ARCHITECTURE_CONFIGS, CONSTRUCTORS, get_vari
 from keras_vit.weights.record import Preprocessing
 
 # The generic model classes a source may name besides the table's constructors.
-MODEL_CLASSES = ("ViT", "ViTHybrid")
+MODEL_CLASSES = ("ViT", "ViTHybrid", "ViTConvStem")
 CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".h5")
 
 
