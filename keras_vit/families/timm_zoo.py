@@ -7,7 +7,7 @@ directory (`config.json` + `model.safetensors`, local or `hf://timm/...`)
 is read by the module of its model class (`READERS`): `VisionTransformer`
 (and DeiT's distilled one) by `keras_vit.weights.formats.timm`, `Eva` by
 `timm_eva`, the relative-position ViTs by `keras_vit.families.vit_relpos`,
-the hybrids (a `HybridEmbed` patch embedding on a ResNet) by
+the hybrids (a `HybridEmbed` patch embedding on a ResNet or a convolution stem) by
 `keras_vit.families.vit_hybrid`. `NOT_BUILT` is the one list of the names
 that do not build, each with its reason, which the error for them gives.
 
@@ -146,8 +146,9 @@ def model_info(name):
     return ModelInfo(name, family_of(name), entry["cls"], tuple(entry["tags"]), builds, reason)
 
 
-def _matches(name, patterns):
-    return patterns is None or any(fnmatch.fnmatchcase(name, p) for p in patterns)
+def _matches(name, tagged, patterns):
+    """Whether `name` (or, for a pattern with a ".", `tagged`) matches a pattern."""
+    return patterns is None or any(fnmatch.fnmatchcase(tagged if "." in p else name, p) for p in patterns)
 
 
 def list_models(pattern=None, pretrained=False, family=None):
@@ -185,7 +186,7 @@ def list_models(pattern=None, pretrained=False, family=None):
         if (family is not None and family_of(name) != family) or not _builds(name)[0]:
             continue
         names = [f"{name}.{tag}" for tag in entry["tags"]] if pretrained else [name]
-        out += [n for n in names if _matches(n if "." in (pattern or "") else name, patterns)]
+        out += [n for n in names if _matches(name, n, patterns)]
     return sorted(out)
 
 
