@@ -95,8 +95,8 @@ def test_registered_names_give_timms_arguments(name, expected):
 
 
 @pytest.mark.parametrize("model_args, match", [
-    (dict(num_kv_heads=1), "num_kv_heads=1 \\(grouped-query attention\\)"),
-    (dict(qk_norm=True), "qk_norm=True"),
+    (dict(num_kv_heads=1), "num_kv_heads=1 \\(grouped-query attention needs attn_type='rope'"),
+    (dict(use_rot_pos_emb=True, rope_type="mrope"), "rope_type='mrope'"),
     (dict(use_fc_norm=True, use_post_transformer_norm=True), "one final norm"),
     (dict(global_pool="avgmax"), "global_pool='avgmax'"),
 ])

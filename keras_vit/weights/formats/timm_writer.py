@@ -97,6 +97,16 @@ def timm_arguments(config):
 
     Raises:
         ValueError: for a model timm's VisionTransformer cannot hold.
+
+    Example:
+
+    >>> import keras_vit
+    >>> from keras_vit.weights.writers import _flat_config
+    >>> model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2,
+    ...                       mlp_dim=16, classes=3, pre_norm=True, patch_bias=False, layer_norm_epsilon=1e-5)
+    >>> name, args, _ = timm_arguments(_flat_config(model))
+    >>> name, args["embed_dim"], args["pre_norm"], args["act_layer"]
+    ('vit_base_patch16_clip_224', 8, True, 'gelu_tanh')
     """
     _check(config)
     distilled = bool(config["distillation_token"])
