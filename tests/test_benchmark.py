@@ -16,7 +16,7 @@ def test_architectures_are_the_library_table():
     # B/14 (DINOv2's high-resolution size) is B/16 with 14-pixel patches.
     assert benchmark.ARCHS["B/14"] == (14, *benchmark.ARCHS["B/16"][1:])
     assert benchmark.ARCHS["DINOv3-B/16"] == benchmark.ARCHS["B/16"]
-    from keras_vit.families.timm_architectures import ARCHITECTURES
+    from keras_vit.weights.formats.timm_architectures import ARCHITECTURES
 
     for name, row in benchmark.ARCHS.items():
         if name in benchmark.TIMM_ARCHS:  # timm's own arguments

@@ -1,5 +1,5 @@
 """The committed table of timm's ViT-family architectures
-(`keras_vit/families/timm_architectures.py`) is what `tools/timm_table.py`
+(`keras_vit/weights/formats/timm_architectures.py`) is what `tools/timm_table.py`
 reads from the installed timm: a new timm release shows here, and running
 the tool updates it. The reading itself (a recorder in place of timm's
 model builder) is checked on a model function it must see through."""
@@ -10,7 +10,7 @@ import keras
 import pytest
 from timm_models import import_timm
 
-from keras_vit.families import timm_architectures as table
+from keras_vit.weights.formats import timm_architectures as table
 from keras_vit_tools import timm_table
 
 timm = import_timm()

@@ -38,7 +38,7 @@ def tiny_arguments(name, **changes):
     1 x 1 or 2 x 2, and the width of a convolution stem that embeds the
     patches itself; attention pools with 8 heads get 4; per-block key/value
     heads are 2, then 1)."""
-    from keras_vit.families.timm_architectures import ARCHITECTURES
+    from keras_vit.weights.formats.timm_architectures import ARCHITECTURES
 
     args = dict(TINY)
     entry = ARCHITECTURES[name]["args"]

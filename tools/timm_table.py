@@ -1,5 +1,5 @@
 """Writes keras_vit's table of timm's pretrained ViT-family architectures
-(`keras_vit/families/timm_architectures.py`) from the installed timm.
+(`keras_vit/weights/formats/timm_architectures.py`) from the installed timm.
 
 For each architecture timm lists in the ViT families (`PATTERNS`), with
 pretrained weights or without, the tool calls timm's model function with timm's model
@@ -36,7 +36,7 @@ else:  # `python tools/timm_table.py`: this file's folder is on the path
     from torchvision_stub import import_timm
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TABLE = ROOT / "keras_vit" / "families" / "timm_architectures.py"
+TABLE = ROOT / "keras_vit" / "weights" / "formats" / "timm_architectures.py"
 # The model-name patterns of timm's ViT families.
 PATTERNS = ("vit_*", "deit*", "eva*", "flexivit*", "samvit*", "aimv2*")
 # `build_model_with_cfg`'s own arguments: how to load, not what to build.
@@ -256,7 +256,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.coverage:
         built, pending, refused, listed = coverage()
-        from keras_vit.families.timm_architectures import TIMM_VERSION
+        from keras_vit.weights.formats.timm_architectures import TIMM_VERSION
 
         print(f"timm {TIMM_VERSION}: keras_vit builds {len(built)} of {len(listed)} pretrained ViT-family "
               f"architectures ({100 * len(built) / len(listed):.1f} %); {len(pending)} pending, "

@@ -1,7 +1,7 @@
 """timm's ViT zoo in keras_vit: which architectures build, from which
 reader, in which family, and the names that do not build, with why.
 
-The architectures are timm's (`keras_vit.families.timm_architectures`, the
+The architectures are timm's (`keras_vit.weights.formats.timm_architectures`, the
 table `tools/timm_table.py` writes from timm's model functions). A timm Hub
 directory (`config.json` + `model.safetensors`, local or `hf://timm/...`)
 is read by the module of its model class (`READERS`): `VisionTransformer`
@@ -27,7 +27,7 @@ import os
 from typing import NamedTuple
 
 from keras_vit.families import vit_hybrid, vit_relpos
-from keras_vit.families.timm_architectures import ARCHITECTURES, TIMM_VERSION
+from keras_vit.weights.formats.timm_architectures import ARCHITECTURES, TIMM_VERSION
 from keras_vit.weights.files import read_json
 from keras_vit.weights.formats import timm, timm_eva
 

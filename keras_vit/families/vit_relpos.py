@@ -23,7 +23,7 @@ Example:
 ('shared_mlp', 384, 'none')
 """
 
-from keras_vit.families.timm_architectures import CLASS_DEFAULTS
+from keras_vit.weights.formats.timm_architectures import CLASS_DEFAULTS
 from keras_vit.weights import canonical as C
 from keras_vit.weights.formats import timm
 

@@ -227,7 +227,7 @@ def _keras_vit_source(directory):
     model_class = config.get("class_name")
     if model_class not in ("ViT", "ViTHybrid", "ViTConvStem"):
         raise ValueError(
-            f"{directory!r}: config.json must describe a keras_vit ViT or ViTHybrid (an image-text "
+            f"{directory!r}: config.json must describe a keras_vit ViT, ViTHybrid or ViTConvStem (an image-text "
             f"preset loads with keras_vit.ImageTextModel.from_preset). Received: class_name={model_class!r}"
         )
     args = dict(config["config"])

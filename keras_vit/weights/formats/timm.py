@@ -22,7 +22,7 @@ a `config.json`:
 - `architecture`: the timm model function, e.g. "vit_base_patch16_224";
   its arguments (width, depth, heads, ...) are not in the file: they are
   in keras_vit's table of timm's model functions,
-  `keras_vit.families.timm_architectures` (generated from timm by
+  `keras_vit.weights.formats.timm_architectures` (generated from timm by
   `tools/timm_table.py`), over the model class's defaults; `model_args`,
   when present, overrides them (`resolve`);
 - `num_classes`, `global_pool`, `label_names` (list, or `{index: name}`) and
@@ -56,7 +56,7 @@ import os
 
 import numpy as np
 
-from keras_vit.families.timm_architectures import CLASS_DEFAULTS
+from keras_vit.weights.formats.timm_architectures import CLASS_DEFAULTS
 from keras_vit.validation import pair
 from keras_vit.weights import canonical as C
 from keras_vit.weights import shards

@@ -3,7 +3,7 @@ model function, the arguments timm's `create_model` resolves for a Hub
 `config.json`, and timm's names of norms, activations and MLPs.
 
 The facts come from keras_vit's table of timm's model functions
-(`keras_vit.families.timm_architectures`, generated from timm by
+(`keras_vit.weights.formats.timm_architectures`, generated from timm by
 `tools/timm_table.py`); every timm reader (`keras_vit.weights.formats.timm`,
 `timm_eva`, `keras_vit.families`) resolves a directory's arguments here and
 refuses, by name, the ones it cannot build (`refuse`).
@@ -11,7 +11,7 @@ refuses, by name, the ones it cannot build (`refuse`).
 
 import difflib
 
-from keras_vit.families.timm_architectures import ARCHITECTURES, CLASS_DEFAULTS, TIMM_VERSION
+from keras_vit.weights.formats.timm_architectures import ARCHITECTURES, CLASS_DEFAULTS, TIMM_VERSION
 
 # timm arguments that change training only (or only how timm pads or
 # initialises), never the weights: every reader accepts any value.

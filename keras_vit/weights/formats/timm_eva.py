@@ -25,7 +25,7 @@ What the files hold (`config.json` as for every timm Hub directory,
   `AttentionPoolLatent` on every token), `head`.
 
 The architecture's arguments are not in the file: keras_vit's table of
-timm's model functions (`keras_vit.families.timm_architectures`) keeps
+timm's model functions (`keras_vit.weights.formats.timm_architectures`) keeps
 them by name, and a `config.json` `model_args` entry overrides them
 (`keras_vit.weights.formats.timm.resolve`). `use_post_norm` is the
 residual post-norm block (`norm_position="post"`, no LayerScale), and both
@@ -51,7 +51,7 @@ from keras_vit.layers.rotary import VARIANTS, RotarySpec
 from keras_vit.validation import pair
 from keras_vit.weights import canonical as C
 from keras_vit.weights.formats.conventions import torch_linear, torch_map_head_tail, torch_norm
-from keras_vit.families.timm_architectures import ARCHITECTURES, CLASS_DEFAULTS
+from keras_vit.weights.formats.timm_architectures import ARCHITECTURES, CLASS_DEFAULTS
 from keras_vit.weights.formats.timm import (
     TRAINING, classifier, fold_prefix_rows, head, hub_source, norm_of, refuse, split_config,
 )

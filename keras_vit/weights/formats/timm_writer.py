@@ -23,7 +23,7 @@ import os
 
 import numpy as np
 
-from keras_vit.families.timm_architectures import ARCHITECTURES, CLASS_DEFAULTS
+from keras_vit.weights.formats.timm_architectures import ARCHITECTURES, CLASS_DEFAULTS
 from keras_vit.validation import pair
 from keras_vit.weights import canonical as C
 from keras_vit.weights.files import write_json
@@ -101,7 +101,7 @@ def timm_arguments(config):
     Example:
 
     >>> import keras_vit
-    >>> from keras_vit.weights.writers import _flat_config
+    >>> from keras_vit.families.writers import _flat_config
     >>> model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2,
     ...                       mlp_dim=16, classes=3, pre_norm=True, patch_bias=False, layer_norm_epsilon=1e-5)
     >>> name, args, _ = timm_arguments(_flat_config(model))
