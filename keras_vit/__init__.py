@@ -3,12 +3,13 @@
 Works unchanged on the jax, tensorflow and torch backends (`KERAS_BACKEND`).
 
 Each name below lives in the subpackage of its concern: models in
-`keras_vit.models`, tasks (classification, zero-shot) in `keras_vit.tasks`,
+`keras_vit.models`, tasks (classification, zero-shot, detection, promptable
+masks) in `keras_vit.tasks`,
 presets and the resolver in `keras_vit.presets`, input scaling in
 `keras_vit.preprocessing`, export in `keras_vit.export`.
 """
 
-from keras_vit import architectures, inspection, layers, pretraining, text
+from keras_vit import architectures, inspection, layers, pretraining, tasks, text
 from keras_vit.models import (
     ARCHITECTURE_CONFIGS,
     R26ViTB32,
@@ -32,11 +33,15 @@ from keras_vit.models import (
 )
 from keras_vit.version import __version__
 from keras_vit.preprocessing import preprocess_input
-from keras_vit.presets import from_preset, load_model
+from keras_vit.presets import load_model
+from keras_vit.tasks.presets import from_preset
 from keras_vit.families.timm_zoo import list_models
 from keras_vit.tasks.classification import Prediction, classify, decode_predictions
 from keras_vit.tasks.images import load_images
 from keras_vit.tasks.zero_shot import ImageTextModel
+from keras_vit.tasks.detection import FixedQueryDetector, OpenVocabularyDetector, detect
+from keras_vit.tasks.mask_generation import generate_masks
+from keras_vit.tasks.prompt_masks import PromptableSegmenter, segment_prompts
 from keras_vit.weights.patch_resample import resample_patch_embedding
 
 

@@ -412,3 +412,23 @@ def test_dinov3_rows_build_one_model_in_every_system():
     (workloads, dtypes, systems), = benchmark.PRESETS["dinov3"]
     assert {benchmark.WORKLOADS[w][2] for w in workloads} == {224, 518}
     assert set(systems) == {*benchmark.KERAS_SYSTEMS, "hf-sdpa"}
+
+
+@pytest.mark.parametrize("arch", ["OWLv2-tiny", "SAM-tiny", "SAM-decoder-tiny"])
+def test_task_workloads_run_on_both_sides(arch):
+    """Each task workload builds and runs keras_vit's model and transformers'
+    of the same config (in this process: no timing is checked)."""
+    pytest.importorskip("transformers")
+    from keras_vit_tools import benchmark_tasks
+
+    assert arch in benchmark_tasks.TASK_ARCHS
+    workload = next(w for w, (_, a, _, _) in benchmark.WORKLOADS.items() if a == arch)
+    _, _, image, batch = benchmark.WORKLOADS[workload]
+    assert workload in benchmark.TASK_SMOKE_WORKLOADS and benchmark.case_flops(workload) is None
+    x = np.random.default_rng(0).normal(size=(batch, image, image, 3)).astype("float32")
+    spec = dict(system="hf-sdpa", arch=arch, image=image, warmup=0, reps=1)
+    _, first, times, info, _ = benchmark_tasks.run_hf(spec, x, lambda step, warmup, reps: (0.0, [step() is not None]))
+    assert times == [True] and info["attn"] == "sdpa"
+    _, step, info = benchmark_tasks.run_keras_task(spec, x)
+    out = step()
+    assert info["backend"] == keras.backend.backend() and out is not None

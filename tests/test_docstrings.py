@@ -46,7 +46,7 @@ MODULES = sorted(
     if name not in WITHOUT_EXAMPLES and name not in SAMPLED
 ) + [
     "keras_vit_tools.reference", "keras_vit_tools.commands", "keras_vit_tools.zero_shot_command",
-    "keras_vit_tools.front_end", "keras_vit_tools.checkout", "keras_vit_tools.convert_command",
+    "keras_vit_tools.front_end", "keras_vit_tools.tasks_command", "keras_vit_tools.checkout", "keras_vit_tools.convert_command",
 ]
 
 

@@ -86,6 +86,8 @@ def test_a_timm_checkpoint_goes_through_keras_vit_and_back(tmp_path):
     (dict(rope="dinov3", position_embedding="none"), "rope='dinov3'"),
     (dict(relative_position="mlp", position_embedding="none"), "relative_position='mlp'"),
     (dict(parallel=True), "parallel=True"),
+    (dict(classifier="gap", window_size=2, relative_position="decomposed", neck_channels=4),
+     "relative_position='decomposed'"),
     (dict(qkv_bias=(True, False, True)), "qkv_bias"),
     (dict(representation_size=8), "representation_size=8"),
     (dict(classifier="map", class_token=True), "attention pool"),

@@ -115,10 +115,12 @@ def test_at_least_95_percent_of_the_pretrained_architectures_build():
 
 
 def test_a_name_that_does_not_build_says_why(tmp_path):
-    config = {"architecture": "samvit_base_patch16", "num_classes": 0, "pretrained_cfg": {}}
+    # timm's classifier on SAM's blocks without the neck: read by the SAM family, refused by name.
+    config = {"architecture": "samvit_base_patch16_224", "pretrained_cfg": {}}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match="SAM's image encoder .* comes with keras_vit's promptable-mask models"):
+    with pytest.raises(ValueError, match="samvit_base_patch16_224.*no equivalent of.*neck_chans"):
         keras_vit.from_preset(str(tmp_path))
+    assert "neck_chans" in timm_zoo.model_info("samvit_base_patch16_224").reason
     with pytest.raises(ValueError, match=r"timm 1\.\d+\.\d+ has no ViT-family model.*closest"):
         timm_zoo.model_arguments({"architecture": "vit_base_patch16_sapiens", "pretrained_cfg": {}})
 
@@ -129,11 +131,12 @@ def test_list_models_as_timm():
     assert "vit_7b_patch16_dinov3" in dinov3
     tagged = keras_vit.list_models("deit3_base*", pretrained=True)
     assert tagged == timm.list_pretrained("deit3_base*")
-    assert "samvit_base_patch16" not in keras_vit.list_models()
+    # SAM's encoders through the SAM family's reader (its parity: tests/test_relative_position.py).
+    assert keras_vit.list_models("samvit*", pretrained=True) == timm.list_pretrained("samvit*")
     assert set(keras_vit.list_models(family="Relative-position ViT")) == set(
         timm.list_models(["vit_relpos_*", "vit_srelpos_*"]))
     info = timm_zoo.model_info("vit_base_mci_224")
     assert (info.family, info.builds) == ("MobileCLIP", True) and "apple_mclip2_dfndr2b" in info.tags
-    assert not timm_zoo.model_info("samvit_base_patch16").builds
+    assert timm_zoo.model_info("samvit_base_patch16").builds
     with pytest.raises(ValueError, match="family"):
         keras_vit.list_models(family="DINO")

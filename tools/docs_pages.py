@@ -207,8 +207,11 @@ def timm_models_page():
         "`keras_vit.list_models(pattern)` lists the names (`pretrained=True`: with their tags, as "
         "`timm.list_pretrained`); the arguments come from timm's own model functions "
         "(`tools/timm_table.py`, [Families](guides/families.md#timms-vit-zoo)).", "",
-        "## Not built", "", "| Architecture | Why |", "| --- | --- |",
+        "## Not built", "",
     ]
+    lines += ["| Architecture | Why |", "| --- | --- |"] if pending or refused else [
+        "None: every pretrained architecture of the table builds (`keras_vit.families.timm_zoo.NOT_BUILT` "
+        "lists the names that do not, with why)."]
     for name in sorted({**pending, **refused}):
         status, why = timm_zoo.not_built(name) or ("refused", refused[name])
         lines.append(f"| `{name}` | {'(being built) ' if status == 'pending' else ''}{why} |")

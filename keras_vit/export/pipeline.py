@@ -30,7 +30,9 @@ goes through the same pipeline by declaring them: `model.export_signature(
 batch_size)` returns its `keras.InputSpec`s (one, a list or a dict, each
 named), `model.export_output_name` names its output and
 `model.export_formats` lists the formats it exports to
-(`keras_vit.text.TextEncoder` does).
+(`keras_vit.text.TextEncoder` does). A model of several named outputs (a
+dict: the task models) gives its artifact one output per key
+(`output_names`), which the runtimes return as a dict.
 
 While a model is traced, `keras_vit.kernels.export_mode()` makes the
 layers emit plain matrix products and 4D attention products, which every
@@ -112,6 +114,23 @@ def output_name(model):
     return "logits" if getattr(model, "classifier_activation", None) is None else "probabilities"
 
 
+def output_names(model):
+    """The names of an exported model's outputs: a model of named outputs (a
+    dict) gives them in sorted order (the order every exporter flattens a
+    dict in, as the task models build theirs), any other its `output_name`.
+
+    Example:
+
+    >>> import keras
+    >>> x = keras.Input((2,))
+    >>> output_names(keras.Model(x, {"scores": x, "boxes": x}))
+    ['boxes', 'scores']
+    """
+    if isinstance(model.output, dict):
+        return sorted(model.output)
+    return [output_name(model)]
+
+
 def check_format(format, backend=None, model=None):
     """Checks that `format` is known, that `backend` can produce it and `model` export to it.
 
@@ -187,8 +206,10 @@ def prepare_model(model, image_size=None):
     # check by attribute keeps this module below `keras_vit.models`.
     if callable(getattr(model, "for_inference", None)) and not _quantized(model):
         return model.for_inference(image_size=image_size)
+    if image_size is None:
+        return model
     own = tuple(model.input_shape[1:3])
-    if image_size is not None and image_size != own:
+    if image_size != own:
         raise ValueError(
             "Only a float keras_vit model can be exported at another image size "
             "(quantize the `model.for_inference(image_size)` copy instead). "
@@ -340,9 +361,9 @@ def _write(model, path, format, batch_size, verbose, naflex_length=None, spec=No
             # own `export` here.
             keras.Model.export(model, path, format=format, verbose=verbose, input_signature=[spec])
         if format == "onnx":
-            _finish_onnx(path, output_name(model), input_names(spec), input_dtypes(spec))
+            _finish_onnx(path, output_names(model), input_names(spec), input_dtypes(spec))
         elif format == "openvino":
-            _name_openvino(path, output_name(model), input_names(spec), input_dtypes(spec))
+            _name_openvino(path, output_names(model), input_names(spec), input_dtypes(spec))
     return path
 
 
@@ -467,7 +488,8 @@ def _finish_onnx(path, output, inputs=(INPUT_NAME,), dtypes=("float32",)):
     current_dtypes = [port.dtype.numpy().name for port in ports]
     for port, name in zip(ports, port_names(current, list(inputs), current_dtypes, list(dtypes))):
         port.name = name
-    model.graph.outputs[0].name = output
+    for port, name in zip(model.graph.outputs, [output] if isinstance(output, str) else output):
+        port.name = name
     onnx_ir.save(model, path)
 
 
@@ -480,15 +502,17 @@ def _name_openvino(path, output, inputs=(INPUT_NAME,), dtypes=("float32",)):
     import openvino as ov
 
     model = ov.Core().read_model(path)
-    if len(model.outputs) > 1:
+    outputs = [output] if isinstance(output, str) else list(output)
+    if len(model.outputs) > len(outputs):
         # TensorFlow's converter leaves internal shape slices as outputs too.
-        model = ov.Model([model.get_results()[0]], model.get_parameters(), model.get_friendly_name())
+        model = ov.Model(model.get_results()[: len(outputs)], model.get_parameters(), model.get_friendly_name())
     current = [", ".join(port.get_names()) for port in model.inputs]
     current_dtypes = [port.get_element_type().to_dtype().name for port in model.inputs]
     for port, name in zip(model.inputs, port_names(current, list(inputs), current_dtypes, list(dtypes))):
         port.get_tensor().set_names({name})
         port.get_node().set_friendly_name(name)
-    model.outputs[0].get_tensor().set_names({output})
+    for port, name in zip(model.outputs, outputs):
+        port.get_tensor().set_names({name})
     stem, named = path[: -len(".xml")], path[: -len(".xml")] + ".named"
     ov.save_model(model, named + ".xml", compress_to_fp16=False)
     del model

@@ -107,6 +107,23 @@ def _feed(names, x):
     return {name: x[key] for name, key in keys.items()}
 
 
+def _named(names, arrays):
+    """One output as its array, several as `{name: array}` (an artifact of
+    named outputs; the names as the exporter kept them)."""
+    arrays = [np.asarray(a) for a in arrays]
+    return arrays[0] if len(arrays) == 1 else dict(zip(names, arrays))
+
+
+def _concatenate(parts):
+    if isinstance(parts[0], dict):
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    return np.concatenate(parts)
+
+
+def _first(x, count):
+    return {k: v[:count] for k, v in x.items()} if isinstance(x, dict) else x[:count]
+
+
 def _rows(x, start, stop):
     if isinstance(x, dict):
         return {k: v[start:stop] for k, v in x.items()}
@@ -142,8 +159,8 @@ def _in_slices(run, images, batch):
         short = batch - min(batch, total - start)
         if short:
             part = _pad(part, short)
-        outputs.append(run(part)[: batch - short])
-    return np.concatenate(outputs)
+        outputs.append(_first(run(part), batch - short))
+    return _concatenate(outputs)
 
 
 def _load_tf_saved_model(path):
@@ -155,7 +172,10 @@ def _load_tf_saved_model(path):
     def run(images):
         # The closure keeps `loaded` alive: its variables die with it.
         x = tf.nest.map_structure(tf.constant, images)
-        return loaded.serve(x).numpy()
+        out = loaded.serve(x)
+        if isinstance(out, dict):
+            return {k: v.numpy() for k, v in out.items()}
+        return out.numpy()
 
     return run, spec.shape[0]
 
@@ -167,7 +187,8 @@ def _load_onnx(path):
     specs = session.get_inputs()
     batch = specs[0].shape[0] if isinstance(specs[0].shape[0], int) else None
     names = [spec.name for spec in specs]
-    return lambda images: session.run(None, _feed(names, images))[0], batch
+    outputs = [spec.name for spec in session.get_outputs()]
+    return lambda images: _named(outputs, session.run(None, _feed(names, images))), batch
 
 
 def _load_openvino(path, precision="f32"):
@@ -181,8 +202,13 @@ def _load_openvino(path, precision="f32"):
     # Every name of each input: compiling may give a tensor an internal name
     # beside the one the export set.
     ports = {"|".join(sorted(port.get_names())): port for port in compiled.inputs}
-    return lambda images: np.asarray(compiled(
-        {ports[k]: v for k, v in _feed(list(ports), images).items()})[0]), batch
+    outputs = [port.get_any_name() for port in compiled.outputs]
+
+    def run(images):
+        result = compiled({ports[k]: v for k, v in _feed(list(ports), images).items()})
+        return _named(outputs, [result[port] for port in compiled.outputs])
+
+    return run, batch
 
 
 def _load_litert(path):
@@ -224,7 +250,10 @@ def _load_torch(path):
         x = {k: torch.from_numpy(v) for k, v in images.items()} if isinstance(images, dict) else (
             torch.from_numpy(images))
         with torch.no_grad():
-            return module(x).detach().cpu().numpy()
+            out = module(x)
+        if isinstance(out, dict):
+            return {k: v.detach().cpu().numpy() for k, v in out.items()}
+        return out.detach().cpu().numpy()
 
     return run, batch
 
@@ -242,7 +271,8 @@ def run_exported(path, format, images, precision=None):
             `OPENVINO_PRECISIONS` (see `load_exported`).
 
     Returns:
-        The artifact's outputs as a NumPy array.
+        The artifact's outputs as a NumPy array, or for an artifact of
+        several named outputs (a task model's) a dict of them by name.
 
     Example:
 
@@ -269,16 +299,27 @@ def verify_export(path, format, model, images, precision=None):
         precision: None (float32) or an OpenVINO precision (`load_exported`).
 
     Returns:
-        `(max_abs_diff, outputs, expected)`: a float and the two arrays.
+        `(max_abs_diff, outputs, expected)`: a float and the two arrays (for
+        a model of named outputs, dicts of them, compared name by name).
     """
     images = _as_inputs(images)
-    expected = np.asarray(model.predict(images, verbose=0))
+    expected = model.predict(images, verbose=0)
     outputs = run_exported(path, format, images, precision)
-    if outputs.shape != expected.shape:
-        raise ValueError(
-            f"The artifact's outputs have shape {outputs.shape}, the model's {expected.shape}."
-        )
-    return float(np.abs(outputs - expected).max()), outputs, expected
+    if isinstance(expected, dict):
+        expected = {k: np.asarray(v) for k, v in expected.items()}
+        if not isinstance(outputs, dict) or sorted(outputs) != sorted(expected):
+            raise ValueError(
+                f"The artifact's outputs {sorted(outputs) if isinstance(outputs, dict) else 'one array'} are not "
+                f"the model's {sorted(expected)}."
+            )
+        pairs = [(outputs[k], expected[k]) for k in expected]
+    else:
+        expected = np.asarray(expected)
+        pairs = [(outputs, expected)]
+    for out, want in pairs:
+        if out.shape != want.shape:
+            raise ValueError(f"The artifact's outputs have shape {out.shape}, the model's {want.shape}.")
+    return max(float(np.abs(out - want).max()) for out, want in pairs), outputs, expected
 
 
 # Each format's loader: `load_exported`'s table.

@@ -8,7 +8,8 @@ is read by the module of its model class (`READERS`): `VisionTransformer`
 (and DeiT's distilled one) by `keras_vit.weights.formats.timm`, `Eva` by
 `timm_eva`, the relative-position ViTs by `keras_vit.families.vit_relpos`,
 the hybrids (a `HybridEmbed` patch embedding on a ResNet or a convolution stem) by
-`keras_vit.families.vit_hybrid`. `NOT_BUILT` is the one list of the names
+`keras_vit.families.vit_hybrid`, SAM's image encoder (`VisionTransformerSAM`)
+by `keras_vit.families.sam`. `NOT_BUILT` is the one list of the names
 that do not build, each with its reason, which the error for them gives.
 
 Example:
@@ -24,19 +25,20 @@ True
 import fnmatch
 import functools
 import os
+import types
 from typing import NamedTuple
 
-from keras_vit.families import vit_hybrid, vit_relpos
+from keras_vit.families import sam, vit_hybrid, vit_relpos
 from keras_vit.weights.formats.timm_architectures import ARCHITECTURES, TIMM_VERSION
 from keras_vit.weights.files import read_json
 from keras_vit.weights.formats import timm, timm_eva
 
-# The names keras_vit does not build (timm's patterns), each with its reason;
-# "pending" ones are being built elsewhere in keras_vit.
-NOT_BUILT = {
-    "samvit_*": ("pending", "SAM's image encoder (windowed attention with decomposed relative positions and "
-                            "its convolution neck) comes with keras_vit's promptable-mask models"),
-}
+# The names keras_vit does not build (timm's patterns), each with its
+# status and reason: `{pattern: ("pending" or "refused", reason)}`;
+# "pending" ones are being built elsewhere in keras_vit. None at present:
+# every architecture that does not build is refused by its reader, naming
+# the arguments keras_vit has no equivalent of.
+NOT_BUILT = {}
 # Families, first match wins: (family, timm name patterns).
 FAMILIES = (
     ("AIMv2", ("aimv2_*",)),
@@ -64,7 +66,10 @@ FAMILIES = (
 )
 # timm's model class -> the module reading its Hub directories.
 READERS = {"VisionTransformer": timm, "VisionTransformerDistilled": timm, "Eva": timm_eva,
-           "VisionTransformerRelPos": vit_relpos}
+           "VisionTransformerRelPos": vit_relpos,
+           # SAM's image encoder (`samvit_*`): the SAM family's timm reader.
+           "VisionTransformerSAM": types.SimpleNamespace(model_arguments=sam.timm_arguments,
+                                                         preset_source=sam.timm_preset_source)}
 
 
 class ModelInfo(NamedTuple):

@@ -8,10 +8,15 @@ from keras import ops
 from keras_vit import kernels
 from keras_vit.kernels import call_sublayer
 from keras_vit.kernels.portable import masked_softmax
-from keras_vit.layers.config import RELATIVE_POSITIONS, check_qkv_bias, qkv_biases
+from keras_vit.layers.config import check_qkv_bias, qkv_biases
 from keras_vit.layers.norms import RMSNorm, check_norm_kind, norm_layer
 from keras_vit.layers.qk_norm import QKNorm
-from keras_vit.layers.relative_position import RelativePositionMlp, pad_prefix
+from keras_vit.layers.relative_position import (
+    RELATIVE_POSITIONS,
+    DecomposedRelativePosition,
+    RelativePositionMlp,
+    pad_prefix,
+)
 from keras_vit.layers.rotary import LAYOUTS, apply_rotary, rotary_spec
 from keras_vit.layers.seeds import check_seed
 from keras_vit.validation import (
@@ -21,6 +26,7 @@ from keras_vit.validation import (
     check_positive_float,
     check_positive_int,
     check_rate,
+    pair,
 )
 
 
@@ -135,18 +141,25 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             + lambda_init` (weights `lambda_*`, `sub_norm`).
         block_index: int, default 0: the block's index, which sets
             differential attention's `lambda_init = 0.8 - 0.6 exp(-0.3 i)`.
-        relative_position: None (default), "mlp" or "shared_mlp": a bias of
-            the logits from the patch tokens' relative positions (see
+        relative_position: None (default), "mlp", "shared_mlp" or
+            "decomposed": a relative position term on the logits (see
             `keras_vit.layers.relative_position`): with "mlp" the layer's own
             MLP (sublayer `rel_pos`) maps the coordinates the call gets as
-            `rope=` to it, with "shared_mlp" the call gets the bias itself.
-            The logits then take the explicit softmax path.
-        relative_position_dim: int, default 128: the hidden width of that MLP.
+            `rope=` to a bias, with "shared_mlp" the call gets the bias
+            itself; with "decomposed", MViTv2's term of the queries
+            (sublayer `relative_position`, its tables learned for
+            `relative_position_size`), and the call takes `grid`. The logits
+            then take the explicit softmax path.
+        relative_position_dim: int, default 128: the hidden width of the
+            "mlp" kind's MLP.
         num_kv_heads: None (default: `num_heads`) or an int dividing it:
             grouped-query attention's key and value heads (`key`, `value`
             kernels `(D, num_kv_heads, head_dim)`); query head `h` reads
             key/value head `h // (num_heads // num_kv_heads)`, as timm's
             `AttentionRope` (Sapiens2).
+        relative_position_size: None (default) or `(h, w)`: with
+            "decomposed" (which needs it), the grid its tables are learned
+            for.
 
     Call arguments:
         x: `(batch, tokens, D)`.
@@ -163,8 +176,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         rope: None (default) or the rotary tables of `RotaryEmbedding`
             with its prefix rows: `(2, tokens, head_dim)` (sines, cosines)
             or `(2, tokens, heads, head_dim)` (per head: RoPE-ViT mixed);
-            needs `rope_layout`. With `relative_position`, the patch grid's
-            relative positions instead (`RelativePositionTable`'s output).
+            needs `rope_layout`. With `relative_position` "mlp" or
+            "shared_mlp", the patch grid's relative positions instead
+            (`RelativePositionTable`'s output).
+        grid: with `relative_position="decomposed"`, `(h, w)` of the
+            tokens' grid (static ints; the tokens are its cells, row by row).
 
     Returns:
         `(batch, tokens, D)` (`(batch, n, D)` with `query_tokens=n`).
@@ -207,14 +223,23 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         relative_position=None,
         relative_position_dim=128,
         num_kv_heads=None,
+        relative_position_size=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.num_kv_heads = check_positive_int(num_kv_heads, "num_kv_heads", allow_none=True)
         self.differential = check_bool(differential, "differential")
         self.block_index = check_int(block_index, "block_index", minimum=0)
-        self.relative_position = check_choice(relative_position, RELATIVE_POSITIONS, "relative_position")
+        self.relative_position = check_choice(relative_position, (None,) + RELATIVE_POSITIONS, "relative_position")
         self.relative_position_dim = check_positive_int(relative_position_dim, "relative_position_dim")
+        self.relative_position_size = None if relative_position_size is None else pair(
+            relative_position_size, "relative_position_size")
+        if (self.relative_position == "decomposed") != (self.relative_position_size is not None):
+            raise ValueError(
+                "`relative_position_size` (the grid of the tables) goes with, and only with, "
+                f"relative_position='decomposed'. Received: relative_position={self.relative_position!r}, "
+                f"relative_position_size={self.relative_position_size}"
+            )
         self.qk_norm_epsilon = None if qk_norm is None else check_positive_float(qk_norm, "qk_norm")
         self.qk_norm_kind = check_norm_kind(qk_norm_kind)
         self.num_heads = check_positive_int(num_heads, "num_heads")
@@ -293,6 +318,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=self.seed, dtype=self.dtype_policy
         )
+        self.decomposed = None
+        if self.relative_position == "decomposed":
+            self.decomposed = DecomposedRelativePosition(
+                self.relative_position_size, self.head_dim, name="relative_position", dtype=self.dtype_policy
+            )
+            self.decomposed.build()
         self.built = True
 
     def _build_differential(self):
@@ -315,9 +346,19 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return 0.8 - 0.6 * math.exp(-0.3 * self.block_index)
 
     @classmethod
-    def for_block(cls, config, num_heads, head_dim, **kwargs):
-        """The attention a block with `config` (a `BlockConfig`) holds."""
+    def for_block(cls, config, num_heads, head_dim, grid_size=None, **kwargs):
+        """The attention a block with `config` (a `BlockConfig`) holds;
+        `grid_size` is the model's patch grid, the tables' size in a global
+        block with relative positions."""
         layout = None if config.rope is None else rotary_spec(config.rope, **(config.rope_settings or {})).layout
+        size = None
+        if config.relative_position == "decomposed":
+            size = config.window_size or grid_size
+            if size is None:
+                raise ValueError(
+                    "A global block with relative positions needs the model's patch grid (`grid_size`) to size "
+                    "its tables."
+                )
         return cls(
             num_heads,
             head_dim,
@@ -331,6 +372,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             differential=config.differential_attention,
             relative_position=config.relative_position,
             relative_position_dim=config.relative_position_dim,
+            relative_position_size=size,
             **kwargs,
         )
 
@@ -372,7 +414,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def _position_bias(self, rope, tokens, queries):
         """The relative position bias of the logits `(1, heads, queries, tokens)`, or None."""
-        if self.relative_position is None:
+        if self.relative_position not in ("mlp", "shared_mlp"):
             return None
         if rope is None:
             raise ValueError(
@@ -403,6 +445,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def attention_probs(self, x, attention_mask=None, rope=None):
         """Attention probabilities `(batch, heads, tokens, tokens)`, float32
         (differential attention: both maps of each head, `2 * heads`)."""
+        if self.decomposed is not None:
+            raise ValueError(
+                f"Layer {self.name!r} adds decomposed relative positions to its logits: its probabilities are "
+                "not read (inspection covers attention without them)."
+            )
         q, k, _ = self._project(x, rope=rope)
         return self._probs(q, k, as_attention_mask(attention_mask), self._position_bias(rope, x.shape[1], None))
 
@@ -437,17 +484,25 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             return ops.einsum("bhqt,bthk->bqhk", ops.cast(probs, v.dtype), v)
         return kernels.attention(q, k, v, scale=scale, mask=mask)
 
-    def call(self, x, training=None, query_tokens=None, attention_mask=None, rope=None):
+    def call(self, x, training=None, query_tokens=None, attention_mask=None, rope=None, grid=None):
         mask = as_attention_mask(attention_mask, query_tokens)
         q, k, v = self._project(x, query_tokens, rope)
-        bias = self._position_bias(rope, ops.shape(x)[1], query_tokens)
+        if self.decomposed is not None:
+            if grid is None or mask is not None or query_tokens is not None or (training and self.dropout_rate > 0):
+                raise ValueError(
+                    f"Layer {self.name!r} adds decomposed relative positions: its call takes the tokens' `grid` "
+                    "and no attention mask, query subset or attention dropout."
+                )
+            bias = ops.cast(self.decomposed(q, grid=grid), "float32")
+        else:
+            bias = self._position_bias(rope, ops.shape(x)[1], query_tokens)
         context = [self._context(q, k, values, mask, bias, training) for values in self._values(v)]
         return self._output(context if self.differential else context[0])
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
-    def compute_output_spec(self, x, training=None, query_tokens=None, attention_mask=None, rope=None):
+    def compute_output_spec(self, x, training=None, query_tokens=None, attention_mask=None, rope=None, grid=None):
         return keras.KerasTensor(tokens_shape(x.shape, query_tokens), dtype=self.compute_dtype)
 
     def get_config(self):
@@ -469,6 +524,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "relative_position": self.relative_position,
                 "relative_position_dim": self.relative_position_dim,
                 "num_kv_heads": self.num_kv_heads,
+                "relative_position_size": self.relative_position_size,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

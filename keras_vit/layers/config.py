@@ -28,6 +28,7 @@ import dataclasses
 
 from keras_vit.layers.interpolation import POSITION_INTERPOLATIONS
 from keras_vit.layers.norms import check_norm_kind
+from keras_vit.layers.relative_position import GRID_TABLE_KINDS, RELATIVE_POSITIONS
 from keras_vit.layers.rotary import VARIANTS as ROTARY_VARIANTS
 from keras_vit.layers.rotary import rotary_spec
 from keras_vit.layers.sincos import STYLES
@@ -56,11 +57,6 @@ POSITION_EMBEDDINGS = ("learned", "sincos") + tuple(f"sincos_{s}" for s in STYLE
 # "post", on each branch's output before its residual sum (Swin v2's
 # res-post-norm: timm's `ResPostBlock`, EVA02-enormous's `use_post_norm`).
 NORM_POSITIONS = ("pre", "post")
-# A relative position bias added to the attention logits (timm's
-# `VisionTransformerRelPos`): None, "mlp" (each block's attention has its
-# own `RelativePositionMlp` of the log-spaced relative coordinates) or
-# "shared_mlp" (one for the whole model, layer `rel_pos`).
-RELATIVE_POSITIONS = (None, "mlp", "shared_mlp")
 # Metadata of the fields that change training only, never the weights: a
 # preset's model may take other values (`keras_vit.presets.OVERRIDES`).
 TRAINING = {"training_only": True}
@@ -296,15 +292,26 @@ class BlockConfig(_Record):
             splits its queries and keys in two and takes the difference of
             the two softmax maps, weighted by a learned lambda; see
             `keras_vit.layers.attention.MultiHeadSelfAttention`.
-        relative_position: None (default), "mlp" or "shared_mlp": a
-            relative position bias on the attention logits of the patch
-            tokens, an MLP of their log-spaced relative coordinates (timm's
-            `RelPosMlp`; `keras_vit.layers.relative_position`), one per
-            block ("mlp") or one for the model ("shared_mlp", layer
-            `rel_pos`). The model computes the coordinates once per input
-            grid, so any image size works.
-        relative_position_dim: int, default 128: the hidden width of that
-            MLP.
+        relative_position: None (default), "mlp", "shared_mlp" or
+            "decomposed": a relative position term on the attention logits
+            of the patch tokens (`keras_vit.layers.relative_position`).
+            "mlp" and "shared_mlp": a bias from an MLP of their log-spaced
+            relative coordinates (timm's `RelPosMlp`), one per block
+            ("mlp") or one for the model ("shared_mlp", layer `rel_pos`);
+            the model computes the coordinates once per input grid, so any
+            image size works. "decomposed": MViTv2's decomposed term
+            (ViTDet, SAM; weights `relative_position/height` and `/width` of
+            each attention, learned for the window, or for a global block
+            the model's patch grid).
+        relative_position_dim: int, default 128: the hidden width of the
+            "mlp" and "shared_mlp" kinds' MLP.
+        window_size: None (default: every token attends to every token) or
+            an int: the blocks attend within non-overlapping windows of
+            this many patch tokens a side, the grid padded with zeros to a
+            multiple (ViTDet, SAM; `keras_vit.layers.relative_position`);
+            needs a model without prefix tokens.
+        global_attention_blocks: a tuple of block indices, default ():
+            with `window_size`, the blocks that attend over the whole grid.
 
     Example:
 
@@ -333,6 +340,8 @@ class BlockConfig(_Record):
     differential_attention: bool = False
     relative_position: object = None
     relative_position_dim: int = 128
+    window_size: object = None
+    global_attention_blocks: tuple = ()
 
     def __post_init__(self):
         self._set("layer_norm_epsilon", check_positive_float(self.layer_norm_epsilon, "layer_norm_epsilon"))
@@ -351,12 +360,12 @@ class BlockConfig(_Record):
             "attention_dropout_rate", check_rate(self.attention_dropout_rate, "attention_dropout_rate")
         )
         check_choice(self.mlp_kind, MLP_KINDS, "mlp_kind")
+        self._check_windows()
         check_bool(self.qk_norm, "qk_norm")
         check_bool(self.remat, "remat")
         check_choice(self.norm_position, NORM_POSITIONS, "norm_position")
         check_bool(self.parallel, "parallel")
         check_bool(self.differential_attention, "differential_attention")
-        check_choice(self.relative_position, RELATIVE_POSITIONS, "relative_position")
         check_positive_int(self.relative_position_dim, "relative_position_dim")
         if self.parallel and self.norm_position != "pre":
             raise ValueError(
@@ -380,6 +389,49 @@ class BlockConfig(_Record):
                 "recomputed forward pass would draw other dropout masks). Received: "
                 f"dropout_rate={self.dropout_rate}, attention_dropout_rate={self.attention_dropout_rate}"
             )
+
+    def _check_windows(self):
+        check_positive_int(self.window_size, "window_size", allow_none=True)
+        if self.relative_position is not None:
+            check_choice(self.relative_position, RELATIVE_POSITIONS, "relative_position")
+        blocks = self.global_attention_blocks
+        items = list(blocks) if isinstance(blocks, (list, tuple)) else None
+        if items is None or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in items):
+            raise ValueError(
+                "`global_attention_blocks` must be a tuple of block indices (ints >= 0). "
+                f"Received: global_attention_blocks={blocks!r}"
+            )
+        if items and self.window_size is None:
+            raise ValueError(
+                "`global_attention_blocks` names the blocks that attend globally among windowed ones: it needs "
+                f"`window_size`. Received: global_attention_blocks={blocks!r}, window_size=None"
+            )
+        self._set("global_attention_blocks", tuple(sorted(set(items))))
+        if self.window_size is not None and self.relative_position in GRID_TABLE_KINDS:
+            raise ValueError(
+                "`window_size` takes the \"decomposed\" relative positions only (the MLP's bias covers the full "
+                f"patch grid). Received: window_size={self.window_size}, relative_position={self.relative_position!r}"
+            )
+        if self.window_size is not None and self.rope is not None:
+            raise ValueError(
+                "`window_size` cannot be combined with `rope` (the rotary tables follow the full patch grid). "
+                f"Received: window_size={self.window_size}, rope={self.rope!r}"
+            )
+
+    def at_block(self, index):
+        """The record of block `index`: without a window where the block
+        attends over the whole grid (`global_attention_blocks`).
+
+        Example:
+
+        >>> config = BlockConfig(window_size=14, global_attention_blocks=(2, 5))
+        >>> config.at_block(1).window_size, config.at_block(2).window_size
+        (14, None)
+        """
+        if self.window_size is None:
+            return self
+        window = None if index in self.global_attention_blocks else self.window_size
+        return self.replace(window_size=window, global_attention_blocks=())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -434,11 +486,18 @@ class EncoderConfig(_Record):
             `pooled_norm`); False leaves the tokens unnormalised (timm's
             `final_norm=False`: RADIO, InternViT, Perception Encoder's
             language and spatial towers).
+        neck_channels: None (default) or a positive int: a convolutional
+            neck after the blocks (SAM's, ViTDet's: a 1 x 1 and a 3 x 3
+            convolution without bias, each followed by a LayerNorm over the
+            channels; layer `neck`, `keras_vit.layers.neck.ConvNeck`) that
+            turns the patch tokens into this many channels on their grid;
+            a model with a neck has no final norm (its neck ends in one) and
+            no prefix tokens.
 
     Example:
 
     >>> EncoderConfig(pre_norm=True).get_config()
-    {'patch_bias': True, 'patch_norm': False, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0, 'map_num_heads': None, 'map_mlp_dim': None, 'final_norm': True, 'num_kv_heads': None, 'crop_to_patches': False}
+    {'patch_bias': True, 'patch_norm': False, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0, 'map_num_heads': None, 'map_mlp_dim': None, 'final_norm': True, 'num_kv_heads': None, 'crop_to_patches': False, 'neck_channels': None}
     """
 
     patch_bias: bool = True
@@ -453,6 +512,7 @@ class EncoderConfig(_Record):
     final_norm: bool = True
     num_kv_heads: object = None
     crop_to_patches: bool = False
+    neck_channels: object = None
 
     def __post_init__(self):
         check_bool(self.patch_bias, "patch_bias")
@@ -465,7 +525,7 @@ class EncoderConfig(_Record):
             self.position_interpolation, tuple(POSITION_INTERPOLATIONS), "position_interpolation"
         )
         self._set("patch_dropout_rate", check_rate(self.patch_dropout_rate, "patch_dropout_rate"))
-        for name in ("map_num_heads", "map_mlp_dim"):
+        for name in ("map_num_heads", "map_mlp_dim", "neck_channels"):
             check_positive_int(getattr(self, name), name, allow_none=True)
         check_bool(self.final_norm, "final_norm")
         self._set("num_kv_heads", check_kv_heads(self.num_kv_heads))

@@ -30,8 +30,9 @@ from keras import ops
 
 from keras_vit.layers import PatchDropout, PatchEncoder, Patches, TokenGrid, TransformerBlock
 from keras_vit.layers.config import block_kv_heads
+from keras_vit.layers.neck import ConvNeck
 from keras_vit.layers.norms import block_norm
-from keras_vit.layers.relative_position import RelativePositionTable
+from keras_vit.layers.relative_position import GRID_TABLE_KINDS, RelativePositionTable
 from keras_vit.layers.rotary import RotaryEmbedding
 from keras_vit.layers.seeds import derive_seed
 from keras_vit.models import heads, patch_inputs
@@ -59,6 +60,8 @@ class Stages:
             `RelativePositionTable` (layer `rel_pos`).
         blocks: the `TransformerBlock`s, in order.
         norm: None or the encoder's final norm (`encoder_norm`).
+        neck: None or the convolutional neck in its place (`neck`, a
+            `keras_vit.layers.neck.ConvNeck`).
         fc_norm: None or the norm of the pooled features.
         head_layers: `{name: layer}` of the head (pooling, `projection`,
             `l2_normalize`, `pre_logits`, `head`, `head_dist`, ...), as the
@@ -72,7 +75,7 @@ class Stages:
         self.patch_dropout = None
         self.rope = None
         self.blocks = []
-        self.norm = self.fc_norm = None
+        self.norm = self.fc_norm = self.neck = None
         self.head_layers = {}
         self.num_prefix_tokens = 0
         self.include_top = True
@@ -126,17 +129,21 @@ def build_stages(model, dtype):
             TransformerBlock(
                 model.num_heads,
                 model.mlp_dim,
-                block_config=model.block_config,
+                block_config=model.block_config.at_block(i),
                 stochastic_depth_rate=rate,
                 seed=derive_seed(model.seed, i),
                 block_index=i,
                 num_kv_heads=None if kv_heads[i] == model.num_heads else kv_heads[i],
+                grid_size=model.grid_size if model.block_config.relative_position == "decomposed" else None,
                 name=f"encoderblock_{i}",
                 dtype=dtype,
             )
         )
     s.head_layers = heads.head_layers(model, dtype)
-    if not model.encoder_config.final_norm:
+    if model.encoder_config.neck_channels is not None:
+        # The neck ends in a norm of its own, in place of the encoder's.
+        s.neck = ConvNeck(model.encoder_config.neck_channels, model.layer_norm_epsilon, name="neck", dtype=dtype)
+    elif not model.encoder_config.final_norm:
         pass  # timm's `final_norm=False`: the tokens leave the blocks as they are
     elif not model.pooled_norm:
         s.norm = block_norm(model.block_config, "encoder_norm", dtype)
@@ -152,7 +159,7 @@ def _position_tables(model, dtype):
     `RotaryEmbedding` (layer `rope`), the `RelativePositionTable` (layer
     `rel_pos`), or None."""
     config = model.block_config
-    if config.relative_position is not None:
+    if config.relative_position in GRID_TABLE_KINDS:
         return RelativePositionTable(
             model.num_heads, config.relative_position_dim, shared=config.relative_position == "shared_mlp",
             name="rel_pos", dtype=dtype,
@@ -303,7 +310,7 @@ def head_tokens(s):
 
 
 def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=None, rope=None,
-               token_mask=None):
+               token_mask=None, grid=None):
     """Step 3: the blocks on tokens `x`, tapping the outputs of `indices`.
 
     Args:
@@ -321,6 +328,8 @@ def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=
             `head_tokens`); not with taps of the last block or `stop_early`.
         token_mask: None (default) or a boolean `(batch, tokens)`: the
             tokens every token may attend to (the valid ones of a NaFlex batch).
+        grid: None (default) or the patches of `embed` (their grid): needed
+            by, and only by, blocks with windows or relative positions.
 
     Returns:
         `(tokens after the last block run, [tapped outputs, in order])`.
@@ -342,6 +351,8 @@ def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=
         extra = {} if rope is None else {"rope": block_rope(s, rope, i)}
         if token_mask is not None:
             extra["attention_mask"] = token_mask
+        if block.uses_grid:
+            extra["grid"] = grid
         if i == len(s.blocks) - 1 and output_tokens is not None:
             x = block(x, training=training, output_tokens=output_tokens, **extra)
         else:
@@ -374,12 +385,18 @@ def outputs(s, images, training=None):
     pooling then read its valid tokens only."""
     x, patches, mask = _embed_any(s, images, training)
     x, _ = run_blocks(s, x, training=training, output_tokens=head_tokens(s), rope=_rope(s, patches),
-                      token_mask=mask)
-    return head(s, final_norm(s, x), token_mask=mask)
+                      token_mask=mask, grid=patches)
+    return head(s, final_norm(s, x, patches), token_mask=mask)
 
 
-def final_norm(s, x):
-    """Step 4: the encoder's final norm on every token (identity with `pooled_norm`)."""
+def final_norm(s, x, grid=None):
+    """Step 4: the encoder's final norm on every token (identity with
+    `pooled_norm`), or its neck on the patch tokens (which takes their
+    `grid`, the patches of `embed`)."""
+    if s.neck is not None:
+        if grid is None:
+            raise ValueError("A model with a neck needs the patch grid (`grid`) after its blocks.")
+        return s.neck(x, grid=grid)
     return x if s.norm is None else s.norm(x)
 
 
@@ -454,16 +471,16 @@ def intermediates(s, images, indices=None, norm=False, output_fmt="NHWC",
             f"sequences. Pass output_fmt='NLC'. Received: output_fmt={output_fmt!r}"
         )
     x, features = run_blocks(s, x, taps, training=training, stop_early=intermediates_only,
-                             rope=_rope(s, patches), token_mask=mask)
+                             rope=_rope(s, patches), token_mask=mask, grid=patches)
     outputs = []
     for y in features:
         # A token sequence stands for the grid when there is none (NLC only).
         grid_like = y if patches is None else patches
-        spatial, prefix = split_tokens(s, final_norm(s, y) if norm else y, grid_like, output_fmt)
+        spatial, prefix = split_tokens(s, final_norm(s, y, patches) if norm else y, grid_like, output_fmt)
         outputs.append((spatial, prefix) if return_prefix_tokens else spatial)
     if intermediates_only:
         return outputs
-    return final_norm(s, x), outputs
+    return final_norm(s, x, patches), outputs
 
 
 class ForwardPass:
