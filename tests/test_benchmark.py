@@ -432,3 +432,23 @@ def test_task_workloads_run_on_both_sides(arch):
     _, step, info = benchmark_tasks.run_keras_task(spec, x)
     out = step()
     assert info["backend"] == keras.backend.backend() and out is not None
+
+
+def test_kernel_timings_compiled_rows(tmp_path):
+    """`--compiled`: torch's training step compiled with the library's paths and
+    portable, and eager with oneDNN forced; the other backends say why not."""
+    from keras_vit_tools import benchmark_kernels
+    from keras_vit.kernels import switches
+
+    prefix = tmp_path / "compiled"
+    assert benchmark_kernels.main(["--compiled", "--arch", "tiny", "--layers", "1", "--batch", "2",
+                                   "--reps", "1", "--output", str(prefix)]) == 0
+    text = (tmp_path / "compiled.md").read_text()
+    if keras.backend.backend() != "torch":
+        assert "--compiled times torch.compile's training step" in text
+        return
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith(("| compiled", "| eager"))]
+    assert [r[0].strip() for r in rows] == ["compiled, library's paths (F.linear)", "compiled, portable",
+                                            "eager, oneDNN forced"]
+    assert all(float(r[1]) > 0 and float(r[3]) > 0 for r in rows)
+    assert not switches.is_forced("onednn")
