@@ -22,6 +22,7 @@ from keras_vit.models import (
     ViTB16,
     ViTB32,
     ViTH14,
+    ViTConvStem,
     ViTHybrid,
     ViTL16,
     ViTL32,
@@ -34,6 +35,7 @@ from keras_vit.version import __version__
 from keras_vit.preprocessing import preprocess_input
 from keras_vit.presets import load_model
 from keras_vit.tasks.presets import from_preset
+from keras_vit.families.timm_zoo import list_models
 from keras_vit.tasks.classification import Prediction, classify, decode_predictions
 from keras_vit.tasks.images import load_images
 from keras_vit.tasks.zero_shot import ImageTextModel

@@ -12,7 +12,8 @@ family is tested by adding one entry:
   over `BASE`: `TINY` (32 px images, patch 8, width 16, 2 heads) with one
   block, `classes=10` and no classifier activation;
 - `hybrid`: True for a `ViTHybrid` (a ResNet stem before the patches),
-  else a `ViT`;
+  "conv" for a `ViTConvStem` (patchify convolutions with BatchNorm), else
+  a `ViT`;
 - `reference`: whether `tests/reference.py`'s NumPy ViT computes the
   forward pass (it has no MAP or attention-pool head, SwiGLU MLP, sin-cos
   or rotary position embedding, query/key norm or RMSNorm: their numerics
@@ -45,7 +46,7 @@ class Family:
 
     Attributes:
         config: dict, the constructor arguments over `BASE`.
-        hybrid: bool, a `ViTHybrid` (else a `ViT`).
+        hybrid: bool, a `ViTHybrid` (else a `ViT`), or "conv": a `ViTConvStem`.
         reference: bool, whether `tests/reference.py` computes the forward pass.
     """
 
@@ -55,6 +56,8 @@ class Family:
 
     @property
     def model_class(self):
+        if self.hybrid == "conv":
+            return keras_vit.ViTConvStem
         return keras_vit.ViTHybrid if self.hybrid else keras_vit.ViT
 
     def arguments(self, **overrides):
@@ -105,6 +108,24 @@ FAMILIES = {
     "eva02": Family(
         dict(rope="eva02", rope_settings={"reference_grid": (4, 4)}, mlp_kind="swiglu", mlp_norm=True,
              attention_out_norm=True, qkv_bias=(True, False, True), classifier="gap"),
+        reference=False,
+    ),
+    # MobileCLIP's image tower: patchify convolutions with BatchNorm and GELU
+    # (stride 4), 2x2 patches of the stem's map, no class-token row.
+    "mobileclip": Family(dict(stem_channels=(8,), stem_strides=(4,), patch_size=2), hybrid="conv",
+                         reference=False),
+    # timm's relative-position ViT: a shared relative position MLP, no
+    # position table, residual post-norm blocks, the patch mean past a class token.
+    "timm_relpos": Family(
+        dict(relative_position="shared_mlp", relative_position_dim=8, position_embedding="none",
+             norm_position="post", class_token=True, classifier="gap"),
+        reference=False,
+    ),
+    # timm's parallel blocks with differential attention, LayerScale, a
+    # register, no final norm.
+    "timm_parallel": Family(
+        dict(parallel=True, differential_attention=True, layer_scale_init=0.1, num_register_tokens=1,
+             final_norm=False, classifier="gap"),
         reference=False,
     ),
     # SAM's image encoder (ViTDet): no class token, a windowed block and a

@@ -16,8 +16,15 @@ def test_architectures_are_the_library_table():
     # B/14 (DINOv2's high-resolution size) is B/16 with 14-pixel patches.
     assert benchmark.ARCHS["B/14"] == (14, *benchmark.ARCHS["B/16"][1:])
     assert benchmark.ARCHS["DINOv3-B/16"] == benchmark.ARCHS["B/16"]
+    from keras_vit.weights.formats.timm_architectures import ARCHITECTURES
+
     for name, row in benchmark.ARCHS.items():
-        if name not in ("tiny", "B/14", "DINOv3-B/16"):
+        if name in benchmark.TIMM_ARCHS:  # timm's own arguments
+            timm_name, changes = benchmark.TIMM_ARCHS[name]
+            args = {**ARCHITECTURES[timm_name]["args"], **changes}
+            dim = args["embed_dim"]
+            assert row == (args["patch_size"], dim, args["depth"], args["num_heads"], int(dim * args["mlp_ratio"]))
+        elif name not in ("tiny", "B/14", "DINOv3-B/16"):
             arch = ARCHITECTURE_CONFIGS[name]
             assert row == tuple(arch[k] for k in (
                 "patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")), name
@@ -65,6 +72,28 @@ def test_cpu_fields_tell_generations_of_one_cpu_name_apart():
     report = dict(date="d", command="c", peak={}, reps=3, warmup=1, results=[], ratios=[],
                   machine=dict(cores=2, versions={}, **fields))
     assert "- CPU: AMD EPYC, family 26 model 2 stepping 1 (2 cores;" in benchmark_report.to_markdown(report)
+
+
+def test_timm_architecture_workload_runs_keras_vit_beside_timm():
+    """The Perception Encoder workload (tiny for the test), in the worker: keras_vit
+    on the current backend and timm build the same model from timm's
+    arguments (the same parameter count) and both run; transformers has none."""
+    from keras_vit_tools import benchmark_worker
+
+    kind, arch, image, batch = benchmark.WORKLOADS["infer-pe-tiny-bs2"]
+    spec = dict(kind=kind, arch=arch, image=image, batch=batch, dtype="float32", warmup=0, reps=1)
+    ours = benchmark_worker.run(dict(spec, system=f"keras_vit-{keras.backend.backend()}"))
+    assert ours["status"] == "ok" and ours["images_per_s"] > 0
+    with pytest.raises(benchmark_worker.Unavailable, match="no PE-tiny"):
+        benchmark_worker.run(dict(spec, system="hf-sdpa"))
+    try:
+        theirs = benchmark_worker.run(dict(spec, system="timm"))
+    except ImportError as error:
+        pytest.skip(f"timm does not import: {error}")
+    assert theirs["status"] == "ok" and theirs["images_per_s"] > 0
+    model, _ = benchmark_worker._timm_model(dict(spec, system="timm"))
+    keras_model = benchmark_worker._keras_model("keras_vit", arch, image)
+    assert keras_model.count_params() == sum(p.numel() for p in model.parameters())
 
 
 def test_rejects_unknown_workload():

@@ -28,6 +28,19 @@ ALL_OPTIONS = dict(
     classifier="map", mlp_kind="swiglu", qk_norm=True, position_embedding="sincos",
     position_interpolation="dinov2",
 )
+# The block options of timm's zoo, in two combinations (parallel blocks
+# have one norm, so no post-norm).
+TIMM_OPTIONS = {
+    "post-differential": dict(norm_position="post", differential_attention=True, final_norm=False,
+                              classifier="gap", class_token=True),
+    "post-relpos": dict(norm_position="post", relative_position="mlp", relative_position_dim=8,
+                        position_embedding="none", classifier="gap", class_token=True),
+    "grouped-query-qk-norm": dict(num_kv_heads=(2, 1), qk_norm=True, norm_kind="rmsnorm", rope="dinov3",
+                                  position_embedding="none", num_register_tokens=2),
+    "parallel-shared-relpos": dict(
+        parallel=True, layer_scale_init=0.1, relative_position="shared_mlp", relative_position_dim=8,
+        position_embedding="none", classifier="gap"),
+}
 RNG = np.random.default_rng(0)
 
 
@@ -163,6 +176,25 @@ def test_all_options_survive_config_and_keras_saving(tmp_path):
     np.testing.assert_allclose(to_numpy(loaded(_images(40)))[0].sum(), 1.0, atol=1e-5)
 
 
+@pytest.mark.parametrize("case", sorted(TIMM_OPTIONS))
+def test_timm_block_options_survive_config_and_keras_saving_and_export(case, tmp_path):
+    """The options are checked against timm itself in test_timm_zoo.py; here
+    they round-trip through the config and `.keras` file and export to ONNX."""
+    model = _randomise(keras_vit.ViT(**TINY, classes=3, classifier_activation=None, **TIMM_OPTIONS[case]))
+    config = model.get_config()
+    assert keras_vit.ViT.from_config(config).get_config() == config
+    x = _images(batch=3)
+    expected = to_numpy(model(x))
+    path = os.path.join(tmp_path, "options.keras")
+    model.save(path)
+    np.testing.assert_allclose(to_numpy(keras.saving.load_model(path)(x)), expected, atol=1e-5)
+    assert to_numpy(model(_images(40))).shape == (2, 3)  # another grid
+    if "onnx" in export.BACKEND_FORMATS.get(keras.backend.backend(), ()):
+        onnx = model.export(str(tmp_path / "options.onnx"), format="onnx")
+        diff, outputs, _ = export.verify_export(onnx, "onnx", model, x)
+        assert outputs.shape == (3, 3) and diff <= 1e-4, diff
+
+
 @pytest.mark.parametrize("option", [dict(mlp_kind="swiglu"), dict(qk_norm=True), dict(classifier="map"),
                                     dict(position_embedding="sincos")])
 def test_transformers_export_refuses_the_options_its_vit_lacks(option, tmp_path):
@@ -174,11 +206,25 @@ def test_transformers_export_refuses_the_options_its_vit_lacks(option, tmp_path)
 
 def test_bad_option_values_are_named():
     for name, value in (("mlp_kind", "geglu"), ("position_embedding", "sin"),
-                        ("position_interpolation", "bicubic"), ("qk_norm", "yes"), ("class_token", 2)):
+                        ("position_interpolation", "bicubic"), ("qk_norm", "yes"), ("class_token", 2),
+                        ("norm_position", "middle"), ("parallel", 1), ("differential_attention", "yes"),
+                        ("relative_position", "bias"), ("relative_position_dim", 0), ("final_norm", None),
+                        ("num_kv_heads", 0), ("num_kv_heads", (2, 2, 2)), ("num_kv_heads", 3),
+                        ("crop_to_patches", "yes")):
         with pytest.raises(ValueError, match=name):
             keras_vit.ViT(**TINY, **{name: value})
     with pytest.raises(ValueError, match="classifier"):
         keras_vit.ViT(**TINY, classifier="mapp")
+    with pytest.raises(ValueError, match="parallel=True. needs .norm_position='pre'"):
+        keras_vit.ViT(**TINY, parallel=True, norm_position="post")
+    with pytest.raises(ValueError, match="multiple of 8"):
+        keras_vit.ViT(**TINY)(np.zeros((1, 36, 32, 3), "float32"))
+    cropping = keras_vit.ViT(**dict(TINY, image_size=36), crop_to_patches=True)
+    assert cropping.grid_size == (4, 4) and tuple(cropping(np.zeros((1, 38, 33, 3), "float32")).shape) == (1, 1000)
+    with pytest.raises(ValueError, match="relative_position. and .rope. cannot be combined"):
+        keras_vit.ViT(**TINY, relative_position="mlp", rope="dinov3")
+    with pytest.raises(ValueError, match="relative_position. and .differential_attention. cannot be combined"):
+        keras_vit.ViT(**TINY, relative_position="mlp", differential_attention=True)
 
 
 @pytest.mark.skipif("onnx" not in export.BACKEND_FORMATS.get(keras.backend.backend(), ()),

@@ -22,6 +22,8 @@ WITHOUT_EXAMPLES = {
     "keras_vit.layers": "re-exports",
     "keras_vit.training": "re-exports",
     "keras_vit.execution": "a package: its modules have the examples",
+    "keras_vit.families": "a package: its modules have the examples",
+    "keras_vit.weights.formats.timm_architectures": "data generated from timm by tools/timm_table.py",
     "keras_vit.execution.jax_state": "trainer internals, tested by fault injection in test_failures.py",
     "keras_vit.training.datasets": "needs datasets; tested in test_training_data.py",
     "keras_vit.export": "re-exports",

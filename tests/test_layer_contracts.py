@@ -84,6 +84,11 @@ CASES = {
         lambda **kw: layers.MultiHeadSelfAttention(num_heads=2, head_dim=4, qkv_bias=False, qk_norm=1e-6, **kw),
         _normal(2, 5, 8), (2, 5, 8), (9, 0, 0),
     ),
+    # Grouped-query attention: 4 query heads, 2 key/value heads.
+    "MultiHeadSelfAttention-grouped": Case(
+        lambda **kw: layers.MultiHeadSelfAttention(num_heads=4, head_dim=2, num_kv_heads=2, qkv_bias=False, **kw),
+        _normal(2, 5, 8), (2, 5, 8), (5, 0, 0),
+    ),
     "MlpBlock": Case(lambda **kw: layers.MlpBlock(mlp_dim=16, **kw), _normal(2, 5, 8), (2, 5, 8), (4, 0, 0)),
     # Gate, up and down projections, with biases.
     "SwiGluMlp": Case(lambda **kw: layers.SwiGluMlp(mlp_dim=16, **kw), _normal(2, 5, 8), (2, 5, 8), (6, 0, 0)),
@@ -97,6 +102,24 @@ CASES = {
     "TransformerBlock-layer-scale": Case(
         lambda **kw: layers.TransformerBlock(num_heads=2, mlp_dim=16, layer_scale_init=0.1, qkv_bias=False, **kw),
         _normal(2, 5, 8), (2, 5, 8), (15, 0, 0),
+    ),
+    # Norms on the branches' outputs: the same weights.
+    "TransformerBlock-post-norm": Case(
+        lambda **kw: layers.TransformerBlock(num_heads=2, mlp_dim=16, norm_position="post", qkv_bias=False, **kw),
+        _normal(2, 5, 8), (2, 5, 8), (13, 0, 0),
+    ),
+    # One norm for both branches (-2), LayerScale (+2).
+    "TransformerBlock-parallel": Case(
+        lambda **kw: layers.TransformerBlock(num_heads=2, mlp_dim=16, parallel=True, layer_scale_init=0.1,
+                                             qkv_bias=False, **kw),
+        _normal(2, 5, 8), (2, 5, 8), (13, 0, 0),
+    ),
+    # The projections without q/k/v biases (5), four lambda vectors and the
+    # heads' RMSNorm scale.
+    "MultiHeadSelfAttention-differential": Case(
+        lambda **kw: layers.MultiHeadSelfAttention(num_heads=2, head_dim=4, qkv_bias=False, differential=True,
+                                                   block_index=1, **kw),
+        _normal(2, 5, 8), (2, 5, 8), (10, 0, 0),
     ),
     "TokenPooling-token": Case(lambda **kw: layers.TokenPooling("token", 1, **kw), _normal(2, 5, 3), (2, 3), (0, 0, 0)),
     "TokenPooling-avg": Case(lambda **kw: layers.TokenPooling("avg", 1, **kw), _normal(2, 5, 3), (2, 3), (0, 0, 0)),
@@ -171,7 +194,17 @@ OTHER_CASES = {
         ((2, 5, 2, 4), (2, 3, 2, 4)), (4, 0, 0),
     ),
     "RMSNorm": Case(lambda **kw: RMSNorm(epsilon=1e-5, **kw), _normal(2, 5, 8), (2, 5, 8), (1, 0, 0)),
-    # The two tables; the grid from a `(batch, h, w, ...)` tensor.
+    # Per grid, not per image: coordinates (N, N, 2) to biases (heads, N, N),
+    # and the shared table's MLP (two Dense kernels and biases).
+    "RelativePositionMlp": Case(
+        lambda **kw: layers.RelativePositionMlp(num_heads=2, hidden_dim=8, **kw), _normal(6, 6, 2), (2, 6, 6),
+        (4, 0, 0),
+    ),
+    "RelativePositionTable": Case(
+        lambda **kw: layers.RelativePositionTable(num_heads=2, hidden_dim=8, shared=True, **kw),
+        _normal(2, 2, 3, 4), (2, 6, 6), (4, 0, 0),
+    ),
+    # The decomposed term's two tables; the grid from a `(batch, h, w, ...)` tensor.
     "DecomposedRelativePosition": Case(
         lambda **kw: DecomposedRelativePosition(size=2, head_dim=4, **kw),
         {"q_shape": (2, 6, 2, 4), "grid_shape": (2, 2, 3, 1)}, (2, 2, 6, 6), (2, 0, 0),
@@ -232,6 +265,8 @@ OWN_CONTRACT = {
     "QKNorm": "test_qk_norm.py",
     "RMSNorm": "test_norms.py",
     "RotaryEmbedding": "test_rotary.py",
+    "RelativePositionMlp": "test_relative_position.py",
+    "RelativePositionTable": "test_relative_position.py",
     "DecomposedRelativePosition": "test_relative_position.py",
     "ConvNeck": "test_relative_position.py",
     "DetectionHeads": "test_detection.py",

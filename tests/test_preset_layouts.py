@@ -173,7 +173,7 @@ def test_timm_architecture_table(name, expected):
 @pytest.mark.parametrize(
     "name, model_args, match",
     [
-        ("vit_medium_patch16_rope_reg1_gap_256", {}, "vit_medium_patch16_rope_reg1_gap_256"),
+        ("vit_medium_patch16_rope_reg1_gap_256", {}, "vit_medium_patch16_rope_reg1_gap_256.* with its Eva"),
         ("vit_base_patch16_224", {"qk_norm": True}, "qk_norm"),
         ("vit_base_patch16_224", {"global_pool": "map"}, "global_pool"),
         ("vit_base_patch16_224", {"norm_layer": "batchnorm"}, "norm_layer"),

@@ -95,10 +95,10 @@ def test_registered_names_give_timms_arguments(name, expected):
 
 
 @pytest.mark.parametrize("model_args, match", [
-    (dict(use_post_norm=True), "use_post_norm=True"),
+    (dict(num_kv_heads=1), "num_kv_heads=1 \\(grouped-query attention needs attn_type='rope'"),
+    (dict(use_rot_pos_emb=True, rope_type="mrope"), "rope_type='mrope'"),
     (dict(use_fc_norm=True, use_post_transformer_norm=True), "one final norm"),
-    (dict(qk_norm=True), "qk_norm=True"),
-    (dict(global_pool="max"), "global_pool='max'"),
+    (dict(global_pool="avgmax"), "global_pool='avgmax'"),
 ])
 def test_what_keras_vit_cannot_build_is_named(model_args, match):
     config = {"architecture": "eva02_tiny_patch14_224", "model_args": model_args, "pretrained_cfg": {}}

@@ -176,7 +176,9 @@ def test_transformers_export_takes_any_training_option(name):
 
 
 def test_timm_arguments_read_are_timm_arguments():
-    assert timm.READ <= set(timm.TIMM_DEFAULTS)
+    from keras_vit.weights.formats.timm_architectures import CLASS_DEFAULTS
+
+    assert timm.READ <= set(CLASS_DEFAULTS["VisionTransformer"])
     args, _ = timm.model_arguments({"architecture": "vit_tiny_patch16_224", "pretrained_cfg": {},
                                     "model_args": {"proj_bias": True, "qk_norm": False}})
     assert args["hidden_size"] == 192  # arguments at timm's defaults are accepted

@@ -127,8 +127,15 @@ WORKLOADS = {
     # scale) at its training size and at DINOv2's dense-task size.
     "infer-dinov3-b16-bs1": ("infer", "DINOv3-B/16", 224, 1),
     "infer-dinov3-b16-518-bs1": ("infer", "DINOv3-B/16", 518, 1),
+    # Perception Encoder's large core tower (rotary positions, attention
+    # pool) at its 336 px, as timm builds it from its model function and
+    # keras_vit from the same arguments (`TIMM_ARCHS`); each backend against
+    # timm's own model (`--preset pe`).
+    "infer-pe-l14-336-bs1": ("infer", "PE-L/14", 336, 1),
+    "infer-pe-l14-336-bs32": ("infer", "PE-L/14", 336, 32),
     "infer-tiny-bs2": ("infer", "tiny", 32, 2),
     "train-tiny-bs2": ("train", "tiny", 32, 2),
+    "infer-pe-tiny-bs2": ("infer", "PE-tiny", 28, 2),
     # Tasks (tools/benchmark_tasks.py): OWLv2 B/16 at 960 px with one text
     # query, SAM ViT-B's image encoder at 1024 px, and SAM's prompt decoder
     # per click (prompts/s).
@@ -157,6 +164,15 @@ ARCHS = {
     # DINOv3's B/16: B/16's sizes, its own block and embedding (the workers
     # build it from `DINOV3_CONFIG`).
     "DINOv3-B/16": (16, 768, 12, 12, 3072),
+    "PE-L/14": (14, 1024, 24, 16, 4096),
+    "PE-tiny": (14, 32, 2, 2, 128),
+}
+# The architectures built from a timm model function: (timm name, its
+# arguments changed); keras_vit reads the same arguments as it reads a timm
+# Hub directory (`keras_vit.families.timm_zoo`), timm calls the function.
+TIMM_ARCHS = {
+    "PE-L/14": ("vit_pe_core_large_patch14_336", {}),
+    "PE-tiny": ("vit_pe_core_large_patch14_336", dict(embed_dim=32, depth=2, num_heads=2)),
 }
 # Tokens besides the patches: the class token, and DINOv3's 4 registers.
 PREFIX_TOKENS = {"DINOv3-B/16": 5}
@@ -197,6 +213,16 @@ PRESETS = {
         (("infer-b16-bs64",), ("float32",), ("keras_vit-jax", "keras_vit-torch", "hf-sdpa", "timm")),
         (("infer-b16-bs64", "train-b16-bs32"), ("bfloat16",),
          ("keras_vit-tensorflow", "keras_hub-tensorflow")),
+    ),
+    # `--preset pe`: Perception Encoder L/14 at 336 px on each backend
+    # against timm's own model (keras-hub and transformers have none).
+    "pe": (
+        (("infer-pe-l14-336-bs1",), ("float32", "bfloat16"), ("keras_vit-jax", "keras_vit-tensorflow",
+                                                              "keras_vit-torch", "timm")),
+    ),
+    # `--preset pe-gpu`: the same at batch 32 on an accelerator.
+    "pe-gpu": (
+        (("infer-pe-l14-336-bs32",), ("bfloat16", "float32"), ("keras_vit-jax", "keras_vit-torch", "timm")),
     ),
     # `--preset dinov3`: DINOv3 B/16 against keras-hub's and transformers'
     # DINOv3 on each backend, at 224 and 518 px.

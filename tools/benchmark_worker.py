@@ -24,6 +24,7 @@ if __name__ == "__main__":
 
     checkout.bind_tools()
 
+from keras_vit_tools.benchmark import ARCHS, DINOV3_CONFIG, TIMM_ARCHS  # noqa: E402
 from keras_vit_tools.benchmark import ARCHS, DINOV3_CONFIG  # noqa: E402
 from keras_vit_tools.benchmark_tasks import TASK_ARCHS  # noqa: E402
 
@@ -115,11 +116,36 @@ def _keras_dinov3(library, arch, image):
     )
 
 
+class Unavailable(Exception):
+    """A system that has no model of the workload's architecture (reported as skipped)."""
+
+
+def timm_arguments(arch, image):
+    """timm's model function and its arguments for a `TIMM_ARCHS` architecture."""
+    name, changes = TIMM_ARCHS[arch]
+    return name, dict(changes, img_size=image, num_classes=CLASSES)
+
+
+def _keras_timm(library, arch, image):
+    """keras_vit's model of a timm architecture, from timm's arguments as its
+    Hub reader takes them (random weights)."""
+    if library != "keras_vit":
+        raise Unavailable(f"{library} has no {arch}")
+    import keras_vit
+    from keras_vit.families import timm_zoo
+
+    name, model_args = timm_arguments(arch, image)
+    args, _ = timm_zoo.model_arguments({"architecture": name, "model_args": model_args, "pretrained_cfg": {}})
+    return keras_vit.ViT(**args)
+
+
 def _keras_model(library, arch, image):
     import keras
 
     if arch in DINOV3_ARCHS:
         return _keras_dinov3(library, arch, image)
+    if arch in TIMM_ARCHS:
+        return _keras_timm(library, arch, image)
     patch, hidden, layers, heads, mlp = ARCHS[arch]
     if library == "keras_vit":
         import keras_vit
@@ -202,6 +228,8 @@ def run_keras(spec, x, y):
 def _hf_model(spec):
     import transformers
 
+    if spec["arch"] in TIMM_ARCHS:
+        raise Unavailable(f"transformers has no {spec['arch']}")
     impl = spec["system"].split("-", 1)[1]
     if spec["arch"] in DINOV3_ARCHS:
         config = transformers.DINOv3ViTConfig(**dinov3_config(spec["arch"], spec["image"]))
@@ -224,8 +252,13 @@ def _hf_model(spec):
 
 
 def _timm_model(spec):
-    import timm  # noqa: F401  (raises ImportError where timm is unusable)
+    # timm imports torchvision, whose CUDA build does not import beside a CPU torch.
+    from keras_vit_tools.torchvision_stub import import_timm
 
+    timm = import_timm()  # raises ImportError where timm is unusable
+    if spec["arch"] in TIMM_ARCHS:
+        name, args = timm_arguments(spec["arch"], spec["image"])
+        return timm.create_model(name, pretrained=False, **args), {"timm": timm.__version__}
     patch, hidden, layers, heads, mlp = ARCHS[spec["arch"]]
     from timm.models.vision_transformer import VisionTransformer
 
@@ -498,7 +531,7 @@ def main(argv=None):
     spec = json.loads(argv[0])
     try:
         result = run(spec)
-    except ImportError as err:
+    except (ImportError, Unavailable) as err:
         result = {"status": "skipped", "reason": f"{type(err).__name__}: {err}"}
     except Exception as err:  # reported in the table, not fatal to the run
         import traceback

@@ -445,13 +445,9 @@ def keras_hub_state(backbone, config):
 # then timm's classifier head: the neck's map averaged (`global_pool="avg"`)
 # and, with `num_classes`, a Linear `head.fc`.
 
-# timm's registered `samvit_*` model functions' arguments (besides
-# `img_size=1024, patch_size=16, window_size=14, use_rel_pos=True`).
-TIMM_ARCHITECTURES = {
-    "samvit_base_patch16": dict(embed_dim=768, depth=12, num_heads=12, global_attn_indexes=(2, 5, 8, 11)),
-    "samvit_large_patch16": dict(embed_dim=1024, depth=24, num_heads=16, global_attn_indexes=(5, 11, 17, 23)),
-    "samvit_huge_patch16": dict(embed_dim=1280, depth=32, num_heads=16, global_attn_indexes=(7, 15, 23, 31)),
-}
+# The `samvit_*` model functions' arguments are timm's table's
+# (`keras_vit.weights.formats.timm_architectures`); `keras_vit.families.timm_zoo`
+# hands this module the Hub directories of timm's `VisionTransformerSAM`.
 TIMM_DEFAULTS = dict(img_size=1024, patch_size=16, in_chans=3, num_classes=768, mlp_ratio=4.0, qkv_bias=True,
                      use_abs_pos=True, use_rel_pos=True, window_size=14, global_attn_indexes=(), neck_chans=256,
                      global_pool="avg", qk_norm=False, init_values=None, pre_norm=False)
@@ -475,17 +471,6 @@ TIMM_TABLE = RuleTable((
 ))
 
 
-def is_timm_samvit(config):
-    """Whether a timm Hub `config.json` dict names a `samvit_*` model.
-
-    Example:
-
-    >>> is_timm_samvit({"architecture": "samvit_base_patch16"})
-    True
-    """
-    return str(config.get("architecture", "")).split(".")[0] in TIMM_ARCHITECTURES
-
-
 def timm_arguments(config):
     """`(keras_vit.ViT arguments, None)` of a timm `samvit_*` Hub config dict.
 
@@ -495,7 +480,7 @@ def timm_arguments(config):
     from keras_vit.weights.formats import timm
 
     name, overrides, pretrained, top = timm.split_config(config)
-    args = {**TIMM_DEFAULTS, **TIMM_ARCHITECTURES[name.split(".")[0]], **overrides}
+    args = {**TIMM_DEFAULTS, **timm.architecture_entry(name.split(".")[0])["args"], **overrides}
     args.update({k: top[k] for k in ("num_classes", "global_pool") if top.get(k) is not None})
     bad = {k: args[k] for k in sorted(set(args) - set(TIMM_DEFAULTS) - {"embed_dim", "depth", "num_heads"})}
     bad.update({k: args[k] for k in ("qk_norm", "init_values", "pre_norm") if args[k]})

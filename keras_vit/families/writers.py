@@ -1,4 +1,4 @@
-"""Preset writers: a keras_vit model as a keras_vit or transformers directory.
+"""Preset writers: a keras_vit model as a keras_vit, transformers or timm directory.
 
 On the weights floor (they need a model's config and weights, not the model
 classes), so `ViT.save_to_preset` can call them. `keras_vit.from_preset`
@@ -15,11 +15,12 @@ from keras_vit.layers.config import RECORDS
 from keras_vit.version import __version__
 from keras_vit.weights.files import write_json
 from keras_vit.families import transformers_source as transformers
+from keras_vit.weights.formats import timm_writer
 from keras_vit.weights.mapping import model_state
 from keras_vit.weights.record import Preprocessing
 
 # The directory layouts `save_to_preset` writes.
-PRESET_FORMATS = ("keras_vit", "transformers")
+PRESET_FORMATS = ("keras_vit", "transformers", "timm")
 KERAS_WEIGHTS = "model.weights.h5"
 
 
@@ -141,6 +142,12 @@ def _metadata(model, format, preprocessing, class_names):
     return out
 
 
+def _save_timm(model, directory, metadata):
+    prep = metadata.get("preprocessing")
+    timm_writer.write(directory, _flat_config(model), model_state(model), metadata.get("class_names"),
+                      None if prep is None else Preprocessing.from_config(prep))
+
+
 def _save_transformers(model, directory, metadata):
     transformers.write(
         directory,
@@ -177,12 +184,22 @@ def save_to_preset(model, directory, format="keras_vit", preprocessing=None, cla
       classifiers, pre-logits layers, no head, block or encoder options a
       transformers ViT or family config has no field for) are refused
       before anything is written.
+    - `"timm"`: `config.json` and `model.safetensors` of a timm Hub
+      directory, which `timm.create_model("local-dir:<directory>",
+      pretrained=True)` builds with the model's outputs (timm's
+      `VisionTransformer` or DeiT's distilled one, an architecture of
+      keras_vit's table of timm's model functions with `model_args`;
+      `keras_vit.weights.formats.timm_writer`); class names and
+      preprocessing are written when known. Models timm's
+      VisionTransformer cannot hold (rotary or relative positions,
+      qk-norm, parallel, post-norm or differential blocks, hybrids, ...)
+      are refused before anything is written.
 
     Args:
         model: a keras_vit `ViT` or `ViTHybrid`.
         directory: folder to write (created if needed; existing files of the
             same names are replaced).
-        format: "keras_vit" (default) or "transformers".
+        format: "keras_vit" (default), "transformers" or "timm".
         preprocessing: None (default: `model.preprocessing`), a mode
             ("imagenet": ImageNet mean/std; "inception": [-1, 1]) at the
             model's input size, or a `Preprocessing` record or its config.
@@ -209,9 +226,9 @@ def save_to_preset(model, directory, format="keras_vit", preprocessing=None, cla
     _check_format(format)
     if format == "transformers":
         transformers.export_class(_flat_config(model))  # refuse before writing
+    if format == "timm":
+        timm_writer.timm_arguments(_flat_config(model))  # refuse before writing
     metadata = _metadata(model, format, preprocessing, class_names)
     os.makedirs(directory, exist_ok=True)
-    if format == "keras_vit":
-        _save_keras_vit(model, directory, metadata)
-    else:
-        _save_transformers(model, directory, metadata)
+    {"keras_vit": _save_keras_vit, "transformers": _save_transformers, "timm": _save_timm}[format](
+        model, directory, metadata)

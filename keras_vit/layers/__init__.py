@@ -27,6 +27,7 @@ from keras_vit.layers.resnet import (
     resnet_backbone,
 )
 from keras_vit.layers.pooling import TokenGrid, TokenPooling
+from keras_vit.layers.relative_position import RelativePositionMlp, RelativePositionTable
 from keras_vit.layers.pyramid import SimpleFeaturePyramid
 from keras_vit.layers.transformer import MlpBlock, TransformerBlock
 
@@ -46,6 +47,8 @@ __all__ = [
     "PatchDropout",
     "PatchEncoder",
     "Patches",
+    "RelativePositionMlp",
+    "RelativePositionTable",
     "TokenGrid",
     "TokenPooling",
     "TransformerBlock",

@@ -7,15 +7,22 @@ from keras import ops
 
 from keras_vit import kernels
 from keras_vit.kernels import call_sublayer
+from keras_vit.kernels.portable import masked_softmax
 from keras_vit.layers.config import check_qkv_bias, qkv_biases
-from keras_vit.layers.norms import check_norm_kind, norm_layer
+from keras_vit.layers.norms import RMSNorm, check_norm_kind, norm_layer
 from keras_vit.layers.qk_norm import QKNorm
-from keras_vit.layers.relative_position import DecomposedRelativePosition, attention_with_bias
+from keras_vit.layers.relative_position import (
+    RELATIVE_POSITIONS,
+    DecomposedRelativePosition,
+    RelativePositionMlp,
+    pad_prefix,
+)
 from keras_vit.layers.rotary import LAYOUTS, apply_rotary, rotary_spec
 from keras_vit.layers.seeds import check_seed
 from keras_vit.validation import (
     check_bool,
     check_choice,
+    check_int,
     check_positive_float,
     check_positive_int,
     check_rate,
@@ -124,10 +131,35 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         seed: None (default: drawn from Keras' global generator, which
             `keras.utils.set_random_seed` seeds) or an int, the seed of the
             attention dropout.
-        relative_position_size: None (default) or `(h, w)`: a decomposed
-            relative position term on the logits (sublayer
-            `relative_position`, `keras_vit.layers.relative_position`), its
-            tables learned for that grid; the call then takes `grid`.
+        differential: bool, default False: differential attention (Ye et
+            al., arXiv:2410.05258; timm's `DiffAttention`). The projections
+            have `2 * num_heads` heads of `head_dim / 2` (the weights' layout);
+            head `h`'s two maps `a_1`, `a_2` (heads `2h`, `2h + 1`) both read
+            its values (heads `2h`, `2h + 1` together), and its output is
+            `RMSNorm(a_1 v - lambda a_2 v) * (1 - lambda_init)` with
+            `lambda = exp(lambda_q1 . lambda_k1) - exp(lambda_q2 . lambda_k2)
+            + lambda_init` (weights `lambda_*`, `sub_norm`).
+        block_index: int, default 0: the block's index, which sets
+            differential attention's `lambda_init = 0.8 - 0.6 exp(-0.3 i)`.
+        relative_position: None (default), "mlp", "shared_mlp" or
+            "decomposed": a relative position term on the logits (see
+            `keras_vit.layers.relative_position`): with "mlp" the layer's own
+            MLP (sublayer `rel_pos`) maps the coordinates the call gets as
+            `rope=` to a bias, with "shared_mlp" the call gets the bias
+            itself; with "decomposed", MViTv2's term of the queries
+            (sublayer `relative_position`, its tables learned for
+            `relative_position_size`), and the call takes `grid`. The logits
+            then take the explicit softmax path.
+        relative_position_dim: int, default 128: the hidden width of the
+            "mlp" kind's MLP.
+        num_kv_heads: None (default: `num_heads`) or an int dividing it:
+            grouped-query attention's key and value heads (`key`, `value`
+            kernels `(D, num_kv_heads, head_dim)`); query head `h` reads
+            key/value head `h // (num_heads // num_kv_heads)`, as timm's
+            `AttentionRope` (Sapiens2).
+        relative_position_size: None (default) or `(h, w)`: with
+            "decomposed" (which needs it), the grid its tables are learned
+            for.
 
     Call arguments:
         x: `(batch, tokens, D)`.
@@ -144,9 +176,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         rope: None (default) or the rotary tables of `RotaryEmbedding`
             with its prefix rows: `(2, tokens, head_dim)` (sines, cosines)
             or `(2, tokens, heads, head_dim)` (per head: RoPE-ViT mixed);
-            needs `rope_layout`.
-        grid: with `relative_position_size`, `(h, w)` of the tokens' grid
-            (static ints; the tokens are its cells, row by row).
+            needs `rope_layout`. With `relative_position` "mlp" or
+            "shared_mlp", the patch grid's relative positions instead
+            (`RelativePositionTable`'s output).
+        grid: with `relative_position="decomposed"`, `(h, w)` of the
+            tokens' grid (static ints; the tokens are its cells, row by row).
 
     Returns:
         `(batch, tokens, D)` (`(batch, n, D)` with `query_tokens=n`).
@@ -184,12 +218,28 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         out_bias=True,
         out_norm=None,
         rope_layout=None,
+        differential=False,
+        block_index=0,
+        relative_position=None,
+        relative_position_dim=128,
+        num_kv_heads=None,
         relative_position_size=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.num_kv_heads = check_positive_int(num_kv_heads, "num_kv_heads", allow_none=True)
+        self.differential = check_bool(differential, "differential")
+        self.block_index = check_int(block_index, "block_index", minimum=0)
+        self.relative_position = check_choice(relative_position, (None,) + RELATIVE_POSITIONS, "relative_position")
+        self.relative_position_dim = check_positive_int(relative_position_dim, "relative_position_dim")
         self.relative_position_size = None if relative_position_size is None else pair(
             relative_position_size, "relative_position_size")
+        if (self.relative_position == "decomposed") != (self.relative_position_size is not None):
+            raise ValueError(
+                "`relative_position_size` (the grid of the tables) goes with, and only with, "
+                f"relative_position='decomposed'. Received: relative_position={self.relative_position!r}, "
+                f"relative_position_size={self.relative_position_size}"
+            )
         self.qk_norm_epsilon = None if qk_norm is None else check_positive_float(qk_norm, "qk_norm")
         self.qk_norm_kind = check_norm_kind(qk_norm_kind)
         self.num_heads = check_positive_int(num_heads, "num_heads")
@@ -204,17 +254,39 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = False
 
+    @property
+    def _heads(self):
+        """`(heads, head width)` of the projections: differential attention
+        splits each head's queries, keys and values in two."""
+        if self.differential:
+            return 2 * self.num_heads, self.head_dim // 2
+        return self.num_heads, self.head_dim
+
     def build(self, input_shape):
         dim = input_shape[-1]
+        heads, width = self._heads
         projection = dict(
-            output_shape=(None, self.num_heads, self.head_dim),
+            output_shape=(None, heads, width),
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
         )
+        if self.num_kv_heads is not None and (self.num_heads % self.num_kv_heads or self.differential):
+            raise ValueError(
+                "`num_kv_heads` must divide `num_heads` (and differential attention has no grouped heads). "
+                f"Received: num_kv_heads={self.num_kv_heads}, num_heads={self.num_heads}, "
+                f"differential={self.differential}"
+            )
+        if self.differential and self.head_dim % 2:
+            raise ValueError(
+                f"Differential attention splits each head in two: `head_dim` must be even. "
+                f"Received: head_dim={self.head_dim}"
+            )
+        kv_heads = self.num_kv_heads or heads
         for name, bias in zip(("query", "key", "value"), qkv_biases(self.qkv_bias)):
+            shape = (None, heads if name == "query" else kv_heads, width)
             layer = keras.layers.EinsumDense(
-                "btd,dhk->bthk", name=name, bias_axes="hk" if bias else None, **projection
+                "btd,dhk->bthk", name=name, bias_axes="hk" if bias else None, **dict(projection, output_shape=shape)
             )
             layer.build(input_shape)
             setattr(self, name, layer)
@@ -231,23 +303,47 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="out",
         )
-        self.out.build((None, None, self.num_heads, self.head_dim))
+        self.out.build((None, None, heads, width))
         self.qk_norm = None
         if self.qk_norm_epsilon is not None:
             self.qk_norm = QKNorm(
                 self.qk_norm_epsilon, norm_kind=self.qk_norm_kind, dtype=self.dtype_policy, name="qk_norm"
             )
-            self.qk_norm.build((None, None, self.num_heads, self.head_dim))
+            self.qk_norm.build((None, None, heads, width), (None, None, kv_heads, width))
+        self._build_differential()
+        self.rel_pos = None
+        if self.relative_position == "mlp":
+            self.rel_pos = RelativePositionMlp(self.num_heads, self.relative_position_dim, name="rel_pos")
+            self.rel_pos.build((None, None, 2))
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=self.seed, dtype=self.dtype_policy
         )
-        self.relative_position = None
-        if self.relative_position_size is not None:
-            self.relative_position = DecomposedRelativePosition(
+        self.decomposed = None
+        if self.relative_position == "decomposed":
+            self.decomposed = DecomposedRelativePosition(
                 self.relative_position_size, self.head_dim, name="relative_position", dtype=self.dtype_policy
             )
-            self.relative_position.build()
+            self.decomposed.build()
         self.built = True
+
+    def _build_differential(self):
+        """Differential attention's lambda vectors (`lambda_q1`, `lambda_k1`,
+        `lambda_q2`, `lambda_k2`, each of a half head's width) and the RMSNorm
+        of each head's output (`sub_norm`, epsilon 1e-5), as timm's `DiffAttention`."""
+        self.sub_norm = None
+        if not self.differential:
+            return
+        half = self.head_dim // 2
+        init = keras.initializers.RandomNormal(stddev=0.1)
+        for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+            setattr(self, name, self.add_weight(name=name, shape=(half,), initializer=init))
+        self.sub_norm = RMSNorm(epsilon=1e-5, name="sub_norm", dtype=self.dtype_policy)
+        self.sub_norm.build((None, None, self.num_heads, self.head_dim))
+
+    @property
+    def lambda_init(self):
+        """Differential attention's constant part of lambda, `0.8 - 0.6 exp(-0.3 block_index)`."""
+        return 0.8 - 0.6 * math.exp(-0.3 * self.block_index)
 
     @classmethod
     def for_block(cls, config, num_heads, head_dim, grid_size=None, **kwargs):
@@ -256,7 +352,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         block with relative positions."""
         layout = None if config.rope is None else rotary_spec(config.rope, **(config.rope_settings or {})).layout
         size = None
-        if config.relative_position is not None:
+        if config.relative_position == "decomposed":
             size = config.window_size or grid_size
             if size is None:
                 raise ValueError(
@@ -273,11 +369,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             out_bias=config.attention_out_bias,
             out_norm=config.layer_norm_epsilon if config.attention_out_norm else None,
             rope_layout=layout,
+            differential=config.differential_attention,
+            relative_position=config.relative_position,
+            relative_position_dim=config.relative_position_dim,
             relative_position_size=size,
             **kwargs,
         )
 
     def _rotate(self, q, k, rope, query_tokens=None):
+        if self.relative_position is not None:
+            return q, k  # the tables are relative positions, for the logits
         if rope is None:
             if self.rope_layout is not None:
                 raise ValueError(
@@ -305,9 +406,27 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if self.qk_norm is not None:
             q, k = call_sublayer(self.qk_norm, q, k)
         q, k = self._rotate(q, k, rope, query_tokens)
+        if self.num_kv_heads is not None and self.num_kv_heads != self.num_heads:
+            # Grouped-query attention: query head h reads key/value head h // groups.
+            groups = self.num_heads // self.num_kv_heads
+            k, v = ops.repeat(k, groups, axis=2), ops.repeat(v, groups, axis=2)
         return q, k, v
 
+    def _position_bias(self, rope, tokens, queries):
+        """The relative position bias of the logits `(1, heads, queries, tokens)`, or None."""
+        if self.relative_position not in ("mlp", "shared_mlp"):
+            return None
+        if rope is None:
+            raise ValueError(
+                f"Layer {self.name!r} has a relative position bias ({self.relative_position!r}): its "
+                "call needs the grid's relative positions, `rope=` (`RelativePositionTable`)."
+            )
+        bias = self.rel_pos(rope) if self.rel_pos is not None else rope
+        return pad_prefix(ops.cast(bias, "float32"), tokens, queries)
+
     def _output(self, context):
+        if self.differential:
+            context = self._differential_heads(context)
         if self.norm is not None:
             shape = ops.shape(context)
             merged = ops.reshape(context, (shape[0], shape[1], self.num_heads * self.head_dim))
@@ -315,37 +434,70 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # (batch, tokens, heads, head_dim) by (heads, head_dim, D).
         return kernels.project(self.out, context, axes=2)
 
-    def _probs(self, q, k, mask=None):
+    def _probs(self, q, k, mask=None, bias=None):
         # The softmax runs in float32 whatever the compute dtype.
-        return kernels.attention_probs(q, k, scale=1.0 / math.sqrt(self.head_dim), mask=mask)
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        if bias is None:
+            return kernels.attention_probs(q, k, scale=scale, mask=mask)
+        logits = ops.cast(ops.einsum("bqhd,bthd->bhqt", q, k), "float32") * scale + bias
+        return masked_softmax(logits, mask)
 
     def attention_probs(self, x, attention_mask=None, rope=None):
-        """Attention probabilities `(batch, heads, tokens, tokens)`, float32."""
-        if self.relative_position is not None:
+        """Attention probabilities `(batch, heads, tokens, tokens)`, float32
+        (differential attention: both maps of each head, `2 * heads`)."""
+        if self.decomposed is not None:
             raise ValueError(
-                f"Layer {self.name!r} adds relative positions to its logits: its probabilities are not read "
-                "(inspection covers attention without them)."
+                f"Layer {self.name!r} adds decomposed relative positions to its logits: its probabilities are "
+                "not read (inspection covers attention without them)."
             )
         q, k, _ = self._project(x, rope=rope)
-        return self._probs(q, k, as_attention_mask(attention_mask))
+        return self._probs(q, k, as_attention_mask(attention_mask), self._position_bias(rope, x.shape[1], None))
+
+    def _values(self, v):
+        """Differential attention's values for its `2 * heads` maps: each
+        map's head holds its head's two halves of the values in turn."""
+        if not self.differential:
+            return (v,)
+        shape = ops.shape(v)
+        pairs = ops.reshape(v, (shape[0], shape[1], self.num_heads, 2, shape[3]))
+        return tuple(ops.repeat(pairs[:, :, :, n], 2, axis=2) for n in range(2))
+
+    def _differential_heads(self, context):
+        """`attn_1 v - lambda attn_2 v` of each head, RMS-normed and scaled
+        by `1 - lambda_init`, from the `2 * heads` maps' outputs."""
+        first, second = context
+        shape = ops.shape(first)
+        halves = [ops.reshape(c, (shape[0], shape[1], self.num_heads, 2, shape[3])) for c in (first, second)]
+        maps = [ops.concatenate([halves[0][:, :, :, n], halves[1][:, :, :, n]], axis=-1) for n in range(2)]
+        # lambda in float32 (timm's), whatever the variables' dtype.
+        q1, k1, q2, k2 = (ops.cast(w, "float32") for w in (self.lambda_q1, self.lambda_k1, self.lambda_q2,
+                                                           self.lambda_k2))
+        lam = ops.exp(ops.sum(q1 * k1)) - ops.exp(ops.sum(q2 * k2)) + self.lambda_init
+        out = maps[0] - ops.cast(lam, maps[0].dtype) * maps[1]
+        out = call_sublayer(self.sub_norm, out) * (1.0 - self.lambda_init)
+        return ops.reshape(out, (shape[0], shape[1], 2 * self.num_heads, shape[3]))
+
+    def _context(self, q, k, v, mask, bias, training):
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        if (training and self.dropout_rate > 0) or bias is not None:
+            probs = call_sublayer(self.dropout, self._probs(q, k, mask, bias), training=training)
+            return ops.einsum("bhqt,bthk->bqhk", ops.cast(probs, v.dtype), v)
+        return kernels.attention(q, k, v, scale=scale, mask=mask)
 
     def call(self, x, training=None, query_tokens=None, attention_mask=None, rope=None, grid=None):
         mask = as_attention_mask(attention_mask, query_tokens)
         q, k, v = self._project(x, query_tokens, rope)
-        if self.relative_position is not None:
+        if self.decomposed is not None:
             if grid is None or mask is not None or query_tokens is not None or (training and self.dropout_rate > 0):
                 raise ValueError(
-                    f"Layer {self.name!r} adds relative positions: its call takes the tokens' `grid` and no "
-                    "attention mask, query subset or attention dropout."
+                    f"Layer {self.name!r} adds decomposed relative positions: its call takes the tokens' `grid` "
+                    "and no attention mask, query subset or attention dropout."
                 )
-            bias = self.relative_position(q, grid=grid)
-            context = attention_with_bias(q, k, v, 1.0 / math.sqrt(self.head_dim), bias)
-        elif training and self.dropout_rate > 0:
-            probs = call_sublayer(self.dropout, self._probs(q, k, mask), training=training)
-            context = ops.einsum("bhqt,bthk->bqhk", ops.cast(probs, v.dtype), v)
+            bias = ops.cast(self.decomposed(q, grid=grid), "float32")
         else:
-            context = kernels.attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim), mask=mask)
-        return self._output(context)
+            bias = self._position_bias(rope, ops.shape(x)[1], query_tokens)
+        context = [self._context(q, k, values, mask, bias, training) for values in self._values(v)]
+        return self._output(context if self.differential else context[0])
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
@@ -367,6 +519,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "out_bias": self.out_bias,
                 "out_norm": self.out_norm_epsilon,
                 "rope_layout": self.rope_layout,
+                "differential": self.differential,
+                "block_index": self.block_index,
+                "relative_position": self.relative_position,
+                "relative_position_dim": self.relative_position_dim,
+                "num_kv_heads": self.num_kv_heads,
                 "relative_position_size": self.relative_position_size,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer

@@ -28,7 +28,7 @@ import dataclasses
 
 from keras_vit.layers.interpolation import POSITION_INTERPOLATIONS
 from keras_vit.layers.norms import check_norm_kind
-from keras_vit.layers.relative_position import RELATIVE_POSITIONS
+from keras_vit.layers.relative_position import GRID_TABLE_KINDS, RELATIVE_POSITIONS
 from keras_vit.layers.rotary import VARIANTS as ROTARY_VARIANTS
 from keras_vit.layers.rotary import rotary_spec
 from keras_vit.layers.sincos import STYLES
@@ -53,6 +53,10 @@ MLP_KINDS = ("plain", "swiglu")
 # style of `keras_vit.layers.sincos.STYLES`), or "none" (the positions come
 # from a rotary embedding alone: DINOv3, RoPE-ViT).
 POSITION_EMBEDDINGS = ("learned", "sincos") + tuple(f"sincos_{s}" for s in STYLES if s != "mae") + ("none",)
+# Where a block's norms sit: "pre", before each branch (the ViT's), or
+# "post", on each branch's output before its residual sum (Swin v2's
+# res-post-norm: timm's `ResPostBlock`, EVA02-enormous's `use_post_norm`).
+NORM_POSITIONS = ("pre", "post")
 # Metadata of the fields that change training only, never the weights: a
 # preset's model may take other values (`keras_vit.presets.OVERRIDES`).
 TRAINING = {"training_only": True}
@@ -93,6 +97,45 @@ def qkv_biases(value):
     ((True, True, True), (True, False, True))
     """
     return (value,) * 3 if isinstance(value, bool) else tuple(value)
+
+
+def check_kv_heads(value, name="num_kv_heads"):
+    """`value` as None, a positive int or a tuple of them (one per block).
+
+    Example:
+
+    >>> check_kv_heads([4, 2]), check_kv_heads(2), check_kv_heads(None)
+    ((4, 2), 2, None)
+    """
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        return value
+    items = tuple(value) if isinstance(value, (list, tuple)) else None
+    if not items or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in items):
+        raise ValueError(
+            f"`{name}` must be None, a positive int or one positive int per block. Received: {name}={value!r}"
+        )
+    return items
+
+
+def block_kv_heads(value, num_layers, num_heads):
+    """The key/value heads of each block for `num_kv_heads` (None: `num_heads`).
+
+    Raises:
+        ValueError: for a per-block list of another length, or a count that
+            does not divide `num_heads`.
+
+    Example:
+
+    >>> block_kv_heads(None, 2, 4), block_kv_heads((4, 2), 2, 4)
+    ((4, 4), (4, 2))
+    """
+    heads = (num_heads if value is None else value,) * num_layers if not isinstance(value, tuple) else value
+    if len(heads) != num_layers or any(num_heads % h for h in heads):
+        raise ValueError(
+            f"`num_kv_heads` must give each of the {num_layers} blocks a number of key/value heads that divides "
+            f"num_heads={num_heads}. Received: num_kv_heads={value!r}"
+        )
+    return tuple(heads)
 
 
 def check_rope(rope, settings):
@@ -236,6 +279,32 @@ class BlockConfig(_Record):
             replacing the variant's (`base`, `reference_grid`,
             `grid_offset`, `order`, `layout`, `normalize_coords`,
             `min_period`, `max_period`).
+        norm_position: "pre" (default: `x + f(norm(x))`, the ViT's) or
+            "post" (`x + norm(f(x))`, Swin v2's res-post-norm; timm's
+            `ResPostBlock` and `use_post_norm`): where the block's two norms
+            sit. The weights are the same (`LayerNorm_0` with attention,
+            `LayerNorm_2` with the MLP).
+        parallel: bool, default False: attention and MLP in parallel on one
+            norm, `x + attention(norm(x)) + mlp(norm(x))` (ViT-22B; timm's
+            `ParallelScalingBlock`): the block has no `LayerNorm_2`.
+        differential_attention: bool, default False: differential attention
+            (Ye et al., arXiv:2410.05258; timm's `DiffAttention`): each head
+            splits its queries and keys in two and takes the difference of
+            the two softmax maps, weighted by a learned lambda; see
+            `keras_vit.layers.attention.MultiHeadSelfAttention`.
+        relative_position: None (default), "mlp", "shared_mlp" or
+            "decomposed": a relative position term on the attention logits
+            of the patch tokens (`keras_vit.layers.relative_position`).
+            "mlp" and "shared_mlp": a bias from an MLP of their log-spaced
+            relative coordinates (timm's `RelPosMlp`), one per block
+            ("mlp") or one for the model ("shared_mlp", layer `rel_pos`);
+            the model computes the coordinates once per input grid, so any
+            image size works. "decomposed": MViTv2's decomposed term
+            (ViTDet, SAM; weights `relative_position/height` and `/width` of
+            each attention, learned for the window, or for a global block
+            the model's patch grid).
+        relative_position_dim: int, default 128: the hidden width of the
+            "mlp" and "shared_mlp" kinds' MLP.
         window_size: None (default: every token attends to every token) or
             an int: the blocks attend within non-overlapping windows of
             this many patch tokens a side, the grid padded with zeros to a
@@ -243,11 +312,6 @@ class BlockConfig(_Record):
             needs a model without prefix tokens.
         global_attention_blocks: a tuple of block indices, default ():
             with `window_size`, the blocks that attend over the whole grid.
-        relative_position: None (default) or "decomposed": MViTv2's
-            decomposed relative position term on the attention logits
-            (weights `relative_position/height` and `/width` of each
-            attention, learned for the window, or for a global block the
-            model's patch grid).
 
     Example:
 
@@ -271,9 +335,13 @@ class BlockConfig(_Record):
     mlp_norm: bool = False
     rope: object = None
     rope_settings: object = None
+    norm_position: str = "pre"
+    parallel: bool = False
+    differential_attention: bool = False
+    relative_position: object = None
+    relative_position_dim: int = 128
     window_size: object = None
     global_attention_blocks: tuple = ()
-    relative_position: object = None
 
     def __post_init__(self):
         self._set("layer_norm_epsilon", check_positive_float(self.layer_norm_epsilon, "layer_norm_epsilon"))
@@ -295,6 +363,26 @@ class BlockConfig(_Record):
         self._check_windows()
         check_bool(self.qk_norm, "qk_norm")
         check_bool(self.remat, "remat")
+        check_choice(self.norm_position, NORM_POSITIONS, "norm_position")
+        check_bool(self.parallel, "parallel")
+        check_bool(self.differential_attention, "differential_attention")
+        check_positive_int(self.relative_position_dim, "relative_position_dim")
+        if self.parallel and self.norm_position != "pre":
+            raise ValueError(
+                "A parallel block has one norm, before both branches: `parallel=True` needs "
+                f"`norm_position='pre'`. Received: norm_position={self.norm_position!r}"
+            )
+        if self.relative_position is not None and self.differential_attention:
+            raise ValueError(
+                "Differential attention's two maps per head take no relative position bias: "
+                "`relative_position` and `differential_attention` cannot be combined. Received: "
+                f"relative_position={self.relative_position!r}, differential_attention=True"
+            )
+        if self.relative_position is not None and self.rope is not None:
+            raise ValueError(
+                "A block takes one kind of position tables: `relative_position` and `rope` cannot be "
+                f"combined. Received: relative_position={self.relative_position!r}, rope={self.rope!r}"
+            )
         if self.remat and (self.dropout_rate or self.attention_dropout_rate):
             raise ValueError(
                 "`remat=True` needs `dropout_rate=0` and `attention_dropout_rate=0` (the "
@@ -319,6 +407,11 @@ class BlockConfig(_Record):
                 f"`window_size`. Received: global_attention_blocks={blocks!r}, window_size=None"
             )
         self._set("global_attention_blocks", tuple(sorted(set(items))))
+        if self.window_size is not None and self.relative_position in GRID_TABLE_KINDS:
+            raise ValueError(
+                "`window_size` takes the \"decomposed\" relative positions only (the MLP's bias covers the full "
+                f"patch grid). Received: window_size={self.window_size}, relative_position={self.relative_position!r}"
+            )
         if self.window_size is not None and self.rope is not None:
             raise ValueError(
                 "`window_size` cannot be combined with `rope` (the rotary tables follow the full patch grid). "
@@ -378,6 +471,21 @@ class EncoderConfig(_Record):
             `pooling` "map"; Perception Encoder's `attn_pool` has 8).
         map_mlp_dim: None (default: the blocks' `mlp_dim`) or a positive
             int: the MLP width of the MAP head.
+        num_kv_heads: None (default: the blocks' `num_heads`), an int, or
+            one int per block: the key and value heads of grouped-query
+            attention (Sapiens2, timm's `num_kv_heads`); each divides
+            `num_heads`, and query head `h` reads key/value head
+            `h // (num_heads // num_kv_heads)`.
+        crop_to_patches: bool, default False: images whose sides are not
+            multiples of the patch size lose their last rows and columns
+            (timm's patch convolution reads whole patches only:
+            `vit_so400m_patch14_siglip_384` sees 378 of its 384 pixels);
+            by default such images are refused.
+        final_norm: bool, default True: a norm after the blocks (layer
+            `encoder_norm`, or `fc_norm` on the pooled features with
+            `pooled_norm`); False leaves the tokens unnormalised (timm's
+            `final_norm=False`: RADIO, InternViT, Perception Encoder's
+            language and spatial towers).
         neck_channels: None (default) or a positive int: a convolutional
             neck after the blocks (SAM's, ViTDet's: a 1 x 1 and a 3 x 3
             convolution without bias, each followed by a LayerNorm over the
@@ -389,7 +497,7 @@ class EncoderConfig(_Record):
     Example:
 
     >>> EncoderConfig(pre_norm=True).get_config()
-    {'patch_bias': True, 'patch_norm': False, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0, 'map_num_heads': None, 'map_mlp_dim': None, 'neck_channels': None}
+    {'patch_bias': True, 'patch_norm': False, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0, 'map_num_heads': None, 'map_mlp_dim': None, 'final_norm': True, 'num_kv_heads': None, 'crop_to_patches': False, 'neck_channels': None}
     """
 
     patch_bias: bool = True
@@ -401,6 +509,9 @@ class EncoderConfig(_Record):
     patch_dropout_rate: float = _training(0.0)
     map_num_heads: object = None
     map_mlp_dim: object = None
+    final_norm: bool = True
+    num_kv_heads: object = None
+    crop_to_patches: bool = False
     neck_channels: object = None
 
     def __post_init__(self):
@@ -416,6 +527,9 @@ class EncoderConfig(_Record):
         self._set("patch_dropout_rate", check_rate(self.patch_dropout_rate, "patch_dropout_rate"))
         for name in ("map_num_heads", "map_mlp_dim", "neck_channels"):
             check_positive_int(getattr(self, name), name, allow_none=True)
+        check_bool(self.final_norm, "final_norm")
+        self._set("num_kv_heads", check_kv_heads(self.num_kv_heads))
+        check_bool(self.crop_to_patches, "crop_to_patches")
 
 
 # Each record by the name it has in a model's arguments and config.

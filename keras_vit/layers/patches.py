@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit.validation import pair
+from keras_vit.validation import check_bool, pair
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -18,10 +18,13 @@ class Patches(keras.layers.Layer):
 
     Args:
         patch_size: int or `(height, width)`: the patch size in pixels.
+        crop: bool, default False: drop the last rows and columns of images
+            whose sides are not multiples of the patch size (as a strided
+            patch convolution does) rather than refuse them.
 
     Input shape:
         `(batch, height, width, channels)`, channels last; height and width
-        must be multiples of the patch size.
+        must be multiples of the patch size unless `crop`.
 
     Returns:
         `(batch, height // ph, width // pw, ph * pw * channels)`.
@@ -32,14 +35,19 @@ class Patches(keras.layers.Layer):
     >>> patches = Patches(4)(np.zeros((2, 8, 12, 3), "float32"))
     >>> tuple(patches.shape)
     (2, 2, 3, 48)
+    >>> tuple(Patches(4, crop=True)(np.zeros((2, 10, 12, 3), "float32")).shape)
+    (2, 2, 3, 48)
     """
 
-    def __init__(self, patch_size, **kwargs):
+    def __init__(self, patch_size, crop=False, **kwargs):
         super().__init__(**kwargs)
         self.patch_size = pair(patch_size, "patch_size")
+        self.crop = check_bool(crop, "crop")
         self.input_spec = keras.layers.InputSpec(ndim=4)
 
     def _check_size(self, height, width):
+        if self.crop:
+            return
         ph, pw = self.patch_size
         for size, p, axis in ((height, ph, "height"), (width, pw, "width")):
             if size is not None and size % p:
@@ -62,6 +70,8 @@ class Patches(keras.layers.Layer):
         width = static[2] if static[2] is not None else dynamic[2]
         channels = static[3] if static[3] is not None else dynamic[3]
         gh, gw = height // ph, width // pw
+        if self.crop:
+            images = images[:, : gh * ph, : gw * pw]
         x = ops.reshape(images, (-1, gh, ph, gw, pw, channels))
         x = ops.transpose(x, (0, 1, 3, 2, 4, 5))
         return ops.reshape(x, (-1, gh, gw, ph * pw * channels))
@@ -78,4 +88,5 @@ class Patches(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config["patch_size"] = self.patch_size
+        config["crop"] = self.crop
         return config

@@ -169,6 +169,9 @@ class StdConv2D(keras.layers.Conv2D):
         strides: int or `(sh, sw)`, default 1.
         padding: "same" (default) or "valid".
         epsilon: float, default 1e-5: added to the standard deviation.
+        variance_epsilon: bool, default False: add `epsilon` to the variance
+            instead, `(kernel - mean) / sqrt(var + epsilon)` (timm's
+            `StdConv2dSame`).
         standardize: bool, default True. False makes a plain convolution of
             the stored kernel: for kernels standardised once, ahead of
             inference (`keras_vit.ViT.for_inference`).
@@ -202,6 +205,7 @@ class StdConv2D(keras.layers.Conv2D):
         standardize=True,
         use_bias=False,
         kernel_initializer="lecun_normal",
+        variance_epsilon=False,
         data_format="channels_last",
         **kwargs,
     ):
@@ -231,6 +235,7 @@ class StdConv2D(keras.layers.Conv2D):
         )
         self.epsilon = check_positive_float(epsilon, "epsilon")
         self.standardize = check_bool(standardize, "standardize")
+        self.variance_epsilon = check_bool(variance_epsilon, "variance_epsilon")
 
     def standardized_kernel(self, kernel):
         """Returns `kernel` standardised per output channel.
@@ -240,8 +245,11 @@ class StdConv2D(keras.layers.Conv2D):
         dtype = kernel.dtype
         kernel = ops.cast(kernel, "float32")
         mean = ops.mean(kernel, axis=(0, 1, 2), keepdims=True)
-        std = ops.std(kernel, axis=(0, 1, 2), keepdims=True)
-        return ops.cast((kernel - mean) / (std + self.epsilon), dtype)
+        if self.variance_epsilon:
+            scale = ops.sqrt(ops.var(kernel, axis=(0, 1, 2), keepdims=True) + self.epsilon)
+        else:
+            scale = ops.std(kernel, axis=(0, 1, 2), keepdims=True) + self.epsilon
+        return ops.cast((kernel - mean) / scale, dtype)
 
     def convolution_op(self, inputs, kernel):
         if self.standardize:
@@ -252,6 +260,7 @@ class StdConv2D(keras.layers.Conv2D):
         config = super().get_config()
         config["epsilon"] = self.epsilon
         config["standardize"] = self.standardize
+        config["variance_epsilon"] = self.variance_epsilon
         return config
 
 
@@ -267,9 +276,11 @@ class _BottleneckLayer(keras.layers.Layer):
         norm_epsilon=NORM_EPSILON,
         conv_epsilon=CONV_EPSILON,
         standardize=True,
+        variance_epsilon=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.variance_epsilon = check_bool(variance_epsilon, "variance_epsilon")
         self.filters = check_positive_int(filters, "filters")
         self.strides = check_int(strides, "strides", minimum=1, maximum=2)
         self.groups = check_positive_int(groups, "groups")
@@ -296,6 +307,7 @@ class _BottleneckLayer(keras.layers.Layer):
                 "norm_epsilon": self.norm_epsilon,
                 "conv_epsilon": self.conv_epsilon,
                 "standardize": self.standardize,
+                "variance_epsilon": self.variance_epsilon,
             }
         )
         return config
@@ -321,6 +333,8 @@ class BottleneckUnit(_BottleneckLayer):
         conv_epsilon: float, weight-standardisation epsilon, default 1e-5.
         standardize: bool, default True: whether the convolutions standardise
             their kernels (see `StdConv2D`).
+        variance_epsilon: bool, default False: `conv_epsilon` is added to
+            the kernels' variance (see `StdConv2D`).
 
     Input shape:
         `(batch, height, width, channels)`.
@@ -342,6 +356,7 @@ class BottleneckUnit(_BottleneckLayer):
             size,
             strides=strides,
             epsilon=self.conv_epsilon,
+            variance_epsilon=self.variance_epsilon,
             standardize=self.standardize,
             name=name,
             dtype=self.dtype_policy,
@@ -425,6 +440,7 @@ class ResNetStage(_BottleneckLayer):
                 groups=self.groups,
                 norm_epsilon=self.norm_epsilon,
                 conv_epsilon=self.conv_epsilon,
+                variance_epsilon=self.variance_epsilon,
                 standardize=self.standardize,
                 name=f"unit{u + 1}",
                 dtype=self.dtype_policy,
@@ -445,7 +461,16 @@ class ResNetStage(_BottleneckLayer):
         return config
 
 
-def resnet_backbone(x, resnet_layers, resnet_width=1.0, dtype=None, standardize=True):
+# The numerics of the hybrids' ResNet by convention: the official vit_jax
+# code's (GroupNorm epsilon 1e-6, kernels divided by `std + 1e-5`) and timm's
+# (`GroupNormAct` 1e-5, `StdConv2dSame(eps=1e-8)`: by `sqrt(var + 1e-8)`).
+RESNET_NUMERICS = {
+    "official": dict(norm_epsilon=NORM_EPSILON, conv_epsilon=CONV_EPSILON, variance_epsilon=False),
+    "timm": dict(norm_epsilon=1e-5, conv_epsilon=1e-8, variance_epsilon=True),
+}
+
+
+def resnet_backbone(x, resnet_layers, resnet_width=1.0, dtype=None, standardize=True, numerics="official"):
     """Applies the hybrid ViT's ResNet to the symbolic tensor `x`.
 
     The stem (`conv_root` 7x7/2 StdConv, `gn_root`, ReLU, 3x3/2 SAME
@@ -462,16 +487,20 @@ def resnet_backbone(x, resnet_layers, resnet_width=1.0, dtype=None, standardize=
         dtype: dtype or dtype policy of the layers.
         standardize: bool, default True: whether the convolutions standardise
             their kernels (see `StdConv2D`).
+        numerics: "official" (default) or "timm": the norms' and weight
+            standardisation's epsilons of `RESNET_NUMERICS`.
 
     Returns:
         The feature map, downsampled by
         `keras_vit.architectures.stem_stride(resnet_layers)`.
     """
     width = int(64 * resnet_width)
+    eps = RESNET_NUMERICS[numerics]
     x = StdConv2D(
-        width, 7, strides=2, standardize=standardize, name="conv_root", dtype=dtype
+        width, 7, strides=2, epsilon=eps["conv_epsilon"], variance_epsilon=eps["variance_epsilon"],
+        standardize=standardize, name="conv_root", dtype=dtype,
     )(x)
-    x = group_norm("gn_root", dtype=dtype)(x)
+    x = group_norm("gn_root", epsilon=eps["norm_epsilon"], dtype=dtype)(x)
     x = keras.layers.ReLU(name="relu_root", dtype=dtype)(x)
     x = MaxPool2D(3, strides=2, padding="same", name="pool_root", dtype=dtype)(x)
     for s, units in enumerate(resnet_layers):
@@ -481,6 +510,7 @@ def resnet_backbone(x, resnet_layers, resnet_width=1.0, dtype=None, standardize=
             strides=1 if s == 0 else 2,
             standardize=standardize,
             name=f"block{s + 1}",
+            **eps,
             dtype=dtype,
         )(x)
     return x

@@ -13,6 +13,7 @@ from keras_vit.layers.seeds import check_seed, derive_seed
 from keras_vit.layers.swiglu import SwiGluMlp, check_mlp_fields, hidden_norm, mlp_options
 from keras_vit.validation import (
     check_choice,
+    check_int,
     check_positive_int,
     check_rate,
     head_width,
@@ -117,7 +118,9 @@ class TransformerBlock(keras.layers.Layer):
     """Pre-LayerNorm Transformer encoder block (paper eq. 2-3).
 
     `x = x + drop_path(dropout(MSA(LN(x))))`, then
-    `x = x + drop_path(MLP(LN(x)))`. Sublayer names follow the official
+    `x = x + drop_path(MLP(LN(x)))`; `norm_position="post"` moves each norm
+    onto its branch's output (`x + drop_path(LN(MSA(x)))`), `parallel=True`
+    runs both branches on one norm (`x + drop_path(MSA(LN(x)) + MLP(LN(x)))`). Sublayer names follow the official
     checkpoint (`LayerNorm_0`, `MultiHeadDotProductAttention_1`,
     `LayerNorm_2`, `MlpBlock_3`). With `layer_scale_init`, each branch is
     scaled per channel by a learned vector before the residual sum
@@ -144,9 +147,15 @@ class TransformerBlock(keras.layers.Layer):
             None their seeds are drawn from Keras' global generator (which
             `keras.utils.set_random_seed` seeds), with an int they are
             derived from it (`keras_vit.layers.seeds.derive_seed`).
+        block_index: int, default 0: the block's place in the encoder, from
+            0; differential attention's lambda starts from a value that
+            depends on it.
+        num_kv_heads: None (default: `num_heads`) or an int dividing it: the
+            attention's key and value heads (grouped-query attention).
         grid_size: None (default) or `(h, w)`: the patch grid of the model
-            the block is built for, the size of a global block's relative
-            position tables (`relative_position` without `window_size`).
+            the block is built for, the size of a global block's decomposed
+            relative position tables (`relative_position="decomposed"`
+            without `window_size`).
         **kwargs: fields of `BlockConfig` (they replace those of
             `block_config`) and Keras' layer keywords.
 
@@ -190,11 +199,13 @@ class TransformerBlock(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, mlp_dim, block_config=None, stochastic_depth_rate=0.0,
-                 seed=None, grid_size=None, **kwargs):
+                 seed=None, block_index=0, num_kv_heads=None, grid_size=None, **kwargs):
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in BlockConfig.field_names()}
         super().__init__(**kwargs)
         self.grid_size = None if grid_size is None else pair(grid_size, "grid_size")
         self.num_heads = check_positive_int(num_heads, "num_heads")
+        self.block_index = check_int(block_index, "block_index", minimum=0)
+        self.num_kv_heads = check_positive_int(num_kv_heads, "num_kv_heads", allow_none=True)
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
         self.block_config = BlockConfig.from_arguments(block_config, **options)
         self.stochastic_depth_rate = check_rate(stochastic_depth_rate, "stochastic_depth_rate")
@@ -217,12 +228,15 @@ class TransformerBlock(keras.layers.Layer):
             config,
             self.num_heads,
             head_size,
+            block_index=self.block_index,
+            num_kv_heads=self.num_kv_heads,
             seed=derive_seed(self.seed, "attention"),
             grid_size=self.grid_size,
             dtype=self.dtype_policy,
             name="MultiHeadDotProductAttention_1",
         )
-        self.norm_2 = block_norm(config, "LayerNorm_2", dtype=self.dtype_policy)
+        # A parallel block's MLP reads the attention's norm.
+        self.norm_2 = None if config.parallel else block_norm(config, "LayerNorm_2", dtype=self.dtype_policy)
         self.mlp = (SwiGluMlp if config.mlp_kind == "swiglu" else MlpBlock).for_block(
             config,
             self.mlp_dim,
@@ -231,7 +245,8 @@ class TransformerBlock(keras.layers.Layer):
             name="MlpBlock_3",
         )
         for layer in (self.norm_0, self.attention, self.norm_2, self.mlp):
-            layer.build(input_shape)
+            if layer is not None:
+                layer.build(input_shape)
         self.dropout = keras.layers.Dropout(
             config.dropout_rate, seed=derive_seed(self.seed, "dropout"), dtype=self.dtype_policy
         )
@@ -258,7 +273,7 @@ class TransformerBlock(keras.layers.Layer):
     def uses_grid(self):
         """Whether the call needs the tokens' `grid` (windows or relative positions)."""
         config = self.block_config
-        return config.window_size is not None or config.relative_position is not None
+        return config.window_size is not None or config.relative_position == "decomposed"
 
     def call(self, x, training=None, output_tokens=None, attention_mask=None, rope=None, grid=None):
         if training and self.block_config.remat:
@@ -290,20 +305,31 @@ class TransformerBlock(keras.layers.Layer):
     def _forward(self, x, training, output_tokens=None, attention_mask=None, rope=None, grid=None):
         # The sublayers through `call_sublayer`: on torch's eager path Keras'
         # `__call__` bookkeeping costs more than a small sublayer computes.
-        y = call_sublayer(self.norm_0, x)
-        y = self._attend(y, training, output_tokens, attention_mask, rope, grid)
+        config = self.block_config
+        post = config.norm_position == "post"
+        normed = x if post else call_sublayer(self.norm_0, x)
+        y = self._attend(normed, training, output_tokens, attention_mask, rope, grid)
+        if post:
+            y = call_sublayer(self.norm_0, y)
         y = call_sublayer(self.dropout, y, training=training)
         if output_tokens is not None:
             # Only these tokens' residual stream goes on; the others were
             # needed for their keys and values alone.
-            x = x[:, :output_tokens]
+            x, normed = x[:, :output_tokens], normed[:, :output_tokens]
+        if config.parallel:
+            m = call_sublayer(self.mlp, normed, training=training)
+            branches = self._scale(y, self.attention_scale) + self._scale(m, self.mlp_scale)
+            return x + self._drop_path(branches, training)
         x = x + self._drop_path(self._scale(y, self.attention_scale), training)
-        y = call_sublayer(self.mlp, call_sublayer(self.norm_2, x), training=training)
+        y = call_sublayer(self.mlp, x if post else call_sublayer(self.norm_2, x), training=training)
+        if post:
+            y = call_sublayer(self.norm_2, y)
         return x + self._drop_path(self._scale(y, self.mlp_scale), training)
 
     def attention_probs(self, x, attention_mask=None, rope=None):
         """The block's attention probabilities for input `x` (float32)."""
-        return self.attention.attention_probs(self.norm_0(x), attention_mask=attention_mask, rope=rope)
+        normed = x if self.block_config.norm_position == "post" else self.norm_0(x)
+        return self.attention.attention_probs(normed, attention_mask=attention_mask, rope=rope)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
@@ -321,6 +347,8 @@ class TransformerBlock(keras.layers.Layer):
                 "block_config": self.block_config.get_config(),
                 "stochastic_depth_rate": self.stochastic_depth_rate,
                 "seed": self.seed,
+                "block_index": self.block_index,
+                "num_kv_heads": self.num_kv_heads,
                 "grid_size": self.grid_size,
             }
         )

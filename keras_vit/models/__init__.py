@@ -22,3 +22,4 @@ from keras_vit.models.variants import (
 from keras_vit.models.vit import ViT
 from keras_vit.models.features import feature_model
 from keras_vit.models.hybrid import ViTHybrid
+from keras_vit.models.conv_stem import ViTConvStem

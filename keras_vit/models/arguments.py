@@ -169,10 +169,12 @@ def check_class_token_reader(classifier, pooling, include_top, has_class_token):
 
 
 def check_grid_options(block_config, encoder_config, num_prefix_tokens):
-    """Refuses windows, relative positions or a neck in a model with prefix
-    tokens: they lay the tokens out on the patch grid."""
+    """Refuses windows, decomposed relative positions or a neck in a model
+    with prefix tokens: they lay the tokens out on the patch grid (the MLP
+    kinds of relative position give prefix tokens a zero bias)."""
+    decomposed = block_config.relative_position if block_config.relative_position == "decomposed" else None
     used = {name: value for name, value in (
-        ("window_size", block_config.window_size), ("relative_position", block_config.relative_position),
+        ("window_size", block_config.window_size), ("relative_position", decomposed),
         ("neck_channels", encoder_config.neck_channels)) if value is not None}
     if used and num_prefix_tokens:
         options = ", ".join(f"{k}={v!r}" for k, v in used.items())
@@ -300,8 +302,9 @@ def check_images(model, shape, dtype, name="x"):
             f"Model {model.name!r} takes {model.num_channels}-channel images: {takes}. "
             f"Received: {name} of shape {shape} ({shape[3]} channels)"
         )
+    crop = model.encoder_config.crop_to_patches and model.stem_stride == 1
     for size, multiple, axis in ((shape[1], cell[0], "height"), (shape[2], cell[1], "width")):
-        if size is not None and size % multiple:
+        if size is not None and size % multiple and not crop:
             unit = "the patch size" + (
                 f" times the stem stride {model.stem_stride}" if model.stem_stride > 1 else ""
             )

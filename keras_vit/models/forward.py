@@ -29,8 +29,10 @@ import keras
 from keras import ops
 
 from keras_vit.layers import PatchDropout, PatchEncoder, Patches, TokenGrid, TransformerBlock
+from keras_vit.layers.config import block_kv_heads
 from keras_vit.layers.neck import ConvNeck
 from keras_vit.layers.norms import block_norm
+from keras_vit.layers.relative_position import GRID_TABLE_KINDS, RelativePositionTable
 from keras_vit.layers.rotary import RotaryEmbedding
 from keras_vit.layers.seeds import derive_seed
 from keras_vit.models import heads, patch_inputs
@@ -53,7 +55,9 @@ class Stages:
             `Dropout` layers.
         patch_dropout: None or the `PatchDropout` (training only).
         pre_norm: None or the norm before the first block.
-        rope: None or the `RotaryEmbedding` whose tables every block takes.
+        rope: None or the layer whose per-grid tables every block takes:
+            the `RotaryEmbedding` (layer `rope`) or the
+            `RelativePositionTable` (layer `rel_pos`).
         blocks: the `TransformerBlock`s, in order.
         norm: None or the encoder's final norm (`encoder_norm`).
         neck: None or the convolutional neck in its place (`neck`, a
@@ -93,7 +97,7 @@ def build_stages(model, dtype):
     s = Stages()
     s.include_top, s.pooling, s.classifier = model.include_top, model.pooling, model.classifier
     s.num_prefix_tokens = model.num_prefix_tokens
-    s.patches = Patches(model.patch_size, name="patches", dtype=dtype)
+    s.patches = Patches(model.patch_size, crop=model.encoder_config.crop_to_patches, name="patches", dtype=dtype)
     s.embedding = PatchEncoder.for_encoder(
         model.encoder_config,
         model.hidden_size,
@@ -116,7 +120,8 @@ def build_stages(model, dtype):
         )
     if model.encoder_config.pre_norm:
         s.pre_norm = block_norm(model.block_config, "pre_norm", dtype)
-    s.rope = _rotary_embedding(model, dtype)
+    s.rope = _position_tables(model, dtype)
+    kv_heads = block_kv_heads(model.encoder_config.num_kv_heads, model.num_layers, model.num_heads)
     for i in range(model.num_layers):
         # Stochastic depth grows linearly from 0 in the first block.
         rate = model.stochastic_depth_rate * i / max(model.num_layers - 1, 1)
@@ -127,7 +132,9 @@ def build_stages(model, dtype):
                 block_config=model.block_config.at_block(i),
                 stochastic_depth_rate=rate,
                 seed=derive_seed(model.seed, i),
-                grid_size=model.grid_size if model.block_config.relative_position else None,
+                block_index=i,
+                num_kv_heads=None if kv_heads[i] == model.num_heads else kv_heads[i],
+                grid_size=model.grid_size if model.block_config.relative_position == "decomposed" else None,
                 name=f"encoderblock_{i}",
                 dtype=dtype,
             )
@@ -136,6 +143,8 @@ def build_stages(model, dtype):
     if model.encoder_config.neck_channels is not None:
         # The neck ends in a norm of its own, in place of the encoder's.
         s.neck = ConvNeck(model.encoder_config.neck_channels, model.layer_norm_epsilon, name="neck", dtype=dtype)
+    elif not model.encoder_config.final_norm:
+        pass  # timm's `final_norm=False`: the tokens leave the blocks as they are
     elif not model.pooled_norm:
         s.norm = block_norm(model.block_config, "encoder_norm", dtype)
     elif "pool" in s.head_layers:
@@ -145,9 +154,16 @@ def build_stages(model, dtype):
     return s
 
 
-def _rotary_embedding(model, dtype):
-    """The model's `RotaryEmbedding` (layer `rope`), or None without `rope`."""
+def _position_tables(model, dtype):
+    """The layer making the per-grid tables every block takes: the
+    `RotaryEmbedding` (layer `rope`), the `RelativePositionTable` (layer
+    `rel_pos`), or None."""
     config = model.block_config
+    if config.relative_position in GRID_TABLE_KINDS:
+        return RelativePositionTable(
+            model.num_heads, config.relative_position_dim, shared=config.relative_position == "shared_mlp",
+            name="rel_pos", dtype=dtype,
+        )
     if config.rope is None:
         return None
     if model.encoder_config.patch_dropout_rate:
@@ -243,7 +259,7 @@ def rope_at(s, grid):
 
 def block_rope(s, tables, index):
     """Block `index`'s slice of the tables (its own for "mixed")."""
-    if tables is None or not RotaryEmbedding.is_mixed(s.rope.variant):
+    if tables is None or not isinstance(s.rope, RotaryEmbedding) or not RotaryEmbedding.is_mixed(s.rope.variant):
         return tables
     return tables[:, index]
 

@@ -3,9 +3,9 @@
 import keras
 
 from keras_vit.architectures import stem_stride
-from keras_vit.layers.resnet import StdConv2D, resnet_backbone
+from keras_vit.layers.resnet import RESNET_NUMERICS, StdConv2D, resnet_backbone
 from keras_vit.models.vit import ViT
-from keras_vit.validation import check_bool
+from keras_vit.validation import check_bool, check_choice
 
 
 def _check_resnet_layers(value):
@@ -70,6 +70,10 @@ class ViTHybrid(ViT):
             standardise their kernels on every call, as the official model
             (and as fine-tuning needs). `for_inference()` returns a copy with
             the kernels standardised once and this set to False.
+        resnet_numerics: "official" (default) or "timm": the ResNet's
+            GroupNorm and weight-standardisation epsilons, the official
+            code's or timm's (`keras_vit.layers.resnet.RESNET_NUMERICS`;
+            timm's hybrids differ from the official ones by them alone).
         name: model name, default "vit_hybrid".
         **kwargs: every other argument of `keras_vit.ViT` (`image_size`,
             `hidden_size`, `num_layers`, `num_heads`, `mlp_dim`, `classes`,
@@ -100,12 +104,14 @@ class ViTHybrid(ViT):
         resnet_width=1.0,
         patch_size=1,
         weight_standardization=True,
+        resnet_numerics="official",
         name="vit_hybrid",
         **kwargs,
     ):
         # Read by the hooks below, which ViT.__init__ calls while building.
         self.resnet_layers = _check_resnet_layers(resnet_layers)
         self.resnet_width = _check_resnet_width(resnet_width)
+        self.resnet_numerics = check_choice(resnet_numerics, tuple(RESNET_NUMERICS), "resnet_numerics")
         self.weight_standardization = check_bool(
             weight_standardization, "weight_standardization"
         )
@@ -128,6 +134,7 @@ class ViTHybrid(ViT):
             self.resnet_width,
             dtype=dtype,
             standardize=self.weight_standardization,
+            numerics=self.resnet_numerics,
         )
 
     def _inference_config(self, config):
@@ -146,4 +153,5 @@ class ViTHybrid(ViT):
         config["resnet_layers"] = list(self.resnet_layers)
         config["resnet_width"] = self.resnet_width
         config["weight_standardization"] = self.weight_standardization
+        config["resnet_numerics"] = self.resnet_numerics
         return config

@@ -388,7 +388,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
 
     def _grid(self, image_size):
         cell = self.effective_patch_size
-        if image_size[0] % cell[0] or image_size[1] % cell[1]:
+        crop = self.encoder_config.crop_to_patches and self.stem_stride == 1
+        if (image_size[0] % cell[0] or image_size[1] % cell[1]) and not crop:
             stride = self.stem_stride
             raise ValueError(
                 "The image size must be divisible by the patch size"
@@ -546,7 +547,10 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
                 (loads in `transformers.AutoModelForImageClassification`,
                 `AutoImageProcessor` and `pipeline`, or a backbone in its
                 family's class: DINOv2, CLIP, SigLIP, ViTMAE; models it
-                cannot represent are refused before writing).
+                cannot represent are refused before writing) or "timm" (a
+                timm Hub directory, `timm.create_model("local-dir:...",
+                pretrained=True)`: the models timm's VisionTransformer
+                holds).
             preprocessing: None (default: `self.preprocessing`), a mode
                 ("imagenet" or "inception") or a `Preprocessing` record;
                 a transformers directory needs one.

@@ -13,7 +13,7 @@ the weights strictly (`keras_vit.weights.loader`):
 | --- | --- | --- |
 | keras_vit | `config.json` registered as `keras_vit>...` | Keras (`model.weights.h5`) |
 | transformers ViT / DeiT / DINOv2 / DINOv3 / CLIP / SigLIP / ViTMAE | `config.json` with `model_type` | `weights.formats.transformers` (+ one `transformers_<family>` module each) |
-| timm Hub | `config.json` with `architecture` | `weights.formats.timm`; timm's `Eva` models (DINOv3, EVA02, PE, RoPE-ViT) `weights.formats.timm_eva` |
+| timm Hub | `config.json` with `architecture` | `families.timm_zoo` chooses by timm's model class: `weights.formats.timm` (`VisionTransformer`), `weights.formats.timm_eva` (`Eva`: DINOv3, EVA, EVA02, PE, RoPE-ViT), `families.vit_relpos`, `families.vit_hybrid` |
 | keras-hub ViT / DINOv2 / DINOv3 / SigLIP | `config.json` registered as `keras_hub>...` | keras-hub, `weights.formats.keras_hub` (+ one `keras_hub_<family>` module each) |
 
 `model.save_to_preset(directory, format)` (`keras_vit.families.writers`)
@@ -25,18 +25,17 @@ backend) or `format="transformers"` (loaded by
 import os
 
 from keras_vit.families import keras_hub_source as keras_hub
-from keras_vit.families import sam
+from keras_vit.families import timm_zoo
 from keras_vit.families import transformers_source as transformers
 from keras_vit.families.writers import KERAS_WEIGHTS, PRESET_FORMATS, save_to_preset  # noqa: F401
 from keras_vit.layers.config import training_fields
-from keras_vit.models import ViT, ViTHybrid
+from keras_vit.models import ViT, ViTConvStem, ViTHybrid
 from keras_vit.models.arguments import OTHER_NAMES
 from keras_vit.validation import check_keywords
 from keras_vit.weights import loader, shards
 from keras_vit.weights.canonical import PresetSource
 from keras_vit.weights.files import read_json as _read_json
 from keras_vit.weights.formats import keras_vit as keras_vit_format
-from keras_vit.weights.formats import timm, timm_eva
 from keras_vit.weights.record import Preprocessing
 
 HF_SCHEME = "hf://"
@@ -228,9 +227,9 @@ def detect_layout(directory):
 def _keras_vit_source(directory):
     config = _read_json(os.path.join(directory, "config.json"))
     model_class = config.get("class_name")
-    if model_class not in ("ViT", "ViTHybrid"):
+    if model_class not in ("ViT", "ViTHybrid", "ViTConvStem"):
         raise ValueError(
-            f"{directory!r}: config.json must describe a keras_vit ViT or ViTHybrid (an image-text "
+            f"{directory!r}: config.json must describe a keras_vit ViT, ViTHybrid or ViTConvStem (an image-text "
             f"preset loads with keras_vit.ImageTextModel.from_preset). Received: class_name={model_class!r}"
         )
     args = dict(config["config"])
@@ -249,20 +248,10 @@ def _keras_vit_source(directory):
     return PresetSource("keras_vit", directory, model_class, args, read)
 
 
-def _timm_source(directory):
-    """timm's `Eva` models by their module, `samvit_*` by the SAM family's
-    (`keras_vit.families.sam`), every other timm ViT by `timm`'s."""
-    config = _read_json(os.path.join(directory, "config.json"))
-    if sam.is_timm_samvit(config):
-        return sam.timm_preset_source(directory)
-    reader = timm_eva if timm_eva.is_eva(config) else timm
-    return reader.preset_source(directory)
-
-
 _SOURCES = {
     "keras_vit": _keras_vit_source,
     "transformers": transformers.preset_source,
-    "timm": _timm_source,
+    "timm": timm_zoo.preset_source,
     "keras_hub": keras_hub.preset_source,
 }
 
@@ -288,7 +277,7 @@ def describe_preset(handle):
 
 
 def _build(model_class, args):
-    return {"ViT": ViT, "ViTHybrid": ViTHybrid}[model_class].from_config(args)
+    return {"ViT": ViT, "ViTHybrid": ViTHybrid, "ViTConvStem": ViTConvStem}[model_class].from_config(args)
 
 
 def _apply_overrides(args, overrides):

@@ -27,7 +27,7 @@ from keras_vit.weights.describe import numerics_unrecorded  # noqa: F401 (the co
 from keras_vit.weights.record import Preprocessing
 
 # The generic model classes a source may name besides the table's constructors.
-MODEL_CLASSES = ("ViT", "ViTHybrid")
+MODEL_CLASSES = ("ViT", "ViTHybrid", "ViTConvStem")
 CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".h5")
 
 

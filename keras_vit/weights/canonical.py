@@ -130,7 +130,7 @@ class PresetSource:
     Attributes:
         layout: "keras_vit", "transformers", "timm" or "keras_hub".
         directory: the directory.
-        model_class: "ViT" or "ViTHybrid".
+        model_class: "ViT", "ViTHybrid" or "ViTConvStem".
         arguments: keyword arguments of `model_class` for the checkpoint.
         read: `read(model) -> Checkpoint`, the weights in the canonical layout.
     """

@@ -24,15 +24,19 @@ What the files hold (`config.json` as for every timm Hub directory,
   `global_pool="avg"`), `attn_pool` (`global_pool="map"`, timm's
   `AttentionPoolLatent` on every token), `head`.
 
-The architecture's arguments are not in the file: `ARCHITECTURES` keeps
-timm's registered ones by name (read from `timm/models/eva.py`), and a
-`config.json` `model_args` entry overrides them. The rotary settings map
+The architecture's arguments are not in the file: keras_vit's table of
+timm's model functions (`keras_vit.weights.formats.timm_architectures`) keeps
+them by name, and a `config.json` `model_args` entry overrides them
+(`keras_vit.weights.formats.timm.resolve`). `use_post_norm` is the
+residual post-norm block (`norm_position="post"`, no LayerScale), and both
+final norms off (`use_fc_norm=False`, `use_post_transformer_norm=False`:
+Perception Encoder's language and spatial towers) is `final_norm=False`. The rotary settings map
 onto `keras_vit.layers.rotary.RotarySpec`: `rope_type="dinov3"` is
 keras_vit's "dinov3"; timm's `RotaryEmbeddingCat` is "eva02" (index
 coordinates, `ref_feat_shape` the reference grid, `rope_grid_offset`,
 `rope_grid_indexing="xy"` the "xy" order, `rope_temperature` the base,
 `rope_rotate_half` the half layout), named "pe" or "axial" where those
-rows say it; `rope_mixed_mode` is "mixed". Other image sizes resize the
+rows say it; `rope_type="mixed"` is "mixed". Other image sizes resize the
 position table as timm does (`position_interpolation="timm"`) and compute
 the rotary tables for the new grid, as timm's `dynamic_img_size`.
 """
@@ -40,134 +44,73 @@ the rotary tables for the new grid, as timm's `dynamic_img_size`.
 import math
 import os
 
+import numpy as np
+
 from keras_vit.layers.config import check_qkv_bias
 from keras_vit.layers.rotary import VARIANTS, RotarySpec
 from keras_vit.validation import pair
 from keras_vit.weights import canonical as C
 from keras_vit.weights.formats.conventions import torch_linear, torch_map_head_tail, torch_norm
-from keras_vit.weights.formats.timm import class_names, fold_prefix_rows, hub_source, split_config
+from keras_vit.weights.formats.timm_architectures import ARCHITECTURES, CLASS_DEFAULTS
+from keras_vit.weights.formats.timm import (
+    TRAINING, classifier, fold_prefix_rows, head, hub_source, norm_of, refuse, split_config,
+)
+from keras_vit.weights.formats.timm import resolve as timm_resolve
 from keras_vit.weights.rules import RuleTable
 
-# timm's `Eva.__init__` arguments with timm's defaults (`norm_eps`: the
-# epsilon of `norm_layer`, timm's LayerNorm's 1e-6 unless the registered
-# function passes another).
-EVA_DEFAULTS = dict(
-    img_size=224, patch_size=16, in_chans=3, num_classes=1000, global_pool="avg", embed_dim=768, depth=12,
-    num_heads=12, qkv_bias=True, qkv_fused=True, mlp_ratio=4.0, swiglu_mlp=False, swiglu_align_to=0,
-    scale_mlp=False, scale_attn_inner=False, attn_type="eva", drop_rate=0.0, pos_drop_rate=0.0,
-    patch_drop_rate=0.0, proj_drop_rate=0.0, attn_drop_rate=0.0, drop_path_rate=0.0, norm_eps=1e-6,
-    init_values=None, class_token=True, num_reg_tokens=0, no_embed_class=False, use_abs_pos_emb=True,
-    use_rot_pos_emb=False, rope_type="cat", rope_grid_offset=0.0, rope_grid_indexing="ij",
-    rope_temperature=10000.0, rope_rotate_half=False, rope_mixed_mode=False, use_post_norm=False,
-    use_pre_transformer_norm=False, use_post_transformer_norm=None, use_fc_norm=None,
-    attn_pool_num_heads=None, attn_pool_mlp_ratio=None, dynamic_img_size=False, dynamic_img_pad=False,
-    ref_feat_shape=None, head_init_scale=0.001,
-)
-# Arguments that change training only (or how timm pads inputs keras_vit refuses anyway).
-_TRAINING = ("drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate",
-             "drop_path_rate", "dynamic_img_size", "dynamic_img_pad", "head_init_scale")
-
-_SIZES = {"tiny": (192, 12, 3), "small": (384, 12, 6), "base": (768, 12, 12), "large": (1024, 24, 16)}
-ARCHITECTURES = {}
-# DINOv3: class token and four registers, no position table, DINOv3's
-# rotary embedding (half layout), LayerScale, LayerNorm 1e-5, the mean of
-# the patch tokens after `norm` (no `fc_norm`); `_qkvb`: q/v biases.
-_DINOV3 = dict(
-    patch_size=16, init_values=1e-5, rope_type="dinov3", rope_temperature=100.0, rope_rotate_half=True,
-    use_rot_pos_emb=True, use_abs_pos_emb=False, num_reg_tokens=4, use_fc_norm=False, norm_eps=1e-5,
-)
-for _name, _dim, _depth, _heads, _swiglu in (
-    ("small", 384, 12, 6, False), ("small_plus", 384, 12, 6, True), ("base", 768, 12, 12, False),
-    ("large", 1024, 24, 16, False), ("huge_plus", 1280, 32, 20, True),
-):
-    for _suffix, _bias in (("", False), ("_qkvb", True)):
-        ARCHITECTURES[f"vit_{_name}_patch16_dinov3{_suffix}"] = dict(
-            _DINOV3, embed_dim=_dim, depth=_depth, num_heads=_heads, qkv_bias=_bias,
-            **(dict(swiglu_mlp=True, swiglu_align_to=8) if _swiglu else {}),
-        )
-# EVA02: class token, position table, rotary embedding on a 16 x 16
-# reference grid, SwiGLU at ratio 4 * 2 / 3 (tiny, small: packed, fused
-# qkv; base, large: split q/k/v and the MLP's norm), mean pooling with
-# `fc_norm`; the CLIP towers also normalise the attention output and pool
-# the class token after `norm`.
-_EVA02 = dict(mlp_ratio=4 * 2 / 3, swiglu_mlp=True, use_rot_pos_emb=True, ref_feat_shape=(16, 16))
-for _size in ("tiny", "small"):
-    _dim, _depth, _heads = _SIZES[_size]
-    for _res in (224, 336):
-        ARCHITECTURES[f"eva02_{_size}_patch14_{_res}"] = dict(
-            _EVA02, img_size=_res, patch_size=14, embed_dim=_dim, depth=_depth, num_heads=_heads)
-for _size in ("base", "large"):
-    _dim, _depth, _heads = _SIZES[_size]
-    for _res in (224, 448):
-        ARCHITECTURES[f"eva02_{_size}_patch14_{_res}"] = dict(
-            _EVA02, img_size=_res, patch_size=14, embed_dim=_dim, depth=_depth, num_heads=_heads,
-            qkv_fused=False, scale_mlp=True)
-ARCHITECTURES["eva02_base_patch16_clip_224"] = dict(
-    _EVA02, img_size=224, patch_size=16, embed_dim=768, depth=12, num_heads=12, qkv_fused=False,
-    scale_mlp=True, scale_attn_inner=True, global_pool="token", num_classes=512)
-for _res in (224, 336):
-    ARCHITECTURES[f"eva02_large_patch14_clip_{_res}"] = dict(
-        _EVA02, img_size=_res, patch_size=14, embed_dim=1024, depth=24, num_heads=16, qkv_fused=False,
-        scale_mlp=True, scale_attn_inner=True, global_pool="token", num_classes=768)
-# Perception Encoder (core): `norm_pre` (patch embedding without bias), the
-# rotary embedding in "xy" order, offset by the class token, on the
-# pretraining grid, LayerNorm 1e-5, `attn_pool` with 8 heads.
-ARCHITECTURES["vit_pe_core_base_patch16_224"] = dict(
-    img_size=224, patch_size=16, embed_dim=768, depth=12, num_heads=12, global_pool="map",
-    attn_type="rope", use_pre_transformer_norm=True, use_rot_pos_emb=True, ref_feat_shape=(14, 14),
-    rope_grid_offset=1.0, rope_grid_indexing="xy", attn_pool_num_heads=8, attn_pool_mlp_ratio=4.0,
-    norm_eps=1e-5, num_classes=1024)
-# RoPE-ViT: class token, axial rotary embedding ("xy", temperature 100) or
-# the mixed one (learned frequencies, initial temperature 10), LayerScale,
-# the class token after `norm`; `_ape` adds a position table without prefix rows.
-_ROPE_VIT = dict(
-    patch_size=16, img_size=224, attn_type="rope", init_values=1e-5, global_pool="token", use_abs_pos_emb=False,
-    use_rot_pos_emb=True, rope_grid_indexing="xy", rope_temperature=100.0, use_fc_norm=False)
-for _size in ("small", "base", "large"):
-    _dim, _depth, _heads = _SIZES[_size]
-    for _kind, _extra in (
-        ("", {}), ("mixed_", dict(rope_temperature=10.0, rope_mixed_mode=True)),
-        ("ape_", dict(use_abs_pos_emb=True, no_embed_class=True)),
-        ("mixed_ape_", dict(rope_temperature=10.0, rope_mixed_mode=True, use_abs_pos_emb=True,
-                            no_embed_class=True)),
-    ):
-        ARCHITECTURES[f"vit_{_size}_patch16_rope_{_kind}224"] = dict(
-            _ROPE_VIT, embed_dim=_dim, depth=_depth, num_heads=_heads, **_extra)
+# The Eva arguments `model_arguments` reads (the others must keep their
+# defaults); `TRAINING` (timm's module) and the RoPE coordinate jitters
+# change training only.
+_READ = frozenset((
+    "img_size", "patch_size", "in_chans", "num_classes", "global_pool", "embed_dim", "depth", "num_heads",
+    "num_kv_heads", "qkv_bias", "qkv_fused", "mlp_ratio", "swiglu_mlp", "swiglu_align_to", "scale_mlp",
+    "scale_attn_inner", "attn_type", "norm_layer", "init_values", "class_token", "num_reg_tokens",
+    "no_embed_class", "use_abs_pos_emb", "use_rot_pos_emb", "rope_type", "rope_grid_offset",
+    "rope_grid_indexing", "rope_temperature", "rope_rotate_half", "use_post_norm", "use_pre_transformer_norm",
+    "use_post_transformer_norm", "use_fc_norm", "attn_pool_num_heads", "attn_pool_mlp_ratio", "ref_feat_shape",
+    "qk_norm", "attn_only_layer_scale",
+))
+_TRAINING = TRAINING | {"rope_shift_coords", "rope_jitter_coords", "rope_rescale_coords", "dynamic_img_pad"}
 
 
 def is_eva(config):
-    """Whether a timm Hub `config.json` dict names one of `ARCHITECTURES`."""
-    return split_config(config)[0] in ARCHITECTURES
+    """Whether a timm Hub `config.json` dict names one of timm's `Eva` models."""
+    entry = ARCHITECTURES.get(split_config(config)[0])
+    return entry is not None and entry["cls"] == "Eva"
 
 
 def resolve(config):
-    """timm's arguments for a config dict: the registered ones, `model_args`
-    over them, then the top-level `num_classes` and `global_pool`.
+    """timm's Eva arguments for a config dict (`keras_vit.weights.formats.timm.resolve`).
 
     Raises:
         ValueError: naming each argument keras_vit has no equivalent for.
     """
-    name, overrides, _, top = split_config(config)
-    args = {**EVA_DEFAULTS, **ARCHITECTURES[name], **overrides}
-    if "num_classes" in top:
-        args["num_classes"] = top["num_classes"]
-    if top.get("global_pool") is not None:
-        args["global_pool"] = top["global_pool"]
-    unknown = sorted(set(args) - set(EVA_DEFAULTS))
-    bad = {k: args[k] for k in unknown}
-    if args["use_post_norm"]:
-        bad["use_post_norm"] = True
+    name, cls, args = timm_resolve(config)
+    extra = {}
     if args["global_pool"] not in ("avg", "token", "map", ""):
-        bad["global_pool"] = args["global_pool"]
+        extra["global_pool"] = repr(args["global_pool"])
     fc_norm, post_norm = norms(args)
-    if fc_norm == post_norm:
-        bad["use_fc_norm"] = f"{fc_norm} with use_post_transformer_norm={post_norm} (one final norm is read)"
-    if bad:
-        raise ValueError(
-            f"Cannot build timm model {name!r}: keras_vit has no equivalent of "
-            + ", ".join(f"{k}={v!r}" for k, v in sorted(bad.items())) + "."
-        )
+    if fc_norm and post_norm:
+        extra["use_fc_norm"] = f"{fc_norm} with use_post_transformer_norm={post_norm} (one final norm is read)"
+    if norm_of(args["norm_layer"]) is None:
+        extra["norm_layer"] = repr(args["norm_layer"])
+    if args["use_rot_pos_emb"] and args["rope_type"] not in ("cat", "dinov3", "mixed"):
+        extra["rope_type"] = repr(args["rope_type"])
+    heads = kv_heads(args)
+    if any(h is not None and h != args["num_heads"] for h in heads) and (
+            args["attn_type"] != "rope" or args["qkv_fused"] or any(h is None or args["num_heads"] % h for h in heads)):
+        # timm's grouped-query attention: `AttentionRope` with separate projections.
+        extra["num_kv_heads"] = f"{args['num_kv_heads']!r} (grouped-query attention needs attn_type='rope', " \
+                                "qkv_fused=False and counts dividing num_heads)"
+    refuse(name, args, _READ | _TRAINING, CLASS_DEFAULTS[cls], extra)
     return args
+
+
+def kv_heads(args):
+    """The key/value heads of each block (None: `num_heads`), from timm's
+    `num_kv_heads` (None, an int, or one per block)."""
+    value = args["num_kv_heads"]
+    return tuple(value) if isinstance(value, list) else (value,) * args["depth"]
 
 
 def norms(args):
@@ -190,25 +133,27 @@ def split_mlp(args):
     return bool(args["swiglu_mlp"] and (args["scale_mlp"] or args["swiglu_align_to"]))
 
 
-def _variant(args, name):
-    """The keras_vit rotary variant and settings of timm's rotary arguments."""
+def _variant(args):
+    """The keras_vit rotary variant and settings of timm's rotary arguments:
+    the variant of `VARIANTS` whose row needs the fewest settings changed."""
     if args["rope_type"] == "dinov3":
-        variant = "dinov3"
+        candidates = ("dinov3",)
         spec = RotarySpec("centered", args["rope_temperature"], "yx",
                           "half" if args["rope_rotate_half"] else "interleaved")
     else:
-        variant = "mixed" if args["rope_mixed_mode"] else (
-            "pe" if name.startswith("vit_pe_") else "axial" if "_rope_" in name else "eva02")
-        reference = None if args["ref_feat_shape"] is None or variant == "mixed" else args["ref_feat_shape"]
+        mixed = args["rope_type"] == "mixed"
+        candidates = ("mixed",) if mixed else ("eva02", "pe", "axial")
+        reference = None if args["ref_feat_shape"] is None or mixed else args["ref_feat_shape"]
         spec = RotarySpec(
-            "mixed" if variant == "mixed" else "index", args["rope_temperature"],
+            "mixed" if mixed else "index", args["rope_temperature"],
             "xy" if args["rope_grid_indexing"] == "xy" else "yx",
             "half" if args["rope_rotate_half"] else "interleaved", float(args["rope_grid_offset"]),
             None if reference is None else pair(reference, "ref_feat_shape"),
         )
-    row = VARIANTS[variant]
-    settings = {k: v for k, v in spec.get_config().items() if getattr(row, k) != v}
-    return variant, settings or None
+    config = spec.get_config()
+    changes = {v: {k: x for k, x in config.items() if getattr(VARIANTS[v], k) != x} for v in candidates}
+    variant = min(candidates, key=lambda v: len(changes[v]))
+    return variant, changes[variant] or None
 
 
 def model_arguments(config):
@@ -224,48 +169,51 @@ def model_arguments(config):
     >>> args["rope"], args["qkv_bias"], args["classifier"], args["pooling"], args["num_register_tokens"]
     ('dinov3', False, 'gap', 'avg', 4)
     """
-    name = split_config(config)[0]
     args = resolve(config)
-    fc_norm, _ = norms(args)
+    fc_norm, post_norm = norms(args)
+    kind, epsilon = norm_of(args["norm_layer"])
     pool = args["global_pool"]
     eva_attention = args["attn_type"] == "eva"
     bias = bool(args["qkv_bias"])
+    post = bool(args["use_post_norm"])
     out = C.encoder_arguments(
         args["img_size"], args["patch_size"], args["embed_dim"], args["depth"], args["num_heads"],
         mlp_width(args), channels=args["in_chans"],
-        classifier={"avg": "gap", "map": "map"}.get(pool, "token"),
+        classifier=classifier(pool, args["class_token"]),
         class_token=bool(args["class_token"]),
         num_register_tokens=int(args["num_reg_tokens"]),
         pooled_norm=fc_norm,
+        final_norm=fc_norm or post_norm,
         # EvaAttention's key has no bias; AttentionRope's has.
         qkv_bias=check_qkv_bias((bias, False, bias) if eva_attention else bias),
         attention_out_norm=bool(args["scale_attn_inner"]),
         mlp_kind="swiglu" if args["swiglu_mlp"] else "plain",
         mlp_norm=bool(args["scale_mlp"]),
         mlp_activation="gelu",
-        layer_scale_init=None if args["init_values"] is None else float(args["init_values"]),
-        layer_norm_epsilon=float(args["norm_eps"]),
+        # timm's post-norm block has no LayerScale (it ignores `init_values`);
+        # with `attn_only_layer_scale` the MLP's is read as ones.
+        layer_scale_init=None if args["init_values"] is None or post else float(args["init_values"]),
+        qk_norm=bool(args["qk_norm"]),
+        norm_position="post" if post else "pre",
+        layer_norm_epsilon=epsilon,
+        norm_kind=kind,
         pre_norm=bool(args["use_pre_transformer_norm"]),
         patch_bias=not args["use_pre_transformer_norm"],
         position_embedding="learned" if args["use_abs_pos_emb"] else "none",
         position_interpolation="timm",
         classifier_activation=None,
     )
+    heads = tuple(args["num_heads"] if h is None else h for h in kv_heads(args))
+    if any(h != args["num_heads"] for h in heads):
+        out["num_kv_heads"] = heads
     if args["use_rot_pos_emb"]:
-        out["rope"], out["rope_settings"] = _variant(args, name)
+        out["rope"], out["rope_settings"] = _variant(args)
     if pool == "map":  # `AttentionPoolLatent`'s own heads and MLP ratio, where they differ
         heads = args["attn_pool_num_heads"] or args["num_heads"]
         width = int(args["embed_dim"] * (args["attn_pool_mlp_ratio"] or args["mlp_ratio"]))
         out["map_num_heads"] = None if heads == args["num_heads"] else heads
         out["map_mlp_dim"] = None if width == out["mlp_dim"] else width
-    classes = args["num_classes"]
-    out["include_top"] = bool(classes) and pool != ""
-    if out["include_top"]:
-        _, _, pretrained, top = split_config(config)
-        out.update(classes=classes, class_names=class_names(top, pretrained, classes))
-    elif pool:
-        # Without a head timm's output is the pooled features.
-        out["pooling"] = pool
+    out.update(head(config, pool, args["num_classes"]))
     return out, bool(args["no_embed_class"])
 
 
@@ -285,6 +233,8 @@ _COMMON = (
     *(rule for p, n in (("q", "query"), ("k", "key"), ("v", "value"))
       for rule in torch_linear(_B + f"attn.{p}_proj", _A + f"{n}/", "heads_in", "heads_bias")),
     *torch_norm(_B + "attn.norm", _A + "norm/"),
+    *torch_norm(_B + "attn.q_norm", _A + "qk_norm/query_norm/"),
+    *torch_norm(_B + "attn.k_norm", _A + "qk_norm/key_norm/"),
     *torch_linear(_B + "attn.proj", _A + "out/", "heads_out"),
     (_B + "gamma_1", C.ATTENTION_SCALE),
     (_B + "gamma_2", C.MLP_SCALE),
@@ -319,14 +269,33 @@ def table(args):
     return TABLES["split" if split_mlp(args) else "packed"]
 
 
+def _grouped_key_values(state, args):
+    """`(canonical key and value projections, the rest of state)`: timm's
+    `k_proj`/`v_proj` of the blocks with fewer key/value heads than query
+    heads, split by the head width (the tables split by the query heads)."""
+    width = args["embed_dim"] // args["num_heads"]
+    params, rest = {}, dict(state)
+    for i, heads in enumerate(kv_heads(args)):
+        if heads is None or heads == args["num_heads"]:
+            continue
+        for source, target in (("k_proj", "key"), ("v_proj", "value")):
+            weight, bias = rest.pop(f"blocks.{i}.attn.{source}.weight"), rest.pop(f"blocks.{i}.attn.{source}.bias", None)
+            prefix = C.block(_A, i) + f"{target}/"
+            params[prefix + "kernel"] = weight.T.reshape(weight.shape[1], heads, width)
+            if bias is not None:
+                params[prefix + "bias"] = bias.reshape(heads, width)
+    return params, rest
+
+
 def read(state, config, path):
     """A timm Eva state dict as a `Checkpoint` (keys no rule knows kept for the loader to report)."""
     args = resolve(config)
     _, no_embed_class = model_arguments(config)
+    params, state = _grouped_key_values(state, args)
     # The attention pool splits its own heads.
     pool = {k: v for k, v in state.items() if k.startswith("attn_pool.")}
     blocks = {k: v for k, v in state.items() if k not in pool}
-    params, unknown = {}, []
+    unknown = []
     try:
         for part, heads in ((blocks, args["num_heads"]), (pool, args["attn_pool_num_heads"] or args["num_heads"])):
             read_params, read_unknown = table(args).to_canonical(part, heads)
@@ -334,6 +303,10 @@ def read(state, config, path):
             unknown += read_unknown
     except ValueError as error:
         raise ValueError(f"Cannot read checkpoint {os.fspath(path)!r}: {error}") from None
+    if args["attn_only_layer_scale"] and args["init_values"] is not None and not args["use_post_norm"]:
+        # LayerScale on the attention branch alone: the MLP's scales are ones.
+        for i in range(args["depth"]):
+            params[C.block(C.MLP_SCALE, i)] = np.ones(args["embed_dim"], "float32")
     params.update({k: state[k] for k in unknown})
     return C.Checkpoint(os.fspath(path), "timm", fold_prefix_rows(params, no_embed_class), {})
 
