@@ -212,6 +212,9 @@ def test_generated_pages_are_current():
     for name, text in docs_pages.model_cards().items():
         assert _text(docs_pages.CARDS / name) == text, f"python tools/docs_pages.py rewrites {name}"
     assert {p.name for p in docs_pages.CARDS.glob("*.md")} == set(docs_pages.model_cards())
+    for name, text in docs_pages.named_preset_cards().items():
+        assert _text(docs_pages.NAMED_CARDS / name) == text, f"python tools/docs_pages.py rewrites presets/{name}"
+    assert {p.name for p in docs_pages.NAMED_CARDS.glob("*.md")} == set(docs_pages.named_preset_cards())
     readme = _text(ROOT / "README.md")
     assert docs_pages.readme_with_table(readme, docs_pages.summary_table()) == readme
     assert docs_pages.main(["--check"]) == 0
