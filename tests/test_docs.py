@@ -362,4 +362,15 @@ def test_site_builds_strictly(tmp_path):
             "model-cards/index.html"} <= pages
     models = (tmp_path / "site" / "reference" / "models" / "index.html").read_text(encoding="utf-8")
     assert "keras_vit.models.variants.ViTB16" in models and "forward_intermediates" in models
+    # Every named constructor has its own entry and docstring; classes show their
+    # constructor's signature.
+    from keras_vit.architectures import CONSTRUCTORS
+
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", models))
+    for name in CONSTRUCTORS:
+        assert f'id="keras_vit.models.variants.{name}"' in models, name
+        assert f"Builds {name}, the" in text, name
+    assert "ViT(image_size=None, patch_size=16" in text
+    layers = (tmp_path / "site" / "reference" / "layers" / "index.html").read_text(encoding="utf-8")
+    assert "TransformerBlock(" in re.sub(r"<[^>]+>", "", layers)
     print(f"mkdocs build --strict: {time.perf_counter() - started:.1f} s")
