@@ -62,7 +62,12 @@ def test_page_code_runs(page, tmp_path):
     blocks = [b for b in python_blocks(page) if not (b.skip or b.run_by)]
     if any("../shared" in b.code for b in blocks) and not SHARED.exists():
         pytest.skip(f"{page.name} reads the real weights, which are not at {SHARED}")
-    run_blocks(blocks, workspace(tmp_path), str(page.relative_to(ROOT)))
+    folder = workspace(tmp_path)
+    run_blocks(blocks, folder, str(page.relative_to(ROOT)))
+    # A reader's folder stays as it was: the guides write into a temporary folder
+    # (but the photo folder the fine-tuning guide's commands then train on).
+    wrote = sorted(p.name for p in folder.iterdir())
+    assert wrote == (["textures"] if page.name == "finetune-photos.md" else []), f"{page.name} wrote {wrote}"
 
 
 @requires_shared
