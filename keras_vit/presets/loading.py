@@ -31,7 +31,7 @@ from keras_vit.families.writers import KERAS_WEIGHTS, PRESET_FORMATS, save_to_pr
 from keras_vit.layers.config import training_fields
 from keras_vit.models import ViT, ViTHybrid
 from keras_vit.models.arguments import OTHER_NAMES
-from keras_vit.presets.named import get_named_preset, is_short_name
+from keras_vit.presets.named import NAMED_PRESETS, closest_names, get_named_preset, is_short_name
 from keras_vit.validation import check_keywords
 from keras_vit.weights import loader, shards
 from keras_vit.weights.canonical import PresetSource
@@ -208,6 +208,14 @@ def preset_directory(handle):
     if os.path.isdir(handle):
         return handle
     if is_short_name(handle) and not os.path.exists(handle):
+        if handle not in NAMED_PRESETS:
+            close = closest_names(handle)
+            raise ValueError(
+                "`handle` must be an existing directory, a short name (keras_vit.list_presets()), "
+                f"or an 'hf://org/name[@revision]' or 'kaggle://...' handle. Received: handle={handle!r} "
+                f"(no directory {os.path.abspath(handle)!r}, no named preset"
+                + (f"; closest names: {', '.join(close)}" if close else "") + ")"
+            )
         return _named_directory(handle)
     if os.path.exists(handle):
         raise ValueError(
