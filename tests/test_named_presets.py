@@ -90,6 +90,9 @@ def test_short_name_offline_names_the_handle_and_how_to_fetch_it(offline_hub):
     assert "'dinov3_vits16'" in message and row.handle in message
     assert f"hf download {row.repo_id}" in message and "gated" in message
     assert info.value.cache_path == os.path.join(offline_hub, "models--facebook--dinov3-vits16-pretrain-lvd1689m")
+    # The two-tower names resolve the same way in ImageTextModel.from_preset.
+    with pytest.raises(PresetDownloadError, match="'siglip_b16_224' is hf://google/siglip-base-patch16-224"):
+        keras_vit.ImageTextModel.from_preset("siglip_b16_224")
 
 
 def test_short_name_resolves_to_the_cached_handle(offline_hub, deit_folder):
