@@ -83,8 +83,8 @@ def test_deployment_guide_runs(tmp_path):
     (block,) = [b for b in python_blocks(GUIDES / "deployment.md") if b.run_by]
     printed, namespace = run_blocks([block], run, "deployment.md")
     assert printed.strip().splitlines()[-1] == "(2, 1000) True", printed
-    onnx_file, saved_model = run / "deit_tiny.onnx", run / "deit_tiny_384"
-    assert onnx_file.is_file() and saved_model.is_dir()
+    onnx_file, saved_model = namespace["onnx_file"], namespace["saved_model"]
+    assert os.path.isfile(onnx_file) and os.path.isdir(saved_model) and not list(run.iterdir())
     photos = np.stack([imagenet_preprocess(skimage.data.chelsea()), imagenet_preprocess(skimage.data.coffee())])
     top1 = export.run_exported(str(onnx_file), "onnx", photos).argmax(-1)
     assert top1[0] in (281, 282, 285) and top1[1] == 967, top1  # a cat, espresso
