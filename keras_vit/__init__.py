@@ -33,7 +33,7 @@ from keras_vit.models import (
 )
 from keras_vit.version import __version__
 from keras_vit.preprocessing import preprocess_input
-from keras_vit.presets import load_model
+from keras_vit.presets import list_presets, load_model
 from keras_vit.tasks.presets import from_preset
 from keras_vit.families.timm_zoo import list_models
 from keras_vit.tasks.classification import Prediction, classify, decode_predictions

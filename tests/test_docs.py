@@ -62,7 +62,12 @@ def test_page_code_runs(page, tmp_path):
     blocks = [b for b in python_blocks(page) if not (b.skip or b.run_by)]
     if any("../shared" in b.code for b in blocks) and not SHARED.exists():
         pytest.skip(f"{page.name} reads the real weights, which are not at {SHARED}")
-    run_blocks(blocks, workspace(tmp_path), str(page.relative_to(ROOT)))
+    folder = workspace(tmp_path)
+    run_blocks(blocks, folder, str(page.relative_to(ROOT)))
+    # A reader's folder stays as it was: the guides write into a temporary folder
+    # (but the photo folder the fine-tuning guide's commands then train on).
+    wrote = sorted(p.name for p in folder.iterdir())
+    assert wrote == (["textures"] if page.name == "finetune-photos.md" else []), f"{page.name} wrote {wrote}"
 
 
 @requires_shared
@@ -78,8 +83,8 @@ def test_deployment_guide_runs(tmp_path):
     (block,) = [b for b in python_blocks(GUIDES / "deployment.md") if b.run_by]
     printed, namespace = run_blocks([block], run, "deployment.md")
     assert printed.strip().splitlines()[-1] == "(2, 1000) True", printed
-    onnx_file, saved_model = run / "deit_tiny.onnx", run / "deit_tiny_384"
-    assert onnx_file.is_file() and saved_model.is_dir()
+    onnx_file, saved_model = namespace["onnx_file"], namespace["saved_model"]
+    assert os.path.isfile(onnx_file) and os.path.isdir(saved_model) and not list(run.iterdir())
     photos = np.stack([imagenet_preprocess(skimage.data.chelsea()), imagenet_preprocess(skimage.data.coffee())])
     top1 = export.run_exported(str(onnx_file), "onnx", photos).argmax(-1)
     assert top1[0] in (281, 282, 285) and top1[1] == 967, top1  # a cat, espresso
@@ -212,6 +217,9 @@ def test_generated_pages_are_current():
     for name, text in docs_pages.model_cards().items():
         assert _text(docs_pages.CARDS / name) == text, f"python tools/docs_pages.py rewrites {name}"
     assert {p.name for p in docs_pages.CARDS.glob("*.md")} == set(docs_pages.model_cards())
+    for name, text in docs_pages.named_preset_cards().items():
+        assert _text(docs_pages.NAMED_CARDS / name) == text, f"python tools/docs_pages.py rewrites presets/{name}"
+    assert {p.name for p in docs_pages.NAMED_CARDS.glob("*.md")} == set(docs_pages.named_preset_cards())
     readme = _text(ROOT / "README.md")
     assert docs_pages.readme_with_table(readme, docs_pages.summary_table()) == readme
     assert docs_pages.main(["--check"]) == 0
@@ -359,4 +367,15 @@ def test_site_builds_strictly(tmp_path):
             "model-cards/index.html"} <= pages
     models = (tmp_path / "site" / "reference" / "models" / "index.html").read_text(encoding="utf-8")
     assert "keras_vit.models.variants.ViTB16" in models and "forward_intermediates" in models
+    # Every named constructor has its own entry and docstring; classes show their
+    # constructor's signature.
+    from keras_vit.architectures import CONSTRUCTORS
+
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", models))
+    for name in CONSTRUCTORS:
+        assert f'id="keras_vit.models.variants.{name}"' in models, name
+        assert f"Builds {name}, the" in text, name
+    assert "ViT(image_size=None, patch_size=16" in text
+    layers = (tmp_path / "site" / "reference" / "layers" / "index.html").read_text(encoding="utf-8")
+    assert "TransformerBlock(" in re.sub(r"<[^>]+>", "", layers)
     print(f"mkdocs build --strict: {time.perf_counter() - started:.1f} s")

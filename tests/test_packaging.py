@@ -53,3 +53,16 @@ def test_wheel_holds_every_module_and_data_file(tmp_path):
     }
     expected |= {f"keras_vit_tools/{p.name}" for p in (ROOT / "tools").glob("*.py")}
     assert expected <= names, f"missing from the wheel: {sorted(expected - names)}"
+
+
+def test_each_backend_extra_runs_the_quick_start():
+    """A one-backend install (`pip install -e ".[jax]"`) has what the README's
+    quick start and main job import, and the README says how to select it."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    extras = {k: set(v.split()) for k, v in config["options.extras_require"].items()}
+    for backend in ("jax", "tensorflow", "torch"):
+        assert {"scikit-image", "scikit-learn", "Pillow"} <= extras[backend], backend
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    install = readme.split("## Install", 1)[1].split("\n## ", 1)[0]
+    assert '".[jax]"' in install and "KERAS_BACKEND=jax" in install

@@ -48,9 +48,11 @@ def test_quickstart_copies_are_the_readme_s():
 def test_offline_quickstart_runs(tmp_path):
     (block,) = [b for b in python_blocks(ROOT / "README.md") if "deit_tiny_patch16_224.npz" in b.code]
     printed, _ = run_blocks([block], workspace(tmp_path), "README.md")
-    synsets = [line.split()[0] for line in printed.strip().splitlines()]
-    # tabby, tiger cat, Egyptian cat, in any order.
-    assert sorted(synsets) == ["n02123045", "n02123159", "n02124075"], printed
+    rows = [line.split() for line in printed.strip().splitlines()]
+    assert sorted(row[0] for row in rows) == ["n02123045", "n02123159", "n02124075"], printed
+    # The block's comment names the output in the order it prints.
+    comment = block.code.rsplit("#", 1)[1]
+    assert [row[1] for row in rows] == [name.strip() for name in comment.split(",")], printed
 
 
 def _slug(heading):

@@ -55,7 +55,8 @@ def command_model(args, source=None):
             what = "" if weights is None else f": the weights name {weights!r} is registered per architecture"
             raise ValueError(
                 f"--model is needed{what}. Give --model: a constructor name (ViTTi16, ViTB16, ...) "
-                "with --weights, a checkpoint or .keras file, a preset folder or an hf:// handle."
+                "with --weights, a short name (keras_vit.list_presets()), a checkpoint or .keras file, "
+                "a preset folder or an hf:// handle."
             )
         source, weights = args.weights, None
     else:

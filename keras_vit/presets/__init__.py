@@ -5,6 +5,8 @@
   describes);
 - `keras_vit.presets.image_text`: the two-tower directories of
   `keras_vit.ImageTextModel`;
+- `keras_vit.presets.named`: the short names of the families' published
+  checkpoints (`list_presets`, `NAMED_PRESETS`);
 - `keras_vit.presets.resolver`: `load_model`, a model from whatever names one
   (a constructor, a checkpoint file, a `.keras` file, a preset).
 """
@@ -22,4 +24,5 @@ from keras_vit.presets.loading import (
     preset_directory,
     save_to_preset,
 )
+from keras_vit.presets.named import NAMED_PRESETS, NamedPreset, get_named_preset, list_presets
 from keras_vit.presets.resolver import load_model

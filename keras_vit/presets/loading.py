@@ -31,6 +31,7 @@ from keras_vit.families.writers import KERAS_WEIGHTS, PRESET_FORMATS, save_to_pr
 from keras_vit.layers.config import training_fields
 from keras_vit.models import ViT, ViTConvStem, ViTHybrid
 from keras_vit.models.arguments import OTHER_NAMES
+from keras_vit.presets.named import NAMED_PRESETS, closest_names, get_named_preset, is_short_name
 from keras_vit.validation import check_keywords
 from keras_vit.weights import loader, shards
 from keras_vit.weights.canonical import PresetSource
@@ -150,20 +151,40 @@ def _download_kaggle(handle):
         ) from error
 
 
+def _named_directory(name):
+    # A short name is its handle; offline, the error says both and how to fetch it.
+    row = get_named_preset(name)
+    try:
+        return _download(row.handle)
+    except PresetDownloadError as error:
+        gated = (" The repository is gated: accept its licence on its Hub page and log in "
+                 "(`hf auth login`) before downloading." if row.gated else "")
+        raise PresetDownloadError(
+            f"The named preset {name!r} is {row.handle} ({row.card}; licence: "
+            f"{row.licence or 'none declared on its model card'}).{gated} {error}",
+            error.repo_id,
+            error.cache_path,
+        ) from error
+
+
 def preset_directory(handle):
     """The local directory of a preset handle (downloading `hf://` and `kaggle://` ones).
 
     Args:
-        handle: a directory, `"hf://org/name[@revision][/subfolder]"` or
+        handle: a directory, a short name (`keras_vit.list_presets()`:
+            "dinov3_vits16" stands for its `hf://` handle),
+            `"hf://org/name[@revision][/subfolder]"` or
             `"kaggle://owner/model/framework/variation[/version]"`.
 
     Returns:
         The directory's path.
 
     Raises:
-        PresetDownloadError: an `hf://` or `kaggle://` handle that can be
-            neither downloaded nor found in its library's cache.
-        ValueError: for anything else that is not a preset directory.
+        PresetDownloadError: an `hf://` or `kaggle://` handle (or a short
+            name's) that can be neither downloaded nor found in its library's
+            cache; the message names the handle and `hf download` fetches it.
+        ValueError: for anything else that is not a preset directory (an
+            unknown short name: the closest ones).
 
     Example:
 
@@ -185,6 +206,16 @@ def preset_directory(handle):
         return _download_kaggle(handle)
     if os.path.isdir(handle):
         return handle
+    if is_short_name(handle) and not os.path.exists(handle):
+        if handle not in NAMED_PRESETS:
+            close = closest_names(handle)
+            raise ValueError(
+                "`handle` must be an existing directory, a short name (keras_vit.list_presets()), "
+                f"or an 'hf://org/name[@revision]' or 'kaggle://...' handle. Received: handle={handle!r} "
+                f"(no directory {os.path.abspath(handle)!r}, no named preset"
+                + (f"; closest names: {', '.join(close)}" if close else "") + ")"
+            )
+        return _named_directory(handle)
     if os.path.exists(handle):
         raise ValueError(
             f"`handle` must be a preset directory; {handle!r} is a file. "
@@ -339,7 +370,8 @@ def from_preset(handle, **overrides):
     anything else is a `ValueError` naming the file.
 
     Args:
-        handle: a local directory, `"hf://org/name[@revision]"`,
+        handle: a local directory, a short name (`keras_vit.list_presets()`,
+            e.g. "dinov3_vits16": its `hf://` handle), `"hf://org/name[@revision]"`,
             downloaded through `huggingface_hub` (its cache, `HF_HUB_OFFLINE`,
             token and progress bars), or
             `"kaggle://owner/model/framework/variation[/version]"`,

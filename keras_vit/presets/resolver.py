@@ -7,6 +7,7 @@ the library and every command (`keras-vit inspect`, `export`, `classify`,
 | `source` | built by |
 | --- | --- |
 | a keras model | itself |
+| a short name ("dinov3_vits16": `keras_vit.list_presets()`) | `keras_vit.from_preset` of its `hf://` handle |
 | a preset folder (keras_vit, transformers, timm, keras-hub), `hf://org/name[@revision]` or `kaggle://owner/model/framework/variation` | `keras_vit.from_preset` |
 | a `.keras` file | `keras.saving.load_model` |
 | a checkpoint file (`.npz`, `.safetensors`, `.pth`, `.weights.h5`, ...) | the named constructor of the architecture its tensors hold, `weights=` the file |
@@ -23,6 +24,7 @@ import difflib
 import os
 
 from keras_vit.architectures import ARCHITECTURE_CONFIGS, CONSTRUCTORS, get_variant
+from keras_vit.presets.named import NAMED_PRESETS, closest_names
 from keras_vit.weights.describe import numerics_unrecorded  # noqa: F401 (the commands' import)
 from keras_vit.weights.record import Preprocessing
 
@@ -44,8 +46,8 @@ _LOWER_NAMES = {name.lower(): name for name in (*CONSTRUCTORS, *MODEL_CLASSES)}
 
 def _closest(name):
     names = list(CONSTRUCTORS) + list(MODEL_CLASSES) + list(ARCHITECTURE_CONFIGS)
-    match = difflib.get_close_matches(name, names, n=1)
-    return f" Did you mean {match[0]!r}?" if match else ""
+    match = difflib.get_close_matches(name, names, n=1) + closest_names(name)
+    return f" Did you mean {' or '.join(map(repr, match))}?" if match else ""
 
 
 def _constructor(name):
@@ -104,7 +106,8 @@ def load_model(source, weights=None, preprocessing=None, **overrides):
     """A keras_vit model from a name, a file, a preset folder or a Hub handle.
 
     Args:
-        source: a keras model (returned as it is); a preset folder, an
+        source: a keras model (returned as it is); a short name
+            ("dinov3_vits16", `keras_vit.list_presets()`); a preset folder, an
             `"hf://org/name[@revision]"` or a
             `"kaggle://owner/model/framework/variation"` handle
             (`keras_vit.from_preset`); a `.keras` file; a checkpoint file
@@ -147,7 +150,7 @@ def load_model(source, weights=None, preprocessing=None, **overrides):
             )
         return source
     source = _check_source(source)
-    if source.startswith(HANDLE_SCHEMES) or os.path.isdir(source):
+    if source.startswith(HANDLE_SCHEMES) or os.path.isdir(source) or source in NAMED_PRESETS:
         if weights is not None:
             raise ValueError(
                 f"A preset holds its own weights. Received: source={source!r}, weights={weights!r}"
@@ -168,7 +171,8 @@ def load_model(source, weights=None, preprocessing=None, **overrides):
         raise ValueError(
             f"Unknown model {source!r}: no file or folder of that name (in "
             f"{os.getcwd()!r}) and no model name. Give a constructor "
-            f"({', '.join(CONSTRUCTORS)}, ViT), an architecture name, a checkpoint or "
+            f"({', '.join(CONSTRUCTORS)}, ViT), an architecture name, a short name "
+            "(keras_vit.list_presets()), a checkpoint or "
             f".keras file, a preset folder or an hf:// or kaggle:// handle.{_closest(source)}"
         )
     prep = _preprocessing(preprocessing, getattr(model, "image_size", (224, 224)))

@@ -52,7 +52,8 @@ def from_preset(handle, **overrides):
     layouts and overrides).
 
     Args:
-        handle: a local directory, `"hf://org/name[@revision]"` or
+        handle: a local directory, a short name (`keras_vit.list_presets()`:
+            "dinov3_vits16", "siglip_b16_224", ...), `"hf://org/name[@revision]"` or
             `"kaggle://owner/model/framework/variation[/version]"`.
         **overrides: for an image model, `keras_vit.presets.OVERRIDES`; a
             task model takes `dtype` alone.

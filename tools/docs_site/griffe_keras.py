@@ -14,9 +14,10 @@ does not know:
   each documented name against the signature, and should keep doing so for
   every other name, so that a renamed argument fails the strict build.
 
-It also adds the named constructors (`ViTB16`, ...), which
-`keras_vit.models.variants` makes at import time from the variants table, to
-the statically read package: they are read from the imported module.
+It also gives the named constructors (`ViTB16`, ...) the docstrings
+`keras_vit.models.variants` makes at import time from the variants table: the
+statically read functions have none, so they are read from the imported
+module.
 """
 
 import importlib
@@ -130,13 +131,15 @@ def _read_keras_style(obj):
 
 
 def _add_named_constructors(package):
+    # Read from the imported module: the functions are written in the source
+    # without a docstring, which `_named` gives each one from its table row
+    # at import time.
     variants = package["models.variants"]
     imported = griffe.inspect("keras_vit.models.variants")
     for name in importlib.import_module("keras_vit.models.variants").CONSTRUCTORS:
-        if name not in variants.members:
-            function = imported[name]
-            _read_keras_style(function)
-            variants.set_member(name, function)
+        function = imported[name]
+        _read_keras_style(function)
+        variants.set_member(name, function)
 
 
 class KerasDocstrings(griffe.Extension):
