@@ -36,6 +36,7 @@ from keras_vit.weights.canonical import PresetSource
 from keras_vit.weights.files import read_json as _read_json
 from keras_vit.weights.formats import keras_vit as keras_vit_format
 from keras_vit.weights.formats import timm, timm_eva
+from keras_vit.weights.formats.task_family import TaskSource
 from keras_vit.weights.record import Preprocessing
 
 HF_SCHEME = "hf://"
@@ -265,7 +266,10 @@ def describe_preset(handle):
     """A `PresetSource`: the layout and model arguments of a preset.
 
     Reads the configuration files only (an `hf://` handle is downloaded), so
-    it shows what `from_preset` would build without building it.
+    it shows what `from_preset` would build without building it. A task
+    model's directory gives a `TaskSource` (its encoder's and its own
+    arguments; a transformers one reads the tensors too, whose buffers
+    decide part of the model).
 
     Example:
 
@@ -278,7 +282,12 @@ def describe_preset(handle):
     ('keras_vit', 'ViT', 3)
     """
     directory = preset_directory(handle)
-    return _SOURCES[detect_layout(directory)](directory)
+    layout = detect_layout(directory)
+    from keras_vit.tasks import presets as task_presets
+
+    if task_presets.is_task_preset(directory, layout):
+        return task_presets.task_source(directory, layout)
+    return _SOURCES[layout](directory)
 
 
 def _build(model_class, args):
@@ -319,8 +328,13 @@ def build(source, **overrides):
     """The model a `PresetSource` describes, with `overrides`, its weights loaded.
 
     The step `from_preset` ends with, for readers that hold a source already
-    (a two-tower preset's image tower, read from tensors read once).
+    (a two-tower preset's image tower, read from tensors read once). A
+    `TaskSource` builds the task model it describes.
     """
+    if isinstance(source, TaskSource):
+        from keras_vit.tasks import presets as task_presets
+
+        return task_presets.build_task(source, **overrides)
     args = _apply_overrides(source.arguments, overrides)
     model = _build(source.model_class, args)
     if source.layout == "keras_vit" and not overrides:
@@ -356,7 +370,10 @@ def from_preset(handle, **overrides):
             for transformers, timm and keras-hub checkpoints), `dtype`.
 
     Returns:
-        A `keras_vit.ViT` (or `ViTHybrid`).
+        A `keras_vit.ViT` (or `ViTHybrid`); for a checkpoint of a task
+        model (transformers' Depth Anything, DPT, CHMv2 and EoMT, keras-hub's
+        Depth Anything), the `keras_vit.tasks` model it holds
+        (`DepthEstimator`, `Segmenter`; `keras_vit.tasks.presets`).
 
     Raises:
         ValueError: unreadable or unknown layouts, architectures keras_vit

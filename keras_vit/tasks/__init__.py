@@ -4,7 +4,17 @@
 - `keras_vit.tasks.classification`: `classify` (image files to named
   probabilities) and `decode_predictions`;
 - `keras_vit.tasks.zero_shot`: `ImageTextModel` (two towers in one
-  embedding space), zero-shot classifiers and retrieval.
+  embedding space), zero-shot classifiers and retrieval;
+- `keras_vit.tasks.depth`: `DepthEstimator` (DPT heads: Depth Anything,
+  DPT, CHMv2) and `estimate_depth`;
+- `keras_vit.tasks.segmentation`: `Segmenter` (EoMT, and a linear head)
+  and `segment`;
+- `keras_vit.tasks.dense_processing`: how the dense tasks' images are
+  prepared (`DenseProcessing`);
+- `keras_vit.tasks.dense_training`: folders of images with masks or depth
+  maps, the losses and metrics, sliding-window inference;
+- `keras_vit.tasks.presets`: task checkpoints (transformers, keras-hub,
+  keras_vit directories) built and loaded.
 
 The encoders stay in `keras_vit.models`; a task model wraps one.
 """

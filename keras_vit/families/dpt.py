@@ -1,0 +1,334 @@
+"""The DPT family: Depth Anything, DPT and CHMv2 checkpoints <-> `DepthEstimator`.
+
+Facts about the transformers files (`save_pretrained`, transformers 5):
+
+- `DepthAnythingForDepthEstimation` (`model_type` "depth_anything"): a DINOv2
+  backbone under `backbone.` (DINOv2's own names, `backbone_config` a DINOv2
+  config whose `out_indices` count the embeddings as stage 0, so stage `k` is
+  block `k - 1`; `apply_layernorm` puts the final norm on the features),
+  `neck.reassemble_stage.layers.{i}.projection` (1x1) and `.resize`
+  (transposed convolution of the factor, or a strided 3x3 one),
+  `neck.convs.{i}` (3x3, no bias), `neck.fusion_stage.layers.{i}` with
+  `residual_layer1`/`residual_layer2` (`convolution1`, `convolution2`) and
+  `projection` (the first block's `residual_layer1` is never used), and
+  `head.conv1`/`conv2`/`conv3`. The class token is dropped (only the first
+  token: no register tokens); the fusion resizes to the next level's size;
+  the head resizes to the patch grid times the patch size; ReLU
+  ("relative") or sigmoid ("metric"), times `max_depth`.
+- `DPTForDepthEstimation` ("dpt"): a ViT under `dpt.` (ViT's names, no
+  pooler) whose raw block outputs `backbone_out_indices` are read (no final
+  norm), or a DINOv2 backbone under `backbone.` (`backbone_config`);
+  `neck.reassemble_stage.readout_projects.{i}.0` (the class token
+  concatenated and projected, `readout_type="project"`); every fusion block
+  doubles its map; `head.head.0`/`.2`/`.4` (widths `F/2`, 32, 1), an
+  optional `head.projection`; batch norm in the fusion units where
+  `use_batch_norm_in_fusion_residual`. Position embeddings are resized
+  bilinearly (`position_interpolation="dpt"`).
+- `CHMv2ForDepthEstimation` ("chmv2"): a DINOv3 backbone under `backbone.`
+  (features after its norm, with their class tokens), the neck under
+  `head.` (`reassemble_stage`, `convs`, `fusion_layers.{i}`: the first
+  without `residual_layer1`), `head.conv_depth.head.0`/`.2`/`.4` to
+  `number_output_channels` bin logits, turned into depth by `DepthBins`.
+
+The processors (`preprocessor_config.json`, `DPTImageProcessor`,
+`CHMv2ImageProcessor`) become `DenseProcessing` records
+(`keras_vit.tasks.dense_processing`). Written back
+(`DepthEstimator.save_to_preset(format="transformers")`): Depth Anything
+and CHMv2 models, and DPT on a plain ViT.
+"""
+
+from keras_vit.tasks.dense_processing import from_transformers
+from keras_vit.weights.formats.conventions import torch_linear
+from keras_vit.weights.formats.task_family import TaskFamily, check_fields, merge, read_head, split_prefix
+from keras_vit.families.dinov2 import TransformersDinov2 as Dinov2Family
+from keras_vit.families.dinov3 import TransformersDinov3 as Dinov3Family
+from keras_vit.families.vit import TransformersViT as ViTFamily
+
+# What the neck's and head's tensors are called in each family's state dict:
+# the neck's prefix, its fusion blocks, the head's convolutions in order.
+LAYOUTS = {
+    "depth_anything": dict(neck="neck.", fusion="fusion_stage.layers", head=("head.conv1", "head.conv2", "head.conv3")),
+    "dpt": dict(neck="neck.", fusion="fusion_stage.layers", head=("head.head.0", "head.head.2", "head.head.4")),
+    "chmv2": dict(neck="head.", fusion="fusion_layers",
+                  head=("head.conv_depth.head.0", "head.conv_depth.head.2", "head.conv_depth.head.4")),
+}
+IGNORED = {"num_batches_tracked": "a batch-norm step counter, not a weight"}
+
+
+def _batch_norm(source, target):
+    return (
+        (f"{source}.weight", target + "scale"), (f"{source}.bias", target + "bias"),
+        (f"{source}.running_mean", target + "moving_mean"), (f"{source}.running_var", target + "moving_variance"),
+    )
+
+
+def neck_rules(style, factors, skip_levels=0, readout="ignore", batch_norm=False, projection=False):
+    """The rules of a DPT neck and depth head's tensors (torch names ->
+    the `DepthEstimator`'s variable keys), for `len(factors)` levels."""
+    layout = LAYOUTS[style]
+    neck, fusion = layout["neck"], layout["neck"] + layout["fusion"]
+    rules = []
+    for i, factor in enumerate(factors):
+        if i >= skip_levels:
+            stage = f"{neck}reassemble_stage."
+            rules += torch_linear(f"{stage}layers.{i}.projection", f"neck/projection_{i}/", "conv")
+            if factor != 1:
+                target = f"neck/resize_{i}/" + ("conv/" if factor < 1 else "")
+                rules += torch_linear(f"{stage}layers.{i}.resize", target, "conv")
+            if readout == "project":
+                rules += torch_linear(f"{stage}readout_projects.{i}.0", f"neck/readout_{i}/")
+        rules.append((f"{neck}convs.{i}.weight", f"neck/conv_{i}/kernel", "conv"))
+    for i in range(len(factors)):
+        for unit in (1, 2):
+            if unit == 1 and i == 0 and style == "chmv2":
+                continue
+            source, target = f"{fusion}.{i}.residual_layer{unit}", f"neck/fusion_{i}_unit_{unit}/"
+            for conv in (1, 2):
+                rules += torch_linear(f"{source}.convolution{conv}", f"{target}conv_{conv}/", "conv")
+                if batch_norm:
+                    rules += _batch_norm(f"{source}.batch_norm{conv}", f"{target}norm_{conv}/")
+        rules += torch_linear(f"{fusion}.{i}.projection", f"neck/fusion_{i}_projection/", "conv")
+    for i, name in enumerate(layout["head"]):
+        rules += torch_linear(name, f"depth_head/conv_{i + 1}/", "conv")
+    if projection:
+        rules += torch_linear("head.projection", "depth_head/projection/", "conv")
+    return tuple(rules)
+
+
+def stage_blocks(config, family):
+    """The blocks a transformers backbone config's `out_indices` (or
+    `out_features`) names: stage `k` is the output of block `k - 1`."""
+    indices = config.get("out_indices")
+    if indices is None and config.get("out_features"):
+        indices = [int(name.replace("stage", "")) for name in config["out_features"]]
+    if indices is None:
+        indices = [config["num_hidden_layers"]]
+    if not all(isinstance(k, int) and 1 <= k <= config["num_hidden_layers"] for k in indices):
+        raise family.unsupported(
+            f"`out_indices` must name blocks' stages, 1..{config['num_hidden_layers']} (stage 0, the "
+            f"embeddings, has no block). Received: out_indices={indices!r}"
+        )
+    return [k - 1 for k in indices]
+
+
+def _encoder_only(args):
+    """A backbone family's `ViT` arguments as a task's encoder: every token out."""
+    return dict(args, include_top=False, pooling=None, classifier="token")
+
+
+class _DptFamily(TaskFamily):
+    """What the three transformers DPT families share."""
+
+    TASK = "DepthEstimator"
+    STYLE = None
+    BACKBONE_PREFIX = "backbone."
+
+    def read(self, state, config, path):
+        encoder_family, backbone, prefix = self.backbone(config)
+        inside, head = split_prefix(state, prefix)
+        encoder = encoder_family.read(inside, backbone, path)
+        _, _, task = self.arguments(config)
+        rules = neck_rules(
+            self.STYLE, task["reassemble_factors"], len(task["neck_channels"]) - len(task["feature_blocks"]),
+            task["readout"], task.get("fusion_batch_norm", False), task.get("head_projection", False),
+        )
+        params, ignored = read_head(head, rules, IGNORED)
+        return merge(encoder, params, ignored, path)
+
+    def preprocessing(self, processor):
+        """The `DenseProcessing` record of a `preprocessor_config.json` dict."""
+        return from_transformers(processor)
+
+    def backbone(self, config):
+        """`(its TransformersFamily, its config with a class, its prefix)` of the encoder."""
+        backbone = dict(config["backbone_config"])
+        kind = backbone.get("model_type")
+        families = {"dinov2": (Dinov2Family(), "Dinov2Backbone"), "dinov3_vit": (Dinov3Family(), "DINOv3ViTBackbone")}
+        if kind not in families:
+            raise self.unsupported(
+                f"the backbone must be one of {sorted(families)}. Received: backbone_config.model_type={kind!r}"
+            )
+        family, hf_class = families[kind]
+        return family, dict(backbone, architectures=[hf_class]), self.BACKBONE_PREFIX
+
+    def backbone_arguments(self, config):
+        family, backbone, _ = self.backbone(config)
+        return "ViT", _encoder_only(family.model_arguments(backbone)), backbone
+
+
+class TransformersDepthAnything(_DptFamily):
+    """transformers' Depth Anything (V1 and V2, relative and metric).
+
+    Example:
+
+    >>> family = TransformersDepthAnything()
+    >>> _, encoder, task = family.arguments({"model_type": "depth_anything", "backbone_config": {
+    ...     "model_type": "dinov2", "hidden_size": 16, "num_hidden_layers": 4, "num_attention_heads": 2,
+    ...     "out_indices": [3, 4], "reshape_hidden_states": False}, "reassemble_hidden_size": 16,
+    ...     "neck_hidden_sizes": [8, 16], "reassemble_factors": [2, 0.5], "fusion_hidden_size": 8})
+    >>> task["feature_blocks"], task["style"], encoder["num_layers"]
+    ([2, 3], 'depth_anything', 4)
+    """
+
+    NAME = "Depth Anything model"
+    MODEL_TYPES = ("depth_anything",)
+    STYLE = "depth_anything"
+    FIELDS = frozenset((
+        "backbone_config", "patch_size", "reassemble_hidden_size", "reassemble_factors", "neck_hidden_sizes",
+        "fusion_hidden_size", "head_in_index", "head_hidden_size", "depth_estimation_type", "max_depth",
+        "backbone", "use_pretrained_backbone", "use_timm_backbone", "backbone_kwargs",
+    ))
+
+    def arguments(self, config, state=None):
+        check_fields(config, self.FIELDS, self.NAME)
+        self.check_class(config, ("DepthAnythingForDepthEstimation",))
+        if config.get("backbone") or config.get("use_timm_backbone"):
+            raise self.unsupported("the backbone must be given by `backbone_config`, not by name.")
+        encoder_class, encoder, backbone = self.backbone_arguments(config)
+        if backbone.get("reshape_hidden_states", True) or encoder.get("num_register_tokens"):
+            raise self.unsupported(
+                "Depth Anything drops one prefix token from token sequences: the backbone must return "
+                "tokens (reshape_hidden_states=False) and have no register tokens."
+            )
+        if config.get("head_in_index", -1) != -1:
+            raise self.unsupported(f"head_in_index must be -1. Received: {config['head_in_index']!r}")
+        if config.get("reassemble_hidden_size", encoder["hidden_size"]) != encoder["hidden_size"]:
+            raise self.unsupported("reassemble_hidden_size must be the backbone's hidden_size.")
+        kind = config.get("depth_estimation_type", "relative")
+        task = dict(
+            feature_blocks=stage_blocks(backbone, self), neck_channels=list(config.get("neck_hidden_sizes", (48, 96, 192, 384))),
+            reassemble_factors=list(config.get("reassemble_factors", (4, 2, 1, 0.5))),
+            fusion_size=config.get("fusion_hidden_size", 64), style=self.STYLE, readout="ignore",
+            feature_norm=bool(backbone.get("apply_layernorm", True)), head_size=config.get("head_hidden_size", 32),
+            depth=kind, max_depth=float(config.get("max_depth") or 1),
+        )
+        return encoder_class, encoder, task
+
+
+class TransformersDpt(_DptFamily):
+    """transformers' DPT for depth, on a ViT (or a DINOv2 backbone).
+
+    Example:
+
+    >>> _, encoder, task = TransformersDpt().arguments({"model_type": "dpt", "hidden_size": 16,
+    ...     "num_hidden_layers": 4, "num_attention_heads": 2, "intermediate_size": 32,
+    ...     "image_size": 32, "patch_size": 8, "neck_hidden_sizes": [8, 8, 16, 16]})
+    >>> task["readout"], task["feature_blocks"], encoder["position_interpolation"]
+    ('project', [2, 5, 8, 11], 'dpt')
+    """
+
+    NAME = "DPT model"
+    MODEL_TYPES = ("dpt",)
+    STYLE = "dpt"
+    FIELDS = frozenset((
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+        "hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_eps", "image_size", "patch_size",
+        "num_channels", "is_hybrid", "qkv_bias", "backbone_out_indices", "readout_type", "reassemble_factors",
+        "neck_hidden_sizes", "fusion_hidden_size", "head_in_index", "use_batch_norm_in_fusion_residual",
+        "use_bias_in_fusion_residual", "add_projection", "use_auxiliary_head", "auxiliary_loss_weight",
+        "semantic_loss_ignore_index", "semantic_classifier_dropout", "backbone_featmap_shape",
+        "neck_ignore_stages", "backbone_config", "pooler_output_size", "pooler_act", "backbone",
+        "use_pretrained_backbone", "use_timm_backbone", "backbone_kwargs",
+    ))
+    VIT_DEFAULTS = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                        hidden_act="gelu", layer_norm_eps=1e-12, image_size=384, patch_size=16, num_channels=3,
+                        qkv_bias=True, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+    def _vit_config(self, config):
+        vit = {k: config.get(k, v) if config.get(k) is not None else v for k, v in self.VIT_DEFAULTS.items()}
+        return dict(vit, model_type="vit", architectures=["ViTModel"])
+
+    def backbone(self, config):
+        if config.get("backbone_config") and not config.get("is_hybrid"):
+            return super().backbone(config)
+        return ViTFamily(), self._vit_config(config), "dpt."
+
+    def arguments(self, config, state=None):
+        check_fields(config, self.FIELDS, self.NAME)
+        self.check_class(config, ("DPTForDepthEstimation",))
+        if config.get("is_hybrid"):
+            raise self.unsupported("the hybrid (BiT) DPT is not read yet.")
+        if config.get("backbone") or config.get("use_timm_backbone"):
+            raise self.unsupported("the backbone must be given by `backbone_config`, not by name.")
+        if config.get("head_in_index", -1) != -1:
+            raise self.unsupported(f"head_in_index must be -1. Received: {config['head_in_index']!r}")
+        if config.get("backbone_config"):
+            encoder_class, encoder, backbone = self.backbone_arguments(config)
+            blocks, norm = stage_blocks(backbone, self), bool(backbone.get("apply_layernorm", True))
+            if backbone.get("reshape_hidden_states", True):
+                raise self.unsupported("the backbone must return tokens (reshape_hidden_states=False).")
+        else:
+            encoder_class = "ViT"
+            encoder = _encoder_only(ViTFamily().model_arguments(self._vit_config(config)))
+            encoder["position_interpolation"] = "dpt"
+            blocks, norm = list(config.get("backbone_out_indices") or (2, 5, 8, 11)), False
+        batch_norm = bool(config.get("use_batch_norm_in_fusion_residual", False))
+        if config.get("use_bias_in_fusion_residual") not in (None, not batch_norm):
+            raise self.unsupported("use_bias_in_fusion_residual must be None or the opposite of batch norm.")
+        task = dict(
+            feature_blocks=blocks, neck_channels=list(config.get("neck_hidden_sizes", (96, 192, 384, 768))),
+            reassemble_factors=list(config.get("reassemble_factors", (4, 2, 1, 0.5))),
+            fusion_size=config.get("fusion_hidden_size", 256), style=self.STYLE,
+            readout=config.get("readout_type", "project"), feature_norm=norm, head_size=32,
+            head_projection=bool(config.get("add_projection", False)), depth="relative",
+            fusion_batch_norm=batch_norm,
+        )
+        return encoder_class, encoder, task
+
+
+class TransformersChmv2(_DptFamily):
+    """transformers' CHMv2 (canopy height, DPT on DINOv3, depth from bins).
+
+    Example:
+
+    >>> _, encoder, task = TransformersChmv2().arguments({"model_type": "chmv2", "backbone_config": {
+    ...     "model_type": "dinov3_vit", "hidden_size": 16, "num_hidden_layers": 4, "num_attention_heads": 2,
+    ...     "intermediate_size": 32, "out_indices": [1, 2, 3, 4], "return_class_token": True},
+    ...     "post_process_channels": [8, 8, 16, 16], "fusion_hidden_size": 8, "number_output_channels": 6})
+    >>> task["depth"], task["num_bins"], task["readout"], encoder["rope"]
+    ('bins', 6, 'project', 'dinov3')
+    """
+
+    NAME = "CHMv2 model"
+    MODEL_TYPES = ("chmv2",)
+    STYLE = "chmv2"
+    FIELDS = frozenset((
+        "backbone_config", "patch_size", "reassemble_factors", "post_process_channels", "fusion_hidden_size",
+        "head_hidden_size", "number_output_channels", "readout_type", "min_depth", "max_depth",
+        "bins_strategy", "norm_strategy", "backbone", "use_pretrained_backbone", "use_timm_backbone",
+        "backbone_kwargs",
+    ))
+
+    def arguments(self, config, state=None):
+        check_fields(config, self.FIELDS, self.NAME)
+        self.check_class(config, ("CHMv2ForDepthEstimation",))
+        encoder_class, encoder, backbone = self.backbone_arguments(config)
+        blocks = stage_blocks(backbone, self)
+        norm = bool(backbone.get("apply_layernorm", True))
+        if not norm and backbone["num_hidden_layers"] - 1 in blocks:
+            raise self.unsupported("apply_layernorm=False with the last block tapped (normed alone) is not read.")
+        if not backbone.get("reshape_hidden_states", True):
+            raise self.unsupported("the backbone must return feature maps (reshape_hidden_states=True).")
+        readout = config.get("readout_type", "project") if backbone.get("return_class_token", False) else "ignore"
+        task = dict(
+            feature_blocks=blocks, neck_channels=list(config.get("post_process_channels") or (128, 256, 512, 1024)),
+            reassemble_factors=list(config.get("reassemble_factors") or (4, 2, 1, 0.5)),
+            fusion_size=config.get("fusion_hidden_size", 256), style=self.STYLE, readout=readout,
+            feature_norm=norm, head_size=config.get("head_hidden_size", 128), depth="bins",
+            max_depth=float(config.get("max_depth", 96.0)), min_depth=float(config.get("min_depth", 0.001)),
+            num_bins=int(config.get("number_output_channels", 256)),
+            bins_strategy=config.get("bins_strategy", "chmv2_mixlog"),
+            bins_normalization=config.get("norm_strategy", "chmv2_mixlog"),
+        )
+        return encoder_class, encoder, task
+
+
+TRANSFORMERS_DPT_FAMILIES = (TransformersDepthAnything(), TransformersDpt(), TransformersChmv2())
+# The processor class each family's directory holds.
+PROCESSORS = {"depth_anything": "DPTImageProcessor", "dpt": "DPTImageProcessor", "chmv2": "CHMv2ImageProcessor"}
+
+
+
+def keras_hub_family(directory):
+    """keras-hub's Depth Anything preset family, or None (see `keras_hub_dpt`)."""
+    return None
