@@ -243,16 +243,55 @@ class TransformersDpt(_DptFamily):
             return super().backbone(config)
         return ViTFamily(), self._vit_config(config), "dpt."
 
+    def read(self, state, config, path):
+        if not config.get("is_hybrid"):
+            return super().read(state, config, path)
+        # The BiT stem to the canonical ResNet keys; the rest is a ViT's,
+        # its patch embedding the 1x1 projection of the stem's map.
+        stem, rest = split_prefix(state, "dpt.embeddings.backbone.bit.")
+        params, _ = read_head(stem, bit_rules(config["backbone_config"]["depths"]), {})
+        renamed = {k.replace("dpt.embeddings.projection.", "dpt.embeddings.patch_embeddings.projection."): v
+                   for k, v in rest.items()}
+        checkpoint = super().read(renamed, config, path)
+        return merge(checkpoint, params, {}, path)
+
+    def _hybrid_arguments(self, config):
+        """`ViTHybrid` arguments of a DPT-Hybrid config (a BiT stem of three stages)."""
+        bit = dict(BIT_DEFAULTS, **(config.get("backbone_config") or {}))
+        width = bit["embedding_size"] / 64
+        expected = [int(64 * width) * 4 * 2**s for s in range(len(bit["depths"]))]
+        checks = {
+            "layer_type": (bit["layer_type"], "bottleneck"), "global_padding": (str(bit["global_padding"]).upper(), "SAME"),
+            "embedding_dynamic_padding": (bit["embedding_dynamic_padding"], True), "num_groups": (bit["num_groups"], 32),
+            "hidden_sizes": (list(bit["hidden_sizes"]), expected), "hidden_act": (bit["hidden_act"], "relu"),
+        }
+        for field, (value, wanted) in checks.items():
+            if value != wanted:
+                raise self.unsupported(f"the BiT stem must have {field}={wanted!r} (keras_vit's ResNet). "
+                                       f"Received: backbone_config.{field}={value!r}")
+        args = _encoder_only(ViTFamily().model_arguments(self._vit_config(config)))
+        stride = 4 * 2 ** (len(bit["depths"]) - 1)
+        patch = config.get("patch_size", 16)
+        if patch % stride:
+            raise self.unsupported(f"patch_size must be a multiple of the stem's stride {stride}. Received: {patch}")
+        args.update(resnet_layers=list(bit["depths"]), resnet_width=width, patch_size=patch // stride,
+                    resnet_norm_epsilon=1e-5, resnet_conv_epsilon=1e-8, position_interpolation="dpt")
+        return args
+
     def arguments(self, config, state=None):
         check_fields(config, self.FIELDS, self.NAME)
         self.check_class(config, ("DPTForDepthEstimation",))
-        if config.get("is_hybrid"):
-            raise self.unsupported("the hybrid (BiT) DPT is not read yet.")
         if config.get("backbone") or config.get("use_timm_backbone"):
             raise self.unsupported("the backbone must be given by `backbone_config`, not by name.")
         if config.get("head_in_index", -1) != -1:
             raise self.unsupported(f"head_in_index must be -1. Received: {config['head_in_index']!r}")
-        if config.get("backbone_config"):
+        if config.get("is_hybrid"):
+            encoder_class, encoder = "ViTHybrid", self._hybrid_arguments(config)
+            indices = list(config.get("backbone_out_indices") or (2, 5, 8, 11))
+            blocks, norm = indices[2:], False
+            if config.get("readout_type", "project") != "project" or list(config.get("neck_ignore_stages", [0, 1])) != [0, 1]:
+                raise self.unsupported("DPT-Hybrid reads out by projection and skips the first two levels.")
+        elif config.get("backbone_config"):
             encoder_class, encoder, backbone = self.backbone_arguments(config)
             blocks, norm = stage_blocks(backbone, self), bool(backbone.get("apply_layernorm", True))
             if backbone.get("reshape_hidden_states", True):
@@ -323,12 +362,169 @@ class TransformersChmv2(_DptFamily):
         return encoder_class, encoder, task
 
 
+# transformers' `BitConfig` defaults that a DPT-Hybrid config may leave out.
+BIT_DEFAULTS = dict(layer_type="bottleneck", global_padding="SAME", embedding_dynamic_padding=True, num_groups=32,
+                    embedding_size=64, hidden_sizes=[256, 512, 1024], depths=[3, 4, 9], hidden_act="relu")
+
+
+def bit_rules(depths):
+    """The rules of transformers' BiT stem (non-pre-activation bottlenecks)
+    -> the canonical ResNet keys of the hybrids."""
+    rules = list(torch_linear("embedder.convolution", "conv_root/", "conv"))[:1]
+    rules += [("embedder.norm.weight", "gn_root/scale"), ("embedder.norm.bias", "gn_root/bias")]
+    for s, units in enumerate(depths):
+        for u in range(units):
+            source, target = f"encoder.stages.{s}.layers.{u}.", f"block{s + 1}/unit{u + 1}/"
+            for c in (1, 2, 3):
+                rules.append((f"{source}conv{c}.weight", f"{target}conv{c}/kernel", "conv"))
+                rules += [(f"{source}norm{c}.weight", f"{target}gn{c}/scale"),
+                          (f"{source}norm{c}.bias", f"{target}gn{c}/bias")]
+            rules.append((f"{source}downsample.conv.weight", f"{target}conv_proj/kernel", "conv"))
+            rules += [(f"{source}downsample.norm.weight", f"{target}gn_proj/scale"),
+                      (f"{source}downsample.norm.bias", f"{target}gn_proj/bias")]
+    return tuple(rules)
+
+
 TRANSFORMERS_DPT_FAMILIES = (TransformersDepthAnything(), TransformersDpt(), TransformersChmv2())
 # The processor class each family's directory holds.
 PROCESSORS = {"depth_anything": "DPTImageProcessor", "dpt": "DPTImageProcessor", "chmv2": "CHMv2ImageProcessor"}
 
 
 
+def _keras_hub_rules(factors):
+    """keras-hub's Depth Anything neck and head variables -> the `DepthEstimator`'s
+    (both Keras layouts: renames only)."""
+    rules = []
+    for i, factor in enumerate(factors):
+        stage = f"neck/reassemble_stage_{i}/"
+        for leaf in ("kernel", "bias"):
+            rules.append((f"{stage}projection/{leaf}", f"neck/projection_{i}/{leaf}"))
+            if factor != 1:
+                rules.append((f"{stage}resize/{leaf}", f"neck/resize_{i}/" + ("conv/" if factor < 1 else "") + leaf))
+        rules.append((f"neck/convs_{i}/kernel", f"neck/conv_{i}/kernel"))
+        fusion = f"neck/fusion_stage_{i}/"
+        for leaf in ("kernel", "bias"):
+            for unit in (1, 2):
+                for conv in (1, 2):
+                    rules.append((f"{fusion}residual_layer{unit}/convolution{conv}/{leaf}",
+                                  f"neck/fusion_{i}_unit_{unit}/conv_{conv}/{leaf}"))
+            rules.append((f"{fusion}projection/{leaf}", f"neck/fusion_{i}_projection/{leaf}"))
+    for conv in (1, 2, 3):
+        for leaf in ("kernel", "bias"):
+            rules.append((f"head/conv{conv}/{leaf}", f"depth_head/conv_{conv}/{leaf}"))
+    return tuple(rules)
+
+
+class KerasHubDepthAnything:
+    """keras-hub's Depth Anything presets (`keras_hub>DepthEstimator` on a
+    `keras_hub>DepthAnythingBackbone` with a `DINOV2Backbone` image encoder).
+
+    The image encoder is read by keras_vit's keras-hub DINOv2 family
+    (`weights.formats.keras_hub_dinov2`); the neck and head are keras-hub's
+    port of transformers' (`DepthAnythingNeck`, the fusion resizing to the
+    next level's size) under `neck/` and `head/`; `feature_keys` name
+    the image encoder's `stageK` outputs (block `K - 1`), after its final
+    norm where `apply_layernorm`; the task adds ReLU ("relative") or
+    sigmoid times `max_depth` ("metric"); a preset without `task.json` (the
+    published ones: the backbone alone) is read as the relative-depth model
+    it was converted from. The image converter resizes to a
+    fixed size (no crop here: the depth map covers the whole image).
+    """
+
+    NAME = "keras-hub Depth Anything preset"
+    TASK = "DepthEstimator"
+    REGISTERED = "keras_hub>DepthAnythingBackbone"
+    TASKS = ("keras_hub>DepthEstimator", "keras_hub>DepthAnythingDepthEstimator")
+
+    def unsupported(self, message):
+        return ValueError(f"Cannot build this {self.NAME}: {message}")
+
+    def _configs(self, directory):
+        from keras_vit.weights.formats.keras_hub_family import read_json
+
+        backbone, task = read_json(directory, "config.json"), read_json(directory, "task.json")
+        if task is None:
+            # keras-hub's published presets are the backbone alone, converted
+            # from the relative-depth checkpoints.
+            return backbone["config"], {"depth_estimation_type": "relative"}
+        if task.get("registered_name") not in self.TASKS:
+            raise self.unsupported(f"task.json must describe one of {self.TASKS}. Received: "
+                                   f"{task.get('registered_name')!r}")
+        return backbone["config"], task["config"]
+
+    def arguments(self, directory, state=None):
+        from keras_vit.weights.formats.keras_hub_dinov2 import Dinov2Family as KerasHubDinov2
+        from keras_vit.weights.formats.keras_hub_family import input_shape
+
+        config, task = self._configs(directory)
+        encoder = config["image_encoder"]
+        if encoder.get("registered_name") != "keras_hub>DINOV2Backbone":
+            raise self.unsupported(f"the image encoder must be a DINOV2Backbone. Received: {encoder.get('registered_name')!r}")
+        encoder_config = encoder["config"]
+        args = dict(KerasHubDinov2().encoder_arguments(encoder_config, input_shape(encoder_config)),
+                    include_top=False, pooling=None)
+        keys = config.get("feature_keys") or [f"stage{k + 1}" for k in range(encoder_config["num_layers"])]
+        if not all(str(k).startswith("stage") and str(k)[5:].isdigit() and int(str(k)[5:]) >= 1 for k in keys):
+            raise self.unsupported(f"feature_keys must name encoder blocks (stage1, stage2, ...). Received: {keys!r}")
+        if config.get("head_in_index", -1) != -1 or config.get("data_format", "channels_last") != "channels_last":
+            raise self.unsupported("head_in_index must be -1 and data_format channels_last.")
+        kind = task.get("depth_estimation_type", "relative")
+        task_args = dict(
+            feature_blocks=[int(str(k)[5:]) - 1 for k in keys], neck_channels=list(config["neck_hidden_dims"]),
+            reassemble_factors=list(config["reassemble_factors"]), fusion_size=config["fusion_hidden_dim"],
+            style="depth_anything", readout="ignore", feature_norm=bool(encoder_config.get("apply_layernorm", False)),
+            head_size=config["head_hidden_dim"], depth=kind,
+            max_depth=float(task["max_depth"]) if kind == "metric" else 1.0,
+        )
+        prep = _keras_hub_processing(directory)
+        if prep is not None:
+            task_args["preprocessing"] = prep.get_config()
+        return "ViT", args, task_args
+
+    def read(self, directory, num_heads):
+        """The preset's variables (loaded by keras-hub itself) as one `Checkpoint`."""
+        import keras
+
+        from keras_vit.weights import canonical as C
+        from keras_vit.weights.formats.keras_hub_dinov2 import Dinov2Family as KerasHubDinov2
+        from keras_vit.weights.formats.keras_hub_family import WEIGHTS_FILE
+
+        try:
+            import keras_hub
+        except ImportError:
+            raise ImportError(f"Reading the keras-hub preset {directory!r} needs keras-hub (`pip install keras-hub`).") from None
+        config, task_config = self._configs(directory)
+        # keras-hub rebuilds the task from its preset given the task's own settings.
+        settings = {k: task_config[k] for k in ("depth_estimation_type", "max_depth", "min_depth") if k in task_config}
+        task = keras_hub.models.DepthEstimator.from_preset(directory, **settings)
+        variables = {v.path: keras.ops.convert_to_numpy(v) for v in task.weights}
+        path = f"{directory}/{WEIGHTS_FILE}"
+        head = {k: v for k, v in variables.items() if k.startswith(("neck/", "head/"))}
+        encoder_vars = {k: v for k, v in variables.items() if k not in head}
+        encoder = KerasHubDinov2().read(encoder_vars, config["image_encoder"], num_heads, path)
+        params, ignored = read_head(head, _keras_hub_rules(config["reassemble_factors"]), {})
+        return merge(C.Checkpoint(path, "keras_hub", encoder.params, encoder.ignored), params, ignored, path)
+
+
+def _keras_hub_processing(directory):
+    """A keras-hub preset's image converter as a `DenseProcessing` record (an
+    exact resize to its size, no crop), or None."""
+    from keras_vit.tasks.dense_processing import DenseProcessing
+    from keras_vit.weights.formats.keras_hub_family import preprocessing
+
+    record = preprocessing(directory)
+    if record is None:
+        return None
+    return DenseProcessing(mean=record.mean, std=record.std, size=record.image_size, resize="exact",
+                           interpolation=record.interpolation)
+
+
 def keras_hub_family(directory):
-    """keras-hub's Depth Anything preset family, or None (see `keras_hub_dpt`)."""
-    return None
+    """keras-hub's Depth Anything preset family for a preset directory, or None."""
+    import os
+
+    from keras_vit.weights.files import read_json
+
+    path = os.path.join(directory, "config.json")
+    config = read_json(path) if os.path.isfile(path) else {}
+    return KerasHubDepthAnything() if config.get("registered_name") == KerasHubDepthAnything.REGISTERED else None

@@ -445,7 +445,8 @@ class ResNetStage(_BottleneckLayer):
         return config
 
 
-def resnet_backbone(x, resnet_layers, resnet_width=1.0, dtype=None, standardize=True):
+def resnet_backbone(x, resnet_layers, resnet_width=1.0, dtype=None, standardize=True,
+                    norm_epsilon=NORM_EPSILON, conv_epsilon=CONV_EPSILON):
     """Applies the hybrid ViT's ResNet to the symbolic tensor `x`.
 
     The stem (`conv_root` 7x7/2 StdConv, `gn_root`, ReLU, 3x3/2 SAME
@@ -462,6 +463,10 @@ def resnet_backbone(x, resnet_layers, resnet_width=1.0, dtype=None, standardize=
         dtype: dtype or dtype policy of the layers.
         standardize: bool, default True: whether the convolutions standardise
             their kernels (see `StdConv2D`).
+        norm_epsilon: float, default 1e-6 (Google's): the GroupNorms'
+            epsilon (transformers' BiT: 1e-5).
+        conv_epsilon: float, default 1e-5 (Google's): the weight
+            standardisation's (transformers' BiT: 1e-8).
 
     Returns:
         The feature map, downsampled by
@@ -469,9 +474,9 @@ def resnet_backbone(x, resnet_layers, resnet_width=1.0, dtype=None, standardize=
     """
     width = int(64 * resnet_width)
     x = StdConv2D(
-        width, 7, strides=2, standardize=standardize, name="conv_root", dtype=dtype
+        width, 7, strides=2, standardize=standardize, epsilon=conv_epsilon, name="conv_root", dtype=dtype
     )(x)
-    x = group_norm("gn_root", dtype=dtype)(x)
+    x = group_norm("gn_root", epsilon=norm_epsilon, dtype=dtype)(x)
     x = keras.layers.ReLU(name="relu_root", dtype=dtype)(x)
     x = MaxPool2D(3, strides=2, padding="same", name="pool_root", dtype=dtype)(x)
     for s, units in enumerate(resnet_layers):
@@ -480,6 +485,8 @@ def resnet_backbone(x, resnet_layers, resnet_width=1.0, dtype=None, standardize=
             units,
             strides=1 if s == 0 else 2,
             standardize=standardize,
+            norm_epsilon=norm_epsilon,
+            conv_epsilon=conv_epsilon,
             name=f"block{s + 1}",
             dtype=dtype,
         )(x)

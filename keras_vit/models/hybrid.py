@@ -5,7 +5,7 @@ import keras
 from keras_vit.architectures import stem_stride
 from keras_vit.layers.resnet import StdConv2D, resnet_backbone
 from keras_vit.models.vit import ViT
-from keras_vit.validation import check_bool
+from keras_vit.validation import check_bool, check_positive_float
 
 
 def _check_resnet_layers(value):
@@ -70,6 +70,11 @@ class ViTHybrid(ViT):
             standardise their kernels on every call, as the official model
             (and as fine-tuning needs). `for_inference()` returns a copy with
             the kernels standardised once and this set to False.
+        resnet_norm_epsilon: float, default 1e-6 (Google's checkpoints): the
+            ResNet's GroupNorm epsilon (transformers' BiT, as in DPT-Hybrid:
+            1e-5).
+        resnet_conv_epsilon: float, default 1e-5 (Google's): the epsilon of
+            the weight standardisation (transformers' BiT: 1e-8).
         name: model name, default "vit_hybrid".
         **kwargs: every other argument of `keras_vit.ViT` (`image_size`,
             `hidden_size`, `num_layers`, `num_heads`, `mlp_dim`, `classes`,
@@ -100,6 +105,8 @@ class ViTHybrid(ViT):
         resnet_width=1.0,
         patch_size=1,
         weight_standardization=True,
+        resnet_norm_epsilon=1e-6,
+        resnet_conv_epsilon=1e-5,
         name="vit_hybrid",
         **kwargs,
     ):
@@ -109,6 +116,8 @@ class ViTHybrid(ViT):
         self.weight_standardization = check_bool(
             weight_standardization, "weight_standardization"
         )
+        self.resnet_norm_epsilon = check_positive_float(resnet_norm_epsilon, "resnet_norm_epsilon")
+        self.resnet_conv_epsilon = check_positive_float(resnet_conv_epsilon, "resnet_conv_epsilon")
         super().__init__(patch_size=patch_size, name=name, **kwargs)
 
     def architecture_config(self):
@@ -128,6 +137,8 @@ class ViTHybrid(ViT):
             self.resnet_width,
             dtype=dtype,
             standardize=self.weight_standardization,
+            norm_epsilon=self.resnet_norm_epsilon,
+            conv_epsilon=self.resnet_conv_epsilon,
         )
 
     def _inference_config(self, config):
@@ -146,4 +157,6 @@ class ViTHybrid(ViT):
         config["resnet_layers"] = list(self.resnet_layers)
         config["resnet_width"] = self.resnet_width
         config["weight_standardization"] = self.weight_standardization
+        config["resnet_norm_epsilon"] = self.resnet_norm_epsilon
+        config["resnet_conv_epsilon"] = self.resnet_conv_epsilon
         return config
