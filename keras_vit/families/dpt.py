@@ -37,9 +37,20 @@ The processors (`preprocessor_config.json`, `DPTImageProcessor`,
 and CHMv2 models, and DPT on a plain ViT.
 """
 
-from keras_vit.tasks.dense_processing import from_transformers
+import numpy as np
+
+from keras_vit.tasks.dense_processing import from_transformers, to_transformers
 from keras_vit.weights.formats.conventions import torch_linear
-from keras_vit.weights.formats.task_family import TaskFamily, check_fields, merge, read_head, split_prefix
+from keras_vit.weights.formats.task_family import (
+    TaskFamily,
+    check_fields,
+    encoder_state,
+    merge,
+    read_head,
+    refuse,
+    split_prefix,
+)
+from keras_vit.weights.rules import RuleTable
 from keras_vit.families.dinov2 import TransformersDinov2 as Dinov2Family
 from keras_vit.families.dinov3 import TransformersDinov3 as Dinov3Family
 from keras_vit.families.vit import TransformersViT as ViTFamily
@@ -53,6 +64,8 @@ LAYOUTS = {
                   head=("head.conv_depth.head.0", "head.conv_depth.head.2", "head.conv_depth.head.4")),
 }
 IGNORED = {"num_batches_tracked": "a batch-norm step counter, not a weight"}
+# The top-level names of a `DepthEstimator`'s own layers (the rest is the encoder's).
+HEAD_PREFIXES = ("neck/", "depth_head/")
 
 
 def _batch_norm(source, target):
@@ -155,6 +168,57 @@ class _DptFamily(TaskFamily):
         family, backbone, _ = self.backbone(config)
         return "ViT", _encoder_only(family.model_arguments(backbone)), backbone
 
+    # Writing.
+
+    HF_CLASS = None
+    BACKBONE = None  # (family, its transformers class) of the written backbone
+
+    def writes(self, model):
+        return getattr(model, "style", None) == self.STYLE and hasattr(model, "depth_head")
+
+    def _check_common(self, model, depths):
+        if model.depth not in depths:
+            raise refuse(f"{self.HF_CLASS} predicts {' or '.join(depths)} depth. Received: depth={model.depth!r}")
+        if model.skip_levels or type(model.encoder).__name__ != "ViT":
+            raise refuse(f"{self.HF_CLASS} is written on a plain ViT (hybrids are read, not written)")
+
+    def _check_backbone(self, model):
+        family, hf_class = self.BACKBONE
+        flat, _, _ = encoder_state(model, HEAD_PREFIXES)
+        if family.export_class(dict(flat, include_top=False, pooling="token")) != hf_class:
+            raise refuse(f"the encoder is not shaped like {hf_class}")
+        family.refuse_options(flat, hf_class)
+        return flat
+
+    def _head_state(self, model, head):
+        rules = neck_rules(self.STYLE, model.neck.reassemble_factors, model.skip_levels, model.readout,
+                           model.neck.fusion_batch_norm, model.head_projection)
+        state = RuleTable(rules).from_canonical(head)
+        for key in [k for k in state if k.endswith(".running_mean")]:
+            # PyTorch's batch-norm step counter, which keras_vit does not keep.
+            state[key.replace(".running_mean", ".num_batches_tracked")] = np.zeros((), "int64")
+        return state
+
+    def _backbone_files(self, model):
+        """`(backbone_config, backbone state under backbone.)`."""
+        family, hf_class = self.BACKBONE
+        flat, encoder, head = encoder_state(model, HEAD_PREFIXES)
+        pooled = dict(flat, include_top=False, pooling="token")
+        backbone = family.export_config(pooled, hf_class)
+        backbone.pop("architectures", None)
+        backbone.update(out_indices=[b + 1 for b in model.feature_blocks], apply_layernorm=model.feature_norm)
+        state = {f"backbone.{k}": v for k, v in family.export_state(encoder, hf_class, pooled).items()}
+        state.update(self._head_state(model, head))
+        return backbone, state
+
+    @staticmethod
+    def _factors(model):
+        # transformers sizes its convolutions from these: ints where whole.
+        return [int(f) if f == int(f) else f for f in model.neck.reassemble_factors]
+
+    def _processor(self, model):
+        return None if model.preprocessing is None else to_transformers(model.preprocessing, PROCESSORS[self.STYLE])
+
 
 class TransformersDepthAnything(_DptFamily):
     """transformers' Depth Anything (V1 and V2, relative and metric).
@@ -203,6 +267,32 @@ class TransformersDepthAnything(_DptFamily):
             depth=kind, max_depth=float(config.get("max_depth") or 1),
         )
         return encoder_class, encoder, task
+
+    HF_CLASS = "DepthAnythingForDepthEstimation"
+    BACKBONE = (Dinov2Family(), "Dinov2Model")
+
+    def check_export(self, model):
+        self._check_common(model, ("relative", "metric"))
+        flat = self._check_backbone(model)
+        if model.readout != "ignore" or flat.get("num_register_tokens", 0) or model.head_projection:
+            raise refuse(f"{self.HF_CLASS} drops the class token, has no register tokens and no head projection")
+        if model.neck.fusion_batch_norm:
+            raise refuse(f"{self.HF_CLASS} has no batch norm in its fusion blocks")
+        if model.max_depth != int(model.max_depth):
+            raise refuse(f"{self.HF_CLASS}'s config holds max_depth as an int. Received: {model.max_depth}")
+
+    def export_files(self, model):
+        backbone, state = self._backbone_files(model)
+        backbone["reshape_hidden_states"] = False
+        config = {
+            "architectures": [self.HF_CLASS], "model_type": "depth_anything", "backbone_config": backbone,
+            "patch_size": model.encoder.patch_size[0], "reassemble_hidden_size": model.encoder.hidden_size,
+            "reassemble_factors": self._factors(model),
+            "neck_hidden_sizes": list(model.neck.neck_channels), "fusion_hidden_size": model.neck.fusion_size,
+            "head_in_index": -1, "head_hidden_size": model.head_size, "depth_estimation_type": model.depth,
+            "max_depth": int(model.max_depth), "dtype": "float32",
+        }
+        return config, state, self._processor(model)
 
 
 class TransformersDpt(_DptFamily):
@@ -314,6 +404,39 @@ class TransformersDpt(_DptFamily):
         )
         return encoder_class, encoder, task
 
+    HF_CLASS = "DPTForDepthEstimation"
+
+    def check_export(self, model):
+        from keras_vit.weights.writers import _flat_config
+
+        self._check_common(model, ("relative",))
+        flat = _flat_config(model.encoder)
+        if model.feature_norm or model.head_size != 32 or flat.get("position_interpolation") != "dpt":
+            raise refuse(f"{self.HF_CLASS} on a ViT reads raw block outputs (feature_norm=False), has a 32-wide "
+                         "head and resizes positions bilinearly (position_interpolation='dpt')")
+        if flat.get("layer_scale_init") is not None or flat.get("num_register_tokens", 0):
+            raise refuse(f"{self.HF_CLASS}'s ViT has no LayerScale and no register tokens")
+        ViTFamily().refuse_options(dict(flat, position_interpolation="official"), "ViTModel")
+        if model.head_projection and model.neck.fusion_size != 256:
+            raise refuse(f"{self.HF_CLASS}'s head projection is 256 wide. Received: fusion_size={model.neck.fusion_size}")
+
+    def export_files(self, model):
+        flat, encoder, head = encoder_state(model, HEAD_PREFIXES)
+        family = ViTFamily()
+        vit = family.export_config(dict(flat, include_top=False), "ViTModel")
+        for key in ("architectures", "model_type", "encoder_stride"):
+            vit.pop(key, None)
+        config = dict(
+            vit, architectures=[self.HF_CLASS], model_type="dpt", is_hybrid=False,
+            backbone_out_indices=list(model.feature_blocks), readout_type=model.readout,
+            reassemble_factors=self._factors(model), neck_hidden_sizes=list(model.neck.neck_channels),
+            fusion_hidden_size=model.neck.fusion_size, head_in_index=-1,
+            use_batch_norm_in_fusion_residual=model.neck.fusion_batch_norm, add_projection=model.head_projection,
+        )
+        state = {f"dpt.{k}": v for k, v in family.rule_table("ViTModel").from_canonical(encoder).items()}
+        state.update(self._head_state(model, head))
+        return config, state, self._processor(model)
+
 
 class TransformersChmv2(_DptFamily):
     """transformers' CHMv2 (canopy height, DPT on DINOv3, depth from bins).
@@ -360,6 +483,29 @@ class TransformersChmv2(_DptFamily):
             bins_normalization=config.get("norm_strategy", "chmv2_mixlog"),
         )
         return encoder_class, encoder, task
+
+    HF_CLASS = "CHMv2ForDepthEstimation"
+    BACKBONE = (Dinov3Family(), "DINOv3ViTModel")
+
+    def check_export(self, model):
+        self._check_common(model, ("bins",))
+        self._check_backbone(model)
+        if model.head_projection or model.neck.fusion_batch_norm or not model.feature_norm:
+            raise refuse(f"{self.HF_CLASS} has no head projection nor fusion batch norm, and norms its features")
+
+    def export_files(self, model):
+        backbone, state = self._backbone_files(model)
+        backbone.update(reshape_hidden_states=True, return_class_token=model.readout != "ignore")
+        config = {
+            "architectures": [self.HF_CLASS], "model_type": "chmv2", "backbone_config": backbone,
+            "patch_size": model.encoder.patch_size[0], "reassemble_factors": self._factors(model),
+            "post_process_channels": list(model.neck.neck_channels), "fusion_hidden_size": model.neck.fusion_size,
+            "head_hidden_size": model.head_size, "number_output_channels": model.num_bins,
+            "readout_type": "project" if model.readout == "ignore" else model.readout,
+            "min_depth": model.min_depth, "max_depth": model.max_depth, "bins_strategy": model.bins_strategy,
+            "norm_strategy": model.bins_normalization, "dtype": "float32",
+        }
+        return config, state, self._processor(model)
 
 
 # transformers' `BitConfig` defaults that a DPT-Hybrid config may leave out.

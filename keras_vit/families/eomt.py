@@ -35,14 +35,26 @@ The processor (`EomtImageProcessor`) becomes a `DenseProcessing` record;
 
 import numpy as np
 
-from keras_vit.tasks.dense_processing import from_transformers
+from keras_vit.tasks.dense_processing import from_transformers, to_transformers
+from keras_vit.weights import canonical as C
 from keras_vit.weights.formats.conventions import torch_linear, torch_norm
-from keras_vit.weights.formats.task_family import TaskFamily, check_fields, merge, read_head
+from keras_vit.weights.formats.task_family import (
+    TaskFamily,
+    check_fields,
+    encoder_state,
+    merge,
+    read_head,
+    refuse,
+)
 from keras_vit.families.dinov2 import TransformersDinov2 as Dinov2Family
 from keras_vit.families.dinov3 import TransformersDinov3 as Dinov3Family
-from keras_vit.weights.formats.transformers_family import class_names
+from keras_vit.weights.formats.transformers_family import class_names, label_config
+from keras_vit.weights.rules import RuleTable
 
 IGNORED = {"criterion.empty_weight": "the loss's class weights, not a model weight"}
+HEAD_PREFIXES = ("queries/", "eomt_head/")
+# The loss weight of the "no object" class (transformers' default `no_object_weight`).
+NO_OBJECT_WEIGHT = 0.1
 MASK_PROBABILITIES = "attn_mask_probs"
 # Config fields of training alone (losses, point sampling, dropout, the
 # DINOv3 coordinate augmentations).
@@ -106,6 +118,38 @@ class _EomtFamily(TaskFamily):
     def preprocessing(self, processor):
         return from_transformers(processor)
 
+    # Writing.
+
+    def writes(self, model):
+        return getattr(model, "head", None) == "eomt" and self._shaped(model)
+
+    def check_export(self, model):
+        if not self.writes(model):
+            raise refuse(f"{self.CLASS} holds {self.ENCODER} encoders")
+        family, hf_class = self.BACKBONE
+        flat, _, _ = encoder_state(model, HEAD_PREFIXES)
+        family.refuse_options(dict(flat, position_interpolation=self.EXPORTED_INTERPOLATION), hf_class)
+
+    def export_files(self, model):
+        family, hf_class = self.BACKBONE
+        flat, encoder, head = encoder_state(model, HEAD_PREFIXES)
+        pooled = dict(flat, include_top=False, pooling="token")
+        fields = family.export_config(pooled, hf_class)
+        config = {k: v for k, v in fields.items() if k in self.FIELDS}
+        config.update(
+            architectures=[self.CLASS], model_type=self.MODEL_TYPES[0], num_queries=model.num_queries,
+            num_blocks=model.num_blocks, num_upscale_blocks=model.num_upscale_blocks, dtype="float32",
+            **label_config(model.class_names, model.classes), **self.extra_config(fields),
+        )
+        state = self.unrename(family.export_state(encoder, hf_class, pooled))
+        state.update(RuleTable(head_rules(model.num_upscale_blocks)).from_canonical(head))
+        state["criterion.empty_weight"] = np.array([1.0] * model.classes + [NO_OBJECT_WEIGHT], "float32")
+        processor = None if model.preprocessing is None else to_transformers(model.preprocessing, "EomtImageProcessor")
+        return config, state, processor
+
+    def extra_config(self, fields):
+        return {}
+
     def read(self, state, config, path):
         family, backbone = self.backbone(config)
         encoder_state, head = _split(state, config["num_hidden_layers"])
@@ -140,6 +184,55 @@ class TransformersEomt(_EomtFamily):
         kind = "dinov2_with_registers" if registers else "dinov2"
         hf_class = "Dinov2WithRegistersModel" if registers else "Dinov2Model"
         return Dinov2Family(), dict(merged, model_type=kind, architectures=[hf_class], qkv_bias=True)
+
+    ENCODER = "DINOv2-style (LayerScale, learned positions, class token)"
+    BACKBONE = (Dinov2Family(), "Dinov2Model")
+    EXPORTED_INTERPOLATION = "dinov2"
+
+    def _shaped(self, model):
+        from keras_vit.weights.writers import _flat_config
+
+        flat = _flat_config(model.encoder)
+        return (flat.get("layer_scale_init") is not None and flat.get("position_embedding", "learned") == "learned"
+                and flat.get("rope") is None and model.encoder.has_class_token
+                and type(model.encoder).__name__ == "ViT")
+
+    def extra_config(self, fields):
+        return {"mlp_ratio": fields["mlp_ratio"], "layerscale_value": fields["layerscale_value"],
+                "use_swiglu_ffn": fields["use_swiglu_ffn"]}
+
+    @staticmethod
+    def unrename(state):
+        """DINOv2's names back to EoMT's: the class token's position row
+        folded into the token, the mask token dropped."""
+        out = {}
+        names = {"attention.query": "q_proj", "attention.key": "k_proj", "attention.value": "v_proj",
+                 "output.dense": "out_proj"}
+        for key, value in state.items():
+            if key == "embeddings.mask_token":
+                continue
+            if key == "embeddings.position_embeddings":
+                out["embeddings.position_embeddings.weight"] = value[0, 1:]
+                continue
+            if not key.startswith("encoder.layer."):
+                out[key] = value
+                continue
+            index, rest = key[len("encoder.layer."):].split(".", 1)
+            part, _, leaf = rest.rpartition(".")
+            prefix = f"layers.{index}."
+            inner = part.split(".", 1)[1] if part.startswith("attention.") else None
+            if inner in names:
+                out[f"{prefix}attention.{names[inner]}.{leaf}"] = value
+            elif part == "mlp.weights_in":
+                gate, up = np.split(value, 2)
+                out[f"{prefix}mlp.gate_proj.{leaf}"], out[f"{prefix}mlp.up_proj.{leaf}"] = gate, up
+            elif part == "mlp.weights_out":
+                out[f"{prefix}mlp.down_proj.{leaf}"] = value
+            else:
+                out[prefix + rest] = value
+        if "embeddings.position_embeddings" in state:
+            out["embeddings.cls_token"] = state["embeddings.cls_token"] + state["embeddings.position_embeddings"][:, :1]
+        return out
 
     @staticmethod
     def rename(state):
@@ -205,6 +298,36 @@ class TransformersEomtDinov3(_EomtFamily):
             raise self.unsupported(f"rope_parameters must be the default rotary embedding. Received: {rope!r}")
         return Dinov3Family(), dict(merged, model_type="dinov3_vit", architectures=["DINOv3ViTModel"],
                                     rope_theta=float(rope.get("rope_theta", 100.0)))
+
+    ENCODER = "DINOv3 (rotary positions)"
+    BACKBONE = (Dinov3Family(), "DINOv3ViTModel")
+    EXPORTED_INTERPOLATION = "dinov2"
+
+    def _shaped(self, model):
+        from keras_vit.weights.writers import _flat_config
+
+        return _flat_config(model.encoder).get("rope") == "dinov3" and type(model.encoder).__name__ == "ViT"
+
+    def extra_config(self, fields):
+        keys = ("intermediate_size", "query_bias", "key_bias", "value_bias", "proj_bias", "mlp_bias",
+                "layerscale_value", "use_gated_mlp", "num_register_tokens")
+        out = {k: fields[k] for k in keys if k in fields}
+        out["rope_parameters"] = {"rope_theta": fields.get("rope_theta", 100.0), "rope_type": "default"}
+        return out
+
+    @staticmethod
+    def unrename(state):
+        """DINOv3's names back to EoMT-DINOv3's (the mask token dropped)."""
+        out = {}
+        for key, value in state.items():
+            if key == "embeddings.mask_token":
+                continue
+            if key.startswith("layer."):
+                key = "layers." + key[len("layer."):]
+            elif key.startswith("norm."):
+                key = "layernorm." + key[len("norm."):]
+            out[key] = value
+        return out
 
     @staticmethod
     def rename(state):

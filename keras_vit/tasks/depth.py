@@ -301,9 +301,9 @@ class DepthEstimator(DenseTask):
                 its `preprocessor_config.json`; refused before writing for
                 a model no such class holds).
         """
-        from keras_vit.tasks import presets
+        from keras_vit import families
 
-        presets.save_task_preset(self, directory, format)
+        families.save_task_preset(self, directory, format)
 
 
 def _read_images(images):

@@ -144,10 +144,51 @@ class TaskFamily(abc.ABC):
     def read(self, state, config, path):
         """A state dict as one `Checkpoint` (see the module docstring)."""
 
-    def export_class(self, task_config):
-        """The transformers class a task model's config is written as.
+    # Writing (`save_to_preset(format="transformers")`).
 
-        Raises:
-            ValueError: for a model no class of the family holds.
-        """
+    def writes(self, model):
+        """Whether the family's class would hold `model` (its style and head)."""
+        return False
+
+    def check_export(self, model):
+        """Raises a `ValueError` naming what transformers cannot hold; nothing is written."""
+
+    def export_files(self, model):
+        """`(config dict, state dict, preprocessor dict or None)` of `model`."""
         raise ValueError(f"keras_vit does not write {self.NAME}s as transformers directories.")
+
+    def write(self, model, directory):
+        """Writes `config.json`, `model.safetensors` and `preprocessor_config.json`."""
+        import os
+
+        import numpy as np
+        from safetensors.numpy import save_file
+
+        from keras_vit.weights.files import write_json
+
+        config, state, processor = self.export_files(model)
+        # Integer buffers (step counters) keep their dtype and shape, scalars included.
+        state = {
+            k: np.array(v, None if np.asarray(v).dtype.kind in "iu" else "float32", order="C")
+            for k, v in state.items()
+        }
+        save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+        write_json(os.path.join(directory, "config.json"), config)
+        if processor is not None:
+            write_json(os.path.join(directory, "preprocessor_config.json"), processor)
+
+
+def encoder_state(model, head_prefixes):
+    """`(the encoder's flat config, its canonical params, the head's params)` of a task model."""
+    from keras_vit.weights.mapping import model_state
+    from keras_vit.weights.writers import _flat_config
+
+    params = model_state(model)
+    head = {k: v for k, v in params.items() if k.startswith(head_prefixes)}
+    encoder = {k: v for k, v in params.items() if k not in head}
+    return _flat_config(model.encoder), encoder, head
+
+
+def refuse(reason):
+    """The error of a task model a transformers directory cannot hold."""
+    return ValueError(f"transformers has no class that holds this model: {reason}. Save it with format='keras_vit'.")
