@@ -36,6 +36,9 @@ from keras_vit.tasks.classification import Prediction, classify, decode_predicti
 from keras_vit.tasks.images import load_images
 from keras_vit.tasks.zero_shot import ImageTextModel
 from keras_vit.weights.patch_resample import resample_patch_embedding
+from keras_vit.tasks.dense_processing import DenseProcessing
+from keras_vit.tasks.depth import DepthEstimator, estimate_depth
+from keras_vit.tasks.segmentation import Segmenter, segment
 
 
 def __getattr__(name):

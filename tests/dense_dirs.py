@@ -59,6 +59,7 @@ def save_random(model_class, config, folder, seed=0, mask_probability=None, dept
     """A random `model_class(config)`, saved to `folder` (eval mode)."""
     import torch
 
+    torch.manual_seed(seed)  # transformers' own initialisation, then the offsets
     model = randomise_torch(model_class(config), seed)
     with torch.no_grad():
         if mask_probability is not None:

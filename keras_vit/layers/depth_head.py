@@ -15,7 +15,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers.dpt import NHWC, _conv
-from keras_vit.layers.resize import resize_bilinear, scaled_size
+from keras_vit.layers.resize import resize_bilinear, scaled_size, spatial_size
 from keras_vit.validation import check_bool, check_choice, check_positive_float, check_positive_int
 
 HEAD_UPSAMPLES = ("double", "image")
@@ -34,8 +34,8 @@ class DepthHead(keras.layers.Layer):
         outputs: int, default 1: output channels (1 for a depth map, the
             number of bins for CHMv2).
         upsample: "double" (default: 2x, DPT and CHMv2) or "image" (to the
-            size given at call, Depth Anything's patch grid times the patch
-            size).
+            size of the images given at call: Depth Anything's patch grid
+            times the patch size).
         projection: bool, default False: a 3x3 convolution and ReLU first
             (DPT's `add_projection`; sublayer `projection`).
         activation: "relu" (default), "sigmoid" or None: the output's.
@@ -45,7 +45,8 @@ class DepthHead(keras.layers.Layer):
 
     Call arguments:
         x: `(batch, h, w, fusion_size)`.
-        image_size: `(height, width)` for `upsample="image"`.
+        images: for `upsample="image"`, the images `(batch, height, width,
+            channels)` (only their size is read).
 
     Returns:
         `(batch, H, W, outputs)`.
@@ -85,14 +86,14 @@ class DepthHead(keras.layers.Layer):
         self.conv_3.build((None, None, None, self.hidden_size))
         self.built = True
 
-    def call(self, x, image_size=None):
+    def call(self, x, images=None):
         if self.projection_conv is not None:
             x = ops.relu(self.projection_conv(x))
         x = self.conv_1(x)
         if self.upsample == "image":
-            if image_size is None:
-                raise ValueError(f"DepthHead {self.name!r} (upsample='image') needs `image_size` at call.")
-            size = image_size
+            if images is None:
+                raise ValueError(f"DepthHead {self.name!r} (upsample='image') needs the `images` at call.")
+            size = spatial_size(images)
         else:
             size = scaled_size(x, 2)
         x = resize_bilinear(x, size, align_corners=True)
@@ -103,7 +104,7 @@ class DepthHead(keras.layers.Layer):
             x = ops.sigmoid(x)
         return x if self.max_depth == 1.0 else x * ops.cast(self.max_depth, x.dtype)
 
-    def compute_output_shape(self, input_shape, image_size=None):
+    def compute_output_shape(self, input_shape, images=None):
         return (input_shape[0], None, None, self.outputs)
 
     def get_config(self):

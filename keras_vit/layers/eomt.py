@@ -15,6 +15,7 @@ products of its embedding with the upscaled map. The maps are NHWC.
 import keras
 from keras import ops
 
+from keras_vit.layers.resize import spatial_size
 from keras_vit.validation import check_int, check_positive_int
 
 NHWC = "channels_last"
@@ -84,7 +85,8 @@ class EomtHead(keras.layers.Layer):
 
     Call arguments:
         tokens: see above.
-        grid: `(h, w)`, ints or scalar tensors.
+        grid_like: any `(batch, h, w, ...)` tensor on the patch grid (the
+            patches): its `(h, w)` is the grid, also when only known at run time.
 
     Returns:
         `(mask logits (batch, queries, 2**k h, 2**k w), class logits
@@ -94,7 +96,7 @@ class EomtHead(keras.layers.Layer):
 
     >>> import numpy as np
     >>> head = EomtHead(num_queries=3, num_classes=4, num_prefix_tokens=1)
-    >>> masks, classes = head(np.zeros((2, 3 + 1 + 6, 8), "float32"), grid=(2, 3))
+    >>> masks, classes = head(np.zeros((2, 3 + 1 + 6, 8), "float32"), np.zeros((2, 2, 3, 1), "float32"))
     >>> tuple(masks.shape), tuple(classes.shape)
     ((2, 3, 8, 12), (2, 3, 5))
     """
@@ -157,7 +159,8 @@ class EomtHead(keras.layers.Layer):
             x = norm(depthwise(ops.gelu(transposed(x), approximate=False)))
         return x
 
-    def call(self, tokens, grid):
+    def call(self, tokens, grid_like):
+        grid = spatial_size(grid_like)
         queries = tokens[:, : self.num_queries]
         class_logits = self.class_predictor(queries)
         patches = tokens[:, self.num_queries + self.num_prefix_tokens :]
@@ -165,9 +168,9 @@ class EomtHead(keras.layers.Layer):
         masks = ops.einsum("bqc,bhwc->bqhw", self.mask_embeddings(queries), self.upscale(grid_map))
         return masks, class_logits
 
-    def compute_output_spec(self, tokens, grid):
+    def compute_output_spec(self, tokens, grid_like):
         scale = 2**self.num_upscale_blocks
-        size = [g * scale if isinstance(g, int) else None for g in grid]
+        size = [g * scale if isinstance(g, int) else None for g in grid_like.shape[1:3]]
         batch = tokens.shape[0]
         return (
             keras.KerasTensor((batch, self.num_queries, *size), dtype=self.compute_dtype),

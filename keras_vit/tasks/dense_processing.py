@@ -31,8 +31,9 @@ from keras_vit.weights.record import MODE_STATISTICS, RESAMPLING
 # EoMT's (the shorter side to `size[0]`, the longer capped at `size[1]`, or
 # uncapped when it is None); "none" no resize.
 RESIZES = ("exact", "keep_aspect", "shorter_side", "none")
-# Padding after the resize: "center" to a multiple of `pad_multiple`
-# (CHMv2), "end" zeros below and right up to `size` (EoMT).
+# Padding after the resize: "center" zeros (of the scaled pixels) to a
+# multiple of `pad_multiple` (DPT's processor, CHMv2); "end" black pixels
+# (zeros before the scaling) below and right up to `size` (EoMT's).
 PADDINGS = ("none", "center", "end")
 PIL_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
@@ -259,6 +260,8 @@ def prepare_image(image, preprocessing):
     resized = record.resized_size(size)
     if resized != size:
         image = _pil_resize(image, resized, record.interpolation)
+    if record.pad == "end":
+        image, padding = _pad(np.asarray(image, "float32"), record)
     pixels = scale_pixels(image, record)
     offsets = None
     if record.split:
@@ -268,7 +271,8 @@ def prepare_image(image, preprocessing):
         else:
             squares = [pixels[:, start:end] for start, end in offsets]
         return Prepared(np.stack(squares), size, resized, (0, 0, 0, 0), offsets)
-    pixels, padding = _pad(pixels, record)
+    if record.pad != "end":
+        pixels, padding = _pad(pixels, record)
     return Prepared(pixels[None], size, resized, padding, offsets)
 
 

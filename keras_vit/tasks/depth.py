@@ -23,7 +23,6 @@ from keras import ops
 
 from keras_vit.layers.depth_head import BIN_NORMALIZATIONS, BIN_STRATEGIES, DepthBins, DepthHead
 from keras_vit.layers.dpt import DptNeck, check_channels
-from keras_vit.layers.resize import spatial_size
 from keras_vit.models import forward
 from keras_vit.models.features import check_feature_blocks
 from keras_vit.models.hybrid import ViTHybrid
@@ -239,7 +238,7 @@ class DepthEstimator(DenseTask):
     def call(self, images, training=None):
         maps, tokens = self.features(images, training=training)
         fused = self.neck([maps, tokens], training=training)
-        depth = self.depth_head(fused[-1], image_size=spatial_size(images))
+        depth = self.depth_head(fused[-1], images=images)
         depth = depth[..., 0] if self.bins is None else self.bins(depth)
         return {OUTPUT: ops.cast(depth, "float32")}
 

@@ -22,6 +22,7 @@ scores).
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_vit.layers.eomt import EomtHead, QueryTokens
@@ -234,13 +235,13 @@ class Segmenter(DenseTask):
                 tables = _with_query_rows(tables, self.num_queries)
             extra = {} if tables is None else {"rope": forward.block_rope(s, tables, i)}
             if i >= start and self.masked_blocks[i - start]:
-                masks, _ = self.eomt_head(forward.final_norm(s, x), grid=grid)
+                masks, _ = self.eomt_head(forward.final_norm(s, x), patches)
                 tokens = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
                 mask = self._attention_mask(masks, grid, tokens, self.eomt_head.mask_probability[i - start], training)
             if mask is not None:
                 extra["attention_mask"] = mask
             x = block(x, training=training, **extra)
-        masks, classes = self.eomt_head(forward.final_norm(s, x), grid=grid)
+        masks, classes = self.eomt_head(forward.final_norm(s, x), patches)
         return {CLASS_LOGITS: ops.cast(classes, "float32"), MASK_LOGITS: ops.cast(masks, "float32")}
 
     def call(self, images, training=None):
@@ -367,3 +368,101 @@ class _LinearHead(keras.layers.Layer):
         config = super().get_config()
         config["classes"] = self.classes
         return config
+
+
+def _check_subtask(model, task, record):
+    from keras_vit.tasks.segmentation_outputs import SUBTASKS
+
+    check_choice(task, SUBTASKS, "task")
+    if task != "semantic" and model.head != "eomt":
+        raise ValueError(f"The linear head labels pixels, not segments: it takes task='semantic'. Received: task={task!r}")
+    if task != "semantic" and record.split:
+        raise ValueError(
+            f"task={task!r} reads whole images, and this checkpoint's processing cuts them into squares "
+            "(split=True, a semantic checkpoint's): pass preprocessing=DenseProcessing(..., split=False, pad='end')."
+        )
+
+
+def _outputs(model, pixels, batch_size):
+    parts = [model.predict_on_batch(pixels[i : i + batch_size]) for i in range(0, len(pixels), batch_size)]
+    return {key: np.concatenate([np.asarray(p[key]) for p in parts]) for key in parts[0]}
+
+
+def segment(model, images, task="semantic", threshold=0.9, mask_threshold=0.5, overlap_mask_area_threshold=0.5,
+            stuff_classes=None, preprocessing=None, batch_size=8):
+    """Segments each image: a label map at its own size and its segments, named.
+
+    As transformers' `image-segmentation` pipeline and EoMT's image
+    processor: each image is prepared as the checkpoint's processor does
+    (`model.preprocessing`: resized, then padded or cut into overlapping
+    squares), the model predicts, and the outputs are post-processed
+    (`keras_vit.tasks.segmentation_outputs`).
+
+    Args:
+        model: a `Segmenter`, or anything `keras_vit.load_model` takes that is one.
+        images: file paths, PIL images or arrays in [0, 255], one or a list.
+        task: "semantic" (default: a class per pixel), "panoptic" or
+            "instance" (EoMT only: segments of things and stuff, or of
+            object instances).
+        threshold: float, default 0.9 (the pipeline's): the smallest class
+            probability (panoptic) or score (instance) of a segment.
+        mask_threshold: float, default 0.5: a mask's pixels (panoptic).
+        overlap_mask_area_threshold: float, default 0.5: the share of its
+            mask a segment must keep after overlaps (panoptic).
+        stuff_classes: None or class ids whose queries share one segment (panoptic).
+        preprocessing: None (default: the model's record) or a `DenseProcessing`.
+        batch_size: int, default 8: images (or squares) per forward pass.
+
+    Returns:
+        A list with one dict per image: "segmentation", int32 `(height,
+        width)` at the image's size (semantic: the class of each pixel;
+        panoptic and instance: the segment id of each pixel, -1 where none),
+        and "segments", a list of dicts with "id", "label_id", "label" (the
+        class name, or None for a model without names) and "score" (None
+        for semantic segments).
+
+    Example:
+
+    >>> import numpy as np, keras_vit
+    >>> encoder = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=2,
+    ...                         num_heads=2, mlp_dim=32, include_top=False)
+    >>> model = Segmenter(encoder, classes=2, class_names=["sky", "sea"], num_queries=3, num_blocks=1,
+    ...     preprocessing=DenseProcessing(size=(32, 32), resize="shorter_side", pad="end"))
+    >>> result = segment(model, np.zeros((20, 30, 3), "uint8"))[0]
+    >>> result["segmentation"].shape, sorted({s["label"] for s in result["segments"]}) <= ["sea", "sky"]
+    ((20, 30), True)
+    """
+    from keras_vit.classification import _image_list
+    from keras_vit.resolver import load_model
+    from keras_vit.tasks import segmentation_outputs as post
+    from keras_vit.tasks.dense_processing import prepare_image
+
+    model = load_model(model)
+    if not isinstance(model, Segmenter):
+        raise ValueError(f"`model` must be a Segmenter. Received: {type(model).__name__}")
+    record = preprocessing if preprocessing is not None else model.preprocessing
+    if record is None:
+        raise ValueError(f"Model {model.name!r} carries no preprocessing record: pass preprocessing=DenseProcessing(...).")
+    record = DenseProcessing.from_config(record)
+    _check_subtask(model, task, record)
+    results = []
+    for image in _image_list(images):
+        prepared = prepare_image(image, record)
+        out = _outputs(model, prepared.pixels, batch_size)
+        if model.head == "linear":
+            segmentation, segments = post.semantic(post.linear_scores(out[LOGITS], prepared))
+        elif task == "semantic":
+            scores = post.semantic_scores(out[CLASS_LOGITS], out[MASK_LOGITS], prepared, record)
+            segmentation, segments = post.semantic(scores)
+        elif task == "panoptic":
+            segmentation, segments = post.panoptic(
+                out[CLASS_LOGITS], out[MASK_LOGITS], prepared, record, threshold, mask_threshold,
+                overlap_mask_area_threshold, stuff_classes,
+            )
+        else:
+            segmentation, segments = post.instance(out[CLASS_LOGITS], out[MASK_LOGITS], prepared, record, threshold)
+        names = model.class_names
+        for item in segments:
+            item["label"] = None if names is None else names[item["label_id"]]
+        results.append({"segmentation": segmentation, "segments": segments})
+    return results
