@@ -132,7 +132,8 @@ class Segmenter(DenseTask):
         eomt = self.head == "eomt"
         if eomt and feature_blocks is not None:
             raise ValueError("`feature_blocks` is for head='linear'; EoMT reads the final tokens.")
-        num_blocks = check_int(num_blocks, "num_blocks", minimum=1, maximum=encoder.num_layers)
+        if eomt:
+            num_blocks = check_int(num_blocks, "num_blocks", minimum=1, maximum=encoder.num_layers)
         kwargs.setdefault("dtype", encoder.dtype_policy)
         super().__init__(name=name, **kwargs)
         self.encoder, self.classes = encoder, classes
@@ -140,7 +141,7 @@ class Segmenter(DenseTask):
         self.preprocessing = None if preprocessing is None else DenseProcessing.from_config(preprocessing)
         self.num_queries = check_positive_int(num_queries, "num_queries")
         self.num_blocks, self.num_upscale_blocks = num_blocks, num_upscale_blocks
-        self.mask_probabilities = check_probabilities(mask_probabilities, num_blocks)
+        self.mask_probabilities = check_probabilities(mask_probabilities, num_blocks) if eomt else ()
         self.masked_blocks = tuple(p > 0 for p in self.mask_probabilities)
         self.feature_blocks = None
         dtype = encoder.get_layer("embedding").dtype_policy
