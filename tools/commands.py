@@ -32,9 +32,11 @@ import sys
 
 try:
     from keras_vit_tools.convert_command import convert_parser
+    from keras_vit_tools.dense_command import dense_parsers
     from keras_vit_tools.zero_shot_command import zero_shot_parser
 except ImportError:  # run from a checkout as a script: tools/ is sys.path[0]
     from convert_command import convert_parser
+    from dense_command import dense_parsers
     from zero_shot_command import zero_shot_parser
 
 try:
@@ -195,7 +197,7 @@ def _export_parser(commands):
 
 
 def keras_vit_parser():
-    """The parser of `keras-vit` (`inspect`, `classify`, `export`, `zero-shot`)."""
+    """The parser of `keras-vit` (`inspect`, `classify`, `export`, `zero-shot`, `depth`, `segment`)."""
     parser = ArgumentParser(
         prog="keras-vit", description="Vision Transformer tools for Keras 3."
     )
@@ -204,6 +206,8 @@ def keras_vit_parser():
     _classify_parser(commands)
     _export_parser(commands)
     zero_shot_parser(commands).add_argument("--threads", type=int, default=None, help=THREADS_HELP)
+    for dense in dense_parsers(commands):
+        dense.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     return parser
 
 

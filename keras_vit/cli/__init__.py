@@ -1,4 +1,4 @@
-"""The work of the `keras-vit` commands: `inspect`, `classify`, `export` (`commands`) and `zero-shot`.
+"""The work of the `keras-vit` commands: `inspect`, `classify`, `export` (`commands`), `zero-shot`, `depth` and `segment` (`dense`).
 
 The console script's front end (`tools/commands.py`, installed as
 `keras_vit_tools.commands`) parses the command line before anything of
