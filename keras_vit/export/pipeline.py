@@ -23,7 +23,9 @@ its arrays as the artifact's inputs, named by their keys.
 The artifacts name their input `images` and their output by what it holds:
 `probabilities` (a softmax or sigmoid head), `logits` (a head without
 activation) or `features` (no head); ONNX and OpenVINO graphs carry these
-names (`output_name`).
+names (`output_name`). A dense task model's artifact has its `predict`
+dict's outputs, named by their keys (`predicted_depth`;
+`class_queries_logits` and `masks_queries_logits`; `output_names`).
 
 A model that takes other inputs than images (a text tower, a task model)
 goes through the same pipeline by declaring them: `model.export_signature(
@@ -110,6 +112,20 @@ def output_name(model):
     if not getattr(model, "include_top", False):
         return "features"
     return "logits" if getattr(model, "classifier_activation", None) is None else "probabilities"
+
+
+def output_names(model):
+    """The names of an exported model's outputs, in the graph's order: a
+    dense task model's dict keys (`model.output_keys`, sorted as the
+    exporters flatten a dict), or `[output_name(model)]`.
+
+    Example:
+
+    >>> output_names(type("Task", (), {"output_keys": ("masks", "classes")})())
+    ['classes', 'masks']
+    """
+    keys = getattr(model, "output_keys", None)
+    return sorted(keys) if keys else [output_name(model)]
 
 
 def check_format(format, backend=None, model=None):
@@ -340,9 +356,9 @@ def _write(model, path, format, batch_size, verbose, naflex_length=None, spec=No
             # own `export` here.
             keras.Model.export(model, path, format=format, verbose=verbose, input_signature=[spec])
         if format == "onnx":
-            _finish_onnx(path, output_name(model), input_names(spec), input_dtypes(spec))
+            _finish_onnx(path, output_names(model), input_names(spec), input_dtypes(spec))
         elif format == "openvino":
-            _name_openvino(path, output_name(model), input_names(spec), input_dtypes(spec))
+            _name_openvino(path, output_names(model), input_names(spec), input_dtypes(spec))
     return path
 
 
@@ -446,7 +462,7 @@ def _onnx_torch(model, path, sample, dims, names):
     program.save(path)
 
 
-def _finish_onnx(path, output, inputs=(INPUT_NAME,), dtypes=("float32",)):
+def _finish_onnx(path, outputs, inputs=(INPUT_NAME,), dtypes=("float32",)):
     """Folds the weight reshapes into the initializers of an ONNX graph and
     names its inputs and output.
 
@@ -467,11 +483,14 @@ def _finish_onnx(path, output, inputs=(INPUT_NAME,), dtypes=("float32",)):
     current_dtypes = [port.dtype.numpy().name for port in ports]
     for port, name in zip(ports, port_names(current, list(inputs), current_dtypes, list(dtypes))):
         port.name = name
-    model.graph.outputs[0].name = output
+    outputs = [outputs] if isinstance(outputs, str) else list(outputs)
+    graph_outputs = list(model.graph.outputs)[: len(outputs)]
+    for port, name in zip(graph_outputs, port_names([p.name for p in graph_outputs], outputs)):
+        port.name = name
     onnx_ir.save(model, path)
 
 
-def _name_openvino(path, output, inputs=(INPUT_NAME,), dtypes=("float32",)):
+def _name_openvino(path, outputs, inputs=(INPUT_NAME,), dtypes=("float32",)):
     """Names an OpenVINO model's input and output tensors (and nodes).
 
     The model read maps its `.bin` file into memory, so the named copy is
@@ -480,15 +499,22 @@ def _name_openvino(path, output, inputs=(INPUT_NAME,), dtypes=("float32",)):
     import openvino as ov
 
     model = ov.Core().read_model(path)
-    if len(model.outputs) > 1:
-        # TensorFlow's converter leaves internal shape slices as outputs too.
-        model = ov.Model([model.get_results()[0]], model.get_parameters(), model.get_friendly_name())
+    outputs = [outputs] if isinstance(outputs, str) else list(outputs)
+    if len(model.outputs) > len(outputs):
+        # TensorFlow's converter leaves internal shape slices as outputs too:
+        # the model's own are those named after them, else the first.
+        results = model.get_results()
+        named = [r for r in results if any(o in ", ".join(r.output(0).get_names()) for o in outputs)]
+        kept = named if len(named) == len(outputs) else results[: len(outputs)]
+        model = ov.Model(kept, model.get_parameters(), model.get_friendly_name())
     current = [", ".join(port.get_names()) for port in model.inputs]
     current_dtypes = [port.get_element_type().to_dtype().name for port in model.inputs]
     for port, name in zip(model.inputs, port_names(current, list(inputs), current_dtypes, list(dtypes))):
         port.get_tensor().set_names({name})
         port.get_node().set_friendly_name(name)
-    model.outputs[0].get_tensor().set_names({output})
+    current = [", ".join(port.get_names()) for port in model.outputs]
+    for port, name in zip(model.outputs, port_names(current, outputs)):
+        port.get_tensor().set_names({name})
     stem, named = path[: -len(".xml")], path[: -len(".xml")] + ".named"
     ov.save_model(model, named + ".xml", compress_to_fp16=False)
     del model

@@ -54,7 +54,8 @@ def load_exported(path, format, precision=None):
     Returns:
         A function from a float32 NumPy batch `(batch, H, W, C)` (or a
         NaFlex patch dict, for an artifact exported with `naflex_length`)
-        to the NumPy outputs.
+        to the NumPy outputs: one array, or for an artifact of several
+        named outputs (a dense task model's) a dict of them by name.
     """
     if format not in EXPORT_FORMATS:
         raise ValueError(f"`format` must be one of {EXPORT_FORMATS}. Received: format={format!r}")
@@ -142,8 +143,17 @@ def _in_slices(run, images, batch):
         short = batch - min(batch, total - start)
         if short:
             part = _pad(part, short)
-        outputs.append(run(part)[: batch - short])
+        out = run(part)
+        outputs.append({k: v[: batch - short] for k, v in out.items()} if isinstance(out, dict) else out[: batch - short])
+    if isinstance(outputs[0], dict):
+        return {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
     return np.concatenate(outputs)
+
+
+def named_outputs(names, values):
+    """One output as it is; several as `{name: array}` (a task model's dict)."""
+    values = [np.asarray(v) for v in values]
+    return values[0] if len(values) == 1 else dict(zip(names, values))
 
 
 def _load_tf_saved_model(path):
@@ -155,7 +165,8 @@ def _load_tf_saved_model(path):
     def run(images):
         # The closure keeps `loaded` alive: its variables die with it.
         x = tf.nest.map_structure(tf.constant, images)
-        return loaded.serve(x).numpy()
+        out = loaded.serve(x)
+        return {k: v.numpy() for k, v in out.items()} if isinstance(out, dict) else out.numpy()
 
     return run, spec.shape[0]
 
@@ -167,7 +178,8 @@ def _load_onnx(path):
     specs = session.get_inputs()
     batch = specs[0].shape[0] if isinstance(specs[0].shape[0], int) else None
     names = [spec.name for spec in specs]
-    return lambda images: session.run(None, _feed(names, images))[0], batch
+    outputs = [spec.name for spec in session.get_outputs()]
+    return lambda images: named_outputs(outputs, session.run(None, _feed(names, images))), batch
 
 
 def _load_openvino(path, precision="f32"):
@@ -181,14 +193,21 @@ def _load_openvino(path, precision="f32"):
     # Every name of each input: compiling may give a tensor an internal name
     # beside the one the export set.
     ports = {"|".join(sorted(port.get_names())): port for port in compiled.inputs}
-    return lambda images: np.asarray(compiled(
-        {ports[k]: v for k, v in _feed(list(ports), images).items()})[0]), batch
+    outputs = [port.get_any_name() for port in compiled.outputs]
+
+    def run(images):
+        results = compiled({ports[k]: v for k, v in _feed(list(ports), images).items()})
+        return named_outputs(outputs, [results[port] for port in compiled.outputs])
+
+    return run, batch
 
 
 def _load_litert(path):
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_path=path)
+    if len(interpreter.get_output_details()) > 1:
+        return _litert_signature(interpreter)
     sources = {d["name"]: d for d in interpreter.get_input_details()}
     source = next(iter(sources.values()))
     target = interpreter.get_output_details()[0]
@@ -212,6 +231,20 @@ def _load_litert(path):
     return run, None if dynamic else int(source["shape"][0])
 
 
+def _litert_signature(interpreter):
+    """A LiteRT model of several outputs, run through its signature (named outputs)."""
+    signatures = interpreter.get_signature_list()
+    key = "serve" if "serve" in signatures else next(iter(signatures))
+    runner = interpreter.get_signature_runner(key)
+    source = signatures[key]["inputs"][0]
+
+    def run(images):
+        out = runner(**{source: np.asarray(images, "float32")})
+        return {name: np.asarray(value) for name, value in out.items()}
+
+    return run, None
+
+
 def _load_torch(path):
     import torch
 
@@ -224,7 +257,10 @@ def _load_torch(path):
         x = {k: torch.from_numpy(v) for k, v in images.items()} if isinstance(images, dict) else (
             torch.from_numpy(images))
         with torch.no_grad():
-            return module(x).detach().cpu().numpy()
+            out = module(x)
+        if isinstance(out, dict):
+            return {k: v.detach().cpu().numpy() for k, v in out.items()}
+        return out.detach().cpu().numpy()
 
     return run, batch
 
@@ -242,7 +278,8 @@ def run_exported(path, format, images, precision=None):
             `OPENVINO_PRECISIONS` (see `load_exported`).
 
     Returns:
-        The artifact's outputs as a NumPy array.
+        The artifact's outputs: a NumPy array, or a dict of them by name for
+        an artifact of several outputs.
 
     Example:
 
@@ -272,8 +309,20 @@ def verify_export(path, format, model, images, precision=None):
         `(max_abs_diff, outputs, expected)`: a float and the two arrays.
     """
     images = _as_inputs(images)
-    expected = np.asarray(model.predict(images, verbose=0))
+    expected = model.predict(images, verbose=0)
     outputs = run_exported(path, format, images, precision)
+    if isinstance(expected, dict):
+        # A task model's named outputs; an artifact of one output holds the only one.
+        got = outputs if isinstance(outputs, dict) else {next(iter(expected)): outputs}
+        if sorted(got) != sorted(expected):
+            raise ValueError(f"The artifact's outputs are {sorted(got)}, the model's {sorted(expected)}.")
+        differences = []
+        for key, value in expected.items():
+            if got[key].shape != np.shape(value):
+                raise ValueError(f"The artifact's {key!r} has shape {got[key].shape}, the model's {np.shape(value)}.")
+            differences.append(float(np.abs(got[key] - value).max()))
+        return max(differences), got, expected
+    expected = np.asarray(expected)
     if outputs.shape != expected.shape:
         raise ValueError(
             f"The artifact's outputs have shape {outputs.shape}, the model's {expected.shape}."

@@ -26,6 +26,8 @@ The maps are NHWC whatever `keras.config.image_data_format()` says.
 import keras
 from keras import ops
 
+from keras_vit import kernels
+
 from keras_vit.layers.resize import resize_bilinear, scaled_size, spatial_size
 from keras_vit.validation import check_bool, check_choice, check_int, check_positive_int
 
@@ -272,7 +274,7 @@ class DptNeck(keras.layers.Layer):
             return patches + token
         token = ops.broadcast_to(token, ops.shape(patches))
         joined = ops.concatenate([patches, token], axis=-1)
-        return ops.gelu(self.readouts[i](joined), approximate=False)
+        return kernels.gelu(self.readouts[i](joined), approximate=False)
 
     def reassemble(self, maps, class_tokens, training=None):
         """Step 1-2: each level's map at the fusion width, `(batch, h_i, w_i, fusion_size)`."""

@@ -15,6 +15,8 @@ products of its embedding with the upscaled map. The maps are NHWC.
 import keras
 from keras import ops
 
+from keras_vit import kernels
+
 from keras_vit.layers.resize import spatial_size
 from keras_vit.validation import check_int, check_positive_int
 
@@ -149,14 +151,14 @@ class EomtHead(keras.layers.Layer):
         for i, layer in enumerate(self.mask_mlp):
             x = layer(x)
             if i < len(self.mask_mlp) - 1:
-                x = ops.gelu(x, approximate=False)
+                x = kernels.gelu(x, approximate=False)
         return x
 
     def upscale(self, grid_map):
         """The patch map `(batch, h, w, D)` upscaled `num_upscale_blocks` times by 2."""
         x = grid_map
         for transposed, depthwise, norm in zip(self.upscale_transposed, self.upscale_depthwise, self.upscale_norms):
-            x = norm(depthwise(ops.gelu(transposed(x), approximate=False)))
+            x = norm(depthwise(kernels.gelu(transposed(x), approximate=False)))
         return x
 
     def call(self, tokens, grid_like):

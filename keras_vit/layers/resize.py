@@ -9,12 +9,13 @@ antialiases when shrinking on some backends, so the resize is written here:
 for each axis the two source rows of every output row are gathered and
 blended (`ops.take` and a lerp), which costs a few multiply-adds per output
 value (a `(new, old)` matrix product would cost `old` of them) and runs the
-same on every backend and in every exporter. Sizes may be Python ints or
-scalar tensors known only when the model runs.
+same on every backend and in every exporter (`kernels.take`). Sizes may be
+Python ints or scalar tensors known only when the model runs.
 """
 
 from keras import ops
 
+from keras_vit import kernels
 from keras_vit.validation import check_bool
 
 
@@ -31,7 +32,8 @@ def _taps(new, old, align_corners, scale=None):
     """
     new_f = ops.cast(new, "float32")
     old_f = ops.cast(old, "float32")
-    position = ops.cast(ops.arange(new), "float32")
+    # `arange(0, n)`: jax2onnx traces only the form with a stop.
+    position = ops.cast(ops.arange(0, new), "float32")
     if align_corners:
         step = (old_f - 1.0) / ops.maximum(new_f - 1.0, 1.0)
         source = position * step
@@ -53,8 +55,8 @@ def _resize_axis(x, new, axis, align_corners, scale=None):
     shape = [1] * len(x.shape)
     shape[axis] = -1
     weight = ops.cast(ops.reshape(weight, shape), x.dtype)
-    first = ops.take(x, low, axis=axis)
-    second = ops.take(x, high, axis=axis)
+    first = kernels.take(x, low, axis)
+    second = kernels.take(x, high, axis)
     return first + (second - first) * weight
 
 

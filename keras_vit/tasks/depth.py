@@ -212,6 +212,11 @@ class DepthEstimator(DenseTask):
     def head_layer_names(self):
         return ("neck", "depth_head", "depth_bins")
 
+    @property
+    def output_keys(self):
+        """The keys of `predict`'s dict (and the names of an exported model's outputs)."""
+        return (OUTPUT,)
+
     def features(self, images, training=None):
         """`(maps, class tokens)`: the neck's input, one entry per level."""
         s = forward.stages(self.encoder)

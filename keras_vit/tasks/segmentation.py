@@ -164,6 +164,11 @@ class Segmenter(DenseTask):
         return CLASS_LOGITS if self.head == "eomt" else LOGITS
 
     @property
+    def output_keys(self):
+        """The keys of `predict`'s dict (and the names of an exported model's outputs)."""
+        return (CLASS_LOGITS, MASK_LOGITS) if self.head == "eomt" else (LOGITS,)
+
+    @property
     def head_layer_names(self):
         return ("queries", "eomt_head", "linear_head")
 

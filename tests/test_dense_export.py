@@ -1,0 +1,61 @@
+"""The dense task models through `model.export`: every format of the backend
+(SavedModel, ONNX, OpenVINO, LiteRT, torch.export), the artifact's outputs
+named as `predict`'s dict keys and equal to them within 1e-4 in the
+format's own runtime."""
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit import export, serving
+
+BACKEND = keras.backend.backend()
+FORMATS = export.BACKEND_FORMATS[BACKEND]
+
+
+def _encoder():
+    return keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
+                         include_top=False, layer_scale_init=0.5, num_register_tokens=1)
+
+
+def _images():
+    return np.random.default_rng(0).normal(size=(3, 32, 32, 3)).astype("float32")
+
+
+def _runtime_ready(format):
+    try:
+        export.require(export._exporter_modules(BACKEND, format, None), format)
+        serving.require(serving.RUNTIMES[format], format)
+    except ImportError as error:
+        pytest.skip(f"{format}: {error}")
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_segmenter_exports_its_named_outputs(format, tmp_path):
+    """EoMT with masked attention (the random model's), two named outputs."""
+    _runtime_ready(format)
+    model = keras_vit.Segmenter(_encoder(), classes=3, num_queries=4, num_blocks=1)
+    path = str(tmp_path / ("model" + export.SUFFIXES[format]))
+    model.export(path, format=format)
+    difference, outputs, expected = serving.verify_export(path, format, model, _images())
+    assert sorted(outputs) == ["class_queries_logits", "masks_queries_logits"]
+    assert difference <= 1e-4
+    if format == "onnx":
+        import onnx
+
+        names = [o.name for o in onnx.load(path).graph.output]
+        assert sorted(names) == ["class_queries_logits", "masks_queries_logits"]
+
+
+def test_depth_estimator_exports(tmp_path):
+    format = "onnx"
+    _runtime_ready(format)
+    model = keras_vit.DepthEstimator(_encoder(), (0, 1), (8, 16), (2, 0.5), fusion_size=8, head_size=4)
+    path = str(tmp_path / "depth.onnx")
+    model.export(path, format=format)
+    difference, outputs, _ = serving.verify_export(path, format, model, _images())
+    assert difference <= 1e-4 and outputs["predicted_depth"].shape == (3, 32, 32)
+    import onnx
+
+    assert [o.name for o in onnx.load(path).graph.output] == ["predicted_depth"]
