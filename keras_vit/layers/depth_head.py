@@ -105,7 +105,15 @@ class DepthHead(keras.layers.Layer):
         return x if self.max_depth == 1.0 else x * ops.cast(self.max_depth, x.dtype)
 
     def compute_output_shape(self, input_shape, images=None):
-        return (input_shape[0], None, None, self.outputs)
+        if self.upsample == "image":
+            size = (None, None) if images is None else tuple(images[1:3])
+        else:
+            size = tuple(None if s is None else 2 * s for s in input_shape[1:3])
+        return (input_shape[0], *size, self.outputs)
+
+    def compute_output_spec(self, x, images=None):
+        shape = self.compute_output_shape(x.shape, None if images is None else images.shape)
+        return keras.KerasTensor(shape, dtype=self.compute_dtype)
 
     def get_config(self):
         config = super().get_config()

@@ -139,11 +139,11 @@ class ResidualConvUnit(keras.layers.Layer):
 class DptNeck(keras.layers.Layer):
     """DPT's reassemble and fusion stages, from encoder features to fused maps.
 
-    Called on `[maps, class_tokens]`: one map per level, `(batch, h, w, D)`
-    patch tokens on their grid (or, for the first `skip_levels`, a ResNet
-    map `(batch, H, W, neck_channels[i])` taken as it is), and one class
-    token `(batch, D)` per level (None where `readout="ignore"`, or for a
-    skipped level).
+    Called on `maps`, one per level: `(batch, h, w, D)` patch tokens on
+    their grid (or, for the first `skip_levels`, a ResNet map `(batch, H, W,
+    neck_channels[i])` taken as it is), and, unless `readout="ignore"`,
+    `class_tokens`: one class token `(batch, D)` per level after the
+    skipped ones.
 
     Args:
         hidden_size: int, the encoder's width `D`.
@@ -183,7 +183,7 @@ class DptNeck(keras.layers.Layer):
     >>> neck = DptNeck(16, (4, 8), (2, 0.5), 8, readout="project")
     >>> maps = [np.zeros((1, 4, 4, 16), "float32")] * 2
     >>> tokens = [np.zeros((1, 16), "float32")] * 2
-    >>> [tuple(m.shape) for m in neck([maps, tokens])]
+    >>> [tuple(m.shape) for m in neck(maps, class_tokens=tokens)]
     [(1, 4, 4, 8), (1, 8, 8, 8)]
 
     Reference:
@@ -227,8 +227,8 @@ class DptNeck(keras.layers.Layer):
             )
         return None
 
-    def build(self, input_shape):
-        maps = input_shape[0]
+    def build(self, maps_shape, class_tokens_shape=None):
+        maps = maps_shape
         self.readouts, self.projections, self.resizes, self.convs = [], [], [], []
         for i, (channels, factor) in enumerate(zip(self.neck_channels, self.reassemble_factors)):
             skipped = i < self.skip_levels
@@ -269,6 +269,8 @@ class DptNeck(keras.layers.Layer):
     def _readout(self, i, patches, token):
         if self.readout == "ignore":
             return patches
+        if token is None:
+            raise ValueError(f"DptNeck {self.name!r} (readout={self.readout!r}) needs the class tokens at call.")
         token = ops.cast(token, patches.dtype)[:, None, None, :]
         if self.readout == "add":
             return patches + token
@@ -281,7 +283,8 @@ class DptNeck(keras.layers.Layer):
         out = []
         for i, x in enumerate(maps):
             if i >= self.skip_levels:
-                x = self._readout(i, x, None if class_tokens is None else class_tokens[i])
+                token = None if class_tokens is None else class_tokens[i - self.skip_levels]
+                x = self._readout(i, x, token)
                 x = self.projections[i](x)
                 if self.resizes[i] is not None:
                     x = self.resizes[i](x, training=training)
@@ -309,19 +312,36 @@ class DptNeck(keras.layers.Layer):
             outputs.append(fused)
         return outputs
 
-    def call(self, inputs, training=None):
-        maps, class_tokens = inputs
+    def call(self, maps, class_tokens=None, training=None):
         if len(maps) != self.levels:
             raise ValueError(
                 f"DptNeck {self.name!r} takes {self.levels} maps (one per level). Received: {len(maps)}"
             )
         return self.fuse(self.reassemble(maps, class_tokens, training), training)
 
-    def compute_output_shape(self, input_shape):
-        # The sizes depend on the levels' grids and the upsampling rule;
-        # only the batch and the width are fixed.
-        batch = tuple(input_shape[0][0])[0]
-        return [(batch, None, None, self.fusion_size)] * self.levels
+    def _level_size(self, i, shape):
+        """`(h, w)` of level `i` after its reassembly (None where unknown)."""
+        factor = self.reassemble_factors[i]
+        size = tuple(shape[1:3])
+        if i < self.skip_levels or factor == 1:
+            return size
+        if factor > 1:
+            return tuple(None if s is None else int(s * factor) for s in size)
+        stride = int(round(1 / factor))
+        return tuple(None if s is None else -(-s // stride) for s in size)
+
+    def compute_output_shape(self, maps_shape, class_tokens_shape=None):
+        maps = maps_shape
+        levels = [self._level_size(i, shape) for i, shape in enumerate(maps)][::-1]
+        batch, out, fused = tuple(maps[0])[0], [], None
+        for i, level in enumerate(levels):
+            current = level if fused is None else fused
+            if self.fusion_upsample == "next" and i + 1 < len(levels):
+                fused = levels[i + 1]
+            else:
+                fused = tuple(None if s is None else 2 * s for s in current)
+            out.append((batch, *fused, self.fusion_size))
+        return out
 
     def get_config(self):
         config = super().get_config()

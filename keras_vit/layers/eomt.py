@@ -67,9 +67,11 @@ class QueryTokens(keras.layers.Layer):
 class EomtHead(keras.layers.Layer):
     """EoMT's mask and class predictions from normalised tokens.
 
-    Called on `tokens` `(batch, num_queries + prefix + h * w, D)`: the
-    queries first, then `num_prefix_tokens` (class, registers), then the
-    patch tokens of a `(h, w)` grid (`grid`, given at call).
+    Called on `[tokens, grid_like]`: `tokens` `(batch, num_queries +
+    prefix + h * w, D)`, the queries first, then `num_prefix_tokens` (class,
+    registers), then the patch tokens of a `(h, w)` grid; `grid_like`, any
+    `(batch, h, w, ...)` tensor on that grid (the patches): its `(h, w)` is
+    the grid, also when only known at run time.
 
     Args:
         num_queries: int.
@@ -85,20 +87,15 @@ class EomtHead(keras.layers.Layer):
             non-trainable weight `mask_probabilities` (transformers'
             `attn_mask_probs`; a training schedule lowers it).
 
-    Call arguments:
-        tokens: see above.
-        grid_like: any `(batch, h, w, ...)` tensor on the patch grid (the
-            patches): its `(h, w)` is the grid, also when only known at run time.
-
     Returns:
-        `(mask logits (batch, queries, 2**k h, 2**k w), class logits
-        (batch, queries, num_classes + 1))`.
+        `[mask logits (batch, queries, 2**k h, 2**k w), class logits
+        (batch, queries, num_classes + 1)]`.
 
     Example:
 
     >>> import numpy as np
     >>> head = EomtHead(num_queries=3, num_classes=4, num_prefix_tokens=1)
-    >>> masks, classes = head(np.zeros((2, 3 + 1 + 6, 8), "float32"), np.zeros((2, 2, 3, 1), "float32"))
+    >>> masks, classes = head([np.zeros((2, 3 + 1 + 6, 8), "float32"), np.zeros((2, 2, 3, 1), "float32")])
     >>> tuple(masks.shape), tuple(classes.shape)
     ((2, 3, 8, 12), (2, 3, 5))
     """
@@ -113,7 +110,7 @@ class EomtHead(keras.layers.Layer):
         self.num_upscale_blocks = check_int(num_upscale_blocks, "num_upscale_blocks", minimum=0)
 
     def build(self, input_shape):
-        dim = input_shape[-1]
+        dim = input_shape[0][-1]
         dtype = self.dtype_policy
         self.class_predictor = keras.layers.Dense(self.num_classes + 1, name="class_predictor", dtype=dtype)
         self.class_predictor.build((None, dim))
@@ -161,23 +158,25 @@ class EomtHead(keras.layers.Layer):
             x = norm(depthwise(kernels.gelu(transposed(x), approximate=False)))
         return x
 
-    def call(self, tokens, grid_like):
+    def call(self, inputs):
+        tokens, grid_like = inputs
         grid = spatial_size(grid_like)
         queries = tokens[:, : self.num_queries]
         class_logits = self.class_predictor(queries)
         patches = tokens[:, self.num_queries + self.num_prefix_tokens :]
         grid_map = ops.reshape(patches, (-1, grid[0], grid[1], tokens.shape[-1]))
         masks = ops.einsum("bqc,bhwc->bqhw", self.mask_embeddings(queries), self.upscale(grid_map))
-        return masks, class_logits
+        return [masks, class_logits]
 
-    def compute_output_spec(self, tokens, grid_like):
+    def compute_output_spec(self, inputs):
+        tokens, grid_like = inputs
         scale = 2**self.num_upscale_blocks
         size = [g * scale if isinstance(g, int) else None for g in grid_like.shape[1:3]]
         batch = tokens.shape[0]
-        return (
+        return [
             keras.KerasTensor((batch, self.num_queries, *size), dtype=self.compute_dtype),
             keras.KerasTensor((batch, self.num_queries, self.num_classes + 1), dtype=self.compute_dtype),
-        )
+        ]
 
     def get_config(self):
         config = super().get_config()

@@ -204,7 +204,7 @@ class DepthEstimator(DenseTask):
     def _build_layers(self):
         dim = self.encoder.hidden_size
         maps = [(None, None, None, dim)] * len(self.neck.neck_channels)
-        self.neck.build([maps, None])
+        self.neck.build(maps)
         self.depth_head.build((None, None, None, self.neck.fusion_size))
         self.built = True
 
@@ -218,12 +218,13 @@ class DepthEstimator(DenseTask):
         return (OUTPUT,)
 
     def features(self, images, training=None):
-        """`(maps, class tokens)`: the neck's input, one entry per level."""
+        """`(maps, class tokens)`: the neck's input: a map per level, a
+        class token per level after the ResNet's (None without readout)."""
         s = forward.stages(self.encoder)
         maps, tokens = [], []
         if self._resnet is not None:
             *resnet, stem = self._resnet(images, training=training)
-            maps, tokens = list(resnet[: self.skip_levels]), [None] * self.skip_levels
+            maps = list(resnet[: self.skip_levels])
         else:
             stem = forward.stem(s, images, training=training)
         x, patches = forward.embed(s, stem, training=training)
@@ -237,12 +238,13 @@ class DepthEstimator(DenseTask):
                 y = forward.final_norm(s, y)
             grid, prefix = forward.split_tokens(s, y, patches)
             maps.append(grid)
-            tokens.append(prefix[:, 0] if self.encoder.has_class_token else None)
-        return maps, tokens
+            if self.readout != "ignore":
+                tokens.append(prefix[:, 0])
+        return maps, (tokens or None)
 
     def call(self, images, training=None):
         maps, tokens = self.features(images, training=training)
-        fused = self.neck([maps, tokens], training=training)
+        fused = self.neck(maps, class_tokens=tokens, training=training)
         depth = self.depth_head(fused[-1], images=images)
         depth = depth[..., 0] if self.bins is None else self.bins(depth)
         return {OUTPUT: ops.cast(depth, "float32")}

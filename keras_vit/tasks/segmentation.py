@@ -150,7 +150,7 @@ class Segmenter(DenseTask):
             self.queries.build((None, None, encoder.hidden_size))
             self.eomt_head = EomtHead(self.num_queries, classes, encoder.num_prefix_tokens, num_upscale_blocks,
                                       mask_probabilities=self.mask_probabilities, name="eomt_head", dtype=dtype)
-            self.eomt_head.build((None, None, encoder.hidden_size))
+            self.eomt_head.build([(None, None, encoder.hidden_size), (None, None, None, 1)])
             self.seed_generator = keras.random.SeedGenerator(0, name="mask_seed")
         else:
             blocks = (-1,) if feature_blocks is None else feature_blocks
@@ -241,13 +241,13 @@ class Segmenter(DenseTask):
                 tables = _with_query_rows(tables, self.num_queries)
             extra = {} if tables is None else {"rope": forward.block_rope(s, tables, i)}
             if i >= start and self.masked_blocks[i - start]:
-                masks, _ = self.eomt_head(forward.final_norm(s, x), patches)
+                masks, _ = self.eomt_head([forward.final_norm(s, x), patches])
                 tokens = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
                 mask = self._attention_mask(masks, grid, tokens, self.eomt_head.mask_probability[i - start], training)
             if mask is not None:
                 extra["attention_mask"] = mask
             x = block(x, training=training, **extra)
-        masks, classes = self.eomt_head(forward.final_norm(s, x), patches)
+        masks, classes = self.eomt_head([forward.final_norm(s, x), patches])
         return {CLASS_LOGITS: ops.cast(classes, "float32"), MASK_LOGITS: ops.cast(masks, "float32")}
 
     def call(self, images, training=None):
