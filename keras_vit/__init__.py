@@ -33,12 +33,12 @@ from keras_vit.version import __version__
 from keras_vit.preprocessing import preprocess_input
 from keras_vit.presets import from_preset, load_model
 from keras_vit.tasks.classification import Prediction, classify, decode_predictions
+from keras_vit.preprocessing.dense import DenseProcessing
+from keras_vit.tasks.depth import DepthEstimator, estimate_depth
 from keras_vit.tasks.images import load_images
+from keras_vit.tasks.segmentation import Segmenter, segment
 from keras_vit.tasks.zero_shot import ImageTextModel
 from keras_vit.weights.patch_resample import resample_patch_embedding
-from keras_vit.tasks.dense_processing import DenseProcessing
-from keras_vit.tasks.depth import DepthEstimator, estimate_depth
-from keras_vit.tasks.segmentation import Segmenter, segment
 
 
 def __getattr__(name):

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import export, serving
+from keras_vit import export
+from keras_vit.export import serving
 
 BACKEND = keras.backend.backend()
 FORMATS = export.BACKEND_FORMATS[BACKEND]

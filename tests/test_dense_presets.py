@@ -13,7 +13,7 @@ import pytest
 
 import keras_vit
 from keras_vit import cli
-from keras_vit.tasks.dense_processing import DenseProcessing
+from keras_vit.preprocessing.dense import DenseProcessing
 
 Image = pytest.importorskip("PIL.Image")
 

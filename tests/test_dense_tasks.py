@@ -11,7 +11,7 @@ import keras_vit
 from dense_dirs import chmv2_config, depth_anything_config, eomt_config, save_random
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.tasks import segmentation_outputs as post
-from keras_vit.tasks.dense_processing import DenseProcessing, from_transformers, prepare_image, to_transformers
+from keras_vit.preprocessing.dense import DenseProcessing, from_transformers, prepare_image, to_transformers
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")

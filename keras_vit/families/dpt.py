@@ -32,25 +32,25 @@ Facts about the transformers files (`save_pretrained`, transformers 5):
 
 The processors (`preprocessor_config.json`, `DPTImageProcessor`,
 `CHMv2ImageProcessor`) become `DenseProcessing` records
-(`keras_vit.tasks.dense_processing`). Written back
+(`keras_vit.preprocessing.dense`). Written back
 (`DepthEstimator.save_to_preset(format="transformers")`): Depth Anything
 and CHMv2 models, and DPT on a plain ViT.
 """
 
 import numpy as np
 
-from keras_vit.tasks.dense_processing import from_transformers, to_transformers
+from keras_vit.preprocessing.dense import from_transformers, to_transformers
 from keras_vit.weights.formats.conventions import torch_linear
 from keras_vit.weights.formats.task_family import (
     TaskFamily,
     check_fields,
-    encoder_state,
     merge,
     read_head,
     refuse,
     split_prefix,
 )
 from keras_vit.weights.rules import RuleTable
+from keras_vit.families.writers import encoder_state
 from keras_vit.families.dinov2 import TransformersDinov2 as Dinov2Family
 from keras_vit.families.dinov3 import TransformersDinov3 as Dinov3Family
 from keras_vit.families.vit import TransformersViT as ViTFamily
@@ -407,7 +407,7 @@ class TransformersDpt(_DptFamily):
     HF_CLASS = "DPTForDepthEstimation"
 
     def check_export(self, model):
-        from keras_vit.weights.writers import _flat_config
+        from keras_vit.families.writers import _flat_config
 
         self._check_common(model, ("relative",))
         flat = _flat_config(model.encoder)
@@ -566,7 +566,7 @@ class KerasHubDepthAnything:
     `keras_hub>DepthAnythingBackbone` with a `DINOV2Backbone` image encoder).
 
     The image encoder is read by keras_vit's keras-hub DINOv2 family
-    (`weights.formats.keras_hub_dinov2`); the neck and head are keras-hub's
+    (`families.dinov2`); the neck and head are keras-hub's
     port of transformers' (`DepthAnythingNeck`, the fusion resizing to the
     next level's size) under `neck/` and `head/`; `feature_keys` name
     the image encoder's `stageK` outputs (block `K - 1`), after its final
@@ -599,7 +599,7 @@ class KerasHubDepthAnything:
         return backbone["config"], task["config"]
 
     def arguments(self, directory, state=None):
-        from keras_vit.weights.formats.keras_hub_dinov2 import Dinov2Family as KerasHubDinov2
+        from keras_vit.families.dinov2 import KerasHubDinov2
         from keras_vit.weights.formats.keras_hub_family import input_shape
 
         config, task = self._configs(directory)
@@ -632,7 +632,7 @@ class KerasHubDepthAnything:
         import keras
 
         from keras_vit.weights import canonical as C
-        from keras_vit.weights.formats.keras_hub_dinov2 import Dinov2Family as KerasHubDinov2
+        from keras_vit.families.dinov2 import KerasHubDinov2
         from keras_vit.weights.formats.keras_hub_family import WEIGHTS_FILE
 
         try:
@@ -655,7 +655,7 @@ class KerasHubDepthAnything:
 def _keras_hub_processing(directory):
     """A keras-hub preset's image converter as a `DenseProcessing` record (an
     exact resize to its size, no crop), or None."""
-    from keras_vit.tasks.dense_processing import DenseProcessing
+    from keras_vit.preprocessing.dense import DenseProcessing
     from keras_vit.weights.formats.keras_hub_family import preprocessing
 
     record = preprocessing(directory)

@@ -35,13 +35,12 @@ The processor (`EomtImageProcessor`) becomes a `DenseProcessing` record;
 
 import numpy as np
 
-from keras_vit.tasks.dense_processing import from_transformers, to_transformers
+from keras_vit.preprocessing.dense import from_transformers, to_transformers
 from keras_vit.weights import canonical as C
 from keras_vit.weights.formats.conventions import torch_linear, torch_norm
 from keras_vit.weights.formats.task_family import (
     TaskFamily,
     check_fields,
-    encoder_state,
     merge,
     read_head,
     refuse,
@@ -50,6 +49,7 @@ from keras_vit.families.dinov2 import TransformersDinov2 as Dinov2Family
 from keras_vit.families.dinov3 import TransformersDinov3 as Dinov3Family
 from keras_vit.weights.formats.transformers_family import class_names, label_config
 from keras_vit.weights.rules import RuleTable
+from keras_vit.families.writers import encoder_state
 
 IGNORED = {"criterion.empty_weight": "the loss's class weights, not a model weight"}
 HEAD_PREFIXES = ("queries/", "eomt_head/")
@@ -190,7 +190,7 @@ class TransformersEomt(_EomtFamily):
     EXPORTED_INTERPOLATION = "dinov2"
 
     def _shaped(self, model):
-        from keras_vit.weights.writers import _flat_config
+        from keras_vit.families.writers import _flat_config
 
         flat = _flat_config(model.encoder)
         return (flat.get("layer_scale_init") is not None and flat.get("position_embedding", "learned") == "learned"
@@ -304,7 +304,7 @@ class TransformersEomtDinov3(_EomtFamily):
     EXPORTED_INTERPOLATION = "dinov2"
 
     def _shaped(self, model):
-        from keras_vit.weights.writers import _flat_config
+        from keras_vit.families.writers import _flat_config
 
         return _flat_config(model.encoder).get("rope") == "dinov3" and type(model.encoder).__name__ == "ViT"
 

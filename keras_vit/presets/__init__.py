@@ -5,6 +5,8 @@
   describes);
 - `keras_vit.presets.image_text`: the two-tower directories of
   `keras_vit.ImageTextModel`;
+- `keras_vit.presets.tasks`: the directories of task models (depth,
+  segmentation: transformers', keras-hub's, keras_vit's);
 - `keras_vit.presets.resolver`: `load_model`, a model from whatever names one
   (a constructor, a checkpoint file, a `.keras` file, a preset).
 """

@@ -283,7 +283,7 @@ def describe_preset(handle):
     """
     directory = preset_directory(handle)
     layout = detect_layout(directory)
-    from keras_vit.tasks import presets as task_presets
+    from keras_vit.presets import tasks as task_presets
 
     if task_presets.is_task_preset(directory, layout):
         return task_presets.task_source(directory, layout)
@@ -332,7 +332,7 @@ def build(source, **overrides):
     `TaskSource` builds the task model it describes.
     """
     if isinstance(source, TaskSource):
-        from keras_vit.tasks import presets as task_presets
+        from keras_vit.presets import tasks as task_presets
 
         return task_presets.build_task(source, **overrides)
     args = _apply_overrides(source.arguments, overrides)
@@ -373,7 +373,7 @@ def from_preset(handle, **overrides):
         A `keras_vit.ViT` (or `ViTHybrid`); for a checkpoint of a task
         model (transformers' Depth Anything, DPT, CHMv2 and EoMT, keras-hub's
         Depth Anything), the `keras_vit.tasks` model it holds
-        (`DepthEstimator`, `Segmenter`; `keras_vit.tasks.presets`).
+        (`DepthEstimator`, `Segmenter`; `keras_vit.presets.tasks`).
 
     Raises:
         ValueError: unreadable or unknown layouts, architectures keras_vit

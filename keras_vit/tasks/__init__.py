@@ -9,12 +9,14 @@
   DPT, CHMv2) and `estimate_depth`;
 - `keras_vit.tasks.segmentation`: `Segmenter` (EoMT, and a linear head)
   and `segment`;
-- `keras_vit.tasks.dense_processing`: how the dense tasks' images are
-  prepared (`DenseProcessing`);
-- `keras_vit.tasks.dense_training`: folders of images with masks or depth
-  maps, the losses and metrics, sliding-window inference;
-- `keras_vit.tasks.presets`: task checkpoints (transformers, keras-hub,
-  keras_vit directories) built and loaded.
+- `keras_vit.tasks.dense_data`, `keras_vit.tasks.dense_training`: folders
+  of images with masks or depth maps, the losses and metrics,
+  sliding-window inference;
+- `keras_vit.tasks.segmentation_outputs`, `keras_vit.tasks.pictures`: the
+  segmentation post-processing; the pictures of depth maps and segments.
+
+The dense tasks' images are prepared by `keras_vit.preprocessing.dense`
+and their checkpoints read by `keras_vit.presets.tasks`.
 
 The encoders stay in `keras_vit.models`; a task model wraps one.
 """

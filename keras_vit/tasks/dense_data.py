@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from keras_vit.tasks.dense_processing import DenseProcessing, scale_pixels
+from keras_vit.preprocessing.dense import DenseProcessing, scale_pixels
 from keras_vit.validation import check_positive_float, pair
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
@@ -125,7 +125,7 @@ def _record(model, image_size):
 
 def _load(folder, model, image_size, kind, suffixes, read, check):
     """`(images, targets)`: every pair read and checked, then resized."""
-    from keras_vit.preprocessing import _pil_resize
+    from keras_vit.preprocessing.crops import _pil_resize
 
     record, size = _record(model, image_size)
     directory, names = _images(folder)

@@ -27,7 +27,7 @@ from keras_vit.models import forward
 from keras_vit.models.features import check_feature_blocks
 from keras_vit.models.hybrid import ViTHybrid
 from keras_vit.tasks.base import DenseTask, check_encoder
-from keras_vit.tasks.dense_processing import DenseProcessing, prepare_image
+from keras_vit.preprocessing.dense import DenseProcessing, prepare_image
 from keras_vit.validation import check_bool, check_choice, check_positive_float, check_positive_int
 
 # The published DPT heads, by what differs between them: where the fusion
@@ -307,7 +307,7 @@ class DepthEstimator(DenseTask):
                 its `preprocessor_config.json`; refused before writing for
                 a model no such class holds).
         """
-        from keras_vit import families
+        from keras_vit.families import task_source as families
 
         families.save_task_preset(self, directory, format)
 

@@ -30,7 +30,7 @@ from keras_vit.layers.resize import resize_bilinear, spatial_size
 from keras_vit.models import forward
 from keras_vit.models.features import check_feature_blocks
 from keras_vit.tasks.base import DenseTask, check_encoder
-from keras_vit.tasks.dense_processing import DenseProcessing
+from keras_vit.preprocessing.dense import DenseProcessing
 from keras_vit.validation import check_choice, check_int, check_positive_int
 
 HEADS = ("eomt", "linear")
@@ -333,7 +333,7 @@ class Segmenter(DenseTask):
                 `id2label` and `preprocessor_config.json`; refused before
                 writing for a model neither holds, a linear head among them).
         """
-        from keras_vit import families
+        from keras_vit.families import task_source as families
 
         families.save_task_preset(self, directory, format)
 
@@ -438,10 +438,10 @@ def segment(model, images, task="semantic", threshold=0.9, mask_threshold=0.5, o
     >>> result["segmentation"].shape, sorted({s["label"] for s in result["segments"]}) <= ["sea", "sky"]
     ((20, 30), True)
     """
-    from keras_vit.classification import _image_list
-    from keras_vit.resolver import load_model
+    from keras_vit.tasks.images import read_images as _image_list
+    from keras_vit.presets.resolver import load_model
     from keras_vit.tasks import segmentation_outputs as post
-    from keras_vit.tasks.dense_processing import prepare_image
+    from keras_vit.preprocessing.dense import prepare_image
 
     model = load_model(model)
     if not isinstance(model, Segmenter):

@@ -4,7 +4,7 @@ transformers' `EomtImageProcessor` computes them.
 
 Each function takes one image's outputs (NumPy, without the batch axis;
 several rows for a split image), the image's `Prepared` record
-(`keras_vit.tasks.dense_processing`) and the record it was prepared with,
+(`keras_vit.preprocessing.dense`) and the record it was prepared with,
 and returns `(segmentation, segments)`: an int32 `(height, width)` map at
 the image's size (semantic: a class per pixel; panoptic and instance: a
 segment id per pixel, -1 where none) and a list of segment dicts (`id`,
@@ -21,7 +21,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit.layers.resize import resize_bilinear
-from keras_vit.tasks.dense_processing import _shorter_side
+from keras_vit.preprocessing.dense import _shorter_side
 
 SUBTASKS = ("semantic", "panoptic", "instance")
 

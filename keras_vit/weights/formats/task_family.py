@@ -178,17 +178,6 @@ class TaskFamily(abc.ABC):
             write_json(os.path.join(directory, "preprocessor_config.json"), processor)
 
 
-def encoder_state(model, head_prefixes):
-    """`(the encoder's flat config, its canonical params, the head's params)` of a task model."""
-    from keras_vit.weights.mapping import model_state
-    from keras_vit.weights.writers import _flat_config
-
-    params = model_state(model)
-    head = {k: v for k, v in params.items() if k.startswith(head_prefixes)}
-    encoder = {k: v for k, v in params.items() if k not in head}
-    return _flat_config(model.encoder), encoder, head
-
-
 def refuse(reason):
     """The error of a task model a transformers directory cannot hold."""
     return ValueError(f"transformers has no class that holds this model: {reason}. Save it with format='keras_vit'.")

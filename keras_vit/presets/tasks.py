@@ -13,13 +13,15 @@ import os
 
 from keras_vit.families import task_source as families
 from keras_vit.models import ViT, ViTHybrid
-from keras_vit.tasks.depth import DepthEstimator
-from keras_vit.tasks.segmentation import Segmenter
 from keras_vit.weights import loader, shards
 from keras_vit.weights.files import read_json
 from keras_vit.weights.formats.task_family import TaskSource
 
-TASK_CLASSES = {"DepthEstimator": DepthEstimator, "Segmenter": Segmenter}
+# The task models by name. The classes are Keras' registered ones, not
+# imported here: the task modules' one-call functions resolve handles
+# through `keras_vit.presets`, which reads task presets through this module
+# (importing `keras_vit` registers them).
+TASK_CLASSES = ("DepthEstimator", "Segmenter")
 ENCODER_CLASSES = {"ViT": ViT, "ViTHybrid": ViTHybrid}
 # What `from_preset` may change about a task checkpoint's model.
 TASK_OVERRIDES = ("image_size", "dtype", "name", "classes", "class_names")
@@ -118,9 +120,9 @@ def build_task(source, **overrides):
     if new_classes:
         if source.task_class != "Segmenter":
             raise ValueError("`classes` and `class_names` change a Segmenter's classes; this is a depth model.")
-        task_args.update(Segmenter.new_class_arguments(overrides.get("classes"), overrides.get("class_names")))
+        task_args.update(task_class("Segmenter").new_class_arguments(overrides.get("classes"), overrides.get("class_names")))
     encoder = ENCODER_CLASSES[source.encoder_class].from_config(encoder_args)
-    model = TASK_CLASSES[source.task_class](encoder=encoder, **task_args)
+    model = task_class(source.task_class)(encoder=encoder, **task_args)
     if source.layout == "keras_vit":
         path = os.path.join(source.directory, KERAS_WEIGHTS)
         if new_classes or "image_size" in overrides:
@@ -150,4 +152,11 @@ def _load(model, checkpoint, new_classes):
     loader.load_checkpoint(model, checkpoint)
 
 
-__all__ = ["TASK_CLASSES", "TASK_OVERRIDES", "build_task", "is_task_preset", "task_source"]
+def task_class(name):
+    """The task model class registered as `keras_vit>{name}`."""
+    import keras
+
+    return keras.saving.get_registered_object(f"keras_vit>{name}")
+
+
+__all__ = ["TASK_CLASSES", "TASK_OVERRIDES", "build_task", "is_task_preset", "task_class", "task_source"]
