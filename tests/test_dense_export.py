@@ -10,6 +10,7 @@ import pytest
 import keras_vit
 from keras_vit import export
 from keras_vit.export import serving
+from keras_vit.export.pipeline import _exporter_modules
 
 BACKEND = keras.backend.backend()
 FORMATS = export.BACKEND_FORMATS[BACKEND]
@@ -26,7 +27,7 @@ def _images():
 
 def _runtime_ready(format):
     try:
-        export.require(export._exporter_modules(BACKEND, format, None), format)
+        export.require(_exporter_modules(BACKEND, format, None), format)
         serving.require(serving.RUNTIMES[format], format)
     except ImportError as error:
         pytest.skip(f"{format}: {error}")
