@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import cli
 from keras_vit.preprocessing.dense import DenseProcessing
+from keras_vit_tools.commands import keras_vit as run_cli
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -141,19 +141,19 @@ def test_commands_write_pictures(tmp_path, capsys):
     photo = str(tmp_path / "photo.png")
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 56, 3)).astype("uint8")).save(photo)
     _depth().save_to_preset(str(tmp_path / "depth"))
-    assert cli.main(["depth", str(tmp_path / "depth"), photo, "--out", str(tmp_path / "out")]) == 0
+    assert run_cli(["depth", str(tmp_path / "depth"), photo, "--out", str(tmp_path / "out")]) == 0
     depth = np.load(tmp_path / "out" / "photo_depth.npy")
     assert depth.shape == (40, 56)
     assert np.asarray(Image.open(tmp_path / "out" / "photo_depth.png")).shape == (40, 56, 3)
     model = _segmenter()
     model.save_to_preset(str(tmp_path / "segmenter"))
-    assert cli.main(["segment", str(tmp_path / "segmenter"), photo, "--task", "panoptic", "--threshold", "0",
+    assert run_cli(["segment", str(tmp_path / "segmenter"), photo, "--task", "panoptic", "--threshold", "0",
                      "--out", str(tmp_path / "out")]) == 0
     written = json.loads((tmp_path / "out" / "photo_segments.json").read_text())
     expected = keras_vit.segment(model, photo, task="panoptic", threshold=0)[0]["segments"]
     assert written == expected and written
     assert np.asarray(Image.open(tmp_path / "out" / "photo_segments.png")).shape[0] == 40
-    assert cli.main(["depth", str(tmp_path / "segmenter"), photo, "--out", str(tmp_path)]) == 2
+    assert run_cli(["depth", str(tmp_path / "segmenter"), photo, "--out", str(tmp_path)]) == 2
     assert "must be a DepthEstimator" in capsys.readouterr().err
 
 
