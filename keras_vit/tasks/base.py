@@ -21,7 +21,18 @@ from keras_vit.validation import argument_names, check_keywords
 
 
 def check_encoder(encoder, task):
-    """Raises a `ValueError` unless `encoder` is a keras_vit ViT the task can wrap."""
+    """Raises a `ValueError` unless `encoder` is a keras_vit ViT the task can wrap.
+
+    Example:
+
+    >>> import keras_vit
+    >>> encoder = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
+    ...                         num_heads=2, mlp_dim=16, classes=3)
+    >>> check_encoder(encoder, "Segmenter")
+    Traceback (most recent call last):
+    ...
+    ValueError: `encoder` must be built with include_top=False and pooling=None: Segmenter reads its ...
+    """
     if not isinstance(encoder, ViT):
         raise ValueError(
             f"`encoder` must be a keras_vit.ViT or ViTHybrid. Received: encoder={type(encoder).__name__}"
