@@ -3,12 +3,13 @@
 Works unchanged on the jax, tensorflow and torch backends (`KERAS_BACKEND`).
 
 Each name below lives in the subpackage of its concern: models in
-`keras_vit.models`, tasks (classification, zero-shot) in `keras_vit.tasks`,
-presets and the resolver in `keras_vit.presets`, input scaling in
+`keras_vit.models`, tasks (classification, zero-shot, depth, segmentation,
+detection, promptable masks) in `keras_vit.tasks`, presets (task presets
+included) and the resolver in `keras_vit.presets`, input scaling in
 `keras_vit.preprocessing`, export in `keras_vit.export`.
 """
 
-from keras_vit import architectures, inspection, layers, pretraining, text
+from keras_vit import architectures, inspection, layers, pretraining, tasks, text
 from keras_vit.models import (
     ARCHITECTURE_CONFIGS,
     R26ViTB32,
@@ -38,6 +39,9 @@ from keras_vit.tasks.depth import DepthEstimator, estimate_depth
 from keras_vit.tasks.images import load_images
 from keras_vit.tasks.segmentation import Segmenter, segment
 from keras_vit.tasks.zero_shot import ImageTextModel
+from keras_vit.tasks.detection import FixedQueryDetector, OpenVocabularyDetector, detect
+from keras_vit.tasks.mask_generation import generate_masks
+from keras_vit.tasks.prompt_masks import PromptableSegmenter, segment_prompts
 from keras_vit.weights.patch_resample import resample_patch_embedding
 
 

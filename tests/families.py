@@ -107,6 +107,14 @@ FAMILIES = {
              attention_out_norm=True, qkv_bias=(True, False, True), classifier="gap"),
         reference=False,
     ),
+    # SAM's image encoder (ViTDet): no class token, a windowed block and a
+    # global one with decomposed relative positions, the convolutional neck
+    # in place of the final norm, the neck's mean pooled.
+    "sam": Family(
+        dict(classifier="gap", num_layers=2, window_size=3, global_attention_blocks=(1,),
+             relative_position="decomposed", neck_channels=8, mlp_activation="gelu"),
+        reference=False,
+    ),
 }
 
 # The options of later checkpoints (register tokens, LayerScale, no q/k/v

@@ -383,3 +383,43 @@ def test_dinov3_rows_build_one_model_in_every_system():
     (workloads, dtypes, systems), = benchmark.PRESETS["dinov3"]
     assert {benchmark.WORKLOADS[w][2] for w in workloads} == {224, 518}
     assert set(systems) == {*benchmark.KERAS_SYSTEMS, "hf-sdpa"}
+
+
+@pytest.mark.parametrize("arch", ["OWLv2-tiny", "SAM-tiny", "SAM-decoder-tiny"])
+def test_task_workloads_run_on_both_sides(arch):
+    """Each task workload builds and runs keras_vit's model and transformers'
+    of the same config (in this process: no timing is checked)."""
+    pytest.importorskip("transformers")
+    from keras_vit_tools import benchmark_tasks
+
+    assert arch in benchmark_tasks.TASK_ARCHS
+    workload = next(w for w, (_, a, _, _) in benchmark.WORKLOADS.items() if a == arch)
+    _, _, image, batch = benchmark.WORKLOADS[workload]
+    assert workload in benchmark.TASK_SMOKE_WORKLOADS and benchmark.case_flops(workload) is None
+    x = np.random.default_rng(0).normal(size=(batch, image, image, 3)).astype("float32")
+    spec = dict(system="hf-sdpa", arch=arch, image=image, warmup=0, reps=1)
+    _, first, times, info, _ = benchmark_tasks.run_hf(spec, x, lambda step, warmup, reps: (0.0, [step() is not None]))
+    assert times == [True] and info["attn"] == "sdpa"
+    _, step, info = benchmark_tasks.run_keras_task(spec, x)
+    out = step()
+    assert info["backend"] == keras.backend.backend() and out is not None
+
+
+def test_kernel_timings_compiled_rows(tmp_path):
+    """`--compiled`: torch's training step compiled with the library's paths and
+    portable, and eager with oneDNN forced; the other backends say why not."""
+    from keras_vit_tools import benchmark_kernels
+    from keras_vit.kernels import switches
+
+    prefix = tmp_path / "compiled"
+    assert benchmark_kernels.main(["--compiled", "--arch", "tiny", "--layers", "1", "--batch", "2",
+                                   "--reps", "1", "--output", str(prefix)]) == 0
+    text = (tmp_path / "compiled.md").read_text()
+    if keras.backend.backend() != "torch":
+        assert "--compiled times torch.compile's training step" in text
+        return
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith(("| compiled", "| eager"))]
+    assert [r[0].strip() for r in rows] == ["compiled, library's paths (F.linear)", "compiled, portable",
+                                            "eager, oneDNN forced"]
+    assert all(float(r[1]) > 0 and float(r[3]) > 0 for r in rows)
+    assert not switches.is_forced("onednn")

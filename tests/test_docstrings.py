@@ -51,7 +51,7 @@ MODULES = sorted(
 ) + [
     "keras_vit_tools.reference", "keras_vit_tools.commands", "keras_vit_tools.zero_shot_command",
     "keras_vit_tools.front_end", "keras_vit_tools.checkout", "keras_vit_tools.convert_command",
-    "keras_vit_tools.dense_command",
+    "keras_vit_tools.dense_command", "keras_vit_tools.tasks_command",
 ]
 
 

@@ -35,8 +35,13 @@ from harness import run_layer_test
 from keras_vit import layers
 from keras_vit.layers.attention_pool import AttentionPoolHead
 from keras_vit.layers.depth_head import DepthBins, DepthHead
+from keras_vit.layers.detection_heads import DetectionHeads, QueryLogits
 from keras_vit.layers.dpt import DptNeck, ResidualConvUnit
 from keras_vit.layers.eomt import EomtHead, QueryTokens
+from keras_vit.layers.mask_decoder import MaskDecoder, PromptAttention, TwoWayBlock
+from keras_vit.layers.neck import ConvNeck
+from keras_vit.layers.prompt_encoder import PromptEncoder
+from keras_vit.layers.relative_position import DecomposedRelativePosition
 from keras_vit.layers.norms import RMSNorm
 from keras_vit.layers.qk_norm import QKNorm
 from keras_vit.layers.rotary import RotaryEmbedding
@@ -193,6 +198,54 @@ OTHER_CASES = {
         lambda **kw: EomtHead(3, 2, 1, num_upscale_blocks=1, **kw), [_normal(2, 3 + 1 + 6, 4), _normal(2, 2, 3, 1)],
         [(2, 3, 4, 6), (2, 3, 3)], (13, 0, 0),
     ),
+    # The two tables; the grid from a `(batch, h, w, ...)` tensor.
+    "DecomposedRelativePosition": Case(
+        lambda **kw: DecomposedRelativePosition(size=2, head_dim=4, **kw),
+        {"q_shape": (2, 6, 2, 4), "grid_shape": (2, 2, 3, 1)}, (2, 2, 6, 6), (2, 0, 0),
+    ),
+    # Two convolutions without bias, two LayerNorms.
+    "ConvNeck": Case(
+        lambda **kw: ConvNeck(channels=4, **kw), {"tokens_shape": (2, 6, 8), "grid_shape": (2, 2, 3, 1)},
+        (2, 6, 4), (6, 0, 0),
+    ),
+    # LayerNorm (2), class embedding, shift and scale (6), box MLP (6), objectness MLP (6).
+    "DetectionHeads": Case(
+        lambda **kw: DetectionHeads(query_dim=6, patch_size=4, objectness=True, **kw),
+        {"tokens_shape": (2, 7, 8), "images_shape": (2, 8, 12, 3)},
+        {"class_embeddings": (2, 6, 6), "logit_shift": (2, 6, 1), "logit_scale": (2, 6, 1), "pred_boxes": (2, 6, 4),
+         "objectness_logits": (2, 6)}, (20, 0, 0),
+    ),
+    # The fixed queries: a weight that is not trained. Its three inputs as a
+    # tuple: tensorflow's datasets take a list for one tensor.
+    "QueryLogits": Case(
+        lambda **kw: QueryLogits(num_queries=3, query_dim=5, **kw),
+        (_normal(2, 4, 5), _normal(2, 4, 1), _normal(2, 4, 1)), (2, 4, 3), (0, 1, 1),
+    ),
+    # The Fourier matrix, four point embeddings, not-a-point, no-mask (7);
+    # three convolutions (6) and two LayerNorms (4).
+    "PromptEncoder": Case(
+        lambda **kw: PromptEncoder(hidden_size=8, image_size=32, grid_size=4, mask_channels=8, **kw),
+        {"points_shape": (2, 3, 2), "labels_shape": (2, 3), "mask_input_shape": (2, 16, 16, 1),
+         "has_mask_input_shape": (2, 1)},
+        ((2, 3, 8), (2, 4, 4, 8), (1, 4, 4, 8)), (17, 0, 0),
+    ),
+    "PromptAttention": Case(
+        lambda **kw: PromptAttention(num_heads=2, width=4, **kw),
+        {"query_shape": (2, 3, 8), "key_shape": (2, 5, 8), "value_shape": (2, 5, 8)}, (2, 3, 8), (8, 0, 0),
+    ),
+    # Three attentions (24), an MLP (4), four LayerNorms (8).
+    "TwoWayBlock": Case(
+        lambda **kw: TwoWayBlock(num_heads=2, mlp_dim=12, **kw),
+        {"tokens_shape": (2, 3, 8), "image_shape": (2, 16, 8), "token_positions_shape": (2, 3, 8),
+         "image_positions_shape": (2, 16, 8)}, ((2, 3, 8), (2, 16, 8)), (36, 0, 0),
+    ),
+    # Tokens (2), one block (36), the last attention and norm (10), the
+    # upscaling (6), four hypernetworks (24), the IoU head (6).
+    "MaskDecoder": Case(
+        lambda **kw: MaskDecoder(num_layers=1, num_heads=2, mlp_dim=12, iou_head_depth=3, iou_head_hidden_dim=6, **kw),
+        {"image_shape": (2, 4, 4, 16), "image_positions_shape": (1, 4, 4, 16), "sparse_shape": (2, 3, 16)},
+        ((2, 4, 16, 16), (2, 4)), (84, 0, 0),
+    ),
     # The learned frequencies of the "mixed" variant; the tables are float32
     # whatever the policy.
     "RotaryEmbedding": Case(
@@ -209,6 +262,14 @@ OWN_CONTRACT = {
     "DptNeck": "test_dense_layers.py",
     "DepthBins": "test_dense_layers.py",
     "EomtHead": "test_dense_layers.py",
+    "DecomposedRelativePosition": "test_relative_position.py",
+    "ConvNeck": "test_relative_position.py",
+    "DetectionHeads": "test_detection.py",
+    "QueryLogits": "test_detection.py",
+    "PromptEncoder": "test_prompt_masks.py",
+    "PromptAttention": "test_prompt_masks.py",
+    "TwoWayBlock": "test_prompt_masks.py",
+    "MaskDecoder": "test_prompt_masks.py",
 }
 ALL_CASES = {**CASES, **OTHER_CASES}
 # One case of each layer class for Keras' harness and the channels-first

@@ -1,78 +1,99 @@
-"""The fast paths under the execution modes users reach, per backend.
-
-Each cell runs a tiny model with one set of fast paths forced on (whatever
-this machine's hardware rules would choose) under one mode, and holds it to
-the portable reference run eagerly: the same losses and predictions within
-float32 rounding, or a clear refusal naming the mode.
+"""The mode matrix, training and inference: each set of fast paths
+(`mode_matrix.PATH_SETS`, forced on whatever this machine's hardware rules
+say) under each mode of `fit`, `evaluate` and `predict` and each precision,
+held to the portable reference run eagerly in float32 (tests/mode_matrix.py
+says how; docs/guides/modes.md is the table of the cells).
 """
 
-import contextlib
+import pathlib
 
-import keras
-import numpy as np
 import pytest
 
-import keras_vit
-from conftest import TINY, to_numpy
 from kernel_helpers import BACKEND
-from keras_vit import kernels
-from keras_vit.kernels import registry
+from mode_matrix import (
+    DEFAULT_MODE, MODES, PATH_SETS, STANDS_ASIDE, assert_agrees, compiled_graphs, expected_paths,
+    forced_and_disabled, initial_weights, make_model, paths, records_paths, train,
+)
 
-# The sets of fast paths a cell forces on. "fast" is every path of the
-# backend (where two paths serve one op, the first registered that computes
-# the call wins, as the dispatcher takes it); "second" the other projection
-# of torch, whose first one is "onednn".
-PATH_SETS = ("fast", "second", "portable")
-# Inside torch.compile the "onednn" projection declines (Inductor lowers the
-# products itself), so "second" would compile the graph "fast" compiles.
-COMPILED_PATH_SETS = ("fast", "portable")
+# The reference is the "eager" "portable" cell itself. A path set whose
+# cell would run the same paths as an earlier one in that mode is not run
+# again (on torch, "second" inside torch.compile: there the oneDNN
+# projection stands aside and "fast" takes `F.linear` too).
+CELLS = []
+for _mode in MODES[BACKEND]:
+    _seen = []
+    for _path_set in PATH_SETS:
+        _paths = expected_paths(_path_set, _mode)
+        if (_mode, _path_set) != ("eager", "portable") and (_path_set == "portable" or _paths not in _seen):
+            CELLS.append((_mode, _path_set))
+        _seen.append(_paths)
 
-
-def paths(path_set):
-    """A context forcing `path_set` (one of `PATH_SETS`) on this backend."""
-    if path_set == "portable":
-        return kernels.portable_only()
-    names = [o.name for o in registry.registered(backend=BACKEND) if not o.export]
-    stack = contextlib.ExitStack()
-    if path_set == "second":
-        if BACKEND != "torch":
-            pytest.skip(f"only torch has a second projection path; {BACKEND} has {names}")
-        stack.enter_context(kernels.disabled("onednn"))
-        names.remove("onednn")
-    stack.enter_context(kernels.forced(*names))
-    return stack
-
-
-def _data():
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(8, TINY["image_size"], TINY["image_size"], 3)).astype("float32")
-    y = keras.utils.to_categorical(np.arange(8) % 5, 5)
-    return x, y
-
-
-def _run(jit_compile):
-    """Losses of two epochs of `fit`, `evaluate`'s loss and `predict`'s output."""
-    keras.utils.set_random_seed(1)
-    model = keras_vit.ViT(**TINY, classes=5, classifier_activation="softmax")
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="categorical_crossentropy",
-                  jit_compile=jit_compile)
-    x, y = _data()
-    history = model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
-    loss = model.evaluate(x, y, batch_size=4, verbose=0)
-    return history.history["loss"], loss, model.predict(x, batch_size=4, verbose=0)
+# The precision cells: each policy with each set of fast paths that runs
+# paths of its own under it (the portable form's rounding is the float32
+# cells' business).
+POLICIES = ("mixed_bfloat16", "bfloat16", "mixed_float16")
+PRECISION_CELLS = []
+for _policy in POLICIES:
+    _seen = []
+    for _path_set in ("fast", "second"):
+        _paths = expected_paths(_path_set, DEFAULT_MODE, _policy)
+        if _paths not in _seen:
+            PRECISION_CELLS.append((_policy, _path_set))
+        _seen.append(_paths)
 
 
 @pytest.fixture(scope="module")
-def reference():
-    with kernels.portable_only():
-        return _run(jit_compile=False)
+def weights():
+    return initial_weights()
 
 
-@pytest.mark.parametrize("path_set", COMPILED_PATH_SETS)
-def test_compiled_fit_evaluate_predict_agree_with_the_portable_reference(reference, path_set):
-    """`jit_compile=True`: XLA on jax and tensorflow, torch.compile (Inductor) on torch."""
+@pytest.fixture(scope="module")
+def reference(weights):
+    with paths("portable"):
+        return train(make_model(weights), "eager")
+
+
+def check_paths(taken, path_set, mode, policy="float32"):
+    """The cell ran the paths of its set (none that stand aside in its mode)."""
+    forced, _ = forced_and_disabled(path_set)
+    expected = expected_paths(path_set, mode, policy)
+    aside = set(STANDS_ASIDE.get((BACKEND, mode), ()))
+    assert expected <= taken <= forced, (sorted(expected), sorted(taken))
+    assert not taken & aside, sorted(taken & aside)
+
+
+@pytest.mark.parametrize("mode, path_set", CELLS)
+def test_fit_evaluate_predict_agree_with_the_portable_reference(reference, weights, mode, path_set):
+    """`fit` (whose trained weights hold the gradients), `evaluate` and
+    `predict`, eager, in Keras' default mode and compiled (`jit_compile=True`:
+    XLA on jax and tensorflow, torch.compile on torch)."""
+    with compiled_graphs() as graphs, paths(path_set):
+        run = train(make_model(weights), mode)
+    assert_agrees(run, reference)
+    if records_paths(mode):
+        check_paths(run.paths, path_set, mode)
+    if mode == "compiled":
+        assert BACKEND != "torch" or graphs[0] > 0, "torch.compile compiled nothing"
+
+
+@pytest.mark.parametrize("policy, path_set", PRECISION_CELLS)
+def test_precision_policies_agree_within_their_dtype(reference, weights, policy, path_set):
+    """Mixed precision and bfloat16 in Keras' default mode (on tensorflow the
+    graph runtime: keras_vit's XLA predict function is float32's), against
+    the float32 reference within the compute dtype's tolerance."""
     with paths(path_set):
-        losses, loss, predictions = _run(jit_compile=True)
-    np.testing.assert_allclose(losses, reference[0], rtol=1e-4)
-    np.testing.assert_allclose(loss, reference[1], rtol=1e-4)
-    np.testing.assert_allclose(to_numpy(predictions), to_numpy(reference[2]), atol=1e-5)
+        run = train(make_model(weights, policy), DEFAULT_MODE)
+    assert_agrees(run, reference, dtype=policy.removeprefix("mixed_"))
+    check_paths(run.paths, path_set, DEFAULT_MODE, policy)
+
+
+def test_the_docs_list_every_path_that_stands_aside():
+    """docs/guides/modes.md's table of paths that stand aside names each
+    (backend, mode, path) the matrix lets stand aside, with a reason."""
+    table = (pathlib.Path(__file__).parents[1] / "docs" / "guides" / "modes.md").read_text()
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()
+            if line.startswith("| ") and line.count("|") == 5]
+    for (backend, mode), names in STANDS_ASIDE.items():
+        for name in names:
+            assert any(r[0] == backend and r[1] == f"`{name}`" and r[2].startswith(mode) and r[3]
+                       for r in rows), (backend, mode, name)

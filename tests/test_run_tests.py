@@ -1,5 +1,7 @@
 """tools/run_tests.py: the summary it reads and the environment each backend's run gets."""
 
+import os
+
 from tools.run_tests import summary_counts
 
 
@@ -72,3 +74,47 @@ def test_main_passes_the_thread_share_to_every_backend_run(monkeypatch):
     seen.clear()
     assert run_tests.main(["--backends", "torch", "--workers", "1"]) == 0
     assert "OMP_NUM_THREADS" not in seen[0][1] and "-n" not in seen[0][0]
+
+
+def test_jax_runs_share_a_fresh_compilation_cache(monkeypatch):
+    import subprocess
+
+    from tools import run_tests
+
+    seen = []
+
+    def fake_run(cmd, env, **kwargs):
+        folder = env.get("JAX_COMPILATION_CACHE_DIR")
+        seen.append((env["KERAS_BACKEND"], folder, folder is not None and os.path.isdir(folder)))
+        return subprocess.CompletedProcess(cmd, 0, stdout="1 passed in 0.1s\n")
+
+    monkeypatch.setattr(run_tests.subprocess, "run", fake_run)
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    assert run_tests.main(["--backends", "jax,torch,jax", "--workers", "1"]) == 0
+    (_, first, exists), (_, none, _), (_, second, _) = seen
+    assert exists and none is None and first != second
+    assert not os.path.exists(first), "the run's cache is removed after it"
+    env = run_tests.backend_env("jax", environ={}, cache_dir="/c")
+    assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+    # A folder the caller chose is kept.
+    assert run_tests.backend_env("jax", environ={"JAX_COMPILATION_CACHE_DIR": "/mine"}, cache_dir="/c")[
+        "JAX_COMPILATION_CACHE_DIR"] == "/mine"
+
+
+def test_quick_tier_runs_its_files_on_one_backend(monkeypatch):
+    import subprocess
+
+    from conftest import ROOT
+    from tools import run_tests
+
+    seen = []
+    monkeypatch.setattr(run_tests.subprocess, "run", lambda cmd, env, **k: seen.append((cmd, env)) or
+                        subprocess.CompletedProcess(cmd, 0, stdout="1 passed in 0.1s\n"))
+    assert run_tests.main(["--quick", "--workers", "1", "-x"]) == 0
+    ((cmd, env),) = seen
+    assert env["KERAS_BACKEND"] == "torch" and cmd[-1] == "-x"
+    assert [a for a in cmd if a.startswith("tests/")] == list(run_tests.QUICK)
+    assert all((ROOT / f).is_file() for f in run_tests.QUICK)
+    seen.clear()
+    assert run_tests.main(["--quick", "--backends", "jax", "--workers", "1"]) == 0
+    assert [env["KERAS_BACKEND"] for _, env in seen] == ["jax"]

@@ -43,6 +43,9 @@ Usage:
         # of that setup (a rerun overwrites them)
     python tools/benchmark.py --preset gpu --reps 20 --warmup 3 --name gpu-h100
         # the accelerator comparison (bfloat16 B/16 and L/16, then float32)
+    python tools/benchmark.py --preset tasks --rounds 2 --name cpu-tasks
+        # OWLv2 B/16 at 960 px, SAM ViT-B at 1024 px and SAM's decoder per
+        # click beside transformers (tools/benchmark_tasks.py)
     python tools/benchmark.py --systems keras_vit-jax,hf-sdpa \\
         --workloads infer-b16-bs8 --dtypes float32 --output /tmp/benchmark
 """
@@ -126,7 +129,18 @@ WORKLOADS = {
     "infer-dinov3-b16-518-bs1": ("infer", "DINOv3-B/16", 518, 1),
     "infer-tiny-bs2": ("infer", "tiny", 32, 2),
     "train-tiny-bs2": ("train", "tiny", 32, 2),
+    # Tasks (tools/benchmark_tasks.py): OWLv2 B/16 at 960 px with one text
+    # query, SAM ViT-B's image encoder at 1024 px, and SAM's prompt decoder
+    # per click (prompts/s).
+    "infer-owlv2-b16-960-bs1": ("infer", "OWLv2-B/16", 960, 1),
+    "infer-sam-b-1024-bs1": ("infer", "SAM-B", 1024, 1),
+    "infer-sam-decoder-bs1": ("infer", "SAM-decoder", 1024, 1),
+    "infer-owlv2-tiny-bs1": ("infer", "OWLv2-tiny", 32, 1),
+    "infer-sam-tiny-bs1": ("infer", "SAM-tiny", 32, 1),
+    "infer-sam-decoder-tiny-bs1": ("infer", "SAM-decoder-tiny", 32, 1),
 }
+TASK_WORKLOADS = ("infer-owlv2-b16-960-bs1", "infer-sam-b-1024-bs1", "infer-sam-decoder-bs1")
+TASK_SMOKE_WORKLOADS = ("infer-owlv2-tiny-bs1", "infer-sam-tiny-bs1", "infer-sam-decoder-tiny-bs1")
 DEFAULT_WORKLOADS = ("infer-b16-bs1", "infer-b16-bs8", "train-s16-bs16")
 SMOKE_WORKLOADS = ("infer-tiny-bs2", "train-tiny-bs2")
 GPU_WORKLOADS = ("infer-b16-bs64", "infer-l16-bs64", "train-b16-bs32", "train-l16-bs32")
@@ -189,6 +203,12 @@ PRESETS = {
     "dinov3": (
         (("infer-dinov3-b16-bs1", "infer-dinov3-b16-518-bs1"), ("float32",), (*KERAS_SYSTEMS, "hf-sdpa")),
     ),
+    # `--preset tasks`: OWLv2 and SAM against transformers' models of the
+    # same config, batch 1, float32 (keras-hub has no OWLv2).
+    "tasks": (
+        (TASK_WORKLOADS, ("float32",), ("keras_vit-jax", "keras_vit-tensorflow", "keras_vit-torch", "hf-sdpa",
+                                        "hf-eager")),
+    ),
 }
 # Matmul peaks, one process each (`tools/benchmark_worker.py::run_peak`).
 PEAK_LIBRARIES = ("torch", "tensorflow", "jax", "numpy")
@@ -207,7 +227,10 @@ def forward_flops(arch, image, channels=3, classes=1000):
 
 
 def case_flops(workload):
+    """A case's FLOPs, or None for a task model (not counted)."""
     kind, arch, image, _ = WORKLOADS[workload]
+    if arch not in ARCHS:
+        return None
     return forward_flops(arch, image) * (3 if kind == "train" else 1)
 
 
@@ -327,10 +350,11 @@ def finish(report, rows, started, prefix):
     for row in rows.values():
         if row["status"] == "ok":
             peak = max((v for k, v in peaks.items() if k.endswith(row["dtype"])), default=None)
-            row["gflops"] = case_flops(row["workload"]) * row["images_per_s"] / 1e9
-            row["peak_fraction"] = row["gflops"] / peak if peak else None
+            flops = case_flops(row["workload"])
+            row["gflops"] = None if flops is None else flops * row["images_per_s"] / 1e9
+            row["peak_fraction"] = row["gflops"] / peak if peak and flops else None
             own = peaks.get(own_peak_key(row["system"], row["dtype"]))
-            row["own_peak_fraction"] = row["gflops"] / own if own else None
+            row["own_peak_fraction"] = row["gflops"] / own if own and flops else None
     report["results"] = list(rows.values())
     report["ratios"] = ratios(report["results"])
     report["total_s"] = time.perf_counter() - started
@@ -484,7 +508,8 @@ def main(argv=None):
     size = args.matmul_size or size
     warmup = warmup if args.warmup is None else args.warmup
     if args.workloads == "all":
-        workloads = tuple(w for w in WORKLOADS if "tiny" not in w and w not in GPU_WORKLOADS)
+        workloads = tuple(w for w in WORKLOADS if "tiny" not in w and w not in GPU_WORKLOADS
+                          and WORKLOADS[w][1] in ARCHS)
     elif args.workloads == "gpu":
         workloads = GPU_WORKLOADS
     elif args.workloads:

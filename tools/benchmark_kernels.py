@@ -39,11 +39,17 @@ builds it) and a square matmul of side `--matmul-size`: the ratio of the two
 models without the spread between processes, each rate as a share of the
 square product's, and keras-hub's time over the products' (the most keras_vit
 could gain with everything but those products taking no time).
+`--compiled` times torch's `train_on_batch` of the `--arch` width with
+`--layers` blocks (2 by default): compiled (`jit_compile=True`) with the
+library's paths, compiled with every op portable, and eager with "onednn"
+forced, interleaved, with each first call's seconds (the compile): the
+measurement behind the projection inside torch.compile.
 
 Usage:
     KERAS_BACKEND=jax python tools/benchmark_kernels.py [--arch S/16] [--batch 16]
         [--reps 7] [--dense | --predict [--dtype bfloat16] | --head-tokens | --bf16
-         | --versus-keras-hub [--matmul-size 4096] | --attention [--tokens 577,1370]]
+         | --versus-keras-hub [--matmul-size 4096] | --attention [--tokens 577,1370]
+         | --compiled [--layers 2]]
         [--output PREFIX]
 
 Prints a Markdown table (milliseconds, minimum over `--reps` calls after one
@@ -59,6 +65,7 @@ from keras_vit_tools.benchmark import ARCHS
 from keras_vit_tools.benchmark_kernels_model import (
     _bf16_rows,
     _compiled,
+    _compiled_train_rows,
     _head_tokens_rows,
     _interleaved,
     _ms,
@@ -346,6 +353,10 @@ def main(argv=None):
                         help="only jax's CPU attention: all heads at once against groups of heads")
     parser.add_argument("--tokens", default="197,577,785,1025,1370",
                         help="comma-separated token counts for --attention")
+    parser.add_argument("--compiled", action="store_true",
+                        help="only torch's train_on_batch: compiled with the library's paths, "
+                             "compiled portable, eager with oneDNN forced")
+    parser.add_argument("--layers", type=int, default=2, help="blocks of the --compiled model")
     parser.add_argument("--output", default=None, help="append the table to PREFIX.md")
     args = parser.parse_args(argv)
     if args.attention:
@@ -354,6 +365,8 @@ def main(argv=None):
         except ValueError:
             parser.error(f"--tokens must be comma-separated integers, got {args.tokens!r}")
         table = _attention_rows(args.arch, args.batch, args.reps, tokens)
+    elif args.compiled:
+        table = _compiled_train_rows(args.arch, args.batch, args.reps, args.layers)
     elif args.bf16:
         table = _bf16_rows(args.arch, args.batch, args.reps)
     elif args.versus_keras_hub:

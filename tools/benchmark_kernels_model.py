@@ -1,7 +1,7 @@
 """The whole-model tables of `tools/benchmark_kernels.py`.
 
 `--predict` (torch's projection rule on the whole model), `--head-tokens`,
-`--bf16` and `--versus-keras-hub`, with the helpers they share with the
+`--bf16`, `--versus-keras-hub` and `--compiled`, with the helpers they share with the
 block tables there: the calls are interleaved (`_interleaved`) so that a
 loaded machine disturbs every path alike, and compiled as each backend's
 `predict` compiles them (`_compiled`, `_projections`). Usage and options:
@@ -277,4 +277,54 @@ def _versus_keras_hub_rows(arch, batch, reps, matmul_size=4096):
     else:
         bound = "the projection products alone took as long as the whole model here"
     lines += ["", f"keras_vit over keras_hub: {hub / ms['keras_vit']:.3f}x measured; {bound}."]
+    return "\n".join(lines) + "\n"
+
+
+def _compiled_train_rows(arch, batch, reps, layers=2):
+    """ms of a torch `train_on_batch` step: compiled (`jit_compile=True`,
+    torch.compile) with the library's paths (inside a compiled graph the
+    "onednn" projection stands aside and Inductor lowers the products),
+    compiled with every op portable, and eager with "onednn" forced,
+    interleaved; the first call's seconds (which compile) beside them."""
+    import contextlib
+    import statistics
+
+    import keras
+    import numpy as np
+
+    import keras_vit
+    from keras_vit import kernels
+
+    backend = keras.backend.backend()
+    if backend != "torch":
+        return f"(--compiled times torch.compile's training step; the backend is {backend})\n"
+    patch, hidden, _, heads, mlp = ARCHS[arch]
+    image = 32 if arch == "tiny" else 224
+    x = np.random.default_rng(0).standard_normal((batch, image, image, 3), dtype=np.float32)
+    y = np.zeros((batch,), "int32")
+    cases = {"compiled, library's paths (F.linear)": (True, contextlib.nullcontext),
+             "compiled, portable": (True, kernels.portable_only),
+             "eager, oneDNN forced": (False, lambda: kernels.forced("onednn"))}
+    runners, first = {}, {}
+    for name, (jit_compile, context) in cases.items():
+        model = keras_vit.ViT(image_size=image, patch_size=patch, hidden_size=hidden, num_layers=layers,
+                              num_heads=heads, mlp_dim=mlp, classes=1000, classifier_activation=None)
+        model.compile(optimizer=keras.optimizers.SGD(1e-6), jit_compile=jit_compile,
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+        def step(model=model, context=context):
+            with context():
+                model.train_on_batch(x, y)
+
+        start = time.perf_counter()
+        step()
+        first[name] = time.perf_counter() - start
+        runners[name] = step
+    times = _interleaved(runners, reps)
+    lines = [f"### torch: {arch} width, {layers} blocks, {image} px, batch {batch}, float32 "
+             f"`train_on_batch`, ms (median and best of {reps})", "",
+             "| path | median | best | first call (s) |", "|---|---:|---:|---:|"]
+    for name, t in times.items():
+        lines.append(f"| {name} | {_ms(1000 * statistics.median(t))} | {_ms(1000 * min(t))} | "
+                     f"{first[name]:.1f} |")
     return "\n".join(lines) + "\n"

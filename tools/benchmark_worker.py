@@ -25,6 +25,7 @@ if __name__ == "__main__":
     checkout.bind_tools()
 
 from keras_vit_tools.benchmark import ARCHS, DINOV3_CONFIG  # noqa: E402
+from keras_vit_tools.benchmark_tasks import TASK_ARCHS  # noqa: E402
 
 CLASSES = 1000
 DINOV3_ARCHS = {arch for arch in ARCHS if arch.startswith("DINOv3")}
@@ -413,6 +414,20 @@ def run_peak(spec):
     return {"status": "ok", "matmul_size": largest, "sizes": sizes, "gflops": out}
 
 
+def run_task(spec, x):
+    """A task case (`tools/benchmark_tasks.py`), or None for a system without one."""
+    from keras_vit_tools import benchmark_tasks
+
+    system = spec["system"]
+    if system.startswith("hf-"):
+        return benchmark_tasks.run_hf(spec, x, _timed)
+    if not system.startswith("keras_vit-") or "+" in system or spec["dtype"] != "float32":
+        return None
+    build, step, info = benchmark_tasks.run_keras_task(spec, x)
+    first, times = _timed(step, spec["warmup"], spec["reps"])
+    return build, first, times, info, step
+
+
 def run(spec):
     import numpy as np
 
@@ -441,7 +456,13 @@ def run(spec):
         if spec["system"].startswith("hf"):
             import transformers  # noqa: F401
     rss_before = rss_mib()
-    if deployed:
+    if spec["arch"] in TASK_ARCHS:
+        case = run_task(spec, x)
+        if case is None:
+            return {"status": "skipped", "reason": "tasks: keras_vit and transformers systems only"}
+        build, first, times, info, step = case
+        torch_engine = spec["system"].startswith("hf") or "-torch" in spec["system"]
+    elif deployed:
         from keras_vit_tools.benchmark_deploy import run_deployed
 
         build, first, times, info, step = run_deployed(spec, x, _timed, _hf_model)

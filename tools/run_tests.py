@@ -1,6 +1,6 @@
 """Runs the test suite once per Keras backend and fails if any run fails.
 
-Usage: python tools/run_tests.py [--backends jax,tensorflow,torch] [--workers N] [pytest args]
+Usage: python tools/run_tests.py [--backends jax,tensorflow,torch] [--workers N] [--quick] [pytest args]
 
 Each backend's run uses pytest-xdist with `--workers` processes (default: one
 per CPU core, at most 4) when it is installed, and lists the reason of every
@@ -16,6 +16,18 @@ same library kernels either way, and every numerical check keeps its
 tolerance. The tensorflow job, which compiles far less, ran no faster with
 it, so it keeps the default.
 
+The jax run also keeps XLA's compiled programs in a persistent cache, a
+fresh folder per run shared by its workers and the processes the tests
+start (`JAX_COMPILATION_CACHE_DIR`, every program cached however quick its
+compile; unless the caller set the folder). Tests build the same tiny
+models again and again, and each new model's `predict` or `fit` traces to
+a program XLA has compiled before: the cache then serves it. A new run
+starts empty, so each distinct program is still compiled, once.
+
+`--quick` runs the quick tier: the files of `QUICK`, on one backend
+(torch unless `--backends` names one), for a check between edits; the
+whole suite remains the test of a change.
+
 With several workers, each gets an equal share of the CPU's cores for its
 OpenMP thread pool (`OMP_NUM_THREADS`, unless already set): torch's pool
 otherwise starts a thread per core in every worker, and its spinning threads
@@ -30,6 +42,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 
 BACKENDS = ("jax", "tensorflow", "torch")
@@ -60,12 +73,32 @@ def summary_counts(output):
 XLA_TEST_FLAG = "--xla_backend_optimization_level=0"
 
 
-def backend_env(backend, optimize_xla=False, environ=None, threads=None):
+# The quick tier: the layers, one model contract, loading, the package's
+# structure and the command line, on one backend.
+QUICK = (
+    "tests/test_layers.py",
+    "tests/test_layer_contracts.py",
+    "tests/test_model_contract.py",
+    "tests/test_loading.py",
+    "tests/test_readers.py",
+    "tests/test_read_once.py",
+    "tests/test_structure.py",
+    "tests/test_registry.py",
+    "tests/test_cli.py",
+)
+
+
+def backend_env(backend, optimize_xla=False, environ=None, threads=None, cache_dir=None):
     """The environment a backend's test run gets (see the module docstring).
 
     `threads`: OpenMP threads per test process, or None to leave it unset.
+    `cache_dir`: the folder of jax's persistent compilation cache, or None.
     """
     env = dict(os.environ if environ is None else environ, KERAS_BACKEND=backend)
+    if backend == "jax" and cache_dir is not None and "JAX_COMPILATION_CACHE_DIR" not in env:
+        env["JAX_COMPILATION_CACHE_DIR"] = cache_dir
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+        env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
     if threads is not None and "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(threads)
     flags = env.get("XLA_FLAGS", "")
@@ -94,7 +127,17 @@ def main(argv=None):
         help="compile jax's XLA programs with LLVM's optimisations, "
         "as a user's run does (slower to compile)",
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="run the quick tier (QUICK's files) on one backend: torch unless --backends names one",
+    )
     args, pytest_args = parser.parse_known_args(argv)
+    backends = args.backends.split(",")
+    if args.quick:
+        if args.backends == parser.get_default("backends"):
+            backends = ["torch"]
+        pytest_args = [*QUICK, *pytest_args]
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
     options = ["-q", "-rs"]
@@ -105,17 +148,18 @@ def main(argv=None):
         threads = max(1, (os.cpu_count() or 1) // args.workers)
     totals = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     failed_backends = []
-    for backend in args.backends.split(","):
+    for backend in backends:
         print(f"\n===== KERAS_BACKEND={backend} =====", flush=True)
-        env = backend_env(backend, args.xla_optimize, threads=threads)
         start = time.time()
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", *options, *pytest_args],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        with tempfile.TemporaryDirectory(prefix=f"keras_vit_{backend}_cache_") as cache_dir:
+            env = backend_env(backend, args.xla_optimize, threads=threads, cache_dir=cache_dir)
+            proc = subprocess.run(
+                [sys.executable, "-m", "pytest", *options, *pytest_args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
         sys.stdout.write(proc.stdout)
         for key, count in summary_counts(proc.stdout).items():
             totals[key] += count

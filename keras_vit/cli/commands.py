@@ -277,5 +277,9 @@ def run(args):
         from keras_vit.cli.zero_shot import zero_shot_command
 
         return zero_shot_command(args)
+    if args.command in ("detect", "masks"):
+        from keras_vit.cli import tasks
+
+        return {"detect": tasks.detect_command, "masks": tasks.masks_command}[args.command](args)
     commands = {"inspect": inspect_command, "classify": classify_command, "export": export_command}
     return commands[args.command](args)

@@ -22,5 +22,12 @@ from keras_vit.export.formats import (
     SUFFIXES,
 )
 from keras_vit.export.inputs import INPUT_NAME, input_signature, signature_options
-from keras_vit.export.pipeline import MODEL_EXPORT_OPTIONS, check_format, export_model, output_name, prepare_model
+from keras_vit.export.pipeline import (
+    MODEL_EXPORT_OPTIONS,
+    check_format,
+    export_model,
+    output_name,
+    output_names,
+    prepare_model,
+)
 from keras_vit.export.serving import load_exported, require, run_exported, verify_export

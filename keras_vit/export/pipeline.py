@@ -23,16 +23,18 @@ its arrays as the artifact's inputs, named by their keys.
 The artifacts name their input `images` and their output by what it holds:
 `probabilities` (a softmax or sigmoid head), `logits` (a head without
 activation) or `features` (no head); ONNX and OpenVINO graphs carry these
-names (`output_name`). A dense task model's artifact has its `predict`
-dict's outputs, named by their keys (`predicted_depth`;
-`class_queries_logits` and `masks_queries_logits`; `output_names`).
+names (`output_name`).
 
 A model that takes other inputs than images (a text tower, a task model)
 goes through the same pipeline by declaring them: `model.export_signature(
 batch_size)` returns its `keras.InputSpec`s (one, a list or a dict, each
 named), `model.export_output_name` names its output and
 `model.export_formats` lists the formats it exports to
-(`keras_vit.text.TextEncoder` does).
+(`keras_vit.text.TextEncoder` does). A model of several named outputs (a
+dict: the task models, e.g. a depth model's `predicted_depth`, a
+segmenter's `class_queries_logits` and `masks_queries_logits`) gives its
+artifact one output per key (`output_names`), which the runtimes return as
+a dict.
 
 While a model is traced, `keras_vit.kernels.export_mode()` makes the
 layers emit plain matrix products and 4D attention products, which every
@@ -116,15 +118,26 @@ def output_name(model):
 
 def output_names(model):
     """The names of an exported model's outputs, in the graph's order: a
-    dense task model's dict keys (`model.output_keys`, sorted as the
-    exporters flatten a dict), or `[output_name(model)]`.
+    model of named outputs gives their keys in sorted order (the order every
+    exporter flattens a dict in): a functional model's dict `output` (the
+    detectors, SAM's decoder) or the keys a subclassed model declares
+    (`model.output_keys`: the dense task models); any other model its
+    `output_name`.
 
     Example:
 
+    >>> import keras
+    >>> x = keras.Input((2,))
+    >>> output_names(keras.Model(x, {"scores": x, "boxes": x}))
+    ['boxes', 'scores']
     >>> output_names(type("Task", (), {"output_keys": ("masks", "classes")})())
     ['classes', 'masks']
     """
     keys = getattr(model, "output_keys", None)
+    if keys is None:
+        # A subclassed model has no `output` attribute.
+        output = getattr(model, "output", None)
+        keys = tuple(output) if isinstance(output, dict) else None
     return sorted(keys) if keys else [output_name(model)]
 
 
@@ -203,8 +216,10 @@ def prepare_model(model, image_size=None):
     # check by attribute keeps this module below `keras_vit.models`.
     if callable(getattr(model, "for_inference", None)) and not _quantized(model):
         return model.for_inference(image_size=image_size)
+    if image_size is None:
+        return model
     own = tuple(model.input_shape[1:3])
-    if image_size is not None and image_size != own:
+    if image_size != own:
         raise ValueError(
             "Only a float keras_vit model can be exported at another image size "
             "(quantize the `model.for_inference(image_size)` copy instead). "

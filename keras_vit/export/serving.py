@@ -55,7 +55,7 @@ def load_exported(path, format, precision=None):
         A function from a float32 NumPy batch `(batch, H, W, C)` (or a
         NaFlex patch dict, for an artifact exported with `naflex_length`)
         to the NumPy outputs: one array, or for an artifact of several
-        named outputs (a dense task model's) a dict of them by name.
+        named outputs (a task model's) a dict of them by name.
     """
     if format not in EXPORT_FORMATS:
         raise ValueError(f"`format` must be one of {EXPORT_FORMATS}. Received: format={format!r}")
@@ -108,6 +108,23 @@ def _feed(names, x):
     return {name: x[key] for name, key in keys.items()}
 
 
+def _named(names, arrays):
+    """One output as its array, several as `{name: array}` (an artifact of
+    named outputs; the names as the exporter kept them)."""
+    arrays = [np.asarray(a) for a in arrays]
+    return arrays[0] if len(arrays) == 1 else dict(zip(names, arrays))
+
+
+def _concatenate(parts):
+    if isinstance(parts[0], dict):
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    return np.concatenate(parts)
+
+
+def _first(x, count):
+    return {k: v[:count] for k, v in x.items()} if isinstance(x, dict) else x[:count]
+
+
 def _rows(x, start, stop):
     if isinstance(x, dict):
         return {k: v[start:stop] for k, v in x.items()}
@@ -143,17 +160,8 @@ def _in_slices(run, images, batch):
         short = batch - min(batch, total - start)
         if short:
             part = _pad(part, short)
-        out = run(part)
-        outputs.append({k: v[: batch - short] for k, v in out.items()} if isinstance(out, dict) else out[: batch - short])
-    if isinstance(outputs[0], dict):
-        return {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
-    return np.concatenate(outputs)
-
-
-def named_outputs(names, values):
-    """One output as it is; several as `{name: array}` (a task model's dict)."""
-    values = [np.asarray(v) for v in values]
-    return values[0] if len(values) == 1 else dict(zip(names, values))
+        outputs.append(_first(run(part), batch - short))
+    return _concatenate(outputs)
 
 
 def _load_tf_saved_model(path):
@@ -166,7 +174,9 @@ def _load_tf_saved_model(path):
         # The closure keeps `loaded` alive: its variables die with it.
         x = tf.nest.map_structure(tf.constant, images)
         out = loaded.serve(x)
-        return {k: v.numpy() for k, v in out.items()} if isinstance(out, dict) else out.numpy()
+        if isinstance(out, dict):
+            return {k: v.numpy() for k, v in out.items()}
+        return out.numpy()
 
     return run, spec.shape[0]
 
@@ -179,7 +189,7 @@ def _load_onnx(path):
     batch = specs[0].shape[0] if isinstance(specs[0].shape[0], int) else None
     names = [spec.name for spec in specs]
     outputs = [spec.name for spec in session.get_outputs()]
-    return lambda images: named_outputs(outputs, session.run(None, _feed(names, images))), batch
+    return lambda images: _named(outputs, session.run(None, _feed(names, images))), batch
 
 
 def _load_openvino(path, precision="f32"):
@@ -196,8 +206,8 @@ def _load_openvino(path, precision="f32"):
     outputs = [port.get_any_name() for port in compiled.outputs]
 
     def run(images):
-        results = compiled({ports[k]: v for k, v in _feed(list(ports), images).items()})
-        return named_outputs(outputs, [results[port] for port in compiled.outputs])
+        result = compiled({ports[k]: v for k, v in _feed(list(ports), images).items()})
+        return _named(outputs, [result[port] for port in compiled.outputs])
 
     return run, batch
 
@@ -278,8 +288,8 @@ def run_exported(path, format, images, precision=None):
             `OPENVINO_PRECISIONS` (see `load_exported`).
 
     Returns:
-        The artifact's outputs: a NumPy array, or a dict of them by name for
-        an artifact of several outputs.
+        The artifact's outputs as a NumPy array, or for an artifact of
+        several named outputs (a task model's) a dict of them by name.
 
     Example:
 
@@ -306,28 +316,30 @@ def verify_export(path, format, model, images, precision=None):
         precision: None (float32) or an OpenVINO precision (`load_exported`).
 
     Returns:
-        `(max_abs_diff, outputs, expected)`: a float and the two arrays.
+        `(max_abs_diff, outputs, expected)`: a float and the two arrays (for
+        a model of named outputs, dicts of them, compared name by name).
     """
     images = _as_inputs(images)
     expected = model.predict(images, verbose=0)
     outputs = run_exported(path, format, images, precision)
     if isinstance(expected, dict):
-        # A task model's named outputs; an artifact of one output holds the only one.
-        got = outputs if isinstance(outputs, dict) else {next(iter(expected)): outputs}
-        if sorted(got) != sorted(expected):
-            raise ValueError(f"The artifact's outputs are {sorted(got)}, the model's {sorted(expected)}.")
-        differences = []
-        for key, value in expected.items():
-            if got[key].shape != np.shape(value):
-                raise ValueError(f"The artifact's {key!r} has shape {got[key].shape}, the model's {np.shape(value)}.")
-            differences.append(float(np.abs(got[key] - value).max()))
-        return max(differences), got, expected
-    expected = np.asarray(expected)
-    if outputs.shape != expected.shape:
-        raise ValueError(
-            f"The artifact's outputs have shape {outputs.shape}, the model's {expected.shape}."
-        )
-    return float(np.abs(outputs - expected).max()), outputs, expected
+        expected = {k: np.asarray(v) for k, v in expected.items()}
+        # An artifact of one output holds a one-key dict's only entry.
+        if not isinstance(outputs, dict) and len(expected) == 1:
+            outputs = {next(iter(expected)): outputs}
+        if not isinstance(outputs, dict) or sorted(outputs) != sorted(expected):
+            raise ValueError(
+                f"The artifact's outputs {sorted(outputs) if isinstance(outputs, dict) else 'one array'} are not "
+                f"the model's {sorted(expected)}."
+            )
+        pairs = [(outputs[k], expected[k]) for k in expected]
+    else:
+        expected = np.asarray(expected)
+        pairs = [(outputs, expected)]
+    for out, want in pairs:
+        if out.shape != want.shape:
+            raise ValueError(f"The artifact's outputs have shape {out.shape}, the model's {want.shape}.")
+    return max(float(np.abs(out - want).max()) for out, want in pairs), outputs, expected
 
 
 # Each format's loader: `load_exported`'s table.

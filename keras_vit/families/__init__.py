@@ -8,6 +8,10 @@ config fields, defaults and tensor names, as tables on
 - `vit` (ViT, DeiT), `dinov2`, `dinov3`, `clip` (CLIP, MetaCLIP 2; and its
   text towers), `siglip` (SigLIP, SigLIP 2; and its text towers), `aimv2`,
   `vit_mae`;
+- `owlvit` (OWL-ViT, OWLv2 detectors, for `keras_vit.tasks.detection`),
+  `sam` (Segment Anything: transformers `SamModel`, keras-hub's
+  `SAMBackbone`, timm's `samvit_*` image encoders, for
+  `keras_vit.tasks.prompt_masks`);
 - `transformers_source`, `keras_hub_source`: each source's table of
   families (`TRANSFORMERS_FAMILIES`, `KERAS_HUB_FAMILIES`) and how a
   directory of that source is read or written through it;

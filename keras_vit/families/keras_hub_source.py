@@ -24,6 +24,7 @@ KERAS_HUB_FAMILIES = FamilyRegistry(
     "registered_name",
     (KerasHubViT(), KerasHubDinov2(), KerasHubDinov3(), KerasHubSiglip(), KerasHubClip()),
     lambda family: family.REGISTERED,
+    refused={"keras_hub>SAMBackbone": "a task checkpoint (SAM): keras_vit.from_preset builds its task model"},
 )
 
 

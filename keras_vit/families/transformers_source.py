@@ -45,6 +45,7 @@ TRANSFORMERS_FAMILIES = FamilyRegistry(
     refused={
         "vit-hybrid": "transformers' ViT-hybrid (BiT backbone) layout is not one keras_vit reads; "
         "the R50 hybrids load from the official .npz files",
+        **{kind: "a task checkpoint: keras_vit.from_preset builds its task model" for kind in ("owlvit", "owlv2", "sam")},
     },
 )
 

@@ -11,6 +11,9 @@
   `dot_product_attention` is a pair of einsums there).
 - attention, "fused_attention" on an accelerator:
   `keras.ops.dot_product_attention` (cuDNN's fused kernel where it applies).
+  Forced on a CPU, it declines float16: jax's form accumulates float16
+  products in float32 (`F16_F16_F32`), which XLA's CPU dot refuses in a
+  compiled function.
 
 The measurements: docs/performance.md.
 """
@@ -53,4 +56,8 @@ def attention(q, k, v, scale, mask):
     return xla.attention(q, k, v, scale, mask, matmul=matmul)
 
 
-register("attention", "jax", "fused_attention", pays=hardware.on_accelerator)(fused_attention)
+@register("attention", "jax", "fused_attention", pays=hardware.on_accelerator)
+def cpu_safe_fused_attention(q, k, v, scale, mask):
+    if str(q.dtype) == "float16" and hardware.device() == "cpu":
+        return NotImplemented
+    return fused_attention(q, k, v, scale, mask)

@@ -10,6 +10,7 @@ from keras_vit.kernels import call_sublayer
 from keras_vit.layers.config import check_qkv_bias, qkv_biases
 from keras_vit.layers.norms import check_norm_kind, norm_layer
 from keras_vit.layers.qk_norm import QKNorm
+from keras_vit.layers.relative_position import DecomposedRelativePosition, attention_with_bias
 from keras_vit.layers.rotary import LAYOUTS, apply_rotary, rotary_spec
 from keras_vit.layers.seeds import check_seed
 from keras_vit.validation import (
@@ -18,6 +19,7 @@ from keras_vit.validation import (
     check_positive_float,
     check_positive_int,
     check_rate,
+    pair,
 )
 
 
@@ -122,6 +124,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         seed: None (default: drawn from Keras' global generator, which
             `keras.utils.set_random_seed` seeds) or an int, the seed of the
             attention dropout.
+        relative_position_size: None (default) or `(h, w)`: a decomposed
+            relative position term on the logits (sublayer
+            `relative_position`, `keras_vit.layers.relative_position`), its
+            tables learned for that grid; the call then takes `grid`.
 
     Call arguments:
         x: `(batch, tokens, D)`.
@@ -139,6 +145,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             with its prefix rows: `(2, tokens, head_dim)` (sines, cosines)
             or `(2, tokens, heads, head_dim)` (per head: RoPE-ViT mixed);
             needs `rope_layout`.
+        grid: with `relative_position_size`, `(h, w)` of the tokens' grid
+            (static ints; the tokens are its cells, row by row).
 
     Returns:
         `(batch, tokens, D)` (`(batch, n, D)` with `query_tokens=n`).
@@ -176,9 +184,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         out_bias=True,
         out_norm=None,
         rope_layout=None,
+        relative_position_size=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.relative_position_size = None if relative_position_size is None else pair(
+            relative_position_size, "relative_position_size")
         self.qk_norm_epsilon = None if qk_norm is None else check_positive_float(qk_norm, "qk_norm")
         self.qk_norm_kind = check_norm_kind(qk_norm_kind)
         self.num_heads = check_positive_int(num_heads, "num_heads")
@@ -230,12 +241,28 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=self.seed, dtype=self.dtype_policy
         )
+        self.relative_position = None
+        if self.relative_position_size is not None:
+            self.relative_position = DecomposedRelativePosition(
+                self.relative_position_size, self.head_dim, name="relative_position", dtype=self.dtype_policy
+            )
+            self.relative_position.build()
         self.built = True
 
     @classmethod
-    def for_block(cls, config, num_heads, head_dim, **kwargs):
-        """The attention a block with `config` (a `BlockConfig`) holds."""
+    def for_block(cls, config, num_heads, head_dim, grid_size=None, **kwargs):
+        """The attention a block with `config` (a `BlockConfig`) holds;
+        `grid_size` is the model's patch grid, the tables' size in a global
+        block with relative positions."""
         layout = None if config.rope is None else rotary_spec(config.rope, **(config.rope_settings or {})).layout
+        size = None
+        if config.relative_position is not None:
+            size = config.window_size or grid_size
+            if size is None:
+                raise ValueError(
+                    "A global block with relative positions needs the model's patch grid (`grid_size`) to size "
+                    "its tables."
+                )
         return cls(
             num_heads,
             head_dim,
@@ -246,6 +273,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             out_bias=config.attention_out_bias,
             out_norm=config.layer_norm_epsilon if config.attention_out_norm else None,
             rope_layout=layout,
+            relative_position_size=size,
             **kwargs,
         )
 
@@ -293,13 +321,26 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def attention_probs(self, x, attention_mask=None, rope=None):
         """Attention probabilities `(batch, heads, tokens, tokens)`, float32."""
+        if self.relative_position is not None:
+            raise ValueError(
+                f"Layer {self.name!r} adds relative positions to its logits: its probabilities are not read "
+                "(inspection covers attention without them)."
+            )
         q, k, _ = self._project(x, rope=rope)
         return self._probs(q, k, as_attention_mask(attention_mask))
 
-    def call(self, x, training=None, query_tokens=None, attention_mask=None, rope=None):
+    def call(self, x, training=None, query_tokens=None, attention_mask=None, rope=None, grid=None):
         mask = as_attention_mask(attention_mask, query_tokens)
         q, k, v = self._project(x, query_tokens, rope)
-        if training and self.dropout_rate > 0:
+        if self.relative_position is not None:
+            if grid is None or mask is not None or query_tokens is not None or (training and self.dropout_rate > 0):
+                raise ValueError(
+                    f"Layer {self.name!r} adds relative positions: its call takes the tokens' `grid` and no "
+                    "attention mask, query subset or attention dropout."
+                )
+            bias = self.relative_position(q, grid=grid)
+            context = attention_with_bias(q, k, v, 1.0 / math.sqrt(self.head_dim), bias)
+        elif training and self.dropout_rate > 0:
             probs = call_sublayer(self.dropout, self._probs(q, k, mask), training=training)
             context = ops.einsum("bhqt,bthk->bqhk", ops.cast(probs, v.dtype), v)
         else:
@@ -309,7 +350,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
-    def compute_output_spec(self, x, training=None, query_tokens=None, attention_mask=None, rope=None):
+    def compute_output_spec(self, x, training=None, query_tokens=None, attention_mask=None, rope=None, grid=None):
         return keras.KerasTensor(tokens_shape(x.shape, query_tokens), dtype=self.compute_dtype)
 
     def get_config(self):
@@ -326,6 +367,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "out_bias": self.out_bias,
                 "out_norm": self.out_norm_epsilon,
                 "rope_layout": self.rope_layout,
+                "relative_position_size": self.relative_position_size,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

@@ -28,6 +28,7 @@ import dataclasses
 
 from keras_vit.layers.interpolation import POSITION_INTERPOLATIONS
 from keras_vit.layers.norms import check_norm_kind
+from keras_vit.layers.relative_position import RELATIVE_POSITIONS
 from keras_vit.layers.rotary import VARIANTS as ROTARY_VARIANTS
 from keras_vit.layers.rotary import rotary_spec
 from keras_vit.layers.sincos import STYLES
@@ -235,6 +236,18 @@ class BlockConfig(_Record):
             replacing the variant's (`base`, `reference_grid`,
             `grid_offset`, `order`, `layout`, `normalize_coords`,
             `min_period`, `max_period`).
+        window_size: None (default: every token attends to every token) or
+            an int: the blocks attend within non-overlapping windows of
+            this many patch tokens a side, the grid padded with zeros to a
+            multiple (ViTDet, SAM; `keras_vit.layers.relative_position`);
+            needs a model without prefix tokens.
+        global_attention_blocks: a tuple of block indices, default ():
+            with `window_size`, the blocks that attend over the whole grid.
+        relative_position: None (default) or "decomposed": MViTv2's
+            decomposed relative position term on the attention logits
+            (weights `relative_position/height` and `/width` of each
+            attention, learned for the window, or for a global block the
+            model's patch grid).
 
     Example:
 
@@ -258,6 +271,9 @@ class BlockConfig(_Record):
     mlp_norm: bool = False
     rope: object = None
     rope_settings: object = None
+    window_size: object = None
+    global_attention_blocks: tuple = ()
+    relative_position: object = None
 
     def __post_init__(self):
         self._set("layer_norm_epsilon", check_positive_float(self.layer_norm_epsilon, "layer_norm_epsilon"))
@@ -276,6 +292,7 @@ class BlockConfig(_Record):
             "attention_dropout_rate", check_rate(self.attention_dropout_rate, "attention_dropout_rate")
         )
         check_choice(self.mlp_kind, MLP_KINDS, "mlp_kind")
+        self._check_windows()
         check_bool(self.qk_norm, "qk_norm")
         check_bool(self.remat, "remat")
         if self.remat and (self.dropout_rate or self.attention_dropout_rate):
@@ -284,6 +301,44 @@ class BlockConfig(_Record):
                 "recomputed forward pass would draw other dropout masks). Received: "
                 f"dropout_rate={self.dropout_rate}, attention_dropout_rate={self.attention_dropout_rate}"
             )
+
+    def _check_windows(self):
+        check_positive_int(self.window_size, "window_size", allow_none=True)
+        if self.relative_position is not None:
+            check_choice(self.relative_position, RELATIVE_POSITIONS, "relative_position")
+        blocks = self.global_attention_blocks
+        items = list(blocks) if isinstance(blocks, (list, tuple)) else None
+        if items is None or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in items):
+            raise ValueError(
+                "`global_attention_blocks` must be a tuple of block indices (ints >= 0). "
+                f"Received: global_attention_blocks={blocks!r}"
+            )
+        if items and self.window_size is None:
+            raise ValueError(
+                "`global_attention_blocks` names the blocks that attend globally among windowed ones: it needs "
+                f"`window_size`. Received: global_attention_blocks={blocks!r}, window_size=None"
+            )
+        self._set("global_attention_blocks", tuple(sorted(set(items))))
+        if self.window_size is not None and self.rope is not None:
+            raise ValueError(
+                "`window_size` cannot be combined with `rope` (the rotary tables follow the full patch grid). "
+                f"Received: window_size={self.window_size}, rope={self.rope!r}"
+            )
+
+    def at_block(self, index):
+        """The record of block `index`: without a window where the block
+        attends over the whole grid (`global_attention_blocks`).
+
+        Example:
+
+        >>> config = BlockConfig(window_size=14, global_attention_blocks=(2, 5))
+        >>> config.at_block(1).window_size, config.at_block(2).window_size
+        (14, None)
+        """
+        if self.window_size is None:
+            return self
+        window = None if index in self.global_attention_blocks else self.window_size
+        return self.replace(window_size=window, global_attention_blocks=())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,11 +378,18 @@ class EncoderConfig(_Record):
             `pooling` "map"; Perception Encoder's `attn_pool` has 8).
         map_mlp_dim: None (default: the blocks' `mlp_dim`) or a positive
             int: the MLP width of the MAP head.
+        neck_channels: None (default) or a positive int: a convolutional
+            neck after the blocks (SAM's, ViTDet's: a 1 x 1 and a 3 x 3
+            convolution without bias, each followed by a LayerNorm over the
+            channels; layer `neck`, `keras_vit.layers.neck.ConvNeck`) that
+            turns the patch tokens into this many channels on their grid;
+            a model with a neck has no final norm (its neck ends in one) and
+            no prefix tokens.
 
     Example:
 
     >>> EncoderConfig(pre_norm=True).get_config()
-    {'patch_bias': True, 'patch_norm': False, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0, 'map_num_heads': None, 'map_mlp_dim': None}
+    {'patch_bias': True, 'patch_norm': False, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0, 'map_num_heads': None, 'map_mlp_dim': None, 'neck_channels': None}
     """
 
     patch_bias: bool = True
@@ -339,6 +401,7 @@ class EncoderConfig(_Record):
     patch_dropout_rate: float = _training(0.0)
     map_num_heads: object = None
     map_mlp_dim: object = None
+    neck_channels: object = None
 
     def __post_init__(self):
         check_bool(self.patch_bias, "patch_bias")
@@ -351,7 +414,7 @@ class EncoderConfig(_Record):
             self.position_interpolation, tuple(POSITION_INTERPOLATIONS), "position_interpolation"
         )
         self._set("patch_dropout_rate", check_rate(self.patch_dropout_rate, "patch_dropout_rate"))
-        for name in ("map_num_heads", "map_mlp_dim"):
+        for name in ("map_num_heads", "map_mlp_dim", "neck_channels"):
             check_positive_int(getattr(self, name), name, allow_none=True)
 
 

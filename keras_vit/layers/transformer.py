@@ -8,6 +8,7 @@ from keras_vit.kernels import call_sublayer
 from keras_vit.layers.attention import MultiHeadSelfAttention, tokens_shape
 from keras_vit.layers.config import MLP_ACTIVATIONS, BlockConfig, expose_records
 from keras_vit.layers.norms import block_norm
+from keras_vit.layers.relative_position import static_grid, window_partition, window_merge
 from keras_vit.layers.seeds import check_seed, derive_seed
 from keras_vit.layers.swiglu import SwiGluMlp, check_mlp_fields, hidden_norm, mlp_options
 from keras_vit.validation import (
@@ -15,6 +16,7 @@ from keras_vit.validation import (
     check_positive_int,
     check_rate,
     head_width,
+    pair,
 )
 
 
@@ -142,6 +144,9 @@ class TransformerBlock(keras.layers.Layer):
             None their seeds are drawn from Keras' global generator (which
             `keras.utils.set_random_seed` seeds), with an int they are
             derived from it (`keras_vit.layers.seeds.derive_seed`).
+        grid_size: None (default) or `(h, w)`: the patch grid of the model
+            the block is built for, the size of a global block's relative
+            position tables (`relative_position` without `window_size`).
         **kwargs: fields of `BlockConfig` (they replace those of
             `block_config`) and Keras' layer keywords.
 
@@ -162,6 +167,9 @@ class TransformerBlock(keras.layers.Layer):
             included) that the model's `RotaryEmbedding` computed once for
             the input's grid: `(2, tokens, head_dim)`, or `(2, tokens,
             heads, head_dim)` for "mixed" (this block's slice).
+        grid: None (default) or, for a block with `window_size` or
+            `relative_position`, a `(batch, h, w, ...)` tensor on the patch
+            grid of `x` (the patches; `x` then holds patch tokens alone).
 
     Returns:
         `(batch, tokens, D)` (`(batch, n, D)` with `output_tokens=n`).
@@ -182,9 +190,10 @@ class TransformerBlock(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, mlp_dim, block_config=None, stochastic_depth_rate=0.0,
-                 seed=None, **kwargs):
+                 seed=None, grid_size=None, **kwargs):
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in BlockConfig.field_names()}
         super().__init__(**kwargs)
+        self.grid_size = None if grid_size is None else pair(grid_size, "grid_size")
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
         self.block_config = BlockConfig.from_arguments(block_config, **options)
@@ -209,6 +218,7 @@ class TransformerBlock(keras.layers.Layer):
             self.num_heads,
             head_size,
             seed=derive_seed(self.seed, "attention"),
+            grid_size=self.grid_size,
             dtype=self.dtype_policy,
             name="MultiHeadDotProductAttention_1",
         )
@@ -244,21 +254,44 @@ class TransformerBlock(keras.layers.Layer):
         )
         return x * ops.floor(keep + noise) / keep
 
-    def call(self, x, training=None, output_tokens=None, attention_mask=None, rope=None):
+    @property
+    def uses_grid(self):
+        """Whether the call needs the tokens' `grid` (windows or relative positions)."""
+        config = self.block_config
+        return config.window_size is not None or config.relative_position is not None
+
+    def call(self, x, training=None, output_tokens=None, attention_mask=None, rope=None, grid=None):
         if training and self.block_config.remat:
             return keras.remat(
-                lambda x: self._forward(x, training, output_tokens, attention_mask, rope)
+                lambda x: self._forward(x, training, output_tokens, attention_mask, rope, grid)
             )(x)
-        return self._forward(x, training, output_tokens, attention_mask, rope)
+        return self._forward(x, training, output_tokens, attention_mask, rope, grid)
 
-    def _forward(self, x, training, output_tokens=None, attention_mask=None, rope=None):
+    def _attend(self, y, training, output_tokens, attention_mask, rope, grid):
+        """The attention branch, within windows where the block has them."""
+        if not self.uses_grid:
+            return call_sublayer(
+                self.attention, y, training=training, query_tokens=output_tokens,
+                attention_mask=attention_mask, rope=rope,
+            )
+        if grid is None:
+            raise ValueError(
+                f"Block {self.name!r} attends in windows or with relative positions: its call takes the "
+                "patch tokens' `grid`."
+            )
+        hw = static_grid(grid)
+        window = self.block_config.window_size
+        if window is None:
+            return call_sublayer(self.attention, y, training=training, rope=rope, grid=hw)
+        windows, padded = window_partition(y, hw, window)
+        y = call_sublayer(self.attention, windows, training=training, rope=rope, grid=(window, window))
+        return window_merge(y, hw, padded, window)
+
+    def _forward(self, x, training, output_tokens=None, attention_mask=None, rope=None, grid=None):
         # The sublayers through `call_sublayer`: on torch's eager path Keras'
         # `__call__` bookkeeping costs more than a small sublayer computes.
         y = call_sublayer(self.norm_0, x)
-        y = call_sublayer(
-            self.attention, y, training=training, query_tokens=output_tokens,
-            attention_mask=attention_mask, rope=rope,
-        )
+        y = self._attend(y, training, output_tokens, attention_mask, rope, grid)
         y = call_sublayer(self.dropout, y, training=training)
         if output_tokens is not None:
             # Only these tokens' residual stream goes on; the others were
@@ -275,7 +308,8 @@ class TransformerBlock(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
-    def compute_output_spec(self, x, training=None, output_tokens=None, attention_mask=None, rope=None):
+    def compute_output_spec(self, x, training=None, output_tokens=None, attention_mask=None, rope=None,
+                            grid=None):
         return keras.KerasTensor(tokens_shape(x.shape, output_tokens), dtype=self.compute_dtype)
 
     def get_config(self):
@@ -287,6 +321,7 @@ class TransformerBlock(keras.layers.Layer):
                 "block_config": self.block_config.get_config(),
                 "stochastic_depth_rate": self.stochastic_depth_rate,
                 "seed": self.seed,
+                "grid_size": self.grid_size,
             }
         )
         return config

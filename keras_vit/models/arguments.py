@@ -167,6 +167,20 @@ def check_class_token_reader(classifier, pooling, include_top, has_class_token):
         )
 
 
+def check_grid_options(block_config, encoder_config, num_prefix_tokens):
+    """Refuses windows, relative positions or a neck in a model with prefix
+    tokens: they lay the tokens out on the patch grid."""
+    used = {name: value for name, value in (
+        ("window_size", block_config.window_size), ("relative_position", block_config.relative_position),
+        ("neck_channels", encoder_config.neck_channels)) if value is not None}
+    if used and num_prefix_tokens:
+        options = ", ".join(f"{k}={v!r}" for k, v in used.items())
+        raise ValueError(
+            f"{options} lay the tokens on the patch grid: the model must have no class, distillation or "
+            f"register token (classifier='gap', class_token=False). Received: {num_prefix_tokens} prefix tokens"
+        )
+
+
 def check_class_names(value, classes, include_top):
     """`class_names` as a tuple of strings (None when unset)."""
     if value is None:

@@ -29,6 +29,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers import PatchDropout, PatchEncoder, Patches, TokenGrid, TransformerBlock
+from keras_vit.layers.neck import ConvNeck
 from keras_vit.layers.norms import block_norm
 from keras_vit.layers.rotary import RotaryEmbedding
 from keras_vit.layers.seeds import derive_seed
@@ -55,6 +56,8 @@ class Stages:
         rope: None or the `RotaryEmbedding` whose tables every block takes.
         blocks: the `TransformerBlock`s, in order.
         norm: None or the encoder's final norm (`encoder_norm`).
+        neck: None or the convolutional neck in its place (`neck`, a
+            `keras_vit.layers.neck.ConvNeck`).
         fc_norm: None or the norm of the pooled features.
         head_layers: `{name: layer}` of the head (pooling, `projection`,
             `l2_normalize`, `pre_logits`, `head`, `head_dist`, ...), as the
@@ -68,7 +71,7 @@ class Stages:
         self.patch_dropout = None
         self.rope = None
         self.blocks = []
-        self.norm = self.fc_norm = None
+        self.norm = self.fc_norm = self.neck = None
         self.head_layers = {}
         self.num_prefix_tokens = 0
         self.include_top = True
@@ -121,15 +124,19 @@ def build_stages(model, dtype):
             TransformerBlock(
                 model.num_heads,
                 model.mlp_dim,
-                block_config=model.block_config,
+                block_config=model.block_config.at_block(i),
                 stochastic_depth_rate=rate,
                 seed=derive_seed(model.seed, i),
+                grid_size=model.grid_size if model.block_config.relative_position else None,
                 name=f"encoderblock_{i}",
                 dtype=dtype,
             )
         )
     s.head_layers = heads.head_layers(model, dtype)
-    if not model.pooled_norm:
+    if model.encoder_config.neck_channels is not None:
+        # The neck ends in a norm of its own, in place of the encoder's.
+        s.neck = ConvNeck(model.encoder_config.neck_channels, model.layer_norm_epsilon, name="neck", dtype=dtype)
+    elif not model.pooled_norm:
         s.norm = block_norm(model.block_config, "encoder_norm", dtype)
     elif "pool" in s.head_layers:
         # Without pooling (include_top=False, pooling=None) the tokens come
@@ -287,7 +294,7 @@ def head_tokens(s):
 
 
 def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=None, rope=None,
-               token_mask=None):
+               token_mask=None, grid=None):
     """Step 3: the blocks on tokens `x`, tapping the outputs of `indices`.
 
     Args:
@@ -305,6 +312,8 @@ def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=
             `head_tokens`); not with taps of the last block or `stop_early`.
         token_mask: None (default) or a boolean `(batch, tokens)`: the
             tokens every token may attend to (the valid ones of a NaFlex batch).
+        grid: None (default) or the patches of `embed` (their grid): needed
+            by, and only by, blocks with windows or relative positions.
 
     Returns:
         `(tokens after the last block run, [tapped outputs, in order])`.
@@ -326,6 +335,8 @@ def run_blocks(s, x, indices=(), training=None, stop_early=False, output_tokens=
         extra = {} if rope is None else {"rope": block_rope(s, rope, i)}
         if token_mask is not None:
             extra["attention_mask"] = token_mask
+        if block.uses_grid:
+            extra["grid"] = grid
         if i == len(s.blocks) - 1 and output_tokens is not None:
             x = block(x, training=training, output_tokens=output_tokens, **extra)
         else:
@@ -358,12 +369,18 @@ def outputs(s, images, training=None):
     pooling then read its valid tokens only."""
     x, patches, mask = _embed_any(s, images, training)
     x, _ = run_blocks(s, x, training=training, output_tokens=head_tokens(s), rope=_rope(s, patches),
-                      token_mask=mask)
-    return head(s, final_norm(s, x), token_mask=mask)
+                      token_mask=mask, grid=patches)
+    return head(s, final_norm(s, x, patches), token_mask=mask)
 
 
-def final_norm(s, x):
-    """Step 4: the encoder's final norm on every token (identity with `pooled_norm`)."""
+def final_norm(s, x, grid=None):
+    """Step 4: the encoder's final norm on every token (identity with
+    `pooled_norm`), or its neck on the patch tokens (which takes their
+    `grid`, the patches of `embed`)."""
+    if s.neck is not None:
+        if grid is None:
+            raise ValueError("A model with a neck needs the patch grid (`grid`) after its blocks.")
+        return s.neck(x, grid=grid)
     return x if s.norm is None else s.norm(x)
 
 
@@ -438,16 +455,16 @@ def intermediates(s, images, indices=None, norm=False, output_fmt="NHWC",
             f"sequences. Pass output_fmt='NLC'. Received: output_fmt={output_fmt!r}"
         )
     x, features = run_blocks(s, x, taps, training=training, stop_early=intermediates_only,
-                             rope=_rope(s, patches), token_mask=mask)
+                             rope=_rope(s, patches), token_mask=mask, grid=patches)
     outputs = []
     for y in features:
         # A token sequence stands for the grid when there is none (NLC only).
         grid_like = y if patches is None else patches
-        spatial, prefix = split_tokens(s, final_norm(s, y) if norm else y, grid_like, output_fmt)
+        spatial, prefix = split_tokens(s, final_norm(s, y, patches) if norm else y, grid_like, output_fmt)
         outputs.append((spatial, prefix) if return_prefix_tokens else spatial)
     if intermediates_only:
         return outputs
-    return final_norm(s, x), outputs
+    return final_norm(s, x, patches), outputs
 
 
 class ForwardPass:

@@ -29,6 +29,7 @@ from keras_vit.models.arguments import (
     check_class_token_reader,
     check_images,
     check_embedding,
+    check_grid_options,
 )
 from keras_vit.models.base import ModelBase
 from keras_vit.models.precision import model_policy_config, set_model_policy, with_policy
@@ -340,6 +341,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         self.projection_dim, self.l2_normalize = check_embedding(
             projection_dim, l2_normalize, self.include_top, self.pooling
         )
+        check_grid_options(self.block_config, self.encoder_config, self.num_prefix_tokens)
 
     def _set_metadata(self, class_names, preprocessing, info):
         # The registered weights' lists, when the head is theirs.
@@ -386,8 +388,8 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         stages = forward.build_stages(self, dtype)
         features = self._stem(inputs, dtype)
         tokens, patches = forward.embed(stages, features)
-        tokens, _ = forward.run_blocks(stages, tokens, rope=forward.rope(stages, patches))
-        outputs = forward.head(stages, forward.final_norm(stages, tokens))
+        tokens, _ = forward.run_blocks(stages, tokens, rope=forward.rope(stages, patches), grid=patches)
+        outputs = forward.head(stages, forward.final_norm(stages, tokens, patches))
         return stages, features, outputs
 
     def for_inference(self, image_size=None):

@@ -16,6 +16,9 @@ the weights strictly (`keras_vit.weights.loader`):
 | timm Hub | `config.json` with `architecture` | `weights.formats.timm`; timm's `Eva` models (DINOv3, EVA02, PE, RoPE-ViT) `weights.formats.timm_eva` |
 | keras-hub ViT / DINOv2 / DINOv3 / SigLIP | `config.json` registered as `keras_hub>...` | keras-hub, `weights.formats.keras_hub` (+ one `keras_hub_<family>` module each) |
 
+A task checkpoint (depth, segmentation, detection, SAM) gives its task
+model: `keras_vit.presets.tasks.TASK_PRESETS` lists them.
+
 `model.save_to_preset(directory, format)` (`keras_vit.families.writers`)
 writes `format="keras_vit"` (reloaded exactly by `from_preset` on every
 backend) or `format="transformers"` (loaded by
@@ -25,6 +28,7 @@ backend) or `format="transformers"` (loaded by
 import os
 
 from keras_vit.families import keras_hub_source as keras_hub
+from keras_vit.families import sam
 from keras_vit.families import transformers_source as transformers
 from keras_vit.families.writers import KERAS_WEIGHTS, PRESET_FORMATS, save_to_preset  # noqa: F401
 from keras_vit.layers.config import training_fields
@@ -248,8 +252,11 @@ def _keras_vit_source(directory):
 
 
 def _timm_source(directory):
-    """timm's `Eva` models by their module, every other timm ViT by `timm`'s."""
+    """timm's `Eva` models by their module, `samvit_*` by the SAM family's
+    (`keras_vit.families.sam`), every other timm ViT by `timm`'s."""
     config = _read_json(os.path.join(directory, "config.json"))
+    if sam.is_timm_samvit(config):
+        return sam.timm_preset_source(directory)
     reader = timm_eva if timm_eva.is_eva(config) else timm
     return reader.preset_source(directory)
 
@@ -285,7 +292,13 @@ def describe_preset(handle):
     layout = detect_layout(directory)
     from keras_vit.presets import tasks as task_presets
 
-    if task_presets.is_task_preset(directory, layout):
+    row = task_presets.task_preset(directory, layout)
+    if row is not None and row.reader is not None:
+        raise ValueError(
+            f"{handle!r} holds a {row.task_class}, which its class reads whole: describe_preset describes "
+            "image models and the dense task models. keras_vit.from_preset builds it."
+        )
+    if row is not None:
         return task_presets.task_source(directory, layout)
     return _SOURCES[layout](directory)
 
@@ -371,9 +384,12 @@ def from_preset(handle, **overrides):
 
     Returns:
         A `keras_vit.ViT` (or `ViTHybrid`); for a checkpoint of a task
-        model (transformers' Depth Anything, DPT, CHMv2 and EoMT, keras-hub's
-        Depth Anything), the `keras_vit.tasks` model it holds
-        (`DepthEstimator`, `Segmenter`; `keras_vit.presets.tasks`).
+        model, the `keras_vit.tasks` model it holds
+        (`keras_vit.presets.tasks.TASK_PRESETS`): a `DepthEstimator`
+        (transformers' Depth Anything, DPT, CHMv2; keras-hub's Depth
+        Anything), a `Segmenter` (EoMT), an `OpenVocabularyDetector`
+        (OWL-ViT, OWLv2) or a `PromptableSegmenter` (transformers' and
+        keras-hub's SAM). A task model takes the overrides its row lists.
 
     Raises:
         ValueError: unreadable or unknown layouts, architectures keras_vit
@@ -397,5 +413,11 @@ def from_preset(handle, **overrides):
     >>> bool(np.array_equal(again.predict(x, verbose=0), model.predict(x, verbose=0)))
     True
     """
-    return build(describe_preset(handle), **overrides)
+    directory = preset_directory(handle)
+    layout = detect_layout(directory)
+    from keras_vit.presets import tasks as task_presets
+
+    if task_presets.task_preset(directory, layout) is not None:
+        return task_presets.load_task(directory, layout, **overrides)
+    return build(_SOURCES[layout](directory), **overrides)
 

@@ -1,6 +1,9 @@
 """Tasks: one module each, holding its task model, its one-call function and its post-processing.
 
 - `keras_vit.tasks.images`: reading and preparing images, shared by every task;
+- `keras_vit.tasks.base`: what the task models share: `DenseTask` (the
+  depth and segmentation models' base), `ExportableTask` (`model.export`
+  of a functional task model) and `task_from_preset`;
 - `keras_vit.tasks.classification`: `classify` (image files to named
   probabilities) and `decode_predictions`;
 - `keras_vit.tasks.zero_shot`: `ImageTextModel` (two towers in one
@@ -13,10 +16,18 @@
   of images with masks or depth maps, the losses and metrics,
   sliding-window inference;
 - `keras_vit.tasks.segmentation_outputs`, `keras_vit.tasks.pictures`: the
-  segmentation post-processing; the pictures of depth maps and segments.
+  segmentation post-processing; the pictures of depth maps and segments;
+- `keras_vit.tasks.detection`: open-vocabulary detection (OWL-ViT, OWLv2):
+  `OpenVocabularyDetector`, `keras_vit.detect`;
+- `keras_vit.tasks.prompt_masks`: promptable segmentation (SAM):
+  `PromptableSegmenter` (its `ImageEmbedder` and `PromptDecoder`),
+  `keras_vit.segment_prompts`;
+- `keras_vit.tasks.mask_generation`: every object of an image (SAM's
+  automatic masks): `keras_vit.generate_masks`.
 
-The dense tasks' images are prepared by `keras_vit.preprocessing.dense`
-and their checkpoints read by `keras_vit.presets.tasks`.
+The dense tasks' images are prepared by `keras_vit.preprocessing.dense`.
+Every task checkpoint is read by `keras_vit.from_preset`, through the one
+table of task presets (`keras_vit.presets.tasks.TASK_PRESETS`).
 
 The encoders stay in `keras_vit.models`; a task model wraps one.
 """

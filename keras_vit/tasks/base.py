@@ -1,5 +1,7 @@
-"""What the dense task models share: `DenseTask`, a Keras model around a
-keras_vit encoder.
+"""What the task models share: `DenseTask` (the dense task models' base,
+a Keras model around a keras_vit encoder), `ExportableTask` (`model.export`
+of the functional task models: detectors, SAM's parts) and
+`task_from_preset` (every task class's `from_preset`).
 
 A dense task model (`DepthEstimator`, `Segmenter`) holds a `keras_vit.ViT`
 (or `ViTHybrid`) as `model.encoder` and runs its forward steps
@@ -17,6 +19,7 @@ import keras
 from keras_vit.models.arguments import KERAS_LAYER_ARGUMENTS, check_images
 from keras_vit.models.base import ModelBase
 from keras_vit.models.vit import ViT
+from keras_vit.presets import from_preset as _from_preset
 from keras_vit.validation import argument_names, check_keywords
 
 
@@ -178,12 +181,62 @@ class DenseTask(ModelBase, keras.Model):
 
         >>> DepthEstimator.from_preset("hf://depth-anything/Depth-Anything-V2-Small-hf")  # doctest: +SKIP
         """
-        from keras_vit.presets import from_preset
+        return task_from_preset(cls, handle, **overrides)
 
-        model = from_preset(handle, **overrides)
-        if not isinstance(model, cls):
-            raise ValueError(
-                f"{handle!r} holds a {type(model).__name__}, not a {cls.__name__}; load it with "
-                "keras_vit.from_preset."
-            )
-        return model
+
+def task_from_preset(cls, handle, **overrides):
+    """`keras_vit.from_preset(handle, **overrides)` if it holds a model of
+    task class `cls`, else a `ValueError` naming what it holds (a task
+    class's `from_preset`).
+
+    Example:
+
+    >>> import keras_vit, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2,
+    ...               mlp_dim=8, classes=3).save_to_preset(folder)
+    >>> task_from_preset(keras_vit.Segmenter, folder)
+    Traceback (most recent call last):
+    ...
+    ValueError: ... holds a ViT, not a Segmenter; load it with keras_vit.from_preset.
+    """
+    model = _from_preset(handle, **overrides)
+    if not isinstance(model, cls):
+        raise ValueError(
+            f"{handle!r} holds a {type(model).__name__}, not a {cls.__name__}; load it with keras_vit.from_preset."
+        )
+    return model
+
+
+class ExportableTask:
+    """`model.export` of a task model through keras_vit's exporters
+    (`keras_vit.export.export_model`): every format of the backend, named
+    inputs and outputs, the batch dynamic unless `input_signature` (an
+    `InputSpec` of a one-input model) fixes it."""
+
+    def export(self, filepath, format="onnx", verbose=None, input_signature=None, **kwargs):
+        """Writes the model as a serving artifact (see the class docstring).
+
+        Args:
+            filepath: the artifact's path (`.onnx`, `.xml`; a folder for
+                "tf_saved_model").
+            format: "onnx" (default), "openvino", "tf_saved_model", ...
+            verbose: None or bool: the exporters' own messages.
+            input_signature: None, or for a model of one image input an
+                `InputSpec` fixing the batch.
+            **kwargs: `batch_size`, as `keras_vit.export.export_model` takes it.
+
+        Returns:
+            The path.
+        """
+        from keras_vit import export
+
+        options = {}
+        if input_signature is not None:
+            if isinstance(self.input, dict):
+                raise ValueError(
+                    f"Model {self.name!r} takes named inputs of fixed sizes: its artifact takes them as they are "
+                    "(`batch_size=` fixes the batch). Received: an input_signature"
+                )
+            options = export.signature_options(self, input_signature)
+        return export.export_model(self, filepath, format, verbose=bool(verbose), **options, **kwargs)

@@ -130,7 +130,7 @@ def zero_shot_classifier(image_encoder, class_embeddings, class_names, logit_sca
         )
     # The tower's variables by canonical key: their values go straight into
     # the classifier's (`load_checkpoint` assigns backend tensors as they are).
-    params = {key: variable.value for key, variable in model_variables(image_encoder).items()}
+    params = {key: keras.ops.convert_to_tensor(variable) for key, variable in model_variables(image_encoder).items()}
     config = image_encoder.get_config()
     projection_dim = config.get("projection_dim")
     if config["include_top"]:

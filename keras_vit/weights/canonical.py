@@ -27,6 +27,8 @@ EMBEDDING_NORM = EMBEDDING + "norm/"
 BLOCK = "Transformer/encoderblock_{i}/"
 NORM_1 = BLOCK + "LayerNorm_0/"
 ATTENTION = BLOCK + "MultiHeadDotProductAttention_1/"
+# The decomposed relative position tables of an attention (`height`, `width`).
+RELATIVE_POSITION = ATTENTION + "relative_position/"
 NORM_2 = BLOCK + "LayerNorm_2/"
 MLP_IN = BLOCK + "MlpBlock_3/Dense_0/"
 MLP_OUT = BLOCK + "MlpBlock_3/Dense_1/"
@@ -41,6 +43,9 @@ MLP_SCALE = BLOCK + "mlp_scale"
 ENCODER_NORM = "Transformer/encoder_norm/"
 # LayerNorm before the first block (CLIP's `pre_layrnorm`).
 PRE_NORM = "pre_norm/"
+# The convolutional neck after the blocks (SAM's): `conv_0/`, `norm_0/`,
+# `conv_1/`, `norm_1/`.
+NECK = "neck/"
 # Norm after pooling (timm's `fc_norm`).
 POOLED_NORM = "fc_norm/"
 PRE_LOGITS = "pre_logits/"

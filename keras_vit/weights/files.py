@@ -75,8 +75,9 @@ class LazyTensor:
         return array if dtype is None else array.astype(dtype, copy=False)
 
     def __getattr__(self, name):
-        # Anything else an array has: read it.
-        if name.startswith("__"):
+        # Anything else an array has: read it. Other names are absent without
+        # a read (libraries probe tensors for attributes of their own).
+        if name.startswith("_") or not hasattr(np.ndarray, name):
             raise AttributeError(name)
         return getattr(np.asarray(self), name)
 

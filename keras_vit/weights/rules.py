@@ -184,6 +184,15 @@ TRANSFORMS = {
     # order: transformers' DINOv2 `weights_in`) <-> two (D, hidden) kernels.
     "gate_up_kernel": Transform(_gate_up_kernel, lambda parts: np.concatenate([p.T for p in parts]), _GATE_UP),
     "gate_up_bias": Transform(_gate_up_bias, lambda parts: np.concatenate(parts), _GATE_UP),
+    # A position table on its grid (1, h, w, D) (SAM's) <-> (1, h * w, D);
+    # written back on a square grid.
+    "grid": Transform(lambda a, h: a.reshape(1, -1, a.shape[-1]),
+                      lambda a: a.reshape(1, math.isqrt(a.shape[1]), -1, a.shape[-1])),
+    # A 2 x 2 stride-2 transposed convolution (in, out, 2, 2) <-> the Dense
+    # (in, 2 * 2 * out) that computes it per input cell, and its bias.
+    "up2x2_kernel": Transform(lambda a, h: a.transpose(0, 2, 3, 1).reshape(a.shape[0], -1),
+                              lambda a: a.reshape(a.shape[0], 2, 2, -1).transpose(0, 3, 1, 2)),
+    "up2x2_bias": Transform(lambda a, h: np.tile(a, 4), lambda a: a[: a.shape[0] // 4]),
     # A Keras Dense kernel (D, 2H) or bias (2H,) holding a SwiGLU MLP's gate
     # and up projections side by side (keras-hub's `weights_in`) <-> both.
     "gate_up": Transform(

@@ -1,0 +1,142 @@
+"""The work of `keras-vit detect` and `keras-vit masks` (parsed in
+`keras_vit_tools.tasks_command`, run by `keras_vit.cli.commands.run`).
+
+`keras-vit detect IMAGE... --preset HANDLE --queries TEXT... --out DIR` runs
+`keras_vit.detect` and writes each image with its labelled boxes
+(`<image>_detections.png`) and `detections.json`; `keras-vit masks IMAGE
+--preset HANDLE (--points X,Y... [--labels L...] [--box X0 Y0 X1 Y1] |
+--automatic) --out DIR` runs `keras_vit.segment_prompts` (or
+`keras_vit.generate_masks`) and writes `masks.png` and `masks.json`, the
+masks run-length encoded (COCO's uncompressed RLE, column by column, as
+transformers' mask-generation pipeline encodes them).
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+from keras_vit.tasks import detection, mask_generation, prompt_masks
+from keras_vit.tasks.images import read_images
+from keras_vit.presets import from_preset
+
+# Colours of the drawn boxes and masks, in turn.
+PALETTE = ((230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180),
+           (70, 240, 240), (240, 50, 230), (210, 245, 60), (250, 190, 212))
+
+
+def mask_rle(mask):
+    """COCO's uncompressed run-length encoding of a boolean `(h, w)` mask:
+    `{"size": [h, w], "counts": [...]}`, runs of 0 then 1 alternately,
+    column by column.
+
+    Example:
+
+    >>> mask_rle(np.array([[0, 1], [1, 1]], bool))
+    {'size': [2, 2], 'counts': [1, 3]}
+    """
+    flat = np.asarray(mask, bool).T.reshape(-1)
+    changes = np.flatnonzero(flat[1:] != flat[:-1]) + 1
+    bounds = np.concatenate([[0], changes, [flat.size]])
+    counts = np.diff(bounds).tolist()
+    if flat.size and flat[0]:
+        counts = [0] + counts
+    return {"size": list(mask.shape), "counts": [int(c) for c in counts]}
+
+
+def _draw_boxes(image, detections, path):
+    from PIL import Image, ImageDraw
+
+    canvas = Image.fromarray(np.asarray(image, "uint8"))
+    draw = ImageDraw.Draw(canvas)
+    labels = sorted({d.label for d in detections})
+    for found in detections:
+        colour = PALETTE[labels.index(found.label) % len(PALETTE)]
+        box = [float(np.clip(v, 0, limit)) for v, limit in zip(found.box, canvas.size * 2)]
+        draw.rectangle(box, outline=colour, width=2)
+        draw.text((box[0] + 3, box[1] + 2), f"{found.label} {found.score:.2f}", fill=colour)
+    canvas.save(path)
+    return path
+
+
+def _draw_masks(image, masks, path):
+    from PIL import Image
+
+    out = np.asarray(image, "float32").copy()
+    for i, mask in enumerate(masks):
+        colour = np.array(PALETTE[i % len(PALETTE)], "float32")
+        out[mask] = 0.45 * out[mask] + 0.55 * colour
+    Image.fromarray(np.clip(out, 0, 255).astype("uint8")).save(path)
+    return path
+
+
+def _write_json(path, data):
+    with open(path, "w") as handle:
+        json.dump(data, handle, indent=1)
+    return path
+
+
+def detect_command(args):
+    """Runs `keras-vit detect`; returns the exit status (2 on unusable input)."""
+    try:
+        model = from_preset(args.preset)
+        if not isinstance(model, detection.OpenVocabularyDetector):
+            raise ValueError(f"--preset {args.preset!r} is not a detector (OWL-ViT, OWLv2): it is a {type(model).__name__}")
+        images = read_images(args.images)
+        results = detection.detect(model, images, queries=args.queries, query_images=args.query_images,
+                                   threshold=args.threshold, nms_threshold=args.nms, top_k=args.top_k)
+    except (ValueError, OSError, ImportError) as error:
+        print(f"keras-vit detect: error: {error}", file=sys.stderr)
+        return 2
+    os.makedirs(args.out, exist_ok=True)
+    records, written = [], []
+    for path, image, found in zip(args.images, images, results):
+        stem = os.path.splitext(os.path.basename(path))[0]
+        written.append(_draw_boxes(image, found, os.path.join(args.out, f"{stem}_detections.png")))
+        records.append({"image": path, "size": list(image.shape[:2]), "detections": [
+            {"label": d.label, "score": d.score, "box": list(d.box)} for d in found]})
+        print(f"{path}: {len(found)} detections")
+        for d in found[:10]:
+            print(f"  {d.score:.3f}  {d.label}  ({', '.join(f'{v:.0f}' for v in d.box)})")
+    written.append(_write_json(os.path.join(args.out, "detections.json"), records))
+    print("wrote: " + ", ".join(written))
+    return 0
+
+
+def _segment(args, model, image):
+    if args.automatic:
+        if args.points or args.box:
+            raise ValueError("--automatic segments everything: it takes no --points or --box.")
+        out = mask_generation.generate_masks(model, image, points_per_side=args.points_per_side)
+        return out["masks"], out["scores"], out["boxes"]
+    out = prompt_masks.segment_prompts(model, image, points=args.points, labels=args.labels, boxes=args.box,
+                                       multimask_output=not args.single)
+    masks, scores = out["masks"][0], out["iou_scores"][0]
+    order = np.argsort(-scores)
+    masks, scores = masks[order], scores[order]
+    return masks, scores, mask_generation.mask_boxes(masks)
+
+
+def masks_command(args):
+    """Runs `keras-vit masks`; returns the exit status (2 on unusable input)."""
+    try:
+        model = from_preset(args.preset)
+        if not isinstance(model, prompt_masks.PromptableSegmenter):
+            raise ValueError(f"--preset {args.preset!r} is not a SAM model: it is a {type(model).__name__}")
+        image = read_images(args.image)[0]
+        masks, scores, boxes = _segment(args, model, image)
+    except (ValueError, OSError, ImportError) as error:
+        print(f"keras-vit masks: error: {error}", file=sys.stderr)
+        return 2
+    os.makedirs(args.out, exist_ok=True)
+    # One mask drawn for prompts (the best), every mask for --automatic.
+    picture = _draw_masks(image, masks if args.automatic else masks[:1], os.path.join(args.out, "masks.png"))
+    records = [{"score": float(s), "box": [int(v) for v in b], "area": int(m.sum()), "mask": mask_rle(m)}
+               for m, s, b in zip(masks, scores, boxes)]
+    data = {"image": args.image, "size": list(image.shape[:2]), "masks": records}
+    written = _write_json(os.path.join(args.out, "masks.json"), data)
+    print(f"{args.image}: {len(records)} masks" + "".join(
+        f"\n  {r['score']:.3f}  area {r['area']}  box {r['box']}" for r in records[:10]))
+    print(f"wrote: {picture}, {written}")
+    return 0

@@ -1,0 +1,119 @@
+"""Automatic mask generation (SAM): every object of an image from a grid of
+clicks, as transformers' `mask-generation` pipeline on the whole image.
+
+`generate_masks(model, image)` embeds the image once (the segmenter's
+`image_embedder`), decodes a grid of single positive clicks in batches
+(`prompt_decoder`), three masks per click, keeps the masks whose predicted
+IoU and stability score pass their thresholds, and among overlapping ones
+(the IoU of their boxes) the best.
+
+Kirillov et al., "Segment Anything", ICCV 2023, arXiv:2304.02643.
+"""
+
+import numpy as np
+
+from keras_vit.tasks.detection import nms
+from keras_vit.tasks.prompt_masks import embed_image, decode_prompts, mask_resizer, prompt_points
+from keras_vit.validation import check_float, check_positive_int
+
+
+def point_grid(per_side):
+    """`(per_side ** 2, 2)` points evenly spread over `[0, 1]^2`, row by row
+    (the centres of a `per_side` x `per_side` grid of cells).
+
+    Example:
+
+    >>> point_grid(2).tolist()
+    [[0.25, 0.25], [0.75, 0.25], [0.25, 0.75], [0.75, 0.75]]
+    """
+    side = np.linspace(1 / (2 * per_side), 1 - 1 / (2 * per_side), per_side)
+    x, y = np.meshgrid(side, side)
+    return np.stack([x, y], axis=-1).reshape(-1, 2)
+
+
+def stability_scores(logits, threshold=0.0, offset=1.0):
+    """The IoU between a mask cut at `threshold + offset` and at
+    `threshold - offset` (SAM's stability score).
+
+    Example:
+
+    >>> stability_scores(np.array([[[2.0, 0.5], [-0.5, -3.0]]])).tolist()
+    [0.3333333333333333]
+    """
+    inside = (logits > threshold + offset).sum(axis=(-2, -1))
+    around = (logits > threshold - offset).sum(axis=(-2, -1))
+    return inside / np.maximum(around, 1)
+
+
+def mask_boxes(masks):
+    """`(n, 4)` `(x0, y0, x1, y1)` boxes of boolean masks (inclusive pixel
+    indices; zeros for an empty mask).
+
+    Example:
+
+    >>> masks = np.zeros((2, 4, 5), bool)
+    >>> masks[0, 1:3, 2:5] = True
+    >>> mask_boxes(masks).tolist()
+    [[2, 1, 4, 2], [0, 0, 0, 0]]
+    """
+    rows, columns = masks.any(axis=-1), masks.any(axis=-2)
+    boxes = np.zeros(masks.shape[:-2] + (4,), "int64")
+    for i, (r, c) in enumerate(zip(rows, columns)):
+        if r.any():
+            ys, xs = np.nonzero(r)[0], np.nonzero(c)[0]
+            boxes[i] = (xs[0], ys[0], xs[-1], ys[-1])
+    return boxes
+
+
+def generate_masks(model, image, points_per_side=32, points_per_batch=64, pred_iou_threshold=0.88,
+                   stability_score_threshold=0.95, stability_score_offset=1.0, mask_threshold=0.0,
+                   nms_threshold=0.7):
+    """Every object in an image: SAM's automatic mask generation (the
+    `mask-generation` pipeline on the whole image).
+
+    A grid of single positive clicks is decoded in batches, three masks per
+    click; masks whose predicted IoU and stability score pass their
+    thresholds are kept, and among overlapping ones (IoU of their boxes
+    above `nms_threshold`) the best.
+
+    Args:
+        model: a `PromptableSegmenter` or a `SamModel` directory.
+        image: one image (as `segment_prompts`).
+        points_per_side: int, default 32: the grid's points a side.
+        points_per_batch: int, default 64: clicks per decoder call.
+        pred_iou_threshold: float, default 0.88.
+        stability_score_threshold: float, default 0.95.
+        stability_score_offset: float, default 1.
+        mask_threshold: float, default 0.
+        nms_threshold: float, default 0.7.
+
+    Returns:
+        A dict: "masks" `(n, height, width)` booleans, "scores" `(n,)`
+        predicted IoUs, "boxes" `(n, 4)` `(x0, y0, x1, y1)`, best first.
+    """
+    per_side = check_positive_int(points_per_side, "points_per_side")
+    batch = check_positive_int(points_per_batch, "points_per_batch")
+    iou_threshold = check_float(pred_iou_threshold, "pred_iou_threshold", minimum=0.0, maximum=1.0)
+    stability = check_float(stability_score_threshold, "stability_score_threshold", minimum=0.0, maximum=1.0)
+    model, embedding, size, shape = embed_image(model, image)
+    clicks = point_grid(per_side) * np.array([size[1], size[0]])
+    points, labels = prompt_points(size, shape, clicks[:, None])
+    rows, columns = mask_resizer(4 * np.array(model.image_encoder.grid_size), model.image_size, shape, size)
+    kept = {"masks": [], "scores": []}
+    for start in range(0, len(points), batch):
+        out = decode_prompts(model, embedding, points[start:start + batch], labels[start:start + batch], batch)
+        logits = out["pred_masks"][:, 1:].reshape((-1,) + out["pred_masks"].shape[-2:])
+        scores = out["iou_scores"][:, 1:].reshape(-1)
+        keep = scores > iou_threshold if iou_threshold > 0 else np.ones(len(scores), bool)
+        masks = rows @ logits[keep].astype("float64") @ columns.T
+        if stability > 0:
+            good = stability_scores(masks, mask_threshold, stability_score_offset) > stability
+            masks, scores = masks[good], scores[keep][good]
+        else:
+            scores = scores[keep]
+        kept["masks"].append(masks > mask_threshold)
+        kept["scores"].append(scores)
+    masks, scores = np.concatenate(kept["masks"]), np.concatenate(kept["scores"])
+    boxes = mask_boxes(masks)
+    order = nms(boxes.astype("float64"), scores, nms_threshold) if len(masks) else np.zeros(0, int)
+    return {"masks": masks[order], "scores": scores[order].astype("float32"), "boxes": boxes[order]}

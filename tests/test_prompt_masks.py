@@ -1,0 +1,245 @@
+"""SAM: a `SamModel` made at random by transformers and a `SAMBackbone` by
+keras-hub load with `keras_vit.from_preset` and reproduce them (the image
+embedding, then masks and IoU scores for clicks, boxes and a mask prompt);
+`keras_vit.segment_prompts` reproduces `SamProcessor.post_process_masks`
+and `keras_vit.generate_masks` the `mask-generation` pipeline on real photos;
+bad prompts are refused by name."""
+
+import functools
+
+import numpy as np
+import pytest
+
+import keras_vit
+from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
+from keras_vit.tasks import prompt_masks
+from sam_dirs import IMAGE_SIZE, keras_hub_sam_dir, sam_dir
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+skimage_data = pytest.importorskip("skimage.data")
+
+RNG = np.random.default_rng(0)
+IMAGES = RNG.normal(size=(2, IMAGE_SIZE, IMAGE_SIZE, 3)).astype("float32")
+CLICKS = RNG.uniform(0, IMAGE_SIZE, size=(2, 3, 2)).astype("float32")
+CLICK_LABELS = np.array([[1, 0, 1], [1, 1, 0]])
+BOXES = np.array([[5.0, 6.0, 40.0, 50.0], [1.0, 2.0, 30.0, 60.0]], "float32")
+
+
+@functools.lru_cache(maxsize=None)
+def _model():
+    return keras_vit.from_preset(sam_dir()[0])
+
+
+@functools.lru_cache(maxsize=None)
+def _reference():
+    """transformers' embeddings and outputs for clicks, clicks with a box, and
+    a mask prompt (computed once per process)."""
+    _, model, _ = sam_dir()
+    masks = RNG.normal(size=(2, 1, 4 * 8, 4 * 8)).astype("float32")
+    with torch.no_grad():
+        embeddings = model.get_image_embeddings(torch.from_numpy(IMAGES.transpose(0, 3, 1, 2)))
+        points = torch.from_numpy(CLICKS[:, None])
+        labels = torch.from_numpy(CLICK_LABELS[:, None])
+        clicks = model(image_embeddings=embeddings, input_points=points, input_labels=labels)
+        boxed = model(image_embeddings=embeddings, input_points=points, input_labels=labels,
+                      input_boxes=torch.from_numpy(BOXES[:, None]), multimask_output=False)
+        masked = model(image_embeddings=embeddings, input_points=points, input_labels=labels,
+                       input_masks=torch.from_numpy(masks))
+    out = {"embeddings": embeddings.numpy().transpose(0, 2, 3, 1), "masks": masks[:, 0]}
+    for name, result in (("clicks", clicks), ("boxed", boxed), ("masked", masked)):
+        out[name] = (result.iou_scores.numpy()[:, 0], result.pred_masks.numpy()[:, 0])
+    return out
+
+
+def test_image_embeddings_match_transformers():
+    embeddings = _model().image_embedder.predict(IMAGES, verbose=0)
+    np.testing.assert_allclose(embeddings, _reference()["embeddings"], rtol=0, atol=1e-4)
+
+
+def test_prompt_decoder_matches_transformers():
+    model, reference = _model(), _reference()
+    embeddings = reference["embeddings"]
+    padding = (np.zeros((2, 1, 2)), -np.ones((2, 1)))
+    corners = (BOXES.reshape(2, 2, 2), np.tile([[2, 3]], (2, 1)))
+    cases = {
+        "clicks": (np.concatenate([CLICKS, padding[0]], 1), np.concatenate([CLICK_LABELS, padding[1]], 1), None, 1),
+        "boxed": (np.concatenate([CLICKS, corners[0]], 1), np.concatenate([CLICK_LABELS, corners[1]], 1), None, 0),
+        "masked": (np.concatenate([CLICKS, padding[0]], 1), np.concatenate([CLICK_LABELS, padding[1]], 1),
+                   reference["masks"], 1),
+    }
+    for name, (points, labels, masks, first) in cases.items():
+        out = model.prompt_decoder.predict(model.decoder_inputs(embeddings, points, labels, masks), verbose=0)
+        iou, low_res = reference[name]
+        chosen = slice(first, None) if first else slice(0, 1)
+        np.testing.assert_allclose(out["iou_scores"][:, chosen], iou, rtol=0, atol=1e-4, err_msg=name)
+        np.testing.assert_allclose(out["pred_masks"][:, chosen], low_res, rtol=0, atol=1e-4, err_msg=name)
+
+
+def test_whole_model_predict_is_the_two_parts():
+    model = _model()
+    points = np.concatenate([CLICKS, np.zeros((2, 1, 2))], 1)
+    labels = np.concatenate([CLICK_LABELS, -np.ones((2, 1))], 1)
+    inputs = model.decoder_inputs(np.zeros((2, 8, 8, 16)), points, labels)
+    inputs.pop("image_embeddings")
+    whole = model.predict({"images": IMAGES, **inputs}, verbose=0)
+    np.testing.assert_allclose(whole["pred_masks"][:, 1:], _reference()["clicks"][1], rtol=0, atol=1e-4)
+
+
+def test_keras_hub_preset_matches_keras_hub():
+    folder, segmenter = keras_hub_sam_dir()
+    model = keras_vit.from_preset(folder)
+    images = RNG.uniform(0, 1, size=(2, IMAGE_SIZE, IMAGE_SIZE, 3)).astype("float32")
+    boxes = BOXES.reshape(2, 1, 2, 2)
+    labels = CLICK_LABELS.astype("float32")
+    expected = segmenter.predict({"images": images, "points": CLICKS, "labels": labels, "boxes": boxes}, verbose=0)
+    embeddings = model.image_embedder.predict(keras_vit.preprocess_input(images * 255, model=model), verbose=0)
+    points = np.concatenate([CLICKS, boxes.reshape(2, 2, 2)], 1)
+    out = model.prompt_decoder.predict(
+        model.decoder_inputs(embeddings, points, np.concatenate([labels, np.tile([[2, 3]], (2, 1))], 1)), verbose=0)
+    np.testing.assert_allclose(out["iou_scores"], expected["iou_pred"], rtol=0, atol=1e-4)
+    np.testing.assert_allclose(out["pred_masks"], expected["masks"], rtol=0, atol=2e-4 * np.abs(expected["masks"]).max())
+
+
+def _photo():
+    return skimage_data.chelsea()  # 300 x 451
+
+
+def test_segment_prompts_matches_sam_processor():
+    folder, torch_model, processor = sam_dir()
+    photo = _photo()
+    points, boxes = [[[120.0, 80.0], [300.0, 200.0]]], [[30.0, 40.0, 250.0, 280.0]]
+    inputs = processor(images=photo, input_points=[points], input_labels=[[[1, 0]]], input_boxes=[boxes],
+                       return_tensors="pt")
+    with torch.no_grad():
+        out = torch_model(**{k: v for k, v in inputs.items() if k not in ("original_sizes", "reshaped_input_sizes")},
+                          multimask_output=True)
+    expected = processor.post_process_masks(out.pred_masks, inputs["original_sizes"], inputs["reshaped_input_sizes"])
+    ours = keras_vit.segment_prompts(_model(), photo, points=points[0], labels=[1, 0], boxes=boxes[0])
+    pixels, _, _ = prompt_masks.prepare_image(_model(), photo)
+    np.testing.assert_allclose(pixels[0], inputs["pixel_values"][0].numpy().transpose(1, 2, 0), atol=1e-5)
+    np.testing.assert_allclose(ours["iou_scores"], out.iou_scores[0].numpy(), atol=1e-3)
+    agreement = (ours["masks"] == expected[0].numpy()).mean()
+    assert ours["masks"].shape == (1, 3) + photo.shape[:2] and agreement >= 0.99, agreement
+
+
+def _pipeline_candidates(photo, per_side, batch, **options):
+    """The masks, IoU scores and boxes the `mask-generation` pipeline keeps
+    before its non-maximum suppression (which needs torchvision): its own
+    `preprocess` and `_forward`, batch by batch."""
+    from PIL import Image
+
+    _, torch_model, processor = sam_dir()
+    generator = transformers.pipeline("mask-generation", model=torch_model, image_processor=processor.image_processor)
+    masks, scores, boxes = [], [], []
+    for inputs in generator.preprocess(Image.fromarray(photo), points_per_batch=batch, points_per_crop=per_side):
+        with torch.no_grad():
+            out = generator._forward(inputs, **options)
+        masks += [np.asarray(prompt_masks_rle(rle)) for rle in out["masks"]]
+        scores.append(np.asarray(out["iou_scores"]))
+        boxes.append(np.asarray(out["boxes"]))
+    return masks, np.concatenate(scores), np.concatenate(boxes)
+
+
+def prompt_masks_rle(rle):
+    from transformers.models.sam.image_processing_pil_sam import _rle_to_mask
+
+    return np.asarray(_rle_to_mask(rle))
+
+
+def test_generate_masks_matches_mask_generation_pipeline():
+    photo = _photo()
+    # Thresholds that drop some of the random model's masks on each criterion.
+    masks, scores, boxes = _pipeline_candidates(photo, 4, 16, pred_iou_thresh=0.45, stability_score_thresh=0.1)
+    # No suppression (IoU is never above 1): every candidate, best first.
+    ours = keras_vit.generate_masks(_model(), photo, points_per_side=4, points_per_batch=16, pred_iou_threshold=0.45,
+                                    stability_score_threshold=0.1, nms_threshold=1.0)
+    order = np.argsort(-scores, kind="stable")
+    assert len(ours["masks"]) == len(scores) > 0
+    np.testing.assert_allclose(ours["scores"], scores[order], atol=1e-3)
+    np.testing.assert_allclose(ours["boxes"], boxes[order], atol=1)
+    agreement = np.mean([(a == masks[i]).mean() for a, i in zip(ours["masks"], order)])
+    assert agreement >= 0.99, agreement
+
+
+def test_nms_keeps_what_exhaustive_suppression_keeps():
+    from keras_vit.tasks.detection import nms
+
+    rng = np.random.default_rng(3)
+    corners = rng.uniform(0, 50, size=(40, 2))
+    boxes = np.concatenate([corners, corners + rng.uniform(5, 30, size=(40, 2))], axis=1)
+    scores = rng.uniform(size=40)
+    kept = []
+    for i in np.argsort(-scores):  # the definition: keep a box unless a kept one overlaps it more
+        lo, hi = np.maximum(boxes[i, :2], boxes[kept, :2]), np.minimum(boxes[i, 2:], boxes[kept, 2:])
+        inter = np.prod(np.clip(hi - lo, 0, None), axis=-1)
+        area = lambda b: (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])  # noqa: E731
+        if not kept or np.all(inter / (area(boxes[i]) + area(boxes[kept]) - inter) <= 0.4):
+            kept.append(int(i))
+    assert nms(boxes, scores, 0.4).tolist() == kept
+
+
+def test_images_with_alpha_or_gray_are_converted():
+    model, photo = _model(), _photo()
+    rgba = np.concatenate([photo, np.full(photo.shape[:2] + (1,), 7, "uint8")], axis=-1)
+    gray = photo.mean(axis=-1).astype("uint8")
+    pixels = prompt_masks.prepare_image(model, photo)[0]
+    np.testing.assert_array_equal(prompt_masks.prepare_image(model, rgba)[0], pixels)
+    np.testing.assert_array_equal(prompt_masks.prepare_image(model, gray)[0],
+                                  prompt_masks.prepare_image(model, np.repeat(gray[..., None], 3, -1))[0])
+
+
+@pytest.mark.parametrize("prompt, message", [
+    (dict(points=[[500.0, 10.0]]), "must lie in the image"),
+    (dict(points=[[-1.0, 10.0]]), "must lie in the image"),
+    (dict(boxes=[50.0, 10.0, 20.0, 40.0]), "x1 >= x0"),
+    (dict(points=[[5.0, 5.0]], labels=[2]), "one 0 (background) or 1"),
+    (dict(), "Give a prompt"),
+    (dict(points=[[[5.0, 5.0]], [[6.0, 6.0]]], boxes=[[1.0, 1.0, 9.0, 9.0]]), "as many prompts"),
+])
+def test_bad_prompts_are_refused(prompt, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        prompt_masks.prompt_points((300, 451), (681, 1024), **prompt)
+
+
+def test_layers_round_trip_their_config():
+    model = _model()
+    for layer in (model.prompt_encoder, model.mask_decoder, *model.mask_decoder.blocks,
+                  model.mask_decoder.final_attention):
+        clone = type(layer).from_config(layer.get_config())
+        assert clone.get_config() == layer.get_config()
+    again = keras_vit.PromptableSegmenter.from_config(model.get_config())
+    assert again.image_encoder.get_config() == model.image_encoder.get_config()
+
+
+def test_masks_command_writes_pictures_and_json(tmp_path, capsys):
+    import json
+
+    from PIL import Image
+
+    from keras_vit_tools.commands import keras_vit as run_cli
+    from keras_vit.cli.tasks import mask_rle
+
+    photo = tmp_path / "chelsea.png"
+    Image.fromarray(_photo()).save(photo)
+    out = tmp_path / "masks"
+    status = run_cli(["masks", str(photo), "--preset", sam_dir()[0], "--points", "120,80", "300,200",
+                       "--labels", "1", "0", "--out", str(out)])
+    assert status == 0, capsys.readouterr().err
+    data = json.loads((out / "masks.json").read_text())
+    expected = keras_vit.segment_prompts(_model(), _photo(), points=[[120, 80], [300, 200]], labels=[1, 0])
+    best = np.argsort(-expected["iou_scores"][0])
+    assert [m["score"] for m in data["masks"]] == pytest.approx(expected["iou_scores"][0][best].tolist(), abs=1e-6)
+    assert data["masks"][0]["mask"] == mask_rle(expected["masks"][0][best[0]])
+    assert Image.open(out / "masks.png").size == (451, 300)
+    status = run_cli(["masks", str(photo), "--preset", sam_dir()[0], "--points", "900,80", "--out", str(out)])
+    assert status == 2 and "must lie in the image" in capsys.readouterr().err
+
+
+def test_run_length_encoding_matches_transformers():
+    from transformers.models.sam.image_processing_pil_sam import _rle_to_mask
+
+    from keras_vit.cli.tasks import mask_rle
+
+    for mask in (RNG.uniform(size=(5, 7)) > 0.5, np.ones((3, 4), bool), np.zeros((3, 4), bool)):
+        np.testing.assert_array_equal(_rle_to_mask(mask_rle(mask)), mask)

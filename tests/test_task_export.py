@@ -1,0 +1,71 @@
+"""The task models as serving artifacts (`model.export`): SAM's prompt
+decoder in each format, and the detection and promptable masks guide run
+as written (an OWLv2 detector of fixed queries, and SAM served as it is
+meant to be, the image embedder once per image and the decoder per click,
+against `predict` and `keras_vit.segment_prompts`)."""
+
+import functools
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
+from keras_vit import export
+from sam_dirs import sam_dir
+
+pytest.importorskip("torch")
+pytest.importorskip("skimage.data")
+BACKEND = keras.backend.backend()
+RNG = np.random.default_rng(0)
+
+
+# Besides the guide's ONNX, one format per backend (each format on some
+# backend): the pipeline's formats are tested on every backend with image
+# models in test_export.py; this checks the decoder's inputs and outputs.
+DECODER_FORMATS = {"jax": "tf_saved_model", "tensorflow": "openvino", "torch": "openvino"}
+
+
+@functools.lru_cache(maxsize=None)
+def _sam():
+    return keras_vit.from_preset(sam_dir()[0])
+
+
+# ONNX: the guide's serving code (below).
+@pytest.mark.parametrize("format", [DECODER_FORMATS[BACKEND]])
+def test_sam_prompt_decoder_exports(format, tmp_path):
+    decoder = _sam().prompt_decoder.with_points(3)
+    path = decoder.export(str(tmp_path / f"decoder{export.SUFFIXES[format]}"), format=format)
+    inputs = _sam().decoder_inputs(RNG.normal(size=(2, 8, 8, 16)), RNG.uniform(0, 64, size=(2, 3, 2)),
+                                   [[1, 0, -1], [1, 2, 3]], mask_input=RNG.normal(size=(2, 32, 32)))
+    diff, outputs, _ = export.verify_export(path, format, decoder, inputs)
+    assert sorted(outputs) == ["iou_scores", "pred_masks"] and diff <= 1e-4, diff
+
+
+# The guide is run once, in the jax job (its slowest part, the ONNX exports,
+# takes minutes on tensorflow and torch); each backend's ONNX export of these
+# layers is the pipeline's, tested with image models in test_export.py, and
+# the decoder's own inputs and outputs per backend above.
+@pytest.mark.skipif(BACKEND != "jax", reason="the detection guide runs in the jax job")
+def test_detection_and_masks_guide_runs(tmp_path):
+    """The guide's code, in order, as a reader pastes it: a detector of
+    fixed queries served from ONNX Runtime, and SAM served as two ONNX
+    artifacts, the image embedder once and the decoder per click; the
+    served masks are `segment_prompts`'."""
+    pytest.importorskip("onnxruntime")
+    from docs_blocks import DOCS, python_blocks, run_blocks, workspace
+
+    blocks = [b for b in python_blocks(DOCS / "guides" / "detection_and_masks.md") if not b.skip]
+    printed, names = run_blocks(blocks, workspace(tmp_path), "detection_and_masks.md")
+    lines = printed.strip().splitlines()
+    assert "True" in lines, printed  # the served detector's logits are predict's
+    assert lines[-1] == "(1, 3, 300, 451)", printed
+    expected = keras_vit.segment_prompts(names["segmenter"], names["photo"], points=[[120, 80]])
+    np.testing.assert_allclose(names["clicked"]["pred_masks"][:, 1:], expected["low_res_masks"], atol=1e-4)
+    assert (names["masks"] == expected["masks"]).mean() >= 0.999
+
+
+def test_decoder_of_any_point_count_is_refused_for_export(tmp_path):
+    with pytest.raises(ValueError, match="with_points"):
+        _sam().prompt_decoder.export(str(tmp_path / "decoder.onnx"), format="onnx")

@@ -1,0 +1,86 @@
+"""The parsers of `keras-vit detect` and `keras-vit masks` (the work is
+`keras_vit.cli.tasks`).
+
+Imports nothing of keras_vit, as `keras_vit_tools.commands` (see there).
+
+Example:
+
+>>> import argparse
+>>> commands = argparse.ArgumentParser().add_subparsers(dest="command")
+>>> detect = detect_parser(commands)
+>>> args = detect.parse_args(["cats.jpg", "--preset", "owlv2", "--queries", "a cat", "--out", "found"])
+>>> args.images, args.queries, args.threshold
+(['cats.jpg'], ['a cat'], 0.1)
+>>> masks = masks_parser(commands)
+>>> args = masks.parse_args(["cat.jpg", "--preset", "sam", "--points", "120,80", "300,200", "--labels", "1", "0",
+...                          "--out", "masks"])
+>>> args.points, args.labels, args.box
+([(120.0, 80.0), (300.0, 200.0)], [1, 0], None)
+"""
+
+import argparse
+
+
+def parse_point(text):
+    """`x,y` as a point `(x, y)` of floats."""
+    try:
+        x, y = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected x,y (pixels), got {text!r}") from None
+    return x, y
+
+
+def detect_parser(commands):
+    """Adds `detect` to the `keras-vit` subcommands; returns its parser."""
+    parser = commands.add_parser(
+        "detect",
+        help="find objects named in words or shown by example images (OWL-ViT, OWLv2)",
+        description=(
+            "Detects the objects that text queries name (or example images show) with an "
+            "open-vocabulary detector (transformers' OWL-ViT or OWLv2), as transformers' "
+            "zero-shot-object-detection pipeline: every box whose score passes --threshold. "
+            "Writes each image with its labelled boxes (<image>_detections.png) and "
+            "detections.json to --out."
+        ),
+    )
+    parser.add_argument("images", nargs="+", help="image files")
+    parser.add_argument("--preset", required=True, help="the detector: a directory or hf://org/name")
+    parser.add_argument("--queries", nargs="+", default=None, help="what to look for, e.g. 'a cat' 'a remote'")
+    parser.add_argument("--query-images", nargs="+", default=None,
+                        help="example images of what to look for (one-shot detection)")
+    parser.add_argument("--threshold", type=float, default=0.1, help="the least score kept (default 0.1)")
+    parser.add_argument("--nms", type=float, default=None,
+                        help="non-maximum suppression at this IoU among each query's boxes (default: none)")
+    parser.add_argument("--top-k", type=int, default=None, help="the most detections per image")
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.set_defaults(command="detect")
+    return parser
+
+
+def masks_parser(commands):
+    """Adds `masks` to the `keras-vit` subcommands; returns its parser."""
+    parser = commands.add_parser(
+        "masks",
+        help="segment what clicks or a box point at, or everything (SAM)",
+        description=(
+            "Segments one image with a Segment Anything model (transformers' SamModel, "
+            "keras-hub's SAM): the object that --points (with --labels) and --box point at, "
+            "or with --automatic every object (a grid of clicks, as transformers' "
+            "mask-generation pipeline). Writes the image with its masks (masks.png) and "
+            "masks.json (scores, boxes, run-length-encoded masks) to --out."
+        ),
+    )
+    parser.add_argument("image", help="the image file")
+    parser.add_argument("--preset", required=True, help="the SAM model: a directory or hf://org/name")
+    parser.add_argument("--points", nargs="+", type=parse_point, default=None, help="clicks as x,y pixels")
+    parser.add_argument("--labels", nargs="+", type=int, default=None,
+                        help="1 (on the object) or 0 (off it) per click (default: all 1)")
+    parser.add_argument("--box", nargs=4, type=float, default=None, metavar=("X0", "Y0", "X1", "Y1"),
+                        help="a box around the object, in pixels")
+    parser.add_argument("--single", action="store_true", help="SAM's single mask instead of three")
+    parser.add_argument("--automatic", action="store_true", help="every object: automatic mask generation")
+    parser.add_argument("--points-per-side", type=int, default=32,
+                        help="with --automatic, the grid's clicks per side (default 32)")
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.set_defaults(command="masks")
+    return parser
