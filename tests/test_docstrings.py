@@ -32,7 +32,6 @@ WITHOUT_EXAMPLES = {
     "keras_vit.cli": "a package: its modules have the examples",
     "keras_vit.families": "a package: its modules have the examples",
     "keras_vit.families.task_source": "reads task checkpoint directories; tested in test_dense_presets.py",
-    "keras_vit.presets.tasks": "builds task models from checkpoint directories; tested in test_dense_parity.py",
     "keras_vit.tasks.dense_data": "reads folders of image and mask files; tested in test_dense_training.py",
     "keras_vit.tasks.segmentation_outputs": "post-processes model outputs; tested against transformers' in "
     "test_dense_tasks.py",
