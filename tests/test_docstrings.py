@@ -33,6 +33,11 @@ WITHOUT_EXAMPLES = {
     "keras_vit.tasks": "a package: its modules have the examples",
     "keras_vit.cli": "a package: its modules have the examples",
     "keras_vit.families": "a package: its modules have the examples",
+    "keras_vit.families.task_source": "reads task checkpoint directories; tested in test_dense_presets.py",
+    "keras_vit.tasks.dense_data": "reads folders of image and mask files; tested in test_dense_training.py",
+    "keras_vit.tasks.segmentation_outputs": "post-processes model outputs; tested against transformers' in "
+    "test_dense_tasks.py",
+    "keras_vit.cli.dense": "the work of keras-vit depth and segment; tested in test_dense_presets.py",
 }
 
 # The named constructors share one docstring template: the examples of the
@@ -46,7 +51,8 @@ MODULES = sorted(
     if name not in WITHOUT_EXAMPLES and name not in SAMPLED
 ) + [
     "keras_vit_tools.reference", "keras_vit_tools.commands", "keras_vit_tools.zero_shot_command",
-    "keras_vit_tools.front_end", "keras_vit_tools.tasks_command", "keras_vit_tools.checkout", "keras_vit_tools.convert_command",
+    "keras_vit_tools.front_end", "keras_vit_tools.checkout", "keras_vit_tools.convert_command",
+    "keras_vit_tools.dense_command", "keras_vit_tools.tasks_command",
 ]
 
 

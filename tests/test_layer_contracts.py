@@ -34,7 +34,10 @@ import keras_vit.layers
 from harness import run_layer_test
 from keras_vit import layers
 from keras_vit.layers.attention_pool import AttentionPoolHead
+from keras_vit.layers.depth_head import DepthBins, DepthHead
 from keras_vit.layers.detection_heads import DetectionHeads, QueryLogits
+from keras_vit.layers.dpt import DptNeck, ResidualConvUnit
+from keras_vit.layers.eomt import EomtHead, QueryTokens
 from keras_vit.layers.mask_decoder import MaskDecoder, PromptAttention, TwoWayBlock
 from keras_vit.layers.neck import ConvNeck
 from keras_vit.layers.prompt_encoder import PromptEncoder
@@ -148,10 +151,6 @@ CASES = {
         lambda **kw: layers.PatchEncoder(4, 2, 2, class_token=False, patch_norm="rmsnorm", **kw),
         _normal(1, 2, 2, 12), (1, 4, 4), (4, 0, 0),
     ),
-    # The query, the key and value kernels, the output kernel and bias.
-    "AttentionPoolHead": Case(
-        lambda **kw: AttentionPoolHead(num_heads=2, **kw), _normal(2, 5, 8), (2, 8), (5, 0, 0)
-    ),
     "StdConv2D": Case(
         lambda **kw: layers.StdConv2D(8, 3, strides=2, epsilon=1e-4, **kw), _normal(2, 7, 7, 4), (2, 4, 4, 8), (1, 0, 0)
     ),
@@ -166,6 +165,15 @@ CASES = {
         lambda **kw: layers.BottleneckUnit(32, strides=2, groups=16, norm_epsilon=1e-5, **kw),
         _normal(1, 5, 6, 64), (1, 3, 3, 128), (12, 0, 0),
     ),
+    # Two 3x3 convolutions' kernels and biases.
+    "ResidualConvUnit": Case(lambda **kw: ResidualConvUnit(4, **kw), _normal(2, 5, 6, 4), (2, 5, 6, 4), (4, 0, 0)),
+    # ... and their batch norms' scales and offsets, and statistics.
+    "ResidualConvUnit-batch-norm": Case(
+        lambda **kw: ResidualConvUnit(4, batch_norm=True, **kw), _normal(2, 5, 6, 4), (2, 5, 6, 4), (6, 4, 4),
+    ),
+    # Three convolutions' kernels and biases.
+    "DepthHead": Case(lambda **kw: DepthHead(8, hidden_size=4, **kw), _normal(2, 3, 5, 8), (2, 6, 10, 1), (6, 0, 0)),
+    "QueryTokens": Case(lambda **kw: QueryTokens(3, **kw), _normal(2, 5, 4), (2, 8, 4), (1, 0, 0)),
     # A projecting unit (12) and one without projection (9).
     "ResNetStage": Case(
         lambda **kw: layers.ResNetStage(32, 2, strides=2, conv_epsilon=1e-6, name="block2", **kw),
@@ -203,6 +211,21 @@ OTHER_CASES = {
     "RelativePositionTable": Case(
         lambda **kw: layers.RelativePositionTable(num_heads=2, hidden_dim=8, shared=True, **kw),
         _normal(2, 2, 3, 4), (2, 6, 6), (4, 0, 0),
+    ),
+    # Per level a projection (2), a resize (2: the 2x one; none at 1x) and a
+    # 3x3 convolution (1); per fusion block two residual units (4 each) and
+    # a projection (2).
+    "DptNeck": Case(
+        lambda **kw: DptNeck(8, (4, 8), (2, 1), 4, **kw), [_normal(2, 3, 3, 8), _normal(2, 3, 3, 8)],
+        [(2, 6, 6, 4), (2, 12, 12, 4)], (28, 0, 0),
+    ),
+    # Float32 depths whatever the policy.
+    "DepthBins": Case(lambda **kw: DepthBins(**kw), _normal(2, 3, 4, 6), (2, 3, 4), (0, 0, 0)),
+    # The class predictor, three mask layers and per upscale block a
+    # transposed convolution (2), a depthwise one (1) and a norm (2).
+    "EomtHead": Case(
+        lambda **kw: EomtHead(3, 2, 1, num_upscale_blocks=1, **kw), [_normal(2, 3 + 1 + 6, 4), _normal(2, 2, 3, 1)],
+        [(2, 3, 4, 6), (2, 3, 3)], (13, 0, 0),
     ),
     # The decomposed term's two tables; the grid from a `(batch, h, w, ...)` tensor.
     "DecomposedRelativePosition": Case(
@@ -267,6 +290,9 @@ OWN_CONTRACT = {
     "RotaryEmbedding": "test_rotary.py",
     "RelativePositionMlp": "test_relative_position.py",
     "RelativePositionTable": "test_relative_position.py",
+    "DptNeck": "test_dense_layers.py",
+    "DepthBins": "test_dense_layers.py",
+    "EomtHead": "test_dense_layers.py",
     "DecomposedRelativePosition": "test_relative_position.py",
     "ConvNeck": "test_relative_position.py",
     "DetectionHeads": "test_detection.py",
@@ -284,7 +310,8 @@ KERAS_CASES = sorted(
         "Patches", "PatchEncoder-distillation-registers", "MultiHeadSelfAttention-qk-norm", "MlpBlock",
         "SwiGluMlp", "TransformerBlock-layer-scale", "TokenPooling-token", "PatchDropout", "MapHead",
         "AttentionPoolHead",
-        "StdConv2D", "GroupNorm", "MaxPool2D", "BottleneckUnit", "ResNetStage", *OTHER_CASES,
+        "StdConv2D", "GroupNorm", "MaxPool2D", "BottleneckUnit", "ResNetStage", "ResidualConvUnit-batch-norm",
+        "DepthHead", "QueryTokens", *OTHER_CASES,
     }
 )
 

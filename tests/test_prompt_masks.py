@@ -243,3 +243,25 @@ def test_run_length_encoding_matches_transformers():
 
     for mask in (RNG.uniform(size=(5, 7)) > 0.5, np.ones((3, 4), bool), np.zeros((3, 4), bool)):
         np.testing.assert_array_equal(_rle_to_mask(mask_rle(mask)), mask)
+
+
+def test_task_presets_are_one_table():
+    """A SAM directory goes through the one table of task presets: its model
+    takes the overrides its row lists, another task class's `from_preset`
+    refuses it, `describe_preset` names the class that reads it; every row
+    names a registered task class and, where it has one, its reader."""
+    from keras_vit.presets import tasks
+
+    folder = sam_dir()[0]
+    with pytest.raises(ValueError, match=r"cannot change \['image_size'\] of a PromptableSegmenter"):
+        keras_vit.from_preset(folder, image_size=64)
+    with pytest.raises(ValueError, match="holds a PromptableSegmenter, not a DepthEstimator"):
+        keras_vit.DepthEstimator.from_preset(folder)
+    with pytest.raises(ValueError, match="which its class reads whole"):
+        keras_vit.presets.describe_preset(folder)
+    classes = {row.task_class for row in tasks.TASK_PRESETS.values()}
+    assert classes == {"DepthEstimator", "Segmenter", "OpenVocabularyDetector", "PromptableSegmenter"}
+    for row in tasks.TASK_PRESETS.values():
+        task_class = tasks.task_class(row.task_class)
+        assert task_class.__name__ == row.task_class
+        assert row.reader is None or callable(getattr(task_class, row.reader))

@@ -32,10 +32,12 @@ import sys
 
 try:
     from keras_vit_tools.convert_command import convert_parser
+    from keras_vit_tools.dense_command import dense_parsers
     from keras_vit_tools.tasks_command import detect_parser, masks_parser
     from keras_vit_tools.zero_shot_command import zero_shot_parser
 except ImportError:  # run from a checkout as a script: tools/ is sys.path[0]
     from convert_command import convert_parser
+    from dense_command import dense_parsers
     from tasks_command import detect_parser, masks_parser
     from zero_shot_command import zero_shot_parser
 
@@ -210,7 +212,8 @@ def _export_parser(commands):
 
 
 def keras_vit_parser():
-    """The parser of `keras-vit` (`inspect`, `classify`, `export`, `zero-shot`, `detect`, `masks`)."""
+    """The parser of `keras-vit` (`inspect`, `classify`, `export`, `zero-shot`, `detect`, `masks`, `depth`,
+    `segment`)."""
     parser = ArgumentParser(
         prog="keras-vit", description="Vision Transformer tools for Keras 3."
     )
@@ -220,6 +223,8 @@ def keras_vit_parser():
     _export_parser(commands)
     for add in (zero_shot_parser, detect_parser, masks_parser):
         add(commands).add_argument("--threads", type=int, default=None, help=THREADS_HELP)
+    for dense in dense_parsers(commands):
+        dense.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     return parser
 
 

@@ -1,5 +1,5 @@
 """The work of the `keras-vit` commands: `inspect`, `classify`, `export` (`commands`), `zero-shot`,
-and `detect` and `masks` (`tasks`).
+`detect` and `masks` (`tasks`), `depth` and `segment` (`dense`).
 
 The console script's front end (`tools/commands.py`, installed as
 `keras_vit_tools.commands`) parses the command line before anything of

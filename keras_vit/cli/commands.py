@@ -323,6 +323,10 @@ def _print_metadata(path, format):
 
 def run(args):
     """Runs the command of parsed `keras-vit` arguments; returns the exit status."""
+    if args.command in ("depth", "segment"):
+        from keras_vit.cli import dense as cli_dense
+
+        return getattr(cli_dense, f"{args.command}_command")(args)
     if args.command == "zero-shot":
         from keras_vit.cli.zero_shot import zero_shot_command
 

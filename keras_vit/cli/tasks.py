@@ -19,7 +19,7 @@ import numpy as np
 
 from keras_vit.tasks import detection, mask_generation, prompt_masks
 from keras_vit.tasks.images import read_images
-from keras_vit.tasks.presets import from_preset
+from keras_vit.presets import from_preset
 
 # Colours of the drawn boxes and masks, in turn.
 PALETTE = ((230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180),

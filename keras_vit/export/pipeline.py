@@ -31,8 +31,10 @@ batch_size)` returns its `keras.InputSpec`s (one, a list or a dict, each
 named), `model.export_output_name` names its output and
 `model.export_formats` lists the formats it exports to
 (`keras_vit.text.TextEncoder` does). A model of several named outputs (a
-dict: the task models) gives its artifact one output per key
-(`output_names`), which the runtimes return as a dict.
+dict: the task models, e.g. a depth model's `predicted_depth`, a
+segmenter's `class_queries_logits` and `masks_queries_logits`) gives its
+artifact one output per key (`output_names`), which the runtimes return as
+a dict.
 
 While a model is traced, `keras_vit.kernels.export_mode()` makes the
 layers emit plain matrix products and 4D attention products, which every
@@ -118,9 +120,12 @@ def output_name(model):
 
 
 def output_names(model):
-    """The names of an exported model's outputs: a model of named outputs (a
-    dict) gives them in sorted order (the order every exporter flattens a
-    dict in, as the task models build theirs), any other its `output_name`.
+    """The names of an exported model's outputs, in the graph's order: a
+    model of named outputs gives their keys in sorted order (the order every
+    exporter flattens a dict in): a functional model's dict `output` (the
+    detectors, SAM's decoder) or the keys a subclassed model declares
+    (`model.output_keys`: the dense task models); any other model its
+    `output_name`.
 
     Example:
 
@@ -128,10 +133,15 @@ def output_names(model):
     >>> x = keras.Input((2,))
     >>> output_names(keras.Model(x, {"scores": x, "boxes": x}))
     ['boxes', 'scores']
+    >>> output_names(type("Task", (), {"output_keys": ("masks", "classes")})())
+    ['classes', 'masks']
     """
-    if isinstance(model.output, dict):
-        return sorted(model.output)
-    return [output_name(model)]
+    keys = getattr(model, "output_keys", None)
+    if keys is None:
+        # A subclassed model has no `output` attribute.
+        output = getattr(model, "output", None)
+        keys = tuple(output) if isinstance(output, dict) else None
+    return sorted(keys) if keys else [output_name(model)]
 
 
 def check_format(format, backend=None, model=None):
@@ -511,7 +521,7 @@ def _onnx_torch(model, path, sample, dims, names):
     program.save(path)
 
 
-def _finish_onnx(path, output, inputs=(INPUT_NAME,), dtypes=("float32",)):
+def _finish_onnx(path, outputs, inputs=(INPUT_NAME,), dtypes=("float32",)):
     """Folds the weight reshapes into the initializers of an ONNX graph and
     names its inputs and output.
 
@@ -532,12 +542,14 @@ def _finish_onnx(path, output, inputs=(INPUT_NAME,), dtypes=("float32",)):
     current_dtypes = [port.dtype.numpy().name for port in ports]
     for port, name in zip(ports, port_names(current, list(inputs), current_dtypes, list(dtypes))):
         port.name = name
-    for port, name in zip(model.graph.outputs, [output] if isinstance(output, str) else output):
+    outputs = [outputs] if isinstance(outputs, str) else list(outputs)
+    graph_outputs = list(model.graph.outputs)[: len(outputs)]
+    for port, name in zip(graph_outputs, port_names([p.name for p in graph_outputs], outputs)):
         port.name = name
     onnx_ir.save(model, path)
 
 
-def _name_openvino(path, output, inputs=(INPUT_NAME,), dtypes=("float32",)):
+def _name_openvino(path, outputs, inputs=(INPUT_NAME,), dtypes=("float32",)):
     """Names an OpenVINO model's input and output tensors (and nodes).
 
     The model read maps its `.bin` file into memory, so the named copy is
@@ -546,16 +558,21 @@ def _name_openvino(path, output, inputs=(INPUT_NAME,), dtypes=("float32",)):
     import openvino as ov
 
     model = ov.Core().read_model(path)
-    outputs = [output] if isinstance(output, str) else list(output)
+    outputs = [outputs] if isinstance(outputs, str) else list(outputs)
     if len(model.outputs) > len(outputs):
-        # TensorFlow's converter leaves internal shape slices as outputs too.
-        model = ov.Model(model.get_results()[: len(outputs)], model.get_parameters(), model.get_friendly_name())
+        # TensorFlow's converter leaves internal shape slices as outputs too:
+        # the model's own are those named after them, else the first.
+        results = model.get_results()
+        named = [r for r in results if any(o in ", ".join(r.output(0).get_names()) for o in outputs)]
+        kept = named if len(named) == len(outputs) else results[: len(outputs)]
+        model = ov.Model(kept, model.get_parameters(), model.get_friendly_name())
     current = [", ".join(port.get_names()) for port in model.inputs]
     current_dtypes = [port.get_element_type().to_dtype().name for port in model.inputs]
     for port, name in zip(model.inputs, port_names(current, list(inputs), current_dtypes, list(dtypes))):
         port.get_tensor().set_names({name})
         port.get_node().set_friendly_name(name)
-    for port, name in zip(model.outputs, outputs):
+    current = [", ".join(port.get_names()) for port in model.outputs]
+    for port, name in zip(model.outputs, port_names(current, outputs)):
         port.get_tensor().set_names({name})
     stem, named = path[: -len(".xml")], path[: -len(".xml")] + ".named"
     ov.save_model(model, named + ".xml", compress_to_fp16=False)

@@ -57,10 +57,12 @@ def load_exported(path, format, precision=None):
     Returns:
         A function from a float32 NumPy batch `(batch, H, W, C)` (or a
         NaFlex patch dict, for an artifact exported with `naflex_length`)
-        to the NumPy outputs; for an artifact exported with
-        `raw_images=True`, from uint8 images: a batch, or a list of images
-        of their own sizes. Its `metadata` attribute holds what the
-        artifact carries (`keras_vit.export.metadata.read_metadata`).
+        to the NumPy outputs: one array, or for an artifact of several
+        named outputs (a task model's) a dict of them by name; for an
+        artifact exported with `raw_images=True`, from uint8 images: a
+        batch, or a list of images of their own sizes. Its `metadata`
+        attribute holds what the artifact carries
+        (`keras_vit.export.metadata.read_metadata`).
 
     Raises:
         ValueError: (when called) integer pixels for an artifact whose
@@ -253,6 +255,8 @@ def _load_litert(path):
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_path=path)
+    if len(interpreter.get_output_details()) > 1:
+        return _litert_signature(interpreter)
     sources = {d["name"]: d for d in interpreter.get_input_details()}
     source = next(iter(sources.values()))
     target = interpreter.get_output_details()[0]
@@ -277,6 +281,20 @@ def _load_litert(path):
 
     batch = None if source["shape_signature"][0] == -1 else int(source["shape"][0])
     return run, batch, artifact_metadata.read_raw(path, "litert")
+
+
+def _litert_signature(interpreter):
+    """A LiteRT model of several outputs, run through its signature (named outputs)."""
+    signatures = interpreter.get_signature_list()
+    key = "serve" if "serve" in signatures else next(iter(signatures))
+    runner = interpreter.get_signature_runner(key)
+    source = signatures[key]["inputs"][0]
+
+    def run(images):
+        out = runner(**{source: np.asarray(images, "float32")})
+        return {name: np.asarray(value) for name, value in out.items()}
+
+    return run, None
 
 
 def _load_torch(path):
@@ -365,6 +383,9 @@ def verify_export(path, format, model, images, precision=None):
     outputs = run(images)
     if isinstance(expected, dict):
         expected = {k: np.asarray(v) for k, v in expected.items()}
+        # An artifact of one output holds a one-key dict's only entry.
+        if not isinstance(outputs, dict) and len(expected) == 1:
+            outputs = {next(iter(expected)): outputs}
         if not isinstance(outputs, dict) or sorted(outputs) != sorted(expected):
             raise ValueError(
                 f"The artifact's outputs {sorted(outputs) if isinstance(outputs, dict) else 'one array'} are not "

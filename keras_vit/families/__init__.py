@@ -18,6 +18,10 @@ config fields, defaults and tensor names, as tables on
 - `transformers_image_text`, `keras_hub_image_text`: the two-tower
   image-text layouts (CLIP, MetaCLIP 2, SigLIP, SigLIP 2), read from the
   records the `clip` and `siglip` modules hold;
+- `dpt` (Depth Anything, DPT, CHMv2: `DepthEstimator`), `eomt` (EoMT on
+  DINOv2 and DINOv3: `Segmenter`): checkpoints holding a task model,
+  encoder and head; `task_source`: their table (`TASK_FAMILIES`) and how
+  such a directory is read or written;
 - `writers`: `save_to_preset`, a model as a keras_vit or transformers
   directory;
 - `timm_zoo`: which of timm's ViT-family architectures (the table

@@ -95,6 +95,16 @@ def _flat_config(model):
     return config
 
 
+def encoder_state(model, head_prefixes):
+    """`(the encoder's flat config, its canonical params, the head's params)` of a task model."""
+    from keras_vit.weights.mapping import model_state
+
+    params = model_state(model)
+    head = {k: v for k, v in params.items() if k.startswith(head_prefixes)}
+    encoder = {k: v for k, v in params.items() if k not in head}
+    return _flat_config(model.encoder), encoder, head
+
+
 def _names_classes(model, format):
     if format == "transformers":
         return transformers.names_classes(_flat_config(model))

@@ -43,6 +43,7 @@ from keras_vit.kernels.api import (
     pack_for_inference,
     project,
     runs_plain,
+    take,
 )
 from keras_vit.kernels.switches import (
     compiled_by_xla,
@@ -69,6 +70,7 @@ __all__ = [
     "gelu",
     "is_enabled",
     "pack_for_inference",
+    "take",
     "portable_only",
     "project",
     "runs_plain",

@@ -180,6 +180,20 @@ def _rank4_mask(mask):
     return mask
 
 
+def take(x, indices, axis):
+    """`x`'s entries at the int `indices` (a vector) along `axis`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> x = np.arange(6, dtype="float32").reshape(1, 3, 2)
+    >>> keras.ops.convert_to_numpy(take(x, np.array([2, 0]), axis=1))[0].tolist()
+    [[4.0, 5.0], [0.0, 1.0]]
+    """
+    y = _dispatch("take", x, indices, axis)
+    return portable.take(x, indices, axis) if y is NotImplemented else y
+
+
 def gelu(x, approximate=True):
     """GELU: the tanh approximation, or the exact form with `approximate=False`.
 

@@ -131,6 +131,18 @@ def masked_softmax(logits, mask):
     return ops.where(mask, probs, 0.0)
 
 
+def take(x, indices, axis):
+    """`x`'s entries at `indices` along `axis` (`keras.ops.take`).
+
+    Example:
+
+    >>> x = np.arange(6, dtype="float32").reshape(1, 3, 2)
+    >>> keras.ops.convert_to_numpy(take(x, np.array([2, 0]), axis=1))[0].tolist()
+    [[4.0, 5.0], [0.0, 1.0]]
+    """
+    return ops.take(x, indices, axis=axis)
+
+
 def gelu(x, approximate=True):
     """GELU: the tanh approximation, or the exact form with `approximate=False`.
 

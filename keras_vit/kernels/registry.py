@@ -26,6 +26,7 @@ OPS = {
     "gelu": "(x, approximate)",
     "call_sublayer": "(layer, x, args, kwargs)",
     "pack_for_inference": "(variables,)",
+    "take": "(x, indices, axis)",
 }
 BACKENDS = ("jax", "tensorflow", "torch")
 

@@ -462,3 +462,16 @@ def direct_call(layer, x, args, kwargs):
     if not direct_call_applies(layer, x):
         return NotImplemented
     return layer.call(x, *args, **kwargs)
+
+
+@register("take", "torch", "index_select", export=True)
+def index_select(x, indices, axis):
+    """`torch.index_select`: Keras' `take` adds a `squeeze` that torch's ONNX
+    exporter writes as an invalid ONNX `Squeeze` (of a dimension above 1)."""
+    import torch
+
+    x = ops.convert_to_tensor(x)
+    indices = ops.convert_to_tensor(indices)
+    if indices.ndim != 1:
+        return NotImplemented
+    return torch.index_select(x, axis % x.ndim, indices.long())

@@ -14,7 +14,9 @@ with its own resize:
   (every timm ViT, family `"timm"`): the same with `antialias=True` in
   float32, mode `"bicubic_antialias"`;
 - transformers' SigLIP2: `interpolate(mode="bilinear", antialias=True)`,
-  mode `"bilinear_antialias"`.
+  mode `"bilinear_antialias"`;
+- transformers' DPT: `interpolate(mode="bilinear")` (half-pixel, no
+  antialias), mode `"bilinear"`.
 
 torch's two bicubic kernels differ: the plain one is Keys' cubic
 convolution with `a = -0.75` and clamps the taps at the border; the
@@ -36,7 +38,7 @@ from keras import ops
 
 from keras_vit.validation import check_choice, check_int
 
-MODES = ("linear_corners", "bicubic", "bicubic_antialias", "bilinear_antialias")
+MODES = ("linear_corners", "bicubic", "bicubic_antialias", "bilinear_antialias", "bilinear")
 
 # Each family's resize, by its `position_interpolation` name: the mode,
 # whether it runs in float32 whatever the model's dtype, and the offset of
@@ -52,6 +54,7 @@ POSITION_INTERPOLATIONS = {
     "dinov2_registers": ("bicubic_antialias", True, 0.0),
     "timm": ("bicubic_antialias", True, 0.0),
     "siglip2": ("bilinear_antialias", True, 0.0),
+    "dpt": ("bilinear", False, 0.0),
 }
 
 # Keys' cubic convolution coefficient of torch's plain and antialiased kernels.
@@ -96,6 +99,17 @@ def _bicubic(new, old, scale):
         column = ops.clip(index - 1 + tap, 0, old - 1)
         weights = weights + ops.one_hot(column, old) * _cubic(distance, _PLAIN_CUBIC_A)[:, None]
     return weights
+
+
+def _bilinear(new, old, scale):
+    # torch's upsample_bilinear2d without antialias: source index
+    # `scale * (i + 0.5) - 0.5`, clamped at 0, two taps.
+    real = ops.maximum((ops.cast(ops.arange(new), "float32") + 0.5) * scale - 0.5, 0.0)
+    low = ops.minimum(ops.floor(real), float(old - 1))
+    frac = (real - low)[:, None]
+    low = ops.cast(low, "int32")
+    high = ops.minimum(low + 1, old - 1)
+    return ops.one_hot(low, old) * (1.0 - frac) + ops.one_hot(high, old) * frac
 
 
 def _antialiased(new, old, scale, kernel, kernel_size):
@@ -145,6 +159,8 @@ def resize_matrix(new, old, mode="bicubic", offset=0.0):
     scale = float(old) / (ops.cast(new, "float32") + float(offset))
     if mode == "bicubic":
         return _bicubic(new, old, scale)
+    if mode == "bilinear":
+        return _bilinear(new, old, scale)
     if mode == "bicubic_antialias":
         return _antialiased(new, old, scale, lambda x: _cubic(x, _ANTIALIAS_CUBIC_A), 4)
     return _antialiased(new, old, scale, _triangle, 2)
@@ -163,7 +179,7 @@ def resize_grid(grid, new_size, family="vit"):
         new_size: `(nh, nw)`, ints or scalar int tensors.
         family: a name of `POSITION_INTERPOLATIONS`: `"official"`, `"vit"`,
             `"clip"`, `"siglip"`, `"mae"`, `"dinov2"`, `"dinov2_original"`,
-            `"dinov2_registers"`, `"timm"`, `"siglip2"`.
+            `"dinov2_registers"`, `"timm"`, `"siglip2"`, `"dpt"`.
 
     Returns:
         A tensor `(1, nh, nw, D)` in the dtype of `grid`.

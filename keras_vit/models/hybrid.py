@@ -73,7 +73,8 @@ class ViTHybrid(ViT):
         resnet_numerics: "official" (default) or "timm": the ResNet's
             GroupNorm and weight-standardisation epsilons, the official
             code's or timm's (`keras_vit.layers.resnet.RESNET_NUMERICS`;
-            timm's hybrids differ from the official ones by them alone).
+            timm's hybrids differ from the official ones by them alone;
+            transformers' BiT, DPT-Hybrid's stem, computes as timm's).
         name: model name, default "vit_hybrid".
         **kwargs: every other argument of `keras_vit.ViT` (`image_size`,
             `hidden_size`, `num_layers`, `num_heads`, `mlp_dim`, `classes`,

@@ -27,6 +27,8 @@ TARGETS = ("query", "key", "value", "out", "Dense_0", "Dense_1")
 # The classifier layers `train_head` keeps trainable.
 HEAD_LAYERS = ("head", "head_dist")
 _BLOCK_PREFIX = "encoderblock_"
+# Head variables that are statistics or schedules, never trained by gradients.
+STATISTICS = ("moving_mean", "moving_variance", "mask_probabilities")
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,11 @@ def _is_adapter(variable):
 
 
 def _freeze(model, train_head):
+    # A task model (depth, segmentation) names its own layers, all trained as a head.
+    heads = HEAD_LAYERS + tuple(getattr(model, "head_layer_names", ()))
     for variable in model.weights:
-        head = train_head and variable.path.partition("/")[0] in HEAD_LAYERS
+        head = (train_head and variable.path.partition("/")[0] in heads
+                and not variable.path.endswith(STATISTICS))
         variable.trainable = bool(head or _is_adapter(variable))
 
 
@@ -114,7 +119,8 @@ def enable_lora(model, rank, targets=("query", "value"), alpha=None, train_head=
         alpha: None (default: `rank`, scale 1) or a float; the update is
             scaled by `alpha / rank`.
         train_head: bool, default True: the classifier (`head`, DeiT's
-            `head_dist`) stays trainable, as a new head must be trained.
+            `head_dist`; a task model's own layers, its `head_layer_names`)
+            stays trainable, as a new head must be trained.
         verbose: bool, default True: prints the trainable-parameter count.
 
     Returns:

@@ -5,7 +5,10 @@
 - `keras_vit.preprocessing.crops`: `center_crop` and `resize_and_crop`
   (a `Preprocessing` record's own resize, filter and crop);
 - `keras_vit.preprocessing.naflex`: images of any size as one padded batch
-  of patches (`naflex_inputs`, `naflex_grid`).
+  of patches (`naflex_inputs`, `naflex_grid`);
+- `keras_vit.preprocessing.dense`: `DenseProcessing`, the depth and
+  segmentation checkpoints' processors (keep-aspect sizes, padding, EoMT's
+  overlapping squares).
 
 A model loaded from a preset carries its checkpoint's `Preprocessing` record
 (`model.preprocessing`), which each of them reads.

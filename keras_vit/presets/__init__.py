@@ -7,6 +7,8 @@
   `keras_vit.ImageTextModel`;
 - `keras_vit.presets.named`: the short names of the families' published
   checkpoints (`list_presets`, `NAMED_PRESETS`);
+- `keras_vit.presets.tasks`: the directories of task models (depth,
+  segmentation: transformers', keras-hub's, keras_vit's);
 - `keras_vit.presets.resolver`: `load_model`, a model from whatever names one
   (a constructor, a checkpoint file, a `.keras` file, a preset).
 """

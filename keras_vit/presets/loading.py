@@ -16,6 +16,9 @@ the weights strictly (`keras_vit.weights.loader`):
 | timm Hub | `config.json` with `architecture` | `families.timm_zoo` chooses by timm's model class: `weights.formats.timm` (`VisionTransformer`), `weights.formats.timm_eva` (`Eva`: DINOv3, EVA, EVA02, PE, RoPE-ViT), `families.vit_relpos`, `families.vit_hybrid` |
 | keras-hub ViT / DINOv2 / DINOv3 / SigLIP | `config.json` registered as `keras_hub>...` | keras-hub, `weights.formats.keras_hub` (+ one `keras_hub_<family>` module each) |
 
+A task checkpoint (depth, segmentation, detection, SAM) gives its task
+model: `keras_vit.presets.tasks.TASK_PRESETS` lists them.
+
 `model.save_to_preset(directory, format)` (`keras_vit.families.writers`)
 writes `format="keras_vit"` (reloaded exactly by `from_preset` on every
 backend) or `format="transformers"` (loaded by
@@ -37,6 +40,7 @@ from keras_vit.weights import loader, shards
 from keras_vit.weights.canonical import PresetSource
 from keras_vit.weights.files import read_json as _read_json
 from keras_vit.weights.formats import keras_vit as keras_vit_format
+from keras_vit.weights.formats.task_family import TaskSource
 from keras_vit.weights.record import Preprocessing
 
 HF_SCHEME = "hf://"
@@ -291,7 +295,10 @@ def describe_preset(handle):
     """A `PresetSource`: the layout and model arguments of a preset.
 
     Reads the configuration files only (an `hf://` handle is downloaded), so
-    it shows what `from_preset` would build without building it.
+    it shows what `from_preset` would build without building it. A task
+    model's directory gives a `TaskSource` (its encoder's and its own
+    arguments; a transformers one reads the tensors too, whose buffers
+    decide part of the model).
 
     Example:
 
@@ -304,7 +311,18 @@ def describe_preset(handle):
     ('keras_vit', 'ViT', 3)
     """
     directory = preset_directory(handle)
-    return _SOURCES[detect_layout(directory)](directory)
+    layout = detect_layout(directory)
+    from keras_vit.presets import tasks as task_presets
+
+    row = task_presets.task_preset(directory, layout)
+    if row is not None and row.reader is not None:
+        raise ValueError(
+            f"{handle!r} holds a {row.task_class}, which its class reads whole: describe_preset describes "
+            "image models and the dense task models. keras_vit.from_preset builds it."
+        )
+    if row is not None:
+        return task_presets.task_source(directory, layout)
+    return _SOURCES[layout](directory)
 
 
 def _build(model_class, args):
@@ -345,8 +363,13 @@ def build(source, **overrides):
     """The model a `PresetSource` describes, with `overrides`, its weights loaded.
 
     The step `from_preset` ends with, for readers that hold a source already
-    (a two-tower preset's image tower, read from tensors read once).
+    (a two-tower preset's image tower, read from tensors read once). A
+    `TaskSource` builds the task model it describes.
     """
+    if isinstance(source, TaskSource):
+        from keras_vit.presets import tasks as task_presets
+
+        return task_presets.build_task(source, **overrides)
     args = _apply_overrides(source.arguments, overrides)
     model = _build(source.model_class, args)
     if source.layout == "keras_vit" and not overrides:
@@ -383,7 +406,13 @@ def from_preset(handle, **overrides):
             for transformers, timm and keras-hub checkpoints), `dtype`.
 
     Returns:
-        A `keras_vit.ViT` (or `ViTHybrid`).
+        A `keras_vit.ViT` (or `ViTHybrid`); for a checkpoint of a task
+        model, the `keras_vit.tasks` model it holds
+        (`keras_vit.presets.tasks.TASK_PRESETS`): a `DepthEstimator`
+        (transformers' Depth Anything, DPT, CHMv2; keras-hub's Depth
+        Anything), a `Segmenter` (EoMT), an `OpenVocabularyDetector`
+        (OWL-ViT, OWLv2) or a `PromptableSegmenter` (transformers' and
+        keras-hub's SAM). A task model takes the overrides its row lists.
 
     Raises:
         ValueError: unreadable or unknown layouts, architectures keras_vit
@@ -407,5 +436,11 @@ def from_preset(handle, **overrides):
     >>> bool(np.array_equal(again.predict(x, verbose=0), model.predict(x, verbose=0)))
     True
     """
-    return build(describe_preset(handle), **overrides)
+    directory = preset_directory(handle)
+    layout = detect_layout(directory)
+    from keras_vit.presets import tasks as task_presets
+
+    if task_presets.task_preset(directory, layout) is not None:
+        return task_presets.load_task(directory, layout, **overrides)
+    return build(_SOURCES[layout](directory), **overrides)
 

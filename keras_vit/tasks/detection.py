@@ -30,7 +30,7 @@ import numpy as np
 from keras_vit.families import owlvit
 from keras_vit.layers.detection_heads import DetectionHeads, QueryLogits
 from keras_vit.preprocessing import preprocess_input, resize_and_crop
-from keras_vit.tasks import ExportableTask
+from keras_vit.tasks.base import ExportableTask, task_from_preset
 from keras_vit.tasks.images import read_images
 from keras_vit.text.encoder import TextEncoder
 from keras_vit.text.tokenizer import check_texts, load_tokenizer
@@ -146,14 +146,20 @@ class OpenVocabularyDetector(_DetectorBase):
         self.image_heads = keras.Model(images, per_patch, name=f"{name}_per_patch")
 
     @classmethod
-    def from_preset(cls, handle, dtype=None):
+    def from_preset(cls, handle, **overrides):
         """A detector from a transformers `OwlViTForObjectDetection` or
         `Owlv2ForObjectDetection` directory (local or `hf://`), its
         processor's settings and its tokenizer read offline; every tensor
-        loaded or ignored by name (`keras_vit.families.owlvit`)."""
-        from keras_vit.presets import preset_directory
+        loaded or ignored by name (`keras_vit.families.owlvit`).
+        `keras_vit.from_preset(handle, dtype=...)`, refusing a checkpoint
+        of another model."""
+        return task_from_preset(cls, handle, **overrides)
 
-        return read_transformers(preset_directory(handle), dtype)
+    @classmethod
+    def from_transformers(cls, directory, dtype=None):
+        """The reader of a local transformers detection directory
+        (`keras_vit.presets.tasks.TASK_PRESETS`): `read_transformers`."""
+        return read_transformers(directory, dtype)
 
     def encode_texts(self, texts, batch_size=32):
         """Unit-length query embeddings `(len(texts), query_dim)` of texts.

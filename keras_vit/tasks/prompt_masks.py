@@ -30,7 +30,7 @@ from keras_vit.families import sam
 from keras_vit.layers.mask_decoder import MaskDecoder
 from keras_vit.layers.prompt_encoder import PromptEncoder
 from keras_vit.preprocessing import Preprocessing, preprocess_input, resize_and_crop
-from keras_vit.tasks import ExportableTask
+from keras_vit.tasks.base import ExportableTask, task_from_preset
 from keras_vit.tasks.images import read_images
 from keras_vit.validation import check_bool, check_float, check_positive_int
 from keras_vit.weights import shards
@@ -203,13 +203,25 @@ class PromptableSegmenter(keras.Model):
         self.longest_edge = check_positive_int(longest_edge or max(image_encoder.image_size), "longest_edge")
 
     @classmethod
-    def from_preset(cls, handle, dtype=None):
-        """A segmenter from a transformers `SamModel` directory (local or
-        `hf://`), every tensor loaded or ignored by name
-        (`keras_vit.families.sam`)."""
-        from keras_vit.presets import preset_directory
+    def from_preset(cls, handle, **overrides):
+        """A segmenter from a transformers `SamModel` directory or a
+        keras-hub `SAMBackbone` preset (local, `hf://` or `kaggle://`),
+        every tensor loaded or ignored by name (`keras_vit.families.sam`).
+        `keras_vit.from_preset(handle, dtype=...)`, refusing a checkpoint
+        of another model."""
+        return task_from_preset(cls, handle, **overrides)
 
-        return read_transformers(preset_directory(handle), dtype)
+    @classmethod
+    def from_transformers(cls, directory, dtype=None):
+        """The reader of a local transformers `SamModel` directory
+        (`keras_vit.presets.tasks.TASK_PRESETS`): `read_transformers`."""
+        return read_transformers(directory, dtype)
+
+    @classmethod
+    def from_keras_hub(cls, directory, dtype=None):
+        """The reader of a local keras-hub `SAMBackbone` preset
+        (`keras_vit.presets.tasks.TASK_PRESETS`): `read_keras_hub`."""
+        return read_keras_hub(directory, dtype)
 
     @property
     def preprocessing(self):

@@ -151,8 +151,11 @@ _GATE_UP = ("gate", "up")
 
 TRANSFORMS = {
     None: Transform(lambda a, h: a, lambda a: a),
-    # PyTorch OIHW convolution <-> (ph, pw, C, D).
+    # PyTorch OIHW convolution <-> (ph, pw, C, D); a transposed
+    # convolution's (in, out, kh, kw) <-> Keras' (kh, kw, out, in) alike.
     "conv": Transform(lambda a, h: a.transpose(2, 3, 1, 0), lambda a: a.transpose(3, 2, 0, 1)),
+    # A PyTorch depthwise convolution (C, 1, kh, kw) <-> Keras' (kh, kw, C, 1).
+    "depthwise": Transform(lambda a, h: a.transpose(2, 3, 0, 1), lambda a: a.transpose(2, 3, 0, 1)),
     # A Linear over flattened (ph, pw, 3) patches <-> (ph, pw, 3, D).
     "patch_linear": Transform(_patch_linear, lambda a: a.reshape(-1, a.shape[-1]).T),
     # PyTorch Linear (out, in) <-> Keras Dense (in, out).

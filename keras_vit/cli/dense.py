@@ -1,0 +1,74 @@
+"""The work of `keras-vit depth` and `keras-vit segment` (parsed in
+`keras_vit_tools.dense_command`).
+
+`keras-vit depth MODEL IMAGE [IMAGE ...] --out DIR` runs
+`keras_vit.estimate_depth` and writes, per image, `<name>_depth.png` (the
+depth map in colour, `keras_vit.tasks.pictures.depth_picture`) and
+`<name>_depth.npy` (the depths, float32, at the image's size).
+`keras-vit segment MODEL IMAGE [IMAGE ...] --task semantic|panoptic|instance
+--out DIR` runs `keras_vit.segment` and writes `<name>_segments.png` (the
+segments over the photo with a legend) and `<name>_segments.json` (each
+segment's id, class and score), and prints the segments. MODEL is anything
+`keras_vit.load_model` takes that holds a depth or segmentation model: a
+preset folder (transformers, keras-hub, keras_vit) or an `hf://` handle.
+"""
+
+import json
+import os
+import sys
+
+from keras_vit.tasks.images import read_images as _image_list
+from keras_vit.presets.resolver import load_model
+from keras_vit.tasks import pictures
+from keras_vit.tasks.depth import estimate_depth
+from keras_vit.tasks.segmentation import segment
+
+
+def _stem(path, index):
+    return os.path.splitext(os.path.basename(str(path)))[0] if isinstance(path, str) else f"image_{index}"
+
+
+def depth_command(args):
+    """Runs `keras-vit depth`; returns the exit status (2 on unusable input)."""
+    import numpy as np
+
+    try:
+        model = load_model(args.model)
+        results = estimate_depth(model, args.images)
+    except (ValueError, OSError, ImportError) as error:
+        print(f"keras-vit depth: error: {error}", file=sys.stderr)
+        return 2
+    os.makedirs(args.out, exist_ok=True)
+    for i, (path, result) in enumerate(zip(args.images, results)):
+        base = os.path.join(args.out, _stem(path, i) + "_depth")
+        pictures.save_png(pictures.depth_picture(result["predicted_depth"]), base + ".png")
+        np.save(base + ".npy", result["predicted_depth"])
+        depth = result["predicted_depth"]
+        print(f"{path}: {depth.shape[0]}x{depth.shape[1]}, depth {depth.min():.4g} to {depth.max():.4g}; "
+              f"wrote {base}.png, {base}.npy")
+    return 0
+
+
+def segment_command(args):
+    """Runs `keras-vit segment`; returns the exit status (2 on unusable input)."""
+    try:
+        model = load_model(args.model)
+        options = {} if args.threshold is None else {"threshold": args.threshold}
+        results = segment(model, args.images, task=args.task, **options)
+        images = _image_list(args.images)
+    except (ValueError, OSError, ImportError) as error:
+        print(f"keras-vit segment: error: {error}", file=sys.stderr)
+        return 2
+    os.makedirs(args.out, exist_ok=True)
+    for i, (path, image, result) in enumerate(zip(args.images, images, results)):
+        base = os.path.join(args.out, _stem(path, i) + "_segments")
+        picture = pictures.segments_picture(image, result["segmentation"], result["segments"])
+        pictures.save_png(picture, base + ".png")
+        with open(base + ".json", "w") as handle:
+            json.dump(result["segments"], handle, indent=1)
+        print(f"{path}: {len(result['segments'])} segments ({args.task}); wrote {base}.png, {base}.json")
+        for item in result["segments"]:
+            score = "" if item["score"] is None else f"  {item['score']:.3f}"
+            name = item["label"] if item["label"] is not None else f"class {item['label_id']}"
+            print(f"  {item['id']:3d}  {name}{score}")
+    return 0

@@ -1,0 +1,170 @@
+"""EoMT's (and the linear head's) post-processing: semantic, panoptic and
+instance segmentation of one image from the model's outputs, as
+transformers' `EomtImageProcessor` computes them.
+
+Each function takes one image's outputs (NumPy, without the batch axis;
+several rows for a split image), the image's `Prepared` record
+(`keras_vit.preprocessing.dense`) and the record it was prepared with,
+and returns `(segmentation, segments)`: an int32 `(height, width)` map at
+the image's size (semantic: a class per pixel; panoptic and instance: a
+segment id per pixel, -1 where none) and a list of segment dicts (`id`,
+`label_id`, `score`). The resizes are torch's bilinear (half-pixel, no
+antialias: `keras_vit.layers.resize.resize_bilinear`), on the backend.
+
+Where the processor does something odd, it is done here too, so that the
+results are the processor's: the semantic maps of a padded image are
+resized from the whole padded square (not its image part), while the
+panoptic and instance ones are cut to the image part first.
+"""
+
+import numpy as np
+from keras import ops
+
+from keras_vit.layers.resize import resize_bilinear
+from keras_vit.preprocessing.dense import _shorter_side
+
+SUBTASKS = ("semantic", "panoptic", "instance")
+
+
+def _resize(maps, size):
+    """`(n, h, w)` NumPy maps resized to `size`, torch's bilinear (half-pixel)."""
+    maps = np.asarray(maps, "float32")
+    if tuple(maps.shape[1:]) == tuple(size):
+        return maps
+    x = ops.convert_to_tensor(np.transpose(maps, (1, 2, 0))[None])
+    return np.transpose(ops.convert_to_numpy(resize_bilinear(x, tuple(int(s) for s in size)))[0], (2, 0, 1))
+
+
+def _softmax(x):
+    x = np.asarray(x, "float64")
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)).astype("float32")
+
+
+def _sigmoid(x):
+    return (1.0 / (1.0 + np.exp(-np.asarray(x, "float64")))).astype("float32")
+
+
+def target_size(record):
+    """The processor's `get_target_size`: the masks' common size `(h, w)`."""
+    shorter, longer = record.size
+    return (shorter, longer or shorter)
+
+
+def _resized_size(image_size, record):
+    return _shorter_side(image_size[0], image_size[1], record.size[0], record.size[1])
+
+
+def semantic_scores(class_logits, mask_logits, prepared, record):
+    """Per-class scores `(classes, H, W)` at the image's size (EoMT).
+
+    The masks are resized to `target_size`, weighed by the classes'
+    probabilities (without "no object") and summed over the queries; a
+    split image's squares are put back where they were cut, averaged where
+    they overlap, and the whole is resized to the image's size.
+    """
+    masks = [_resize(m, target_size(record)) for m in mask_logits]
+    scores = np.stack([np.einsum("qc,qhw->chw", _softmax(c)[..., :-1], _sigmoid(m))
+                       for c, m in zip(class_logits, masks)])
+    if prepared.offsets is None:
+        return _resize(scores[0], prepared.image_size)
+    height, width = _resized_size(prepared.image_size, record)
+    total = np.zeros((scores.shape[1], height, width), "float32")
+    count = np.zeros((1, height, width), "float32")
+    tall = prepared.image_size[0] > prepared.image_size[1]
+    for square, (start, end) in zip(scores, prepared.offsets):
+        if tall:
+            total[:, start:end] += square
+            count[:, start:end] += 1
+        else:
+            total[:, :, start:end] += square
+            count[:, :, start:end] += 1
+    return _resize(total / np.maximum(count, 1), prepared.image_size)
+
+
+def linear_scores(logits, prepared):
+    """The linear head's logits `(h, w, classes)` resized to the image, `(classes, H, W)`."""
+    logits = np.asarray(logits)
+    if logits.shape[0] != 1:
+        raise ValueError("The linear head's post-processing takes unsplit images.")
+    return _resize(np.transpose(logits[0], (2, 0, 1)), prepared.image_size)
+
+
+def semantic(scores):
+    """`(segmentation, segments)` of per-class scores `(classes, H, W)`:
+    the best class per pixel and one segment per class present (no score)."""
+    segmentation = np.argmax(scores, axis=0).astype("int32")
+    segments = [{"id": int(c), "label_id": int(c), "score": None} for c in np.unique(segmentation)]
+    return segmentation, segments
+
+
+def _unpadded_masks(mask_logits, prepared, record):
+    """The masks resized to `target_size`, cut to the image part, resized to the image."""
+    masks = _resize(mask_logits[0], target_size(record))
+    height, width = _resized_size(prepared.image_size, record)
+    return _resize(masks[:, :height, :width], prepared.image_size)
+
+
+def panoptic(class_logits, mask_logits, prepared, record, threshold=0.9, mask_threshold=0.5,
+             overlap_mask_area_threshold=0.5, stuff_classes=None):
+    """`(segmentation, segments)` of one image's EoMT outputs, panoptic.
+
+    Queries whose best class (with "no object") is a real class with
+    probability above `threshold` compete for each pixel by that probability
+    times their mask's; a query keeps the pixels it wins where its mask is
+    above `mask_threshold`, if they are more than `overlap_mask_area_threshold`
+    of its mask. Queries of a class in `stuff_classes` share one segment.
+    """
+    probabilities = _softmax(class_logits[0])
+    scores, labels = probabilities.max(-1), probabilities.argmax(-1)
+    keep = (labels != probabilities.shape[-1] - 1) & (scores > threshold)
+    masks = _unpadded_masks(mask_logits, prepared, record)[keep]
+    scores, labels = scores[keep], labels[keep]
+    segmentation = np.full(prepared.image_size, -1, "int32")
+    if not len(masks):
+        return segmentation, []
+    masks = _sigmoid(masks)
+    winner = np.argmax(scores[:, None, None] * masks, axis=0)
+    segments, stuff = [], {}
+    for k, label in enumerate(labels.tolist()):
+        mine = winner == k
+        original = masks[k] >= mask_threshold
+        final = mine & original
+        area, original_area, final_area = mine.sum(), original.sum(), final.sum()
+        if not (area > 0 and original_area > 0 and final_area > 0 and area / original_area > overlap_mask_area_threshold):
+            continue
+        if stuff_classes and label in stuff_classes:
+            if label in stuff:
+                segmentation[final] = stuff[label]
+                continue
+            stuff[label] = len(segments)
+        segmentation[final] = len(segments)
+        segments.append({"id": len(segments), "label_id": int(label), "score": round(float(scores[k]), 6)})
+    return segmentation, segments
+
+
+def instance(class_logits, mask_logits, prepared, record, threshold=0.9):
+    """`(segmentation, segments)` of one image's EoMT outputs, instances.
+
+    Each query's score is its best real class's probability times the mean
+    probability of its mask over the mask (logit > 0); queries above
+    `threshold` with a non-empty mask are painted in query order, later
+    ones over earlier ones.
+    """
+    probabilities = _softmax(class_logits[0])[..., :-1]
+    scores, labels = probabilities.max(-1), probabilities.argmax(-1)
+    masks = _unpadded_masks(mask_logits, prepared, record)
+    binary = masks > 0
+    area = binary.reshape(len(binary), -1).sum(1)
+    mask_scores = (_sigmoid(masks) * binary).reshape(len(binary), -1).sum(1) / (area + 1e-6)
+    final = scores * mask_scores
+    segmentation = np.full(prepared.image_size, -1, "int32")
+    segments = []
+    for j in range(len(final)):
+        if area[j] > 0 and final[j] >= threshold:
+            segmentation[binary[j]] = len(segments)
+            segments.append({"id": len(segments), "label_id": int(labels[j]), "score": round(float(final[j]), 6)})
+    return segmentation, segments
+
+
+__all__ = ["SUBTASKS", "instance", "linear_scores", "panoptic", "semantic", "semantic_scores", "target_size"]

@@ -1,0 +1,119 @@
+"""Depth and segmentation checkpoints made at random by transformers
+(Depth Anything, DPT on a ViT and on the BiT hybrid,
+CHMv2 on DINOv3, EoMT on DINOv2 and DINOv3) and keras-hub (metric Depth
+Anything), loaded with `keras_vit.from_preset`: the outputs of `predict`,
+keyed as transformers names them, equal the reference's on the same
+pixels within 1e-4, on every backend."""
+
+import numpy as np
+import pytest
+
+import keras_vit
+from dense_dirs import (
+    chmv2_config,
+    depth_anything_config,
+    dpt_config,
+    eomt_config,
+    keras_hub_depth_anything,
+    save_random,
+    torch_outputs,
+)
+from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
+from keras_vit.tasks.depth import DepthEstimator
+from keras_vit.tasks.segmentation import Segmenter
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("torch")
+
+TOLERANCE = 1e-4
+
+
+def _images(shape, seed=0):
+    return np.random.default_rng(seed).normal(size=shape).astype("float32")
+
+
+# name: (config, transformers class, image shape, save_random options)
+CASES = {
+    "depth_anything": (lambda: depth_anything_config(transformers), "DepthAnythingForDepthEstimation",
+                       (2, 35, 49, 3), {}),
+    # transformers' DPT on a ViT lays its tokens on a square grid.
+    "dpt": (lambda: dpt_config(transformers), "DPTForDepthEstimation", (2, 40, 40, 3), {}),
+    "dpt_hybrid": (lambda: dpt_config(transformers, hybrid=True), "DPTForDepthEstimation", (1, 64, 64, 3), {}),
+    "chmv2": (lambda: chmv2_config(transformers), "CHMv2ForDepthEstimation", (2, 40, 48, 3), {"depth_bias": 5.0}),
+    "eomt": (lambda: eomt_config(transformers), "EomtForUniversalSegmentation", (2, 32, 32, 3),
+             {"mask_probability": 1.0}),
+    "eomt_swiglu": (lambda: eomt_config(transformers, use_swiglu_ffn=True), "EomtForUniversalSegmentation",
+                    (1, 32, 32, 3), {"mask_probability": 0.0}),
+    "eomt_dinov3": (lambda: eomt_config(transformers, dinov3=True), "EomtDinov3ForUniversalSegmentation",
+                    (2, 32, 32, 3), {"mask_probability": 1.0}),
+}
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """Every case saved once, with transformers' outputs on its images."""
+    out = {}
+    for seed, (name, (config, hf_class, shape, options)) in enumerate(CASES.items()):
+        folder = tmp_path_factory.mktemp(name)
+        model = save_random(getattr(transformers, hf_class), config(), folder, seed=seed, **options)
+        images = _images(shape, seed)
+        out[name] = (str(folder), images, torch_outputs(model, images))
+    return out
+
+
+# keras_vit reads the BiT hybrid and writes no BiT stem.
+NOT_WRITTEN = ("dpt_hybrid",)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_transformers_checkpoint_outputs_match(checkpoints, name, tmp_path):
+    """Loaded, the outputs are transformers'; written back, transformers
+    loads the directory (no missing or unexpected key) with the same outputs."""
+    folder, images, reference = checkpoints[name]
+    model = keras_vit.from_preset(folder)
+    assert isinstance(model, Segmenter if name.startswith("eomt") else DepthEstimator)
+    outputs = model.predict(images, verbose=0)
+    keys = ("class_queries_logits", "masks_queries_logits") if name.startswith("eomt") else ("predicted_depth",)
+    assert sorted(outputs) == sorted(keys)
+    for key in keys:
+        assert outputs[key].shape == reference[key].shape, key
+        np.testing.assert_allclose(outputs[key], reference[key], atol=TOLERANCE, rtol=TOLERANCE, err_msg=key)
+    if name in NOT_WRITTEN:
+        with pytest.raises(ValueError, match="transformers has no class that holds this model"):
+            model.save_to_preset(str(tmp_path / "back"), format="transformers")
+        return
+    model.save_to_preset(str(tmp_path / "back"), format="transformers")
+    back, info = getattr(transformers, CASES[name][1]).from_pretrained(str(tmp_path / "back"), output_loading_info=True)
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    again = torch_outputs(back.eval(), images)
+    for key in keys:
+        np.testing.assert_allclose(again[key], outputs[key], atol=TOLERANCE, rtol=TOLERANCE, err_msg=key)
+
+
+def test_masked_attention_follows_the_checkpoint(checkpoints):
+    """EoMT's masks are in the model where the checkpoint's probabilities
+    are above zero (the random one: 1), and left out where they are 0."""
+    masked = keras_vit.from_preset(checkpoints["eomt"][0])
+    plain = keras_vit.from_preset(checkpoints["eomt_swiglu"][0])
+    assert masked.masked_blocks == (True, True) and plain.masked_blocks == (False, False)
+    # The same model without its masks gives other masks: the masking is used.
+    folder, images, reference = checkpoints["eomt"]
+    unmasked = keras_vit.from_preset(folder)
+    unmasked.masked_blocks = (False, False)
+    loose = unmasked.predict(images, verbose=0)["masks_queries_logits"]
+    assert np.abs(loose - reference["masks_queries_logits"]).max() > 1e-3
+
+
+def test_keras_hub_depth_anything_matches(tmp_path):
+    keras_hub = pytest.importorskip("keras_hub")
+    import keras
+
+    task = keras_hub_depth_anything(keras_hub, keras, str(tmp_path / "preset"), kind="metric")
+    images = _images((2, 56, 56, 3), seed=3)
+    # The task's own call: `predict` would run its preprocessor first.
+    reference = keras.ops.convert_to_numpy(task(images)["depths"])[..., 0]
+    model = keras_vit.from_preset(str(tmp_path / "preset"))
+    assert model.preprocessing.size == (56, 56) and model.preprocessing.resize == "exact"
+    assert (model.depth, model.max_depth) == ("metric", 20.0)
+    outputs = model.predict(images, verbose=0)["predicted_depth"]
+    np.testing.assert_allclose(outputs, reference, atol=TOLERANCE, rtol=TOLERANCE)

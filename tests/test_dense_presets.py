@@ -1,0 +1,164 @@
+"""The dense task models as Keras models and presets: keras_vit presets and
+`.keras` files reload exactly, `from_preset` changes only what it may (a
+segmenter's classes), strict loading names what it does not know, LoRA
+adapts the encoder and trains the task's own layers, and the `keras-vit
+depth` and `keras-vit segment` commands write their pictures."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.preprocessing.dense import DenseProcessing
+from keras_vit_tools.commands import keras_vit as run_cli
+
+Image = pytest.importorskip("PIL.Image")
+
+
+def _encoder(**options):
+    return keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
+                         include_top=False, **options)
+
+
+def _depth(**options):
+    return keras_vit.DepthEstimator(
+        _encoder(layer_scale_init=0.5), (0, 1), (8, 16), (2, 0.5), fusion_size=8, head_size=4,
+        preprocessing=DenseProcessing(size=(32, 32), resize="keep_aspect", multiple=8), **options)
+
+
+def _segmenter(**options):
+    return keras_vit.Segmenter(
+        _encoder(num_register_tokens=1), classes=3, class_names=["sky", "tree", "road"], num_queries=4,
+        num_blocks=1, preprocessing=DenseProcessing(size=(32, 32), resize="shorter_side", pad="end"), **options)
+
+
+def _images(seed=0, count=2):
+    return np.random.default_rng(seed).normal(size=(count, 32, 32, 3)).astype("float32")
+
+
+def _same(a, b, atol=0.0):
+    assert sorted(a) == sorted(b)
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], atol=atol, err_msg=key)
+
+
+@pytest.mark.parametrize("build", [_depth, _segmenter], ids=["depth", "segmenter"])
+def test_presets_and_keras_files_reload_exactly(build, tmp_path):
+    model = build()
+    x = _images()
+    expected = model.predict(x, verbose=0)
+    model.save_to_preset(str(tmp_path / "preset"))
+    again = keras_vit.from_preset(str(tmp_path / "preset"))
+    assert type(again) is type(model) and again.preprocessing == model.preprocessing
+    _same(again.predict(x, verbose=0), expected)
+    model.save(str(tmp_path / "model.keras"))
+    loaded = keras.saving.load_model(str(tmp_path / "model.keras"))
+    _same(loaded.predict(x, verbose=0), expected)
+    fast = model.for_inference()
+    assert not fast.trainable
+    _same(fast.predict(x, verbose=0), expected, atol=1e-5)
+
+
+def test_from_preset_gives_a_segmenter_new_classes(tmp_path):
+    model = _segmenter()
+    model.save_to_preset(str(tmp_path / "preset"))
+    again = keras_vit.from_preset(str(tmp_path / "preset"), class_names=["cat", "dog"])
+    assert again.classes == 2 and again.class_names == ("cat", "dog")
+    assert again.predict(_images(), verbose=0)["class_queries_logits"].shape == (2, 4, 3)
+    # Every other weight is the preset's.
+    kernel = lambda m: keras.ops.convert_to_numpy(m.eomt_head.mask_mlp[0].kernel)  # noqa: E731
+    np.testing.assert_array_equal(kernel(again), kernel(model))
+    with pytest.raises(ValueError, match=r"cannot change \['num_queries'\]"):
+        keras_vit.from_preset(str(tmp_path / "preset"), num_queries=8)
+    with pytest.raises(ValueError, match="Segmenter's classes"):
+        _depth().save_to_preset(str(tmp_path / "depth"))
+        keras_vit.from_preset(str(tmp_path / "depth"), classes=3)
+
+
+def test_strict_loading_names_what_it_does_not_know(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    from safetensors.numpy import load_file, save_file
+
+    from dense_dirs import depth_anything_config, save_random
+
+    folder = tmp_path / "depth_anything"
+    save_random(transformers.DepthAnythingForDepthEstimation, depth_anything_config(transformers), folder)
+    config = json.loads((folder / "config.json").read_text())
+    state = load_file(str(folder / "model.safetensors"))
+    # A head tensor no rule knows: the file and the key are named.
+    save_file({**state, "head.conv9.weight": np.zeros((1, 1, 1, 1), "float32")}, str(folder / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"(?s)model\.safetensors.*unexpected keys.*head\.conv9\.weight"):
+        keras_vit.from_preset(str(folder))
+    save_file(state, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(dict(config, head_dropout=0.1)))
+    with pytest.raises(ValueError, match=r"\['head_dropout'\]"):
+        keras_vit.from_preset(str(folder))
+
+
+def test_transformers_refuses_what_it_cannot_hold(tmp_path):
+    linear = keras_vit.Segmenter(_encoder(), classes=3, head="linear")
+    with pytest.raises(ValueError, match="transformers has no class that holds"):
+        linear.save_to_preset(str(tmp_path / "linear"), format="transformers")
+    relative_dpt = keras_vit.DepthEstimator(_encoder(), (0, 1), (8, 16), (2, 0.5), fusion_size=8, style="dpt",
+                                            readout="project", feature_norm=True)
+    with pytest.raises(ValueError, match="feature_norm=False"):
+        relative_dpt.save_to_preset(str(tmp_path / "dpt"), format="transformers")
+    assert not os.path.exists(tmp_path / "linear" / "config.json")
+
+
+def test_lora_adapts_the_encoder_and_trains_the_head():
+    model = _segmenter()
+    model.enable_lora(2, verbose=False)
+    trainable = {v.path.split("/")[0] for v in model.trainable_weights}
+    assert {"queries", "eomt_head"} <= trainable
+    assert all("lora_kernel" in v.path for v in model.trainable_weights if v.path.startswith("encoderblock"))
+    assert not any(v.path.endswith("mask_probabilities") for v in model.trainable_weights)
+    with pytest.raises(ValueError, match="merge_lora"):
+        model.for_inference()
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="include_top=False"):
+        keras_vit.DepthEstimator(keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=1,
+                                               num_heads=2, mlp_dim=32), (0,), (8,), (1,), 8)
+    with pytest.raises(ValueError, match="`reassemble_factors` must hold 2 numbers"):
+        keras_vit.DepthEstimator(_encoder(), (0, 1), (8, 16), (3,), 8)
+    with pytest.raises(ValueError, match="needs `max_depth`"):
+        keras_vit.DepthEstimator(_encoder(), (0, 1), (8, 16), (2, 0.5), 8, depth="metric")
+    with pytest.raises(ValueError, match="`head` must be one of"):
+        keras_vit.Segmenter(_encoder(), classes=3, head="mask2former")
+    with pytest.raises(ValueError, match="`mask_probabilities` must hold 1 numbers"):
+        keras_vit.Segmenter(_encoder(), classes=3, num_blocks=1, mask_probabilities=(1.0, 0.5))
+    with pytest.raises(ValueError, match="multiple of 8"):
+        _depth().predict(np.zeros((1, 30, 32, 3), "float32"), verbose=0)
+
+
+def test_commands_write_pictures(tmp_path, capsys):
+    photo = str(tmp_path / "photo.png")
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 56, 3)).astype("uint8")).save(photo)
+    _depth().save_to_preset(str(tmp_path / "depth"))
+    assert run_cli(["depth", str(tmp_path / "depth"), photo, "--out", str(tmp_path / "out")]) == 0
+    depth = np.load(tmp_path / "out" / "photo_depth.npy")
+    assert depth.shape == (40, 56)
+    assert np.asarray(Image.open(tmp_path / "out" / "photo_depth.png")).shape == (40, 56, 3)
+    model = _segmenter()
+    model.save_to_preset(str(tmp_path / "segmenter"))
+    assert run_cli(["segment", str(tmp_path / "segmenter"), photo, "--task", "panoptic", "--threshold", "0",
+                     "--out", str(tmp_path / "out")]) == 0
+    written = json.loads((tmp_path / "out" / "photo_segments.json").read_text())
+    expected = keras_vit.segment(model, photo, task="panoptic", threshold=0)[0]["segments"]
+    assert written == expected and written
+    assert np.asarray(Image.open(tmp_path / "out" / "photo_segments.png")).shape[0] == 40
+    assert run_cli(["depth", str(tmp_path / "segmenter"), photo, "--out", str(tmp_path)]) == 2
+    assert "must be a DepthEstimator" in capsys.readouterr().err
+
+
+def test_the_parsers_lists_are_keras_vits():
+    from keras_vit.tasks.segmentation_outputs import SUBTASKS
+    from keras_vit_tools import dense_command
+
+    assert dense_command.SEGMENTATION_TASKS == SUBTASKS

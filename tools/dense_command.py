@@ -1,0 +1,55 @@
+"""The parsers of `keras-vit depth` and `keras-vit segment` (the work is `keras_vit.cli.dense`).
+
+Imports nothing of keras_vit, as `keras_vit_tools.commands` (see there).
+
+Example:
+
+>>> import argparse
+>>> commands = argparse.ArgumentParser().add_subparsers(dest="command")
+>>> parser = dense_parsers(commands)[1]
+>>> args = parser.parse_args(["hf://org/eomt", "street.jpg", "--task", "panoptic", "--out", "pictures"])
+>>> args.model, args.images, args.task, args.threshold
+('hf://org/eomt', ['street.jpg'], 'panoptic', None)
+"""
+
+SEGMENTATION_TASKS = ("semantic", "panoptic", "instance")  # keras_vit.tasks.segmentation_outputs.SUBTASKS
+DENSE_MODEL_HELP = (
+    "a depth or segmentation checkpoint: a preset folder (transformers' Depth Anything, DPT, CHMv2, EoMT; "
+    "keras-hub's Depth Anything; keras_vit's) or an hf://org/name handle"
+)
+
+
+def dense_parsers(commands):
+    """Adds `depth` and `segment` to the `keras-vit` subcommands; returns their parsers."""
+    depth = commands.add_parser(
+        "depth",
+        help="a depth map of each image, as a coloured PNG",
+        description=(
+            "Estimates depth (keras_vit.estimate_depth): each image is prepared as the checkpoint's "
+            "processor does and its depth map, at the image's size, is written as a coloured PNG and a "
+            ".npy array of the depths."
+        ),
+    )
+    depth.add_argument("model", help=DENSE_MODEL_HELP)
+    depth.add_argument("images", nargs="+", help="image files")
+    depth.add_argument("--out", required=True, help="output directory")
+    depth.set_defaults(command="depth")
+    segment = commands.add_parser(
+        "segment",
+        help="segments of each image over the photo, with a legend",
+        description=(
+            "Segments images (keras_vit.segment): semantic (a class per pixel), panoptic or instance "
+            "segments, drawn over the photo with a legend of their classes and scores (PNG), with a JSON "
+            "of the segments."
+        ),
+    )
+    segment.add_argument("model", help=DENSE_MODEL_HELP)
+    segment.add_argument("images", nargs="+", help="image files")
+    segment.add_argument("--task", choices=SEGMENTATION_TASKS, default="semantic", help="default: semantic")
+    segment.add_argument(
+        "--threshold", type=float, default=None,
+        help="smallest score of a panoptic or instance segment (default 0.9, the pipeline's)",
+    )
+    segment.add_argument("--out", required=True, help="output directory")
+    segment.set_defaults(command="segment")
+    return depth, segment
