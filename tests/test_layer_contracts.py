@@ -186,6 +186,11 @@ CASES = {
 # in the named file: Keras' harness and the channels-first check run on them
 # here.
 OTHER_CASES = {
+    # Resize, centre crop and scaling of pixels: no weights.
+    "ImagePreprocessing": Case(
+        lambda **kw: layers.ImagePreprocessing(image_size=4, resize=6, **kw),
+        np.random.default_rng(1).uniform(0, 255, (2, 9, 12, 3)).astype("float32"), (2, 4, 4, 3), (0, 0, 0),
+    ),
     # Stride 8 to 4 and 16: a deconvolution (kernel, bias) then a max pool;
     # per level a lateral and an output convolution and their LayerNorms (6).
     "SimpleFeaturePyramid": Case(
@@ -301,6 +306,7 @@ OWN_CONTRACT = {
     "PromptAttention": "test_prompt_masks.py",
     "TwoWayBlock": "test_prompt_masks.py",
     "MaskDecoder": "test_prompt_masks.py",
+    "ImagePreprocessing": "test_image_preprocessing.py",
 }
 ALL_CASES = {**CASES, **OTHER_CASES}
 # One case of each layer class for Keras' harness and the channels-first

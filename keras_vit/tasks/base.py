@@ -162,7 +162,12 @@ class DenseTask(ModelBase, keras.Model):
         copy.trainable = False
         return copy
 
+    @property
     def encoder_config(self):
+        """The encoder's `EncoderConfig` (the image checks read its options)."""
+        return self.encoder.encoder_config
+
+    def serialized_encoder(self):
         """The encoder's serialised config, as `get_config` holds it."""
         return keras.saving.serialize_keras_object(self.encoder)
 

@@ -272,7 +272,7 @@ class DepthEstimator(DenseTask):
 
     def get_config(self):
         return {
-            "encoder": self.encoder_config(),
+            "encoder": self.serialized_encoder(),
             "feature_blocks": list(self.feature_blocks),
             "neck_channels": list(self.neck.neck_channels),
             "reassemble_factors": list(self.neck.reassemble_factors),

@@ -307,7 +307,7 @@ class Segmenter(DenseTask):
 
     def get_config(self):
         return {
-            "encoder": self.encoder_config(),
+            "encoder": self.serialized_encoder(),
             "classes": self.classes,
             "head": self.head,
             "class_names": None if self.class_names is None else list(self.class_names),
