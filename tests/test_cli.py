@@ -51,7 +51,8 @@ def test_inspect_chelsea_with_real_weights(tmp_path, capsys):
         width, height = Image.open(out / name).size
         assert width >= 400 and height >= 250, name
     summary = (out / "summary.txt").read_text()
-    assert summary.startswith("model: vitti16,")
+    # The model as the command line named it, which keras_vit.load_model takes.
+    assert summary.startswith(f"model: {DEIT_NPZ},")
     assert summary in capsys.readouterr().out
     top = summary.split("top-5 classes: ")[1].split(",")[0]
     assert int(top.split(" ")[0]) in CAT_CLASSES, summary
@@ -88,6 +89,6 @@ def test_summary_on_a_small_grid_has_no_nan():
                           num_heads=2, mlp_dim=32, classes=10)
     images = np.zeros((1, 32, 32, 3), "float32")
     _, grid = inspection.attention_rollout(model, images, return_grid=True)
-    text = cli._summary(model, model.predict(images, verbose=0), inspection.mean_attention_distance(model, images),
+    text = cli._summary("vit", model, model.predict(images, verbose=0), inspection.mean_attention_distance(model, images),
                         grid, inspection.position_embedding_similarity(model))
     assert "nan" not in text.lower() and "4+ patches apart n/a (grid too small)" in text

@@ -115,5 +115,5 @@ def test_transformers_export_refuses_what_it_cannot_hold(tmp_path, build, match)
 
 
 def test_unknown_format_is_refused(tmp_path):
-    with pytest.raises(ValueError, match=r"`format` must be one of \('keras_vit', 'transformers'\)\. Received: format='onnx'"):
+    with pytest.raises(ValueError, match=r"`format` must be one of \('keras_vit', 'transformers', 'timm'\)\. Received: format='onnx'"):
         _model("plain").save_to_preset(tmp_path, format="onnx")

@@ -326,5 +326,5 @@ def _compiled_train_rows(arch, batch, reps, layers=2):
              "| path | median | best | first call (s) |", "|---|---:|---:|---:|"]
     for name, t in times.items():
         lines.append(f"| {name} | {_ms(1000 * statistics.median(t))} | {_ms(1000 * min(t))} | "
-                     f"{first[name]:.1f} |")
+                     f"{first[name]:.3g} |")
     return "\n".join(lines) + "\n"

@@ -240,7 +240,7 @@ def quiet_imports(*modules):
 GELU_FLAVOURS = ("tanh", "erf")  # keras_vit.architectures.GELU_FLAVOURS
 NORMALIZATIONS = ("inception", "imagenet")  # keras_vit.preprocessing.MODES
 EXPORT_FORMATS = ("tf_saved_model", "onnx", "openvino", "litert", "torch")  # keras_vit.export.EXPORT_FORMATS
-PRESET_FORMATS = ("keras_vit", "transformers")  # keras_vit.presets.PRESET_FORMATS
+PRESET_FORMATS = ("keras_vit", "transformers", "timm")  # keras_vit.presets.PRESET_FORMATS
 QUANTIZATIONS = ("int8", "float8")
 OPENVINO_PRECISIONS = ("f32", "bf16", "f16")  # keras_vit.export.serving.OPENVINO_PRECISIONS
 

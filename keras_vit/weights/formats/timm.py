@@ -285,11 +285,15 @@ def model_arguments(config):
     mlp_kind, table, ratio = mlp_of(args["mlp_layer"], activation)
     options = {**BLOCKS[args["block_fn"]], **_ATTENTIONS[args["attn_layer"]]}
     distilled = bool(args["distilled"])
+    pool = classifier(args["global_pool"], args["class_token"])
+    # Stated only where it differs from the classifier's own (a token
+    # classifier has one, the others none): the other formats then see the
+    # model as a plain ViT of that classifier.
+    class_token = None if bool(args["class_token"]) == (pool == "token") else bool(args["class_token"])
     out = C.encoder_arguments(
         args["img_size"], args["patch_size"], args["embed_dim"], args["depth"], args["num_heads"],
         int(int(args["embed_dim"] * args["mlp_ratio"]) * ratio), channels=args["in_chans"],
-        classifier=classifier(args["global_pool"], args["class_token"]),
-        class_token=bool(args["class_token"]), pooled_norm=fc_norm and final, final_norm=final,
+        classifier=pool, class_token=class_token, pooled_norm=fc_norm and final, final_norm=final,
         qkv_bias=bool(args["qkv_bias"]), num_register_tokens=args["reg_tokens"],
         distillation_token=distilled, distillation_head=distilled,
         # timm's `init_values` only initialises the post-norm block's norms.
