@@ -34,7 +34,7 @@ def test_inspect_chelsea_with_real_weights(tmp_path, capsys):
         [
             # No --model: the architecture is read from the checkpoint.
             "inspect", str(photo), "--weights", str(DEIT_NPZ),
-            "--gelu", "erf", "--preprocessing", "imagenet", "--out", str(out),
+            "--gelu", "erf", "--preprocessing", "imagenet", "--class-names", "imagenet1k", "--out", str(out),
         ]
     )
     assert status == 0
@@ -56,7 +56,7 @@ def test_inspect_chelsea_with_real_weights(tmp_path, capsys):
     assert summary in capsys.readouterr().out
     top = summary.split("top-5 classes: ")[1].split(",")[0]
     assert int(top.split(" ")[0]) in CAT_CLASSES, summary
-    assert "cat" in top, summary  # named offline from keras_vit.labels
+    assert "cat" in top, summary  # --class-names: named offline from keras_vit.labels
     assert summary.count("  layer ") == 12
 
 
