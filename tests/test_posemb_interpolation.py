@@ -78,6 +78,15 @@ def _timm(table, new_grid):
     return np.concatenate([table[:, :1], out], axis=1)
 
 
+def _dpt(table, new_grid):
+    # transformers' DPT (`_resize_pos_embed` of DPTViTEmbeddings): the class
+    # row kept, the grid resized by torch's plain bilinear to the output size.
+    grid = torch.from_numpy(table[:, 1:].reshape((1,) + OLD + (DIM,))).permute(0, 3, 1, 2).float()
+    out = torch.nn.functional.interpolate(grid, size=tuple(new_grid), mode="bilinear")
+    out = out.permute(0, 2, 3, 1).reshape(1, -1, DIM).numpy()
+    return np.concatenate([table[:, :1], out], axis=1)
+
+
 REFERENCES = {
     "vit": (1, lambda: _vit_like("vit.modeling_vit", "ViTConfig", "ViTEmbeddings", "position_embeddings")),
     "clip": (1, lambda: _vit_like("clip.modeling_clip", "CLIPVisionConfig", "CLIPVisionEmbeddings", "position_embedding")),
@@ -94,6 +103,7 @@ REFERENCES = {
     "siglip2": (0, lambda: _siglip2),
     "dinov2_original": (1, lambda: _dinov2_original),
     "timm": (1, lambda: _timm),
+    "dpt": (1, lambda: _dpt),
 }
 
 

@@ -256,7 +256,7 @@ def _load_litert(path):
 
     interpreter = Interpreter(model_path=path)
     if len(interpreter.get_output_details()) > 1:
-        return _litert_signature(interpreter)
+        return (*_litert_signature(interpreter), artifact_metadata.read_raw(path, "litert"))
     sources = {d["name"]: d for d in interpreter.get_input_details()}
     source = next(iter(sources.values()))
     target = interpreter.get_output_details()[0]
