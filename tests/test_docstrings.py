@@ -27,6 +27,7 @@ WITHOUT_EXAMPLES = {
     "keras_vit.execution.jax_state": "trainer internals, tested by fault injection in test_failures.py",
     "keras_vit.training.datasets": "needs datasets; tested in test_training_data.py",
     "keras_vit.export": "re-exports",
+    "keras_vit.export.torch_route": "torch-backend exporters writing files; run by test_export.py on torch",
     "keras_vit.presets": "re-exports",
     "keras_vit.inspection": "re-exports",
     "keras_vit.preprocessing": "re-exports",

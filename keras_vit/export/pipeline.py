@@ -55,7 +55,7 @@ Workarounds for upstream faults, each in one function below:
 - torch, "onnx": with a dynamic batch Keras falls back to the TorchScript
   exporter, which fails in `LayerNormalization` on a shape it cannot make
   constant (`onnx::Gather`, pytorch/pytorch#32282); keras_vit calls the
-  dynamo exporter with `dynamic_shapes` (`_onnx_torch`).
+  dynamo exporter with `dynamic_shapes` (`torch_route.py`).
 - jax, "openvino": Keras goes through jax2tf, whose `enable_xla=False`
   mode JAX removed (keras-team/keras#22443 moved Keras' jax ONNX export to
   jax2onnx for that reason), so OpenVINO receives an `XlaCallModule` it
@@ -86,10 +86,10 @@ from keras_vit.export.inputs import (
     port_names,
 )
 from keras_vit.export.formats import BACKEND_FORMATS, EXPORT_FORMATS, EXPORTERS, QUANTIZED_FORMATS, SUFFIXES
-from keras_vit.export.metadata import FILE as METADATA_FILE
 from keras_vit.export.metadata import artifact_metadata, write_metadata
 from keras_vit.export.raw_images import raw_image_model, raw_record, raw_signature
 from keras_vit.export.serving import require
+from keras_vit.export.torch_route import export_torch
 from keras_vit.validation import check_positive_int, pair
 
 # Keyword arguments `model.export` passes on to `export_model`.
@@ -394,7 +394,7 @@ def _write(model, path, format, batch_size, verbose, naflex_length=None, spec=No
     spec = input_signature(model, batch_size, naflex_length) if spec is None else spec
     with kernels.export_mode(), _quiet(verbose):
         if backend == "torch" and format in ("onnx", "openvino", "torch"):
-            _export_torch(model, path, format, spec, metadata)
+            export_torch(model, path, format, spec, metadata)
         elif (backend, format) == ("jax", "openvino"):
             _openvino_from_onnx(model, path, spec)
         else:
@@ -443,82 +443,6 @@ def _quiet_logs():
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
-
-
-# The sizes a torch trace samples unknown axes with, by axis: the batch, a
-# raw-image artifact's height and width (1 would be specialised to a
-# constant, and equal sizes could be taken for one).
-_TORCH_SAMPLE_SIZES = (2, 37, 53)
-
-
-def _torch_sample(spec):
-    """A sample input for `spec` (one spec, a list or a dict of them), and
-    its dynamic axes (None where every axis is fixed)."""
-    import torch
-
-    specs = spec if isinstance(spec, dict) else dict(enumerate(spec if isinstance(spec, list) else [spec]))
-    unknown = {k: [a for a, n in enumerate(s.shape) if n is None] for k, s in specs.items()}
-    sizes = dict(enumerate(_TORCH_SAMPLE_SIZES))
-    sample = {
-        k: torch.ones(tuple(sizes[a] if n is None else n for a, n in enumerate(s.shape)),
-                      dtype=getattr(torch, s.dtype))
-        for k, s in specs.items()
-    }
-    named = {0: torch.export.Dim("batch", min=1, max=4096)}
-    named.update({a: torch.export.Dim(f"size_{a}", min=8, max=16384) for a in (1, 2)})
-    dims = {k: {a: named[a] for a in axes} for k, axes in unknown.items()} if any(unknown.values()) else None
-    if isinstance(spec, dict):
-        return sample, None if dims is None else [(dims,)]
-    if isinstance(spec, list):
-        # `forward(inputs)`: one argument, the tuple of the inputs.
-        return tuple(sample.values()), None if dims is None else [(tuple(dims.values()),)]
-    return sample[0], None if dims is None else [(dims[0],)]
-
-
-def _torch_program(model, spec):
-    """`torch.export` of the model, the batch axis dynamic when the spec's is None."""
-    import torch
-
-    model.eval()
-    sample, dims = _torch_sample(spec)
-    return torch.export.export(model, (sample,), dynamic_shapes=dims, strict=False), sample, dims
-
-
-def _export_torch(model, path, format, spec, metadata=None):
-    import json
-
-    import torch
-
-    program, sample, dims = _torch_program(model, spec)
-    if format == "torch":
-        extra = {METADATA_FILE: json.dumps(metadata)} if metadata is not None else None
-        torch.export.save(program, path, extra_files=extra)
-    elif format == "openvino":
-        import openvino as ov
-
-        converted = ov.convert_model(program)
-        current = [", ".join(port.get_names()) for port in converted.inputs]
-        current_dtypes = [port.get_element_type().to_dtype().name for port in converted.inputs]
-        names = port_names(current, input_names(spec), current_dtypes, input_dtypes(spec))
-        for port, name in zip(converted.inputs, names):
-            port.get_node().set_friendly_name(name)
-            port.get_tensor().set_names({name})
-        ov.save_model(converted, path, compress_to_fp16=False)
-    else:
-        _onnx_torch(model, path, sample, dims, input_names(spec))
-
-
-def _onnx_torch(model, path, sample, dims, names):
-    """Dynamo ONNX export with a dynamic batch (Keras' TorchScript fallback
-    fails in LayerNormalization on a dynamic shape)."""
-    import torch
-
-    # A dict as the last positional argument would be read as keywords.
-    args = (sample, {}) if isinstance(sample, dict) else (sample,)
-    program = torch.onnx.export(
-        model, args, dynamic_shapes=dims, dynamo=True, input_names=names, verbose=False,
-    )
-    program.save(path)
 
 
 def _finish_onnx(path, outputs, inputs=(INPUT_NAME,), dtypes=("float32",)):

@@ -80,7 +80,7 @@ FILTERS = {
 }
 
 
-class _PythonMath:
+class PythonMath:
     """`maximum`, `minimum` and `floor` of Python numbers (`tf.math` and `keras.ops` have the same names)."""
 
     maximum = staticmethod(max)
@@ -88,7 +88,7 @@ class _PythonMath:
     floor = staticmethod(math.floor)
 
 
-def shorter_side_geometry(height, width, shorter, size, ops=_PythonMath):
+def shorter_side_geometry(height, width, shorter, size, ops=PythonMath):
     """Where an image goes when its shorter side is resized to `shorter`.
 
     The geometry of a `Preprocessing` record with an int `resize` (and of

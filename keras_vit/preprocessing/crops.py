@@ -8,10 +8,9 @@ geometry of both is computed once, in `shorter_side_geometry` and
 `crop_geometry`.
 """
 
-import math
-
 import numpy as np
 
+from keras_vit.layers.image_preprocessing import PythonMath, shorter_side_geometry
 from keras_vit.preprocessing.scaling import tf_module
 from keras_vit.validation import check_choice, check_fraction, pair
 from keras_vit.weights.record import Preprocessing
@@ -29,47 +28,7 @@ PIL_FILTERS = {
 }
 
 
-
-class _PythonMath:
-    """`maximum`, `minimum` and `floor` of Python numbers (`tf.math` has the same names)."""
-
-    maximum = staticmethod(max)
-    minimum = staticmethod(min)
-    floor = staticmethod(math.floor)
-
-
-def shorter_side_geometry(height, width, shorter, size, ops=_PythonMath):
-    """Where an image goes when its shorter side is resized to `shorter`.
-
-    The geometry of a `Preprocessing` record with an int `resize` (and of
-    transformers' "shortest_edge" and torchvision's `Resize(int)`): the
-    shorter side becomes `shorter`, the longer one keeps the aspect ratio,
-    truncated; neither falls below the crop `size`; the centre `size` is
-    then cut out.
-
-    Args:
-        height, width: the image size; Python numbers, or float scalar
-            tensors with `ops=tf.math`.
-        shorter: int, the shorter side after resizing.
-        size: `(height, width)` of the crop.
-        ops: `maximum`, `minimum` and `floor` of the numbers' library.
-
-    Returns:
-        `(resized_height, resized_width, top, left)`.
-
-    Example:
-
-    >>> shorter_side_geometry(300, 451, 36, (32, 32))
-    (36, 54, 2, 11)
-    """
-    short = ops.minimum(height, width)
-    # Products first: `shorter * short / short` is exact in floating point.
-    resized_h = ops.maximum(ops.floor(shorter * height / short), size[0])
-    resized_w = ops.maximum(ops.floor(shorter * width / short), size[1])
-    return resized_h, resized_w, (resized_h - size[0]) // 2, (resized_w - size[1]) // 2
-
-
-def crop_geometry(height, width, size, crop_fraction, ops=_PythonMath):
+def crop_geometry(height, width, size, crop_fraction, ops=PythonMath):
     """Where `center_crop` resizes an image to and where it crops it.
 
     The shorter side becomes `int(min(size) / crop_fraction)` (224 px at

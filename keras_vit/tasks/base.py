@@ -167,9 +167,17 @@ class DenseTask(ModelBase, keras.Model):
         """The encoder's `EncoderConfig` (the image checks read its options)."""
         return self.encoder.encoder_config
 
-    def serialized_encoder(self):
-        """The encoder's serialised config, as `get_config` holds it."""
-        return keras.saving.serialize_keras_object(self.encoder)
+    def task_config(self):
+        """The config entries every task model has: its encoder (serialised),
+        preprocessing, name, trainability and dtype policy; `get_config` adds
+        the task's own."""
+        return {
+            "encoder": keras.saving.serialize_keras_object(self.encoder),
+            "preprocessing": None if self.preprocessing is None else self.preprocessing.get_config(),
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+        }
 
     @classmethod
     def from_config(cls, config):

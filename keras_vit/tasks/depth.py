@@ -272,7 +272,7 @@ class DepthEstimator(DenseTask):
 
     def get_config(self):
         return {
-            "encoder": self.serialized_encoder(),
+            **self.task_config(),
             "feature_blocks": list(self.feature_blocks),
             "neck_channels": list(self.neck.neck_channels),
             "reassemble_factors": list(self.neck.reassemble_factors),
@@ -289,10 +289,6 @@ class DepthEstimator(DenseTask):
             "bins_strategy": self.bins_strategy,
             "bins_normalization": self.bins_normalization,
             "fusion_batch_norm": self.neck.fusion_batch_norm,
-            "preprocessing": None if self.preprocessing is None else self.preprocessing.get_config(),
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
         }
 
     def save_to_preset(self, directory, format="keras_vit"):

@@ -307,7 +307,7 @@ class Segmenter(DenseTask):
 
     def get_config(self):
         return {
-            "encoder": self.serialized_encoder(),
+            **self.task_config(),
             "classes": self.classes,
             "head": self.head,
             "class_names": None if self.class_names is None else list(self.class_names),
@@ -316,10 +316,6 @@ class Segmenter(DenseTask):
             "num_upscale_blocks": self.num_upscale_blocks,
             "mask_probabilities": list(self.mask_probabilities),
             "feature_blocks": None if self.feature_blocks is None else list(self.feature_blocks),
-            "preprocessing": None if self.preprocessing is None else self.preprocessing.get_config(),
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
         }
 
     def save_to_preset(self, directory, format="keras_vit"):
