@@ -6,6 +6,7 @@ The families' modules (`dpt`, `eomt`) hold their transformers (and
 keras-hub) tables, on `keras_vit.weights.formats.task_family`.
 """
 
+from keras_vit.families.chmv2 import TransformersChmv2
 from keras_vit.families.dpt import TRANSFORMERS_DPT_FAMILIES
 from keras_vit.families.eomt import TRANSFORMERS_EOMT_FAMILIES
 from keras_vit.weights.formats.registry import FamilyRegistry
@@ -13,7 +14,7 @@ from keras_vit.weights.formats.registry import FamilyRegistry
 TASK_FAMILIES = FamilyRegistry(
     "transformers task checkpoint",
     "model_type",
-    TRANSFORMERS_DPT_FAMILIES + TRANSFORMERS_EOMT_FAMILIES,
+    TRANSFORMERS_DPT_FAMILIES + (TransformersChmv2(),) + TRANSFORMERS_EOMT_FAMILIES,
     lambda family: family.MODEL_TYPES,
 )
 
