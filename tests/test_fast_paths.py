@@ -295,14 +295,27 @@ def _pack_cases(rng):
     yield [layer.weights], False
 
 
+def _take_cases(rng):
+    """(args, gradients?) of `take`: vector and matrix indices, each axis, repeats."""
+    for dtype in ("float32", "bfloat16"):
+        x = _cast(rng.normal(size=(2, 5, 4)), dtype)
+        for axis in (0, 1, -1, 2):
+            size = x.shape[axis]
+            yield [x, keras.ops.convert_to_tensor(np.array([size - 1, 0, 0], "int32")), axis], False
+        # Matrix indices: an override computes vectors only.
+        yield [x, keras.ops.convert_to_tensor(np.array([[1, 0], [2, 2]], "int32")), 1], False
+
+
 CASES = {"dense": _dense_cases, "attention": _attention_cases, "gelu": _gelu_cases,
-         "call_sublayer": _call_sublayer_cases, "pack_for_inference": _pack_cases}
+         "call_sublayer": _call_sublayer_cases, "pack_for_inference": _pack_cases,
+         "take": _take_cases}
 PORTABLE = {
     "dense": portable.dense,
     "attention": portable.attention,
     "gelu": portable.gelu,
     "call_sublayer": portable.call_sublayer,
     "pack_for_inference": portable.pack_for_inference,
+    "take": portable.take,
 }
 
 
@@ -320,6 +333,11 @@ def _close(got, expected, dtype):
 def _dtype_of(args):
     tensor = next((a for a in args if hasattr(a, "dtype") and hasattr(a, "shape")), None)
     return "float32" if tensor is None else keras.backend.standardize_dtype(tensor.dtype)
+
+
+def test_every_op_has_cases_and_a_portable_form():
+    """A new op of the registry gets its cases here before any backend's path can be held."""
+    assert set(CASES) == set(registry.OPS) == set(PORTABLE)
 
 
 @pytest.mark.parametrize("override", registry.registered(backend=BACKEND), ids=lambda o: f"{o.op}-{o.name}")
