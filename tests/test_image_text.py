@@ -6,6 +6,8 @@ probabilities (one prompt and an ensemble) and the zero-shot pipeline on
 real photos."""
 
 import functools
+import pathlib
+import tempfile
 
 import numpy as np
 import pytest
@@ -231,7 +233,10 @@ def test_zero_shot_guide_runs(tmp_path, monkeypatch):
     assert all(m == marker or m.startswith("<!-- docs-test: skip (") for m, _ in blocks)
     codes = [code for m, code in blocks if m == marker]
     assert len(codes) == 5
-    monkeypatch.chdir(tmp_path)
+    run, scratch = tmp_path / "run", tmp_path / "tmp"
+    run.mkdir(), scratch.mkdir()
+    monkeypatch.chdir(run)
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # the page's mkdtemp, inside the test's folder
     namespace = {"__name__": "__docs__"}
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         for code in codes:
@@ -239,8 +244,9 @@ def test_zero_shot_guide_runs(tmp_path, monkeypatch):
     lines = printed.getvalue().splitlines()
     assert lines[0] == "(2, 2) True" and lines[-2:] == ["True", "True"], lines
     assert lines[3].startswith("int8 onnx: top-1 agrees with float32 on ")
-    classifier = namespace["classifier"]
-    again = keras_vit.from_preset(tmp_path / "cat-dog-rocket-cup")
+    assert not list(run.iterdir())  # the reader's folder is left as it was
+    classifier, folder = namespace["classifier"], pathlib.Path(namespace["folder"])
+    again = keras_vit.from_preset(folder / "cat-dog-rocket-cup")
     np.testing.assert_array_equal(again.predict(namespace["pixels"], verbose=0),
                                   classifier.predict(namespace["pixels"], verbose=0))
-    assert (tmp_path / "zero_shot.onnx").exists() and (tmp_path / "text.onnx").exists()
+    assert (folder / "zero_shot.onnx").exists() and (folder / "text.onnx").exists()
