@@ -1,6 +1,8 @@
 """Shared fixtures: the backend under test, tiny configs and ../shared paths."""
 
+import collections
 import gc
+import json
 import importlib.util
 import os
 import pathlib
@@ -42,6 +44,57 @@ TINY = dict(
     num_heads=2,
     mlp_dim=32,
 )
+
+def runs_once(backend, what):
+    """A mark for a test that runs in one backend's job only.
+
+    `what` says why the backend does not matter to it (the calls it makes are
+    tested on every backend by other tests). In the other jobs the test is
+    deselected, not skipped, and the run's summary says how many and why
+    (`pytest_terminal_summary`).
+
+    Example: `@runs_once("torch", "docstring examples")`.
+    """
+    return pytest.mark.runs_once(backend=backend, what=what)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "runs_once(backend, what): the test runs in that backend's job only")
+
+
+def pytest_collection_modifyitems(config, items):
+    here = keras.backend.backend()
+    kept, elsewhere = [], []
+    for item in items:
+        mark = item.get_closest_marker("runs_once")
+        (elsewhere if mark is not None and mark.kwargs["backend"] != here else kept).append(item)
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        items[:] = kept
+        _RUN_ELSEWHERE.update(
+            (m.kwargs["backend"], m.kwargs["what"]) for m in (i.get_closest_marker("runs_once") for i in elsewhere)
+        )
+
+
+_RUN_ELSEWHERE = collections.Counter()
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # a pytest-xdist worker: tell the controller
+        session.config.workeroutput["run_elsewhere"] = json.dumps([[*k, n] for k, n in _RUN_ELSEWHERE.items()])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    # Each worker collects every test: the counts are the same in each.
+    for backend, what, count in json.loads(getattr(node, "workeroutput", {}).get("run_elsewhere", "[]")):
+        _RUN_ELSEWHERE[(backend, what)] = max(_RUN_ELSEWHERE[(backend, what)], count)
+
+
+def pytest_terminal_summary(terminalreporter):
+    for (backend, what), count in sorted(_RUN_ELSEWHERE.items()):
+        terminalreporter.write_line(f"{count} deselected: run once, in the {backend} job ({what})")
+
 
 # The input statistics DeiT/timm-trained weights expect.
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], "float32")
@@ -105,6 +158,22 @@ def rng():
 
 def to_numpy(x):
     return keras.ops.convert_to_numpy(x)
+
+
+def inference(fn, *args):
+    """`fn(*args)` (an inference call: no state updated) as NumPy, through one
+    compiled program on jax.
+
+    jax's eager mode compiles each operation of a new shape on its own: for
+    the one-off shapes of a test, several times slower than compiling the
+    call once (3 s against 0.3 s for an image layer on a photo). The other
+    backends call `fn` eagerly.
+    """
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return keras.tree.map_structure(np.asarray, jax.jit(fn)(*args))
+    return keras.tree.map_structure(to_numpy, fn(*args))
 
 
 def pytest_report_header(config):

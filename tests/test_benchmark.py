@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 
+from conftest import runs_once
 from keras_vit_tools import benchmark, benchmark_report
 
 
@@ -101,42 +102,49 @@ def test_rejects_unknown_workload():
         benchmark.main(["--workloads", "nope"])
 
 
+# The benchmark runs each system in a process of its own backend: one run
+# from one job covers every backend's worker.
+@runs_once("torch", "its systems run in processes of their own backends")
 def test_smoke_run_writes_table_and_json(tmp_path):
-    """One tiny case per workload for keras_vit on the current backend."""
-    system = f"keras_vit-{keras.backend.backend()}"
+    """One tiny case per workload for keras_vit on every backend, the torch
+    `for_inference()` copy and timm."""
+    systems = [f"keras_vit-{backend}" for backend in ("jax", "tensorflow", "torch")]
     prefix = tmp_path / "bench"
     code = benchmark.main(
-        ["--smoke", "--systems", f"{system},{system}+frozen,timm", "--dtypes", "float32",
+        ["--smoke", "--systems", ",".join([*systems, "keras_vit-torch+frozen", "timm"]), "--dtypes", "float32",
          "--profile", "--output", str(prefix)]
     )
     assert code == 0
     report = json.loads((tmp_path / "bench.json").read_text())
     rows = {(r["workload"], r["system"]): r for r in report["results"]}
     # The `for_inference()` copy: inference only.
-    assert rows[("infer-tiny-bs2", f"{system}+frozen")]["images_per_s"] > 0
-    assert rows[("train-tiny-bs2", f"{system}+frozen")]["status"] == "skipped"
+    assert rows[("infer-tiny-bs2", "keras_vit-torch+frozen")]["images_per_s"] > 0
+    assert rows[("train-tiny-bs2", "keras_vit-torch+frozen")]["status"] == "skipped"
     for workload in benchmark.SMOKE_WORKLOADS:
-        row = rows[(workload, system)]
-        assert row["status"] == "ok", row
-        assert row["images_per_s"] > 0 and row["peak_rss_mib"] > 0
-        assert row["gflops"] > 0
-        assert row["first_s"] > 0
+        for system in systems:
+            row = rows[(workload, system)]
+            assert row["status"] == "ok", row
+            assert row["images_per_s"] > 0 and row["peak_rss_mib"] > 0
+            assert row["gflops"] > 0
+            assert row["first_s"] > 0
+            assert row["info"]["backend"] == system.split("-")[1], row["info"]
     assert rows[(benchmark.SMOKE_WORKLOADS[0], "timm")]["status"] in ("ok", "skipped")
     assert report["peak"]["gflops"]["numpy_float32"] > 0
     # --smoke measures only the peaks its systems are read against (timm's: torch's).
     measured = {key.split("_")[0] for key in report["peak"]["gflops"]}
-    assert measured == {"numpy", "torch", keras.backend.backend()}, measured
+    assert measured == {"numpy", "torch", "jax", "tensorflow"}, measured
     table = (tmp_path / "bench.md").read_text()
-    assert system in table and "| workload |" in table
+    assert all(system in table for system in systems) and "| workload |" in table
     assert report["machine"]["versions"]["keras"] == keras.__version__
     # --profile lists the top operators of cases that run on torch only.
-    profile = rows[(benchmark.SMOKE_WORKLOADS[0], system)]["info"].get("profile")
-    if keras.backend.backend() == "torch":
-        assert profile and all(p["self_ms"] >= 0 and p["calls"] > 0 for p in profile)
-        assert 0 < sum(p["share"] for p in profile) <= 1 + 1e-6
-        assert "Profile of one step" in table
-    else:
-        assert profile is None
+    for system in systems:
+        profile = rows[(benchmark.SMOKE_WORKLOADS[0], system)]["info"].get("profile")
+        if system == "keras_vit-torch":
+            assert profile and all(p["self_ms"] >= 0 and p["calls"] > 0 for p in profile)
+            assert 0 < sum(p["share"] for p in profile) <= 1 + 1e-6
+        else:
+            assert profile is None, system
+    assert "Profile of one step" in table
 
 
 def test_bfloat16_cases_skipped_only_where_emulated():
@@ -283,14 +291,14 @@ def test_deployment_ratios():
     assert not any(name.startswith(("hf", "ort-hf", "keras_hub")) for name in got)
 
 
-@pytest.mark.skipif(keras.backend.backend() != "torch",
-                    reason="the deployment cases export under the torch backend; run once, there")
+@runs_once("torch", "the deployment cases export under the torch backend")
 def test_smoke_run_of_deployment_systems(tmp_path, monkeypatch):
     """keras_vit and HF exported to ONNX Runtime and OpenVINO (int8 keras_vit: the
     one-call `export_model(..., quantize="int8")`; HF int8: the same quantizer), tiny model."""
     monkeypatch.setenv("KERAS_VIT_BENCH_CACHE", str(tmp_path / "cache"))
-    systems = ("ort-keras_vit+int8", "openvino-keras_vit+int8", "openvino-keras_vit+bf16",
-               "ort-hf", "ort-hf+int8")
+    # Each runtime and library once (the int8 export writes and checks both
+    # runtimes' files; HF's int8 case exports its float file first).
+    systems = ("ort-keras_vit+int8", "openvino-keras_vit+bf16", "ort-hf+int8")
     prefix = tmp_path / "deploy"
     assert benchmark.main(["--smoke", "--systems", ",".join(systems), "--dtypes", "float32",
                            "--workloads", "infer-tiny-bs2", "--output", str(prefix)]) == 0
@@ -300,10 +308,9 @@ def test_smoke_run_of_deployment_systems(tmp_path, monkeypatch):
         assert rows[system]["status"] == "ok", rows[system]
         assert rows[system]["images_per_s"] > 0
     # The one-call int8 export's own check against the float32 artifacts.
-    for system in ("ort-keras_vit+int8", "openvino-keras_vit+int8"):
-        check = rows[system]["info"].get("int8_vs_float32", str(rows[system]["info"]))
-        assert "int8 onnx: top-1 agrees with float32 on" in check, check
-        assert "int8 openvino: top-1 agrees with float32 on" in check, check
+    check = rows["ort-keras_vit+int8"]["info"].get("int8_vs_float32", str(rows["ort-keras_vit+int8"]["info"]))
+    assert "int8 onnx: top-1 agrees with float32 on" in check, check
+    assert "int8 openvino: top-1 agrees with float32 on" in check, check
     # bfloat16 in OpenVINO reports its distance to float32 on the same inputs.
     info = rows["openvino-keras_vit+bf16"]["info"]
     assert 0 <= info["max_abs_diff_vs_f32"] < 0.5 and 0 <= info["top1_agreement_vs_f32"] <= 1

@@ -20,13 +20,17 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import ROOT, SHARED, requires_shared
+from conftest import ROOT, SHARED, requires_shared, runs_once
 from docs_blocks import (DOCS, HAND_WRITTEN, first_table, markers, python_blocks, run_blocks,
                          section, table_rows, workspace)
 from harness import run_doctests
 from keras_vit.models import CONSTRUCTORS
 
 GUIDES = DOCS / "guides"
+# The pages, tables and site are checked once, in the torch job (its eager
+# calls are the quickest); the library calls a page makes are tested on
+# every backend by the library's own tests.
+pytestmark = runs_once("torch", "the documentation's checks; the calls its pages make are tested on every backend")
 
 
 def _text(path):
@@ -352,8 +356,6 @@ def test_site_builds_strictly(tmp_path):
     """`mkdocs build --strict`: every page in the navigation, every link and
     anchor resolving, every API reference found, no docstring naming an
     argument its signature lacks."""
-    if keras.backend.backend() != "jax":
-        pytest.skip("the site build does not depend on the backend: it runs in the jax job")
     pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install -e '.[docs]')")
     started = time.perf_counter()
     result = subprocess.run(

@@ -11,7 +11,13 @@ import pkgutil
 import pytest
 
 import keras_vit
+from conftest import runs_once
 from harness import run_doctests
+
+# The examples show how a function is called and what it gives; each
+# function is tested on every backend by its own tests, so the examples run
+# in one job (torch's: its eager calls are the quickest).
+examples_run_once = runs_once("torch", "docstring examples; the functions they show are tested on every backend")
 
 # Modules without docstring examples, and why.
 WITHOUT_EXAMPLES = {
@@ -63,11 +69,13 @@ def test_every_module_is_listed():
         importlib.import_module(name)
 
 
+@examples_run_once
 @pytest.mark.parametrize("module_name", MODULES)
 def test_docstring_examples(module_name):
     run_doctests(importlib.import_module(module_name))
 
 
+@examples_run_once
 def test_named_constructor_examples():
     from keras_vit.models import variants
 

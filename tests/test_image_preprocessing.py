@@ -4,7 +4,7 @@ against the preparation of `keras_vit.classify` (Pillow, then `preprocess_input`
 import numpy as np
 import pytest
 
-from conftest import to_numpy
+from conftest import inference
 from harness import run_layer_test
 from keras_vit.layers import ImagePreprocessing
 from keras_vit.layers.image_preprocessing import _pillow_vertical_first
@@ -42,7 +42,7 @@ def test_images_are_prepared_as_classify_prepares_them(name, photos):
     layer = ImagePreprocessing(**record.get_config())
     for photo in photos:
         expected = preprocess_input(resize_and_crop(photo, record).astype("float32"), preprocessing=record)
-        got = to_numpy(layer(photo[None]))[0]
+        got = inference(layer, photo[None])[0]
         levels = _levels(got, expected, record)
         # A float32 weight one off in its last fixed-point bit next to a
         # half-level (Pillow's are float64): rare, one level.
@@ -58,7 +58,7 @@ def test_the_passes_run_in_the_installed_pillows_order(photos):
     installed = _pillow_vertical_first()
     for vertical_first in (installed, not installed):
         layer = ImagePreprocessing(**record.get_config(), vertical_first=vertical_first)
-        off = (_levels(to_numpy(layer(tall[None]))[0], expected, record) > 0.5).mean()
+        off = (_levels(inference(layer, tall[None])[0], expected, record) > 0.5).mean()
         assert (off <= 1e-3) == (vertical_first == installed), (vertical_first, off)
 
 

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, TINY
+from tests.conftest import ROOT, TINY, runs_once
 
 pytest.importorskip("tensorflow", reason="the example's input pipeline needs TensorFlow")
 pytest.importorskip("sklearn", reason="the example's offline dataset comes from scikit-learn")
@@ -63,6 +63,9 @@ def test_help_and_usage_errors_import_nothing_heavy():
 NOISE = ("I0000", "E0000", "W0000", "absl", "oneDNN", "cuda", "CUDA", "torchvision", "torchao")
 
 
+# The examples read their data with tf.data under every backend, so
+# TensorFlow's start-up notices are theirs on each; their muting is one.
+@runs_once("torch", "the examples mute the same libraries under every backend")
 @pytest.mark.parametrize("example, argv", [
     ("finetune.py", ["--smoke", "--total-steps", "1", "--eval-every", "1", "--verbose", "0"]),
     ("pretrain_masked_patches.py", ["--smoke", "--total-steps", "1", "--eval-every", "1", "--verbose", "0"]),

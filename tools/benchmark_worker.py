@@ -220,7 +220,7 @@ def run_keras(spec, x, y):
         step = lambda: model.predict_on_batch(x)  # noqa: E731
     build = time.perf_counter() - start
     first, times = _timed(step, spec["warmup"], spec["reps"])
-    info = {"jit_compile": str(model.jit_compile), "keras": keras.__version__}
+    info = {"backend": keras.backend.backend(), "jit_compile": str(model.jit_compile), "keras": keras.__version__}
     return build, first, times, info, step
 
 
