@@ -74,15 +74,17 @@ def processing(encoder, size):
                            interpolation=record.interpolation)
 
 
-def encoder_or_task(args, task, **task_overrides):
-    """A fresh encoder (include_top=False) or, from a `--preset` of a `task`
-    model, that model, at `--image-size` with its weights loaded."""
+def encoder_or_task(args, task, smoke_layers=1, **task_overrides):
+    """A fresh encoder (include_top=False; `smoke_layers` blocks for `--smoke`)
+    or, from a `--preset` of a `task` model, that model, at `--image-size`
+    with its weights loaded."""
     import keras_vit
     from keras_vit.presets import tasks as task_presets
 
     size = args.image_size
     if args.smoke:
-        return keras_vit.ViT(**dict(SMOKE_ENCODER, image_size=size), include_top=False, seed=args.seed)
+        return keras_vit.ViT(**dict(SMOKE_ENCODER, image_size=size, num_layers=smoke_layers), include_top=False,
+                             seed=args.seed)
     if args.preset is None:
         weights = None if args.weights == "none" else args.weights
         # DeiT's exact GELU: the .npz does not say which.

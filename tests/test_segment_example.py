@@ -83,12 +83,13 @@ def test_mean_iou_equals_sklearn(example, rng):
     np.testing.assert_allclose(example.mean_iou(example.confusion(predictions, masks, 5))[1][:4], reference)
 
 
-def _tiny_segmenter(classes=5, size=32):
-    import keras_vit
+def _reader_model(classes=5, size=32):
+    """What the folder readers read of a model (its classes, input size, patch
+    and scaling), without building one: building is what the smoke run tests."""
+    import types
 
-    encoder = keras_vit.ViT(image_size=size, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8,
-                            include_top=False)
-    return keras_vit.Segmenter(encoder, classes, head="linear")
+    return types.SimpleNamespace(classes=classes, image_size=(size, size), effective_patch_size=(8, 8),
+                                 preprocessing=None)
 
 
 def test_written_folder_reads_back(example, tmp_path):
@@ -103,7 +104,7 @@ def test_written_folder_reads_back(example, tmp_path):
     example.write_folder(folder, images, masks)
     with Image.open(os.path.join(folder, "masks", "0001.png")) as mask:
         assert mask.mode == "P"
-    x, y = load_segmentation_folder(folder, _tiny_segmenter())
+    x, y = load_segmentation_folder(folder, _reader_model())
     np.testing.assert_array_equal(y, masks)
     mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
     np.testing.assert_allclose(x, (np.round(images) / 255 - mean) / std, atol=1e-5)
@@ -150,13 +151,42 @@ def test_data_flag_holds_out_a_split_of_the_folder(example, smoke):
     _, out = smoke
     folder = str(out / "data" / "train")
     args = example.build_parser().parse_args(["--data", folder, "--validation-split", "0.25"])
-    train, test, paths, mask_paths = example.load_data(args, _tiny_segmenter())
+    train, test, paths, mask_paths = example.load_data(args, _reader_model())
     assert len(train[0]) == 6 and len(test[0]) == 2 and len(paths) == 2
     for labels, mask_path in zip(test[1], mask_paths):
         np.testing.assert_array_equal(labels, read_mask(mask_path))
     # Without --class-names: unnamed classes, as many as the largest index in the masks says.
     largest = max(int(read_mask(os.path.join(folder, "masks", n)).max()) for n in os.listdir(os.path.join(folder, "masks")))
     assert example.class_names(args, [folder], synthetic=False) == (None, largest + 1)
+
+
+def test_preset_flag_takes_an_image_model_or_a_segmenter(example, smoke, tmp_path):
+    """--preset: an EoMT preset keeps its head with a new class predictor (or
+    lends its encoder to a linear head); an image model gets the head; a
+    preset of another task is refused by name."""
+    import keras_vit
+
+    results, _ = smoke
+    eomt_preset = results["heads"]["eomt"]["preset"]
+    args = example.build_parser().parse_args(["--preset", eomt_preset, "--image-size", "32"])
+    source = keras_vit.from_preset(eomt_preset)
+    model = example.build_model(args, "eomt", 3, ("sky", "tree", "road"))
+    assert model.head == "eomt" and model.classes == 3 and model.class_names == ("sky", "tree", "road")
+    np.testing.assert_array_equal(to_numpy(model.encoder.get_layer("embedding").kernel),
+                                  to_numpy(source.encoder.get_layer("embedding").kernel))
+    linear = example.build_model(args, "linear", 3, None)
+    assert linear.head == "linear" and not linear.encoder.trainable
+    vit = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8, classes=4)
+    vit.save_to_preset(str(tmp_path / "vit"))
+    args = example.build_parser().parse_args(["--preset", str(tmp_path / "vit"), "--image-size", "32"])
+    model = example.build_model(args, "linear", 3, None)
+    assert not model.encoder.include_top and model.preprocessing.size == (32, 32)
+    (tmp_path / "depth").mkdir()
+    (tmp_path / "depth" / "config.json").write_text(json.dumps({"registered_name": "keras_vit>DepthEstimator",
+                                                               "class_name": "DepthEstimator"}))
+    args = example.build_parser().parse_args(["--preset", str(tmp_path / "depth")])
+    with pytest.raises(SystemExit, match="holds a DepthEstimator: this example takes an image model or a Segmenter"):
+        example.build_model(args, "eomt", 3, None)
 
 
 @requires_shared
