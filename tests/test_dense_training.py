@@ -75,6 +75,22 @@ def test_eomt_fits_a_folder_of_masks(folders):
     assert miou > baseline + 0.3, (miou, baseline)
 
 
+def test_annealed_masks_are_left_out_at_inference():
+    """After `MaskAnnealing` brings a block's probability weight to 0, `predict`
+    attends unmasked there, as training did: the model built with 0 (no
+    masks, transformers' forward for `attn_mask_probs` 0), same weights."""
+    model = keras_vit.Segmenter(_encoder(), classes=3, num_queries=4, num_blocks=1)
+    unmasked = keras_vit.Segmenter(_encoder(), classes=3, num_queries=4, num_blocks=1, mask_probabilities=(0.0,))
+    for target, source in zip(unmasked.weights, model.weights):
+        target.assign(keras.ops.convert_to_numpy(source))
+    images = np.random.default_rng(0).normal(size=(2, SIZE, SIZE, 3)).astype("float32")
+    expected = unmasked.predict(images, verbose=0)["masks_queries_logits"]
+    masked = model.predict(images, verbose=0)["masks_queries_logits"]
+    assert np.abs(masked - expected).max() > 1e-3  # the masks change the output
+    model.eomt_head.mask_probability.assign([0.0])
+    np.testing.assert_allclose(model.predict(images, verbose=0)["masks_queries_logits"], expected, atol=1e-5)
+
+
 def test_linear_head_on_a_frozen_encoder_fits(folders):
     encoder = _encoder()
     before = [keras.ops.convert_to_numpy(v) for v in encoder.weights]

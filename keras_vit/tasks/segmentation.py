@@ -211,7 +211,8 @@ class Segmenter(DenseTask):
         each query sees the prefix tokens, the queries and the patches its
         mask covers (logit > 0 at the patch grid); with probability `1 -
         probability` a query's mask is lifted (drawn in training and, as in
-        transformers, at inference when `0 < probability < 1`)."""
+        transformers, at inference when `0 < probability < 1`; at inference
+        a probability weight of 0 lifts every mask)."""
         per_pixel = ops.transpose(mask_logits, (0, 2, 3, 1))
         at_grid = resize_bilinear(per_pixel, grid, align_corners=False)
         batch = ops.shape(at_grid)[0]
@@ -219,6 +220,11 @@ class Segmenter(DenseTask):
         if self.mask_probabilities_static_below_one or training:
             draw = keras.random.uniform((batch, self.num_queries, 1), seed=self.seed_generator)
             covered = ops.logical_or(covered, draw >= ops.cast(probability, draw.dtype))
+        else:
+            # The weight decides, not the constructor's value: a block that
+            # `MaskAnnealing` brought to 0 attends unmasked, as in training
+            # (transformers skips the masks where `attn_mask_probs` is 0).
+            covered = ops.logical_or(covered, ops.cast(probability, "float32") <= 0)
         lead = self.num_queries + self.encoder.num_prefix_tokens
         rows = ops.concatenate([ops.ones((batch, self.num_queries, lead), "bool"), covered], axis=2)
         rest = ops.ones((batch, tokens - self.num_queries, tokens), "bool")
