@@ -7,23 +7,23 @@ is left as it was. The pictures it shows are the examples' own."""
 
 import os
 
-import keras
 import numpy as np
 import pytest
 
 import keras_vit
+from conftest import runs_once
 from docs_blocks import DOCS, python_blocks, run_blocks, workspace
 
 pytest.importorskip("transformers")
 pytest.importorskip("torch")
 pytest.importorskip("skimage.data")
 GUIDE = DOCS / "guides" / "depth_and_segmentation.md"
-
-
 # The guide is run once, in the torch job, where its fits and its ONNX export
 # are quickest (about a third of jax's and tensorflow's time here); every
 # call it makes is tested on each backend in tests/test_dense_*.py.
-@pytest.mark.skipif(keras.backend.backend() != "torch", reason="the depth and segmentation guide runs in the torch job")
+pytestmark = runs_once("torch", "a guide's calls are tested on every backend by the library's tests")
+
+
 def test_depth_and_segmentation_guide_runs(tmp_path):
     pytest.importorskip("onnxruntime")
     blocks = [b for b in python_blocks(GUIDE) if not b.skip]
