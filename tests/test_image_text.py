@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import keras_vit
+from conftest import runs_once
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from image_text_dirs import (
     FAMILIES,
@@ -218,6 +219,9 @@ def test_zero_shot_command_ranks_the_classes(tmp_path, capsys):
 GUIDE = "docs/guides/zero_shot.md"
 
 
+# jax's ONNX export of these tiny towers is the quickest; each backend's
+# export of the classifier and the text tower is test_image_text_export.py's.
+@runs_once("jax", "a guide's calls are tested on every backend by the library's tests")
 def test_zero_shot_guide_runs(tmp_path, monkeypatch):
     """The guide's blocks, in order in one namespace, as a reader pastes them;
     each python block runs here or says why not."""

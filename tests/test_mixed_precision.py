@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared, to_numpy
+from conftest import DEIT_NPZ, TINY, imagenet_preprocess, inference, requires_shared, to_numpy
 
 # Tolerances on softmax probabilities: bfloat16 keeps 8 mantissa bits.
 POLICIES = {"mixed_bfloat16": 3e-2, "mixed_float16": 5e-3}
@@ -17,7 +17,7 @@ def test_mixed_precision_close_to_float32(rng, policy, atol):
     for w in reference.weights:
         w.assign(rng.normal(scale=0.3, size=w.shape).astype("float32"))
     x = rng.uniform(-1, 1, (4, 32, 32, 3)).astype("float32")
-    expected = to_numpy(reference(x))
+    expected = inference(reference, x)
     model = keras_vit.ViT(**TINY, classes=5, dtype=policy)
     model.set_weights(reference.get_weights())
     assert model.get_layer("encoderblock_0").compute_dtype == policy.split("_")[1]
@@ -63,7 +63,7 @@ def test_real_weights_keep_their_top1_under_mixed_precision(policy):
 
     batch = np.stack([imagenet_preprocess(skimage.data.chelsea()), imagenet_preprocess(skimage.data.coffee())])
     reference = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu")
-    expected = to_numpy(reference(batch)).argmax(-1)
+    expected = inference(reference, batch).argmax(-1)
     assert expected[0] in (281, 282, 285) and expected[1] == 967, expected
     model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu", dtype=policy)
-    np.testing.assert_array_equal(to_numpy(model(batch)).argmax(-1), expected)
+    np.testing.assert_array_equal(inference(model, batch).argmax(-1), expected)

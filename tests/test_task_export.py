@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import keras_vit
+from conftest import runs_once
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit import export
 from sam_dirs import sam_dir
@@ -50,7 +51,7 @@ def test_sam_prompt_decoder_exports(format, tmp_path):
 # takes minutes on tensorflow and torch); each backend's ONNX export of these
 # layers is the pipeline's, tested with image models in test_export.py, and
 # the decoder's own inputs and outputs per backend above.
-@pytest.mark.skipif(BACKEND != "jax", reason="the detection guide runs in the jax job")
+@runs_once("jax", "a guide's calls are tested on every backend by the library's tests")
 def test_detection_and_masks_guide_runs(tmp_path):
     """The guide's code, in order, as a reader pastes it: a detector of
     fixed queries served from ONNX Runtime, and SAM served as two ONNX
