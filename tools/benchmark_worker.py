@@ -25,7 +25,6 @@ if __name__ == "__main__":
     checkout.bind_tools()
 
 from keras_vit_tools.benchmark import ARCHS, DINOV3_CONFIG, TIMM_ARCHS  # noqa: E402
-from keras_vit_tools.benchmark import ARCHS, DINOV3_CONFIG  # noqa: E402
 from keras_vit_tools.benchmark_tasks import TASK_ARCHS  # noqa: E402
 
 CLASSES = 1000
