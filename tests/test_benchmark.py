@@ -459,3 +459,94 @@ def test_kernel_timings_compiled_rows(tmp_path):
                                             "eager, oneDNN forced"]
     assert all(float(r[1]) > 0 and float(r[3]) > 0 for r in rows)
     assert not switches.is_forced("onednn")
+
+
+def _task_spec(workload, system):
+    kind, arch, image, batch = benchmark.WORKLOADS[workload]
+    return dict(system=system, workload=workload, kind=kind, arch=arch, image=image, batch=batch, dtype="float32",
+                warmup=0, reps=1)
+
+
+def _one_call(step, warmup, reps):
+    return 0.0, [step() is not None]
+
+
+@pytest.mark.parametrize("workload", ["infer-da2-tiny-bs1", "infer-eomt-tiny-bs1"])
+def test_dense_task_workloads_compute_transformers_outputs(workload):
+    """keras_vit's dense task model, read from the directory of transformers'
+    model of the workload's config, computes transformers' outputs: the
+    benchmark's check of the two runs' output shapes and statistics passes."""
+    pytest.importorskip("transformers")
+    from keras_vit_tools import benchmark_tasks
+
+    assert workload in benchmark.DENSE_SMOKE_WORKLOADS and benchmark.case_flops(workload) is None
+    spec = _task_spec(workload, "hf-sdpa")
+    x = np.random.default_rng(0).normal(size=(1, spec["image"], spec["image"], 3)).astype("float32")
+    _, _, _, info, _ = benchmark_tasks.run_hf(spec, x, _one_call)
+    theirs = dict(spec, status="ok", info=info)
+    system = f"keras_vit-{keras.backend.backend()}"
+    _, step, info = benchmark_tasks.run_keras_task(dict(spec, system=system), x)
+    step()
+    ours = dict(spec, system=system, status="ok", info=info)
+    assert info["backend"] == keras.backend.backend()
+    assert set(info["outputs"]) == set(benchmark_tasks.DENSE_OUTPUTS[benchmark_tasks.CONFIGS[spec["arch"]][0]])
+    assert benchmark.output_check(ours, theirs) == "outputs as hf-sdpa's", (info["outputs"], theirs["info"])
+    # The check can fail: a statistic off by more than its tolerance, a shape.
+    name = next(iter(info["outputs"]))
+    off = {**info["outputs"][name], "mean": info["outputs"][name]["mean"] + info["outputs"][name]["mean_abs"]}
+    assert "differ" in benchmark.output_check(dict(ours, info=dict(outputs={**info["outputs"], name: off})), theirs)
+    short = {**info["outputs"][name], "shape": info["outputs"][name]["shape"][:-1]}
+    assert "shapes" in benchmark.output_check(dict(ours, info=dict(outputs={**info["outputs"], name: short})), theirs)
+
+
+def test_keras_hub_depth_task_has_transformers_sizes():
+    """keras-hub's Depth Anything of a dense workload's config holds
+    transformers' trainable parameters (keras-hub keeps a second, frozen copy
+    of the position embeddings) and its depth map's shape; keras-hub has no EoMT."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("keras_hub")
+    from keras_vit_tools import benchmark_tasks, benchmark_worker
+
+    arch, image = benchmark.WORKLOADS["infer-da2-tiny-bs1"][1:3]
+    reference = sum(p.numel() for p in benchmark_tasks._transformers_model(arch, image).parameters())
+    model = benchmark_tasks.keras_hub_depth_anything(benchmark_tasks.CONFIGS[arch][1], image)
+    assert sum(int(np.prod(v.shape)) for v in model.trainable_weights) == reference
+    system = f"keras_hub-{keras.backend.backend()}"
+    spec = _task_spec("infer-da2-tiny-bs1", system)
+    x = np.random.default_rng(0).normal(size=(1, image, image, 3)).astype("float32")
+    _, step, info = benchmark_tasks.run_keras_hub_task(spec, x)
+    step()
+    theirs = dict(system="hf-sdpa", info=dict(outputs={"predicted_depth": dict(shape=[1, image, image])}))
+    assert benchmark.output_check(dict(spec, info=info), theirs) == "output shapes as hf-sdpa's"
+    with pytest.raises(benchmark_worker.Unavailable, match="keras_hub has no EoMT-tiny"):
+        benchmark_worker.run_task(_task_spec("infer-eomt-tiny-bs1", system), x)
+
+
+def test_task_presets_name_known_cases():
+    """`--preset tasks` and `--preset dense` name task workloads and known
+    systems, keras-hub only where it has the model; the dense rows run at
+    the published sizes (Depth Anything V2 Small: 37 x 37 patches of 14 px,
+    EoMT-S: 40 x 40 of 16 px and 200 queries)."""
+    from keras_vit_tools import benchmark_tasks
+
+    for preset in ("tasks", "dense"):
+        cases = [(w, d, s) for workloads, dtypes, systems in benchmark.PRESETS[preset]
+                 for w in workloads for d in dtypes for s in systems]
+        assert len(set(cases)) == len(cases) and {d for _, d, _ in cases} == {"float32"}
+        for workload, _, system in cases:
+            arch = benchmark.WORKLOADS[workload][1]
+            assert arch in benchmark_tasks.TASK_ARCHS and "tiny" not in arch and system in benchmark.SYSTEMS
+            if system.startswith("keras_hub"):
+                assert benchmark_tasks.CONFIGS[arch][0] in benchmark_tasks.KERAS_HUB_TASKS, (workload, system)
+    dense = {}
+    for workloads, _, systems in benchmark.PRESETS["dense"]:
+        for workload in workloads:
+            dense.setdefault(workload, set()).update(systems)
+    assert dense["infer-da2-s-518-bs1"] == {*benchmark.KERAS_SYSTEMS, "hf-sdpa"}
+    assert dense["infer-eomt-s-640-bs1"] == {*benchmark.KERAS_SYSTEMS[:3], "hf-sdpa"}
+    da2, eomt = (benchmark_tasks.CONFIGS[benchmark.WORKLOADS[w][1]][1] for w in benchmark.DENSE_WORKLOADS)
+    encoder = da2["backbone_config"]
+    assert (encoder["hidden_size"], encoder["num_hidden_layers"], encoder["num_attention_heads"]) == (384, 12, 6)
+    assert benchmark.WORKLOADS["infer-da2-s-518-bs1"][2] // encoder["patch_size"] == 37
+    assert benchmark.WORKLOADS["infer-eomt-s-640-bs1"][2] // eomt["patch_size"] == 40
+    assert (eomt["hidden_size"], eomt["num_queries"], eomt["num_blocks"]) == (384, 200, 3)

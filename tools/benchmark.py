@@ -46,6 +46,9 @@ Usage:
     python tools/benchmark.py --preset tasks --rounds 2 --name cpu-tasks
         # OWLv2 B/16 at 960 px, SAM ViT-B at 1024 px and SAM's decoder per
         # click beside transformers (tools/benchmark_tasks.py)
+    python tools/benchmark.py --preset dense --name dense-cpu-avx512
+        # Depth Anything V2 Small at 518 px beside transformers and keras-hub,
+        # EoMT-S at 640 px beside transformers (tools/benchmark_tasks.py)
     python tools/benchmark.py --systems keras_vit-jax,hf-sdpa \\
         --workloads infer-b16-bs8 --dtypes float32 --output /tmp/benchmark
 """
@@ -145,9 +148,18 @@ WORKLOADS = {
     "infer-owlv2-tiny-bs1": ("infer", "OWLv2-tiny", 32, 1),
     "infer-sam-tiny-bs1": ("infer", "SAM-tiny", 32, 1),
     "infer-sam-decoder-tiny-bs1": ("infer", "SAM-decoder-tiny", 32, 1),
+    # Dense tasks (tools/benchmark_tasks.py): Depth Anything V2 Small at its
+    # 518 px (37 x 37 patches), EoMT-S at its 640 px (40 x 40 patches and
+    # 200 queries).
+    "infer-da2-s-518-bs1": ("infer", "DA2-S", 518, 1),
+    "infer-eomt-s-640-bs1": ("infer", "EoMT-S", 640, 1),
+    "infer-da2-tiny-bs1": ("infer", "DA2-tiny", 56, 1),
+    "infer-eomt-tiny-bs1": ("infer", "EoMT-tiny", 32, 1),
 }
 TASK_WORKLOADS = ("infer-owlv2-b16-960-bs1", "infer-sam-b-1024-bs1", "infer-sam-decoder-bs1")
 TASK_SMOKE_WORKLOADS = ("infer-owlv2-tiny-bs1", "infer-sam-tiny-bs1", "infer-sam-decoder-tiny-bs1")
+DENSE_WORKLOADS = ("infer-da2-s-518-bs1", "infer-eomt-s-640-bs1")
+DENSE_SMOKE_WORKLOADS = ("infer-da2-tiny-bs1", "infer-eomt-tiny-bs1")
 DEFAULT_WORKLOADS = ("infer-b16-bs1", "infer-b16-bs8", "train-s16-bs16")
 SMOKE_WORKLOADS = ("infer-tiny-bs2", "train-tiny-bs2")
 GPU_WORKLOADS = ("infer-b16-bs64", "infer-l16-bs64", "train-b16-bs32", "train-l16-bs32")
@@ -234,6 +246,13 @@ PRESETS = {
     "tasks": (
         (TASK_WORKLOADS, ("float32",), ("keras_vit-jax", "keras_vit-tensorflow", "keras_vit-torch", "hf-sdpa",
                                         "hf-eager")),
+    ),
+    # `--preset dense`: Depth Anything V2 Small at 518 px against
+    # transformers' and keras-hub's on each backend, and EoMT-S at 640 px
+    # against transformers' (keras-hub has no EoMT), batch 1, float32.
+    "dense": (
+        (DENSE_WORKLOADS[:1], ("float32",), (*KERAS_SYSTEMS, "hf-sdpa")),
+        (DENSE_WORKLOADS[1:], ("float32",), (*KERAS_SYSTEMS[:3], "hf-sdpa")),
     ),
 }
 # Matmul peaks, one process each (`tools/benchmark_worker.py::run_peak`).
@@ -370,9 +389,48 @@ def own_peak_key(system, dtype):
     return None
 
 
+# The transformers systems a dense case's outputs are compared with, in order.
+REFERENCES = ("hf-sdpa", "hf-eager")
+# How close two runs' output statistics must be (of the reference's mean |x|).
+OUTPUT_RTOL = 1e-3
+
+
+def output_check(row, reference):
+    """How a dense task case's outputs (`info["outputs"]`, shapes and
+    statistics) compare with a transformers case's, or None where either
+    has none. Statistics are compared only for systems that compute with
+    transformers' weights (keras_vit reads them; keras-hub has its own)."""
+    ours, theirs = row.get("info", {}).get("outputs"), reference.get("info", {}).get("outputs")
+    if not ours or not theirs:
+        return None
+    name = reference["system"]
+    shapes = {key: value["shape"] for key, value in ours.items()}
+    expected = {key: value["shape"] for key, value in theirs.items()}
+    if shapes != expected:
+        return f"output shapes {shapes} differ from {name}'s {expected}"
+    if row["system"].startswith("keras_hub"):
+        return f"output shapes as {name}'s"
+    far = [key for key, value in ours.items()
+           if any(abs(value[stat] - theirs[key][stat]) > OUTPUT_RTOL * theirs[key]["mean_abs"]
+                  for stat in ("mean", "mean_abs"))]
+    return f"output statistics differ from {name}'s: {far}" if far else f"outputs as {name}'s"
+
+
+def check_outputs(rows):
+    """Sets `outputs_check` on every dense task row that has a transformers row of its case to compare with."""
+    for (workload, dtype, system), row in rows.items():
+        references = [rows.get((workload, dtype, name)) for name in REFERENCES if name != system]
+        reference = next((r for r in references if r and r["status"] == "ok"), None)
+        if row["status"] == "ok" and reference is not None:
+            check = output_check(row, reference)
+            if check:
+                row["outputs_check"] = check
+
+
 def finish(report, rows, started, prefix):
-    """Adds FLOP rates and ratios to the rows and writes the report."""
+    """Adds FLOP rates, output checks and ratios to the rows and writes the report."""
     peaks = report["peak"].get("gflops", {})
+    check_outputs(rows)
     for row in rows.values():
         if row["status"] == "ok":
             peak = max((v for k, v in peaks.items() if k.endswith(row["dtype"])), default=None)
@@ -468,7 +526,9 @@ def parse_args(argv):
                         " --dtypes; 'cpu': float32 at 224, 384 and 518 px, bfloat16 inference"
                         " per backend, OpenVINO float32 and bf16, the S/16 training step;"
                         " 'gpu': bfloat16 B/16 and L/16 inference (batch 64) and training"
-                        " (batch 32) against keras-hub, HF and timm, then float32")
+                        " (batch 32) against keras-hub, HF and timm, then float32; 'tasks': OWLv2"
+                        " and SAM, 'dense': Depth Anything V2 Small and EoMT-S, beside transformers'"
+                        " (and keras-hub's Depth Anything)")
     parser.add_argument("--output", default="benchmark",
                         help="output path prefix: writes PREFIX.md and PREFIX.json")
     parser.add_argument("--name", default=None,

@@ -63,6 +63,8 @@ def to_markdown(report):
         note = "" if ok else f"{row['status']}: {row.get('reason', '')}"[:120]
         if ok and row.get("info", {}).get("jit_compile"):
             note = f"jit_compile={row['info']['jit_compile']}"
+        if ok and row.get("outputs_check"):
+            note = f"{note} {row['outputs_check']}".strip()
         if ok and row.get("device_peak_mib"):
             note = f"{note} device peak {row['device_peak_mib']:.0f} MiB".strip()
         lines.append(

@@ -453,9 +453,16 @@ def run_task(spec, x):
     system = spec["system"]
     if system.startswith("hf-"):
         return benchmark_tasks.run_hf(spec, x, _timed)
-    if not system.startswith("keras_vit-") or "+" in system or spec["dtype"] != "float32":
+    if "+" in system or spec["dtype"] != "float32":
         return None
-    build, step, info = benchmark_tasks.run_keras_task(spec, x)
+    if system.startswith("keras_vit-"):
+        build, step, info = benchmark_tasks.run_keras_task(spec, x)
+    elif system.startswith("keras_hub-"):
+        if benchmark_tasks.CONFIGS[spec["arch"]][0] not in benchmark_tasks.KERAS_HUB_TASKS:
+            raise Unavailable(f"keras_hub has no {spec['arch']}")
+        build, step, info = benchmark_tasks.run_keras_hub_task(spec, x)
+    else:
+        return None
     first, times = _timed(step, spec["warmup"], spec["reps"])
     return build, first, times, info, step
 
@@ -491,7 +498,7 @@ def run(spec):
     if spec["arch"] in TASK_ARCHS:
         case = run_task(spec, x)
         if case is None:
-            return {"status": "skipped", "reason": "tasks: keras_vit and transformers systems only"}
+            return {"status": "skipped", "reason": "tasks: float32 on keras_vit, keras-hub and transformers only"}
         build, first, times, info, step = case
         torch_engine = spec["system"].startswith("hf") or "-torch" in spec["system"]
     elif deployed:
