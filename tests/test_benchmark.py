@@ -441,6 +441,16 @@ def test_task_workloads_run_on_both_sides(arch):
     assert info["backend"] == keras.backend.backend() and out is not None
 
 
+@pytest.mark.parametrize("system", ["hf-sdpa", "keras_vit-jax", "keras_vit-torch+frozen"])
+def test_task_cases_in_another_dtype_are_skipped_on_every_side(system):
+    """The task workloads run in float32: a bfloat16 case is a skip, not
+    transformers' float32 model reported under a bfloat16 label."""
+    from keras_vit_tools import benchmark_worker
+
+    spec = dict(system=system, arch="SAM-tiny", image=32, dtype="bfloat16", warmup=0, reps=1)
+    assert benchmark_worker.run_task(spec, np.zeros((1, 32, 32, 3), "float32")) is None
+
+
 def test_kernel_timings_compiled_rows(tmp_path):
     """`--compiled`: torch's training step compiled with the library's paths and
     portable, and eager with oneDNN forced; the other backends say why not."""

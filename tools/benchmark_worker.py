@@ -451,10 +451,10 @@ def run_task(spec, x):
     from keras_vit_tools import benchmark_tasks
 
     system = spec["system"]
+    if "+" in system or spec["dtype"] != "float32":
+        return None  # transformers' task models too: they would run in float32 under another label
     if system.startswith("hf-"):
         return benchmark_tasks.run_hf(spec, x, _timed)
-    if "+" in system or spec["dtype"] != "float32":
-        return None
     if system.startswith("keras_vit-"):
         build, step, info = benchmark_tasks.run_keras_task(spec, x)
     elif system.startswith("keras_hub-"):
