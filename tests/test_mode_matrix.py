@@ -10,6 +10,7 @@ import pathlib
 
 import pytest
 
+from conftest import runs_once
 from kernel_helpers import BACKEND
 from mode_matrix import (
     DEFAULT_MODE, MODES, PATH_SETS, REFUSALS, STANDS_ASIDE, alternatives, assert_agrees, check_paths,
@@ -93,6 +94,7 @@ def _names(cell):
     return [name.strip().strip("`") for name in cell.split(",")]
 
 
+@runs_once("torch", "the tables name every backend's paths and refusals")
 def test_the_docs_list_every_path_that_stands_aside_and_every_refusal():
     """docs/guides/modes.md's table of paths that stand aside names each
     (backend, mode, path) the matrix lets stand aside, with a reason, and its
