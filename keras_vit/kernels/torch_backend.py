@@ -133,9 +133,11 @@ def onednn_computes(x, kernel, bias):
     under `torch.compile` (inductor picks its own GEMM)."""
     import torch
 
-    if x.device.type != "cpu" or x.dim() < 2:
+    # `compiling()` first: torch.compile cannot trace `mkldnn.is_available`
+    # and would break the graph at every projection.
+    if compiling() or x.device.type != "cpu" or x.dim() < 2:
         return False
-    if not torch.backends.mkldnn.is_available() or compiling():
+    if not torch.backends.mkldnn.is_available():
         return False
     if any(t is not None and t.dtype != x.dtype for t in (kernel, bias)):
         return False
