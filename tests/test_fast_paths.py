@@ -449,28 +449,41 @@ def test_assumed_hardware_nests_and_is_checked():
 
 
 @pytest.mark.parametrize("isa", hardware.ISAS)
+@pytest.mark.parametrize("vendor", ["amd", "intel"])
 @pytest.mark.parametrize("measured_faster", [True, False])
-def test_onednn_pays_on_avx512_or_where_measured_faster_on_packed_kernels_with_avx2(
-    isa, measured_faster
-):
-    """torch's oneDNN projections: taken on an AVX-512 CPU for any kernel, on an
-    AVX2-only one only for a kernel kept in oneDNN's layout (a `for_inference`
-    copy's) and there only where the measurement finds it faster, never on an
-    older CPU (the rule is a plain function of the hardware, the kernel and the
-    measurement, so it is checked on every backend)."""
-    x = np.ones((2, 2), "float32")
+def test_onednn_pays_where_it_beat_mkl_or_where_measured_faster_on_packed_kernels(isa, vendor, measured_faster):
+    """torch's oneDNN projections: taken for any kernel on an AMD CPU with
+    AVX-512 and, on an Intel one, in bfloat16; elsewhere with AVX2 or
+    AVX-512 only for a kernel kept in oneDNN's layout (a `for_inference`
+    copy's) and there only where the measurement finds it faster; never on
+    an older CPU (the rule is a plain function of the hardware, the dtype,
+    the kernel and the measurement, so it is checked on every backend)."""
 
     class Marked:  # a kernel that `pack_for_inference` marked
         pass
 
     packed = Marked()
     setattr(packed, torch_backend.PACKING, torch_backend.Packing())
-    with hardware.assume(cpu_isa=isa), measured.assume(measured_faster):
-        assert torch_backend.onednn_pays(x) == (isa == "avx512")
-        assert torch_backend.onednn_pays(x, x) == (isa == "avx512")
-        assert torch_backend.onednn_pays(x, packed) == (
-            isa == "avx512" or (isa == "avx2" and measured_faster)
-        )
+    for dtype in ("float32", "bfloat16"):
+        x = keras.ops.ones((2, 2), dtype)
+        plain = isa == "avx512" and (vendor == "amd" or dtype == "bfloat16")
+        with hardware.assume(cpu_isa=isa, cpu_vendor=vendor), measured.assume(measured_faster):
+            assert torch_backend.onednn_pays(x) == plain, dtype
+            assert torch_backend.onednn_pays(x, x) == plain, dtype
+            assert torch_backend.onednn_pays(x, packed) == (
+                plain or (isa in ("avx2", "avx512") and measured_faster)
+            ), dtype
+
+
+def test_the_vendor_is_read_and_assumed():
+    assert hardware.cpu_vendor() in hardware.VENDORS
+    with hardware.assume(cpu_vendor="amd"):
+        assert hardware.cpu_vendor() == "amd"
+        with hardware.assume(cpu_isa="avx2"):
+            assert (hardware.cpu_vendor(), hardware.cpu_isa()) == ("amd", "avx2")
+    with pytest.raises(ValueError, match="cpu_vendor.*Received: cpu_vendor='arm'"):
+        with hardware.assume(cpu_vendor="arm"):
+            pass
 
 
 def test_measurement_keeps_the_faster_and_remembers_it_by_key():
@@ -538,17 +551,18 @@ def test_torch_packed_kernel_with_avx2_is_timed_once_a_shape(rng, monkeypatch):
         assert len(timings) == 2 and paths == ["torch_linear"]
 
 
-@pytest.mark.parametrize("isa", ["avx512", "avx2"])
-def test_torch_dense_follows_the_rule_end_to_end(rng, isa):
-    """On torch, the same call takes oneDNN on an (assumed) AVX-512 CPU and
-    `F.linear` on an AVX2-only one, with the same numbers."""
+@pytest.mark.parametrize("isa, vendor", [("avx512", "amd"), ("avx512", "intel"), ("avx2", "amd")])
+def test_torch_dense_follows_the_rule_end_to_end(rng, isa, vendor):
+    """On torch, the same float32 call takes oneDNN on an (assumed) AMD CPU
+    with AVX-512 and `F.linear` on an Intel one or an AVX2-only one, with the
+    same numbers."""
     if BACKEND != "torch":
         pytest.skip("the oneDNN projections are torch's")
     x = rng.normal(size=(2, 5, 8)).astype("float32")
     kernel = rng.normal(size=(8, 12)).astype("float32")
-    with hardware.assume(cpu_isa=isa), taken() as paths:
+    with hardware.assume(cpu_isa=isa, cpu_vendor=vendor), taken() as paths:
         got = to_numpy(kernels.dense(x, kernel))
-    assert paths == (["onednn"] if isa == "avx512" else ["torch_linear"])
+    assert paths == (["onednn"] if (isa, vendor) == ("avx512", "amd") else ["torch_linear"])
     np.testing.assert_allclose(got, x @ kernel, atol=1e-5)
 
 

@@ -11,6 +11,10 @@ an AVX2-only one (docs/performance.md). So each override's rule
   from the CPU's flags (`/proc/cpuinfo`, else torch's
   `get_cpu_capability()` where torch is loaded) and capped by oneDNN's
   `ONEDNN_MAX_CPU_ISA` (or `DNNL_MAX_CPU_ISA`) where set.
+- `cpu_vendor()`: "intel", "amd" or "other", from `/proc/cpuinfo`'s
+  `vendor_id`. MKL, torch's default float32 GEMM, runs its AVX-512 code on
+  Intel CPUs and slower code on AMD ones, so the faster of it and oneDNN
+  depends on the vendor too (docs/performance.md).
 - `device()`: the backend's default device kind: "cpu", "gpu" or "tpu"
   (torch places each tensor itself; its rules read the tensor's device).
 
@@ -26,28 +30,32 @@ import pathlib
 import keras
 
 ISAS = ("baseline", "avx2", "avx512")
+VENDORS = ("intel", "amd", "other")
 _ASSUMED = {}
 
 
 @contextlib.contextmanager
-def assume(cpu_isa=None, device=None):
+def assume(cpu_isa=None, device=None, cpu_vendor=None):
     """Within this context the hardware rules see these values (None: the machine's).
 
     Args:
         cpu_isa: None or one of `ISAS`.
         device: None or "cpu", "gpu" or "tpu".
+        cpu_vendor: None or one of `VENDORS`.
 
     Example:
 
-    >>> with assume(cpu_isa="avx2", device="gpu"):
-    ...     cpu_isa(), device(), on_cpu(), on_accelerator()
-    ('avx2', 'gpu', False, True)
+    >>> with assume(cpu_isa="avx2", device="gpu", cpu_vendor="amd"):
+    ...     cpu_isa(), device(), on_cpu(), on_accelerator(), cpu_vendor()
+    ('avx2', 'gpu', False, True, 'amd')
     """
     if cpu_isa is not None and cpu_isa not in ISAS:
         raise ValueError(f"`cpu_isa` must be one of {ISAS}. Received: cpu_isa={cpu_isa!r}")
     if device is not None and device not in ("cpu", "gpu", "tpu"):
         raise ValueError(f"`device` must be 'cpu', 'gpu' or 'tpu'. Received: device={device!r}")
-    given = {"cpu_isa": cpu_isa, "device": device}
+    if cpu_vendor is not None and cpu_vendor not in VENDORS:
+        raise ValueError(f"`cpu_vendor` must be one of {VENDORS}. Received: cpu_vendor={cpu_vendor!r}")
+    given = {"cpu_isa": cpu_isa, "device": device, "cpu_vendor": cpu_vendor}
     previous = dict(_ASSUMED)
     _ASSUMED.update({k: v for k, v in given.items() if v is not None})
     try:
@@ -69,6 +77,35 @@ def _cpu_isa():
     # oneDNN reads its cap once, when it loads: so does this.
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
     return _capped(_flags_isa(cpu_flags()), cap)
+
+
+def cpu_vendor():
+    """"intel", "amd" or "other": who made the CPU."""
+    if "cpu_vendor" in _ASSUMED:
+        return _ASSUMED["cpu_vendor"]
+    return _cpu_vendor()
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_vendor():
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return _vendor(line.split(":", 1)[1])
+    except OSError:
+        pass
+    return "other"
+
+
+def _vendor(vendor_id):
+    """The vendor of a CPUID vendor string.
+
+    Example:
+
+    >>> _vendor(" GenuineIntel"), _vendor("AuthenticAMD"), _vendor("CentaurHauls")
+    ('intel', 'amd', 'other')
+    """
+    return {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(vendor_id.strip(), "other")
 
 
 def device():

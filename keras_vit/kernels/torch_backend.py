@@ -4,11 +4,12 @@
   (`mkldnn._linear_pointwise`) forward and for the input's gradient, torch's
   `mm` for the weight's (`OneDNNLinear`); in inference the MLP's tanh GELU
   runs inside the GEMM as its post-op, and a `for_inference` copy's kernels
-  are reordered to oneDNN's layout once (`Packing`). Taken where oneDNN
-  runs AVX-512, and with AVX2 only on those packed kernels where a short
-  measurement at first use finds it faster (`onednn_pays`): torch's default
-  float32 GEMM was the slower one on AVX-512 CPUs and, on kernels oneDNN
-  must reorder at every call, the faster one with AVX2.
+  are reordered to oneDNN's layout once (`Packing`). Taken on AMD CPUs with
+  AVX-512, in bfloat16 on any AVX-512 CPU, and elsewhere (AVX2, an Intel
+  CPU's float32) only on those packed kernels where a short measurement at
+  first use finds it faster (`onednn_pays`): torch's default float32 GEMM
+  (MKL) was the slower one on AMD's AVX-512 CPUs and the faster one on
+  Intel's and, on kernels oneDNN must reorder at every call, with AVX2.
 - dense, "torch_linear": `F.linear` with torch's own reshapes (the bias
   added inside the GEMM, `addmm`, rather than in a pass over the output).
 - attention, "sdpa": `F.scaled_dot_product_attention` on strided
@@ -56,16 +57,19 @@ def transforms():
 
 
 def onednn_pays(x, kernel=None, *args):
-    """The hardware rule of "onednn": where oneDNN runs AVX-512, or measured faster on a packed kernel.
+    """The hardware rule of "onednn": where it beat `F.linear`, or where measured faster on a packed kernel.
 
-    On the AVX-512 CPUs measured, oneDNN's GEMM ran ViT's projections faster
-    than `F.linear` (MKL's sgemm; in bfloat16 `addmm` and copies of its
-    operands) with the kernel as it is. With AVX2 only it lost to `F.linear`
-    there, by reordering the kernel into its own layout on every call; on a
-    kernel already in that layout (a `for_inference` copy's, see `Packing`)
-    it won on a machine held to AVX2, which need not hold on every AVX2 CPU:
-    there the two are timed once for each shape at first use
-    (`measured.faster`; docs/performance.md).
+    On the AMD CPUs with AVX-512 measured, oneDNN's GEMM ran ViT's
+    projections faster than `F.linear` (MKL's sgemm, which takes slower code
+    on AMD CPUs; in bfloat16 `addmm` and copies of its operands) with the
+    kernel as it is. On an Intel CPU with AVX-512 MKL's float32 sgemm was the
+    faster (oneDNN 0.41-0.89x forward), and oneDNN stays the bfloat16 product
+    (1.3x as fast a model). With AVX2 only `F.linear` won, oneDNN reordering
+    the kernel into its own layout on every call. On a kernel already in that
+    layout (a `for_inference` copy's, see `Packing`) the answer differed
+    between machines: where the rules above leave `F.linear`, the two are
+    timed once for each shape at first use (`measured.faster`;
+    docs/performance.md).
 
     Example:
 
@@ -73,16 +77,23 @@ def onednn_pays(x, kernel=None, *args):
     >>> with hardware.assume(cpu_isa="avx2"):
     ...     onednn_pays(np.ones((2, 2), "float32"))
     False
+    >>> with hardware.assume(cpu_isa="avx512", cpu_vendor="amd"):
+    ...     onednn_pays(np.ones((2, 2), "float32"))
+    True
     """
     if compiling():
         return False  # Inductor lowers the products of a compiled graph itself
     isa = hardware.cpu_isa()
-    if isa == "avx512":
+    if isa == "avx512" and (hardware.cpu_vendor() != "intel" or _is_bfloat16(x)):
         return True
-    if isa != "avx2" or _packing(kernel) is None:
+    if isa not in ("avx2", "avx512") or _packing(kernel) is None:
         return False
     answer = measured.assumed()
     return answer if answer is not None else _packed_is_faster(x, kernel, *args)
+
+
+def _is_bfloat16(x):
+    return keras.backend.standardize_dtype(getattr(x, "dtype", "float32")) == "bfloat16"
 
 
 def _packed_is_faster(x, kernel, bias=None, axes=1, activation=None):
