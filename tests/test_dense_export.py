@@ -5,7 +5,9 @@ with image models in test_export.py (and a dict's outputs with SAM's
 decoder in test_task_export.py); here a segmenter in one format per
 backend, each a path of its own for named outputs (OpenVINO from a
 TensorFlow graph that keeps shape slices as outputs, LiteRT's signature
-runner, torch.export's dict), and a depth model in ONNX on each."""
+runner, torch.export's dict), and a depth model in another format per
+backend (SavedModel, ONNX, OpenVINO), so that each format carries a dense
+model's named outputs on some backend."""
 
 import keras
 import numpy as np
@@ -18,6 +20,7 @@ from keras_vit.export.pipeline import _exporter_modules
 
 BACKEND = keras.backend.backend()
 SEGMENTER_FORMATS = {"jax": "openvino", "tensorflow": "litert", "torch": "torch"}
+DEPTH_FORMATS = {"jax": "tf_saved_model", "tensorflow": "onnx", "torch": "openvino"}
 
 
 def _encoder():
@@ -54,14 +57,16 @@ def test_segmenter_exports_its_named_outputs(format, tmp_path):
         assert sorted(names) == ["class_queries_logits", "masks_queries_logits"]
 
 
-def test_depth_estimator_exports(tmp_path):
-    format = "onnx"
+@pytest.mark.parametrize("format", [DEPTH_FORMATS[BACKEND]])
+def test_depth_estimator_exports(format, tmp_path):
     _runtime_ready(format)
     model = keras_vit.DepthEstimator(_encoder(), (0, 1), (8, 16), (2, 0.5), fusion_size=8, head_size=4)
-    path = str(tmp_path / "depth.onnx")
+    path = str(tmp_path / ("depth" + export.SUFFIXES[format]))
     model.export(path, format=format)
     difference, outputs, _ = serving.verify_export(path, format, model, _images())
+    assert sorted(outputs) == ["predicted_depth"]
     assert difference <= 1e-4 and outputs["predicted_depth"].shape == (3, 32, 32)
-    import onnx
+    if format == "onnx":
+        import onnx
 
-    assert [o.name for o in onnx.load(path).graph.output] == ["predicted_depth"]
+        assert [o.name for o in onnx.load(path).graph.output] == ["predicted_depth"]

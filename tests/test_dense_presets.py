@@ -97,6 +97,11 @@ def test_strict_loading_names_what_it_does_not_know(tmp_path):
     (folder / "config.json").write_text(json.dumps(dict(config, head_dropout=0.1)))
     with pytest.raises(ValueError, match=r"\['head_dropout'\]"):
         keras_vit.from_preset(str(folder))
+    # A head keras_vit has no reader for (ZoeDepth's): the file, the model
+    # type and the task checkpoints it reads are named.
+    (folder / "config.json").write_text(json.dumps(dict(config, model_type="zoedepth")))
+    with pytest.raises(ValueError, match=r"(?s)config\.json.*'vit'.*'depth_anything'.*'eomt'.*'sam'.*model_type='zoedepth'"):
+        keras_vit.from_preset(str(folder))
 
 
 def test_transformers_refuses_what_it_cannot_hold(tmp_path):

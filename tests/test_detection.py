@@ -105,6 +105,9 @@ def test_fixed_queries_make_an_ordinary_model(tmp_path):
     model = _model("owlv2")
     fixed = model.with_queries(QUERIES)
     assert fixed.query_names == tuple(QUERIES)
+    # The detector's own layers, not copies: the same variables.
+    mine = {id(v) for v in model.image_encoder.weights + model.heads.weights}
+    assert mine <= {id(v) for v in fixed.weights}
     out = fixed.predict(IMAGES, verbose=0)
     np.testing.assert_allclose(out["logits"], _reference("owlv2")["logits"], rtol=0, atol=1e-4)
     path = str(tmp_path / "fixed.keras")

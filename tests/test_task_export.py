@@ -1,5 +1,6 @@
 """The task models as serving artifacts (`model.export`): SAM's prompt
-decoder in each format, and the detection and promptable masks guide run
+decoder, its image embedder and an OWLv2 detector of fixed queries in one
+format per backend (each format on some backend), and the detection and promptable masks guide run
 as written (an OWLv2 detector of fixed queries, and SAM served as it is
 meant to be, the image embedder once per image and the decoder per click,
 against `predict` and `keras_vit.segment_prompts`)."""
@@ -29,11 +30,33 @@ RNG = np.random.default_rng(0)
 # backend): the pipeline's formats are tested on every backend with image
 # models in test_export.py; this checks the decoder's inputs and outputs.
 DECODER_FORMATS = {"jax": "tf_saved_model", "tensorflow": "openvino", "torch": "openvino"}
+EMBEDDER_FORMATS = {"jax": "openvino", "tensorflow": "tf_saved_model", "torch": "onnx"}
+DETECTOR_FORMATS = {"jax": "onnx", "tensorflow": "openvino", "torch": "tf_saved_model"}
 
 
 @functools.lru_cache(maxsize=None)
 def _sam():
     return keras_vit.from_preset(sam_dir()[0])
+
+
+@pytest.mark.parametrize("format", [EMBEDDER_FORMATS[BACKEND]])
+def test_sam_image_embedder_exports(format, tmp_path):
+    embedder = _sam().image_embedder
+    path = embedder.export(str(tmp_path / f"embedder{export.SUFFIXES[format]}"), format=format)
+    images = RNG.normal(size=(2,) + tuple(embedder.input_shape[1:])).astype("float32")
+    diff, outputs, expected = export.verify_export(path, format, embedder, images)
+    assert np.shape(outputs) == np.shape(expected) and diff <= 1e-4, diff
+
+
+@pytest.mark.parametrize("format", [DETECTOR_FORMATS[BACKEND]])
+def test_fixed_query_detector_exports(format, tmp_path):
+    from detection_dirs import IMAGE_SIZE, detection_dir
+
+    detector = keras_vit.from_preset(detection_dir("owlv2")[0]).with_queries(["a cat", "a remote"])
+    path = detector.export(str(tmp_path / f"detector{export.SUFFIXES[format]}"), format=format)
+    images = RNG.normal(size=(2, IMAGE_SIZE, IMAGE_SIZE, 3)).astype("float32")
+    diff, outputs, _ = export.verify_export(path, format, detector, images)
+    assert sorted(outputs) == sorted(detector.predict(images, verbose=0)) and diff <= 1e-4, diff
 
 
 # ONNX: the guide's serving code (below).

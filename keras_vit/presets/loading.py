@@ -322,6 +322,7 @@ def describe_preset(handle):
         )
     if row is not None:
         return task_presets.task_source(directory, layout)
+    task_presets.check_readable(directory, layout)
     return _SOURCES[layout](directory)
 
 
@@ -442,5 +443,6 @@ def from_preset(handle, **overrides):
 
     if task_presets.task_preset(directory, layout) is not None:
         return task_presets.load_task(directory, layout, **overrides)
+    task_presets.check_readable(directory, layout)
     return build(_SOURCES[layout](directory), **overrides)
 

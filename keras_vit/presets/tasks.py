@@ -111,6 +111,24 @@ def task_preset(directory, layout):
     return TASK_PRESETS.get((layout, _config(directory).get(field)))
 
 
+def check_readable(directory, layout):
+    """Refuses a transformers directory whose `model_type` neither an image
+    family nor a task row reads, naming its `config.json`, the model type
+    and what keras_vit reads (its image models and task checkpoints)."""
+    if layout != "transformers":
+        return
+    from keras_vit.families.transformers_source import TRANSFORMERS_FAMILIES
+
+    kind = _config(directory).get("model_type")
+    if kind in TRANSFORMERS_FAMILIES.names or ("transformers", kind) in TASK_PRESETS:
+        return
+    tasks = sorted(name for (source, name) in TASK_PRESETS if source == "transformers")
+    raise ValueError(
+        f"Cannot build {os.path.join(directory, 'config.json')}: `model_type` must be one of the image "
+        f"models {TRANSFORMERS_FAMILIES.names} or the task checkpoints {tasks}. Received: model_type={kind!r}"
+    )
+
+
 def load_task(directory, layout, **overrides):
     """The task model of a task preset directory of `layout`, its weights
     loaded (what `keras_vit.from_preset` returns for one).

@@ -44,6 +44,11 @@ class FamilyRegistry:
     def __len__(self):
         return len(self.families)
 
+    @property
+    def names(self):
+        """The values of `field` some family reads, in the families' order."""
+        return list(self._by_name)
+
     def find(self, config):
         """The family that reads a config dict, by its `field`.
 
