@@ -252,6 +252,16 @@ def test_functions_are_short():
     assert long == []
 
 
+def test_class_names_are_unique_in_the_package():
+    """One meaning per name: a class name names one class of keras_vit."""
+    homes = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                homes.setdefault(node.name, []).append(_module_name(path))
+    assert {name: where for name, where in homes.items() if len(where) > 1} == {}
+
+
 def test_inspection_module_does_not_shadow_the_standard_library():
     assert not (PACKAGE / "inspect.py").exists()
     import keras_vit

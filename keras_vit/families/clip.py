@@ -347,7 +347,7 @@ class KerasHubClip(KerasHubFamily):
 
 
 # The text tower of `keras_hub>CLIPBackbone`: the fields of
-# `keras_vit.families.keras_hub_image_text.TextTower`; its blocks' norms and
+# `keras_vit.families.keras_hub_image_text.KerasHubTextTower`; its blocks' norms and
 # its final norm take fixed epsilons in keras-hub.
 KERAS_HUB_TEXT_TOWERS = {
     "keras_hub>CLIPBackbone": dict(

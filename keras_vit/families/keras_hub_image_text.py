@@ -42,7 +42,7 @@ from keras_vit.weights.rules import RuleTable
 ACTIVATIONS = {"quick_gelu": "quick_gelu", "gelu": "gelu", "gelu_approximate": "gelu_tanh"}
 
 
-class TextTower(NamedTuple):
+class KerasHubTextTower(NamedTuple):
     """The text side of a keras-hub two-tower backbone.
 
     Attributes:
@@ -65,7 +65,7 @@ class TextTower(NamedTuple):
 
 
 TEXT_TOWERS = {
-    name: TextTower(**record)
+    name: KerasHubTextTower(**record)
     for family in (clip, siglip)
     for name, record in family.KERAS_HUB_TEXT_TOWERS.items()
 }
@@ -77,7 +77,7 @@ def _unsupported(message):
 
 
 def text_tower(backbone):
-    """The `TextTower` of a preset's `config.json` dict.
+    """The `KerasHubTextTower` of a preset's `config.json` dict.
 
     Raises:
         ValueError: for a backbone without a text tower keras_vit reads.

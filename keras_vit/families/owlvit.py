@@ -230,7 +230,7 @@ def processor(config, file):
     return transformers_processor.preprocessing(file), bool(file.get("do_pad", False))
 
 
-class Parts(NamedTuple):
+class DetectorCheckpoints(NamedTuple):
     """A detector's state dict, split by tower, in the canonical layouts.
 
     Attributes:
@@ -255,7 +255,7 @@ def tables(config):
 
 
 def read(state, config, path):
-    """A detector's state dict as `Parts` (keys no table knows are kept in
+    """A detector's state dict as `DetectorCheckpoints` (keys no table knows are kept in
     `heads`, for the loader to report as unexpected).
 
     Args:
@@ -275,6 +275,6 @@ def read(state, config, path):
     text_params.update({k: text[k] for k in unknown})
     head_params, unknown = heads_table.to_canonical(rest)
     head_params.update({k: rest[k] for k in unknown})
-    return Parts(C.Checkpoint(path, "transformers", image_params, ignored),
+    return DetectorCheckpoints(C.Checkpoint(path, "transformers", image_params, ignored),
                  C.Checkpoint(path, "transformers", text_params),
                  C.Checkpoint(path, "transformers", head_params))

@@ -478,7 +478,7 @@ class KerasHubSiglip(KerasHubFamily):
 
 
 # The text tower of `keras_hub>SigLIPBackbone`: the fields of
-# `keras_vit.families.keras_hub_image_text.TextTower`.
+# `keras_vit.families.keras_hub_image_text.KerasHubTextTower`.
 KERAS_HUB_TEXT_TOWERS = {
     "keras_hub>SigLIPBackbone": dict(
         text_encoder="keras_hub>SigLIPTextEncoder",

@@ -7,7 +7,7 @@ not what an already compiled function does.
 
 - `export_mode()`: the exporters' form (every fast path off, backend
   workarounds for exporters on); `keras_vit.export` enters it.
-- `xla_compiled()`: tensorflow is tracing for XLA; `keras_vit.models.base`
+- `xla_compiled()`: tensorflow is tracing for XLA; `keras_vit.execution.tf_xla`
   enters it around the predict function it compiles.
 - `disabled(*names)`, `portable_only()`: fast paths off by name, or all.
 - `forced(*names)`: fast paths taken wherever they can compute, whatever
@@ -70,7 +70,7 @@ def exporting():
 def xla_compiled():
     """Within this context tensorflow traces the layers for XLA.
 
-    `keras_vit.models.base` enters it around the float32 predict function it
+    `keras_vit.execution.tf_xla` enters it around the float32 predict function it
     compiles with XLA on a tensorflow CPU; attention then groups heads as on
     jax (`keras_vit.kernels.xla.head_group`).
 

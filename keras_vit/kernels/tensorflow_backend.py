@@ -4,8 +4,8 @@
   whose GELU is `tf.nn.gelu` on the 2D product. TensorFlow's graph optimizer
   folds exactly that sequence into oneDNN's GEMM as its post-ops (`MatMul +
   BiasAdd + Gelu` into one op), and no other form of the same sum. The
-  graph runtime is where bfloat16 prediction runs (`keras_vit.models.base`),
-  and there a separate GELU costs most.
+  graph runtime is where bfloat16 prediction runs (`keras_vit.execution.tf_xla`
+  keeps it off XLA), and there a separate GELU costs most.
 - attention, "xla_attention" on a CPU: `xla.attention`, grouped heads only
   inside `xla_compiled()` (tensorflow's XLA-compiled predict function).
 - attention, "fused_attention" on a GPU: `keras.ops.dot_product_attention`.
