@@ -107,6 +107,15 @@ def test_a_misspelt_flag_is_named_with_the_closest(script, argv, flag, closest):
     assert "required" not in err
 
 
+def test_a_backend_flag_is_answered_with_keras_backend():
+    """`--backend jax` on a command: the answer is the environment variable,
+    not a list of the command's flags."""
+    status, heavy, _, err = _probe(ENTRY_POINTS["keras-vit"], "classify", "m", "a.jpg", "--backend", "jax")
+    assert status == 2 and heavy == []
+    assert "unrecognized argument '--backend'" in err and "KERAS_BACKEND=jax" in err, err
+    assert "valid:" not in err and "--top" not in err, err
+
+
 def test_threads_follow_the_flag_the_environment_or_the_cores(monkeypatch):
     from keras_vit_tools import front_end
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import reference
-from conftest import DEIT_NPZ, DEIT_SAFETENSORS, ROOT, TINY, requires_shared, to_numpy
+from conftest import DEIT_NPZ, DEIT_SAFETENSORS, ROOT, TINY, requires_shared, runs_once, to_numpy
 from synthetic import images, official_params
 
 from keras_vit_tools.convert import main
@@ -18,6 +18,7 @@ from keras_vit_tools.convert import main
 TINY_ARCH = json.dumps({k: v for k, v in TINY.items() if k != "image_size"})
 
 
+@runs_once("torch", "--help answers before any Keras backend is imported")
 def test_help_runs_as_a_script():
     result = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "convert.py"), "--help"],

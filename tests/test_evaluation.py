@@ -7,7 +7,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from conftest import DEIT_NPZ, IMAGENET_MEAN as MEAN, IMAGENET_STD as STD, ROOT, requires_shared
+from conftest import DEIT_NPZ, IMAGENET_MEAN as MEAN, IMAGENET_STD as STD, ROOT, requires_shared, runs_once
 from PIL import Image
 
 import keras_vit
@@ -95,6 +95,7 @@ def test_tf_data_source_matches_arrays():
     assert got.accuracy == expected.accuracy and got.num_test == 50
 
 
+@runs_once("jax", "the child process runs under jax whatever the job's backend")
 def test_tensorflow_is_imported_only_for_tf_data():
     code = (
         "import sys, numpy as np\n"
