@@ -213,7 +213,9 @@ def timm_models_page():
         "`keras_vit.from_preset(\"hf://timm/<name>.<tag>\")`, with timm's outputs. "
         "`keras_vit.list_models(pattern)` lists the names (`pretrained=True`: with their tags, as "
         "`timm.list_pretrained`); the arguments come from timm's own model functions "
-        "(`tools/timm_table.py`, [Families](guides/families.md#timms-vit-zoo)).", "",
+        "(`tools/timm_table.py`, [Families](guides/families.md#timms-vit-zoo)). Every listed "
+        "architecture, made tiny and at random by timm, loads and matches timm's outputs within 1e-4: "
+        "[the run of `tools/timm_parity.py`](results/timm-parity-torch.md).", "",
         "## Not built", "",
     ]
     lines += ["| Architecture | Why |", "| --- | --- |"] if pending or refused else [

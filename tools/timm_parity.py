@@ -110,7 +110,17 @@ def compare(timm, name, seed=0):
         loaded = keras_vit.from_preset(folder)
         got = keras.ops.convert_to_numpy(loaded(x))
         tokens = keras.ops.convert_to_numpy(loaded.forward_features(x))
+    expected, features = _as_tokens(expected, got), _as_tokens(features, tokens)
     return float(np.abs(got - expected).max()), float(np.abs(tokens - features).max())
+
+
+def _as_tokens(timm_array, keras_array):
+    """timm's NCHW feature map (SAM's neck) as keras_vit's `(batch, h * w, channels)` tokens."""
+    if timm_array.ndim == 4 and keras_array.ndim == 3:
+        return timm_array.transpose(0, 2, 3, 1).reshape(keras_array.shape)
+    if timm_array.ndim == 4 and keras_array.ndim == 4:
+        return timm_array.transpose(0, 2, 3, 1)
+    return timm_array
 
 
 def main(argv=None):
