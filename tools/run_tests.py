@@ -76,8 +76,10 @@ XLA_TEST_FLAG = "--xla_backend_optimization_level=0"
 XLA_BACKENDS = ("jax", "tensorflow")
 
 
-# The quick tier: the layers, one model contract, loading, the package's
-# structure and the command line, on one backend.
+# The quick tier, on one backend: the layers, the model contract, loading,
+# the package's structure (which imports every module on its own) and the
+# command line, and a file of each task, of zero-shot with its text tower,
+# of presets written out, of training presets and of inspection.
 QUICK = (
     "tests/test_layers.py",
     "tests/test_layer_contracts.py",
@@ -88,6 +90,13 @@ QUICK = (
     "tests/test_structure.py",
     "tests/test_registry.py",
     "tests/test_cli.py",
+    "tests/test_classify.py",
+    "tests/test_image_text.py",
+    "tests/test_dense_presets.py",
+    "tests/test_detection.py",
+    "tests/test_preset_export.py",
+    "tests/test_training_presets.py",
+    "tests/test_inspection.py",
 )
 
 
