@@ -7,6 +7,7 @@ sizes.
 """
 
 import importlib
+import json
 import subprocess
 import sys
 
@@ -107,6 +108,13 @@ def test_every_artifact_carries_class_names_and_preprocessing(format, models, ar
     # A model without names or record: the artifact says only what it has.
     bare = export.read_metadata(artifacts("hybrid", format), format)
     assert "class_names" not in bare and "preprocessing" not in bare and bare["raw_images"] is False
+    if format == "tf_saved_model":  # also attributes of the loaded SavedModel
+        import tensorflow as tf
+
+        loaded = tf.saved_model.load(path)
+        assert [n.decode() for n in loaded.class_names.numpy()] == CLASS_NAMES
+        assert export.metadata.decode(json.loads(loaded.keras_vit_metadata.numpy())) == meta
+        assert not hasattr(tf.saved_model.load(artifacts("hybrid", format)), "class_names")
 
 
 def test_onnx_projection_weights_are_initializers(artifacts):

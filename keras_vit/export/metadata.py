@@ -8,7 +8,7 @@ keeps such data:
 | --- | --- |
 | `"onnx"` | the model's `metadata_props` (`onnxruntime`: `session.get_modelmeta().custom_metadata_map`) |
 | `"openvino"` | the model's runtime info, section `keras_vit` (`model.get_rt_info(["keras_vit", key])`) |
-| `"tf_saved_model"` | `assets.extra/keras_vit.json` (the SavedModel's folder for files beside the graph, which TF Serving keeps) |
+| `"tf_saved_model"` | `assets.extra/keras_vit.json` (the SavedModel's folder for files beside the graph, which TF Serving keeps), and attributes of the loaded object: `keras_vit_metadata` (the entries as JSON) and `class_names` (`tf.saved_model.load(path).class_names`) |
 | `"litert"` | a metadata entry `keras_vit` of the flatbuffer (JSON) |
 | `"torch"` | the extra file `keras_vit.json` of the `.pt2` archive (`torch.export.load(..., extra_files=...)`) |
 

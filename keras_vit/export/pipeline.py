@@ -397,6 +397,8 @@ def _write(model, path, format, batch_size, verbose, naflex_length=None, spec=No
             export_torch(model, path, format, spec, metadata)
         elif (backend, format) == ("jax", "openvino"):
             _openvino_from_onnx(model, path, spec)
+        elif format == "tf_saved_model":
+            _saved_model(model, path, spec, verbose, metadata)
         else:
             # `keras.Model.export` itself: keras_vit's models route their
             # own `export` here.
@@ -408,6 +410,27 @@ def _write(model, path, format, batch_size, verbose, naflex_length=None, spec=No
     if metadata is not None and format != "torch":  # a .pt2 takes it as it is saved
         write_metadata(path, format, metadata)
     return path
+
+
+def _saved_model(model, path, spec, verbose, metadata):
+    """`keras.Model.export`'s SavedModel (a `serve` endpoint, `serving_default`
+    beside it), with the metadata also as string variables of the loaded
+    object: `keras_vit_metadata` (every entry, JSON) and `class_names` (where
+    the model records them), read by `tf.saved_model.load(path).class_names`."""
+    import json
+
+    import tensorflow as tf
+    from keras.export import ExportArchive
+
+    archive = ExportArchive()
+    archive.track_and_add_endpoint("serve", model, [spec])
+    if metadata is not None:
+        # The archive's root object is what `tf.saved_model.load` returns.
+        root = archive._tf_trackable
+        root.keras_vit_metadata = tf.Variable(json.dumps(metadata), trainable=False, name="keras_vit_metadata")
+        if "class_names" in metadata:
+            root.class_names = tf.Variable(json.loads(metadata["class_names"]), trainable=False, name="class_names")
+    archive.write_out(path, verbose=verbose)
 
 
 @contextlib.contextmanager
