@@ -67,9 +67,7 @@ def assume(cpu_isa=None, device=None, cpu_vendor=None):
 
 def cpu_isa():
     """"avx512", "avx2" or "baseline": the vector ISA the CPU's math libraries may use."""
-    if "cpu_isa" in _ASSUMED:
-        return _ASSUMED["cpu_isa"]
-    return _cpu_isa()
+    return _ASSUMED.get("cpu_isa") or _cpu_isa()
 
 
 @functools.lru_cache(maxsize=None)
@@ -81,20 +79,13 @@ def _cpu_isa():
 
 def cpu_vendor():
     """"intel", "amd" or "other": who made the CPU."""
-    if "cpu_vendor" in _ASSUMED:
-        return _ASSUMED["cpu_vendor"]
-    return _cpu_vendor()
+    return _ASSUMED.get("cpu_vendor") or _cpu_vendor()
 
 
 @functools.lru_cache(maxsize=None)
 def _cpu_vendor():
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("vendor_id"):
-                return _vendor(line.split(":", 1)[1])
-    except OSError:
-        pass
-    return "other"
+    vendor_id = _cpuinfo("vendor_id")
+    return "other" if vendor_id is None else _vendor(vendor_id)
 
 
 def _vendor(vendor_id):
@@ -110,9 +101,7 @@ def _vendor(vendor_id):
 
 def device():
     """The backend's default device kind: "cpu", "gpu" or "tpu"."""
-    if "device" in _ASSUMED:
-        return _ASSUMED["device"]
-    return _backend_device(keras.backend.backend())
+    return _ASSUMED.get("device") or _backend_device(keras.backend.backend())
 
 
 def on_cpu(*args):
@@ -141,14 +130,19 @@ def _backend_device(backend):
 @functools.lru_cache(maxsize=None)
 def cpu_flags():
     """The CPU's feature flags (lower case), e.g. {"avx2", "avx512f", ...}; empty if unknown."""
-    path = pathlib.Path("/proc/cpuinfo")
+    flags = _cpuinfo("flags")
+    return _torch_flags() if flags is None else frozenset(flags.split())
+
+
+def _cpuinfo(field):
+    """The value of the first `field` line of `/proc/cpuinfo`, or None."""
     try:
-        for line in path.read_text().splitlines():
-            if line.startswith("flags"):
-                return frozenset(line.split(":", 1)[1].split())
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(field):
+                return line.split(":", 1)[1]
     except OSError:
         pass
-    return _torch_flags()
+    return None
 
 
 def _torch_flags():
