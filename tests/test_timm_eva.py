@@ -16,7 +16,7 @@ import keras_vit
 import reference_families as ref
 from conftest import to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
-from keras_vit.weights.formats import timm_eva
+from keras_vit.families import eva as timm_eva
 
 SIZES = [(28, 28), (35, 42)]  # the checkpoint's, and larger and non-square
 ATOL = 1e-4

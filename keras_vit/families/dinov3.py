@@ -61,6 +61,14 @@ Facts about the files (`save_to_preset` of `keras_hub.models.DINOV3Backbone`):
   rotary embedding of transformers' DINOv3 (`rope="dinov3"`) on the patch
   tokens' queries and keys.
 
+timm Hub directories (`vit_*_patch16_dinov3*`, timm's `Eva` class) -> the
+canonical layout: the `Eva` tensor names and arguments are read by
+`keras_vit.families.eva`, with DINOv3's rotary settings from `timm_rotary`
+(`rope_type="dinov3"`: patch centres, `rope_temperature` the base, the half
+layout with `rope_rotate_half`). The architectures' arguments are rows of
+timm's table (`keras_vit.weights.formats.timm_architectures`); timm's pooled
+output is the patch tokens' mean after the final norm (`pooling="avg"`).
+
 The backbone's output is every token after the final norm; the family's
 pooled embedding is the class token of it (transformers' `pooler_output`),
 keras_vit's token pooling.
@@ -69,6 +77,7 @@ keras_vit's token pooling.
 import numpy as np
 
 from keras_vit.layers.config import qkv_biases
+from keras_vit.layers.rotary import RotarySpec
 from keras_vit.validation import pair
 from keras_vit.weights import canonical as C
 from keras_vit.weights.formats.conventions import keras_dense, keras_norm
@@ -374,3 +383,20 @@ class KerasHubDinov3(KerasHubFamily):
         """The gated MLP's names where the preset has one."""
         gated = bool(self.encoder_config(backbone).get("use_gated_mlp", False))
         return RuleTable(HUB_GATED) if gated else self.TABLE
+
+
+# --- timm ----------------------------------------------------------------------
+
+def timm_rotary(args):
+    """`(candidate variants, RotarySpec)` of timm's DINOv3 rotary embedding
+    (resolved `Eva` arguments with `rope_type="dinov3"`), for
+    `keras_vit.families.eva`.
+
+    Example:
+
+    >>> candidates, spec = timm_rotary({"rope_temperature": 100.0, "rope_rotate_half": True})
+    >>> candidates, spec.coordinates, spec.base, spec.layout
+    (('dinov3',), 'centered', 100.0, 'half')
+    """
+    layout = "half" if args["rope_rotate_half"] else "interleaved"
+    return ("dinov3",), RotarySpec("centered", args["rope_temperature"], "yx", layout)

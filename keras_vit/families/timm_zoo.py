@@ -6,7 +6,7 @@ table `tools/timm_table.py` writes from timm's model functions). A timm Hub
 directory (`config.json` + `model.safetensors`, local or `hf://timm/...`)
 is read by the module of its model class (`READERS`): `VisionTransformer`
 (and DeiT's distilled one) by `keras_vit.weights.formats.timm`, `Eva` by
-`timm_eva`, the relative-position ViTs by `keras_vit.families.vit_relpos`,
+`keras_vit.families.eva`, the relative-position ViTs by `keras_vit.families.vit_relpos`,
 the hybrids (a `HybridEmbed` patch embedding on a ResNet or a convolution stem) by
 `keras_vit.families.vit_hybrid`, SAM's image encoder (`VisionTransformerSAM`)
 by `keras_vit.families.sam`. `NOT_BUILT` is the one list of the names
@@ -28,10 +28,10 @@ import os
 import types
 from typing import NamedTuple
 
-from keras_vit.families import sam, vit_hybrid, vit_relpos
-from keras_vit.weights.formats.timm_architectures import ARCHITECTURES, TIMM_VERSION
+from keras_vit.families import eva, sam, vit_hybrid, vit_relpos
 from keras_vit.weights.files import read_json
-from keras_vit.weights.formats import timm, timm_eva
+from keras_vit.weights.formats import timm
+from keras_vit.weights.formats.timm_architectures import ARCHITECTURES, TIMM_VERSION
 
 # The names keras_vit does not build (timm's patterns), each with its
 # status and reason: `{pattern: ("pending" or "refused", reason)}`;
@@ -65,7 +65,7 @@ FAMILIES = (
     ("ViT", ("vit_*",)),
 )
 # timm's model class -> the module reading its Hub directories.
-READERS = {"VisionTransformer": timm, "VisionTransformerDistilled": timm, "Eva": timm_eva,
+READERS = {"VisionTransformer": timm, "VisionTransformerDistilled": timm, "Eva": eva,
            "VisionTransformerRelPos": vit_relpos,
            # SAM's image encoder (`samvit_*`): the SAM family's timm reader.
            "VisionTransformerSAM": types.SimpleNamespace(model_arguments=sam.timm_arguments,

@@ -12,9 +12,9 @@ the weights strictly (`keras_vit.weights.loader`):
 | layout | recognised by | reader |
 | --- | --- | --- |
 | keras_vit | `config.json` registered as `keras_vit>...` | Keras (`model.weights.h5`) |
-| transformers ViT / DeiT / DINOv2 / DINOv3 / CLIP / SigLIP / ViTMAE | `config.json` with `model_type` | `weights.formats.transformers` (+ one `transformers_<family>` module each) |
-| timm Hub | `config.json` with `architecture` | `families.timm_zoo` chooses by timm's model class: `weights.formats.timm` (`VisionTransformer`), `weights.formats.timm_eva` (`Eva`: DINOv3, EVA, EVA02, PE, RoPE-ViT), `families.vit_relpos`, `families.vit_hybrid` |
-| keras-hub ViT / DINOv2 / DINOv3 / SigLIP | `config.json` registered as `keras_hub>...` | keras-hub, `weights.formats.keras_hub` (+ one `keras_hub_<family>` module each) |
+| transformers ViT / DeiT / DINOv2 / DINOv3 / CLIP / SigLIP / ViTMAE | `config.json` with `model_type` | `families.transformers_source` (the family's module in `families`, e.g. `families.dinov3`) |
+| timm Hub | `config.json` with `architecture` | `families.timm_zoo` chooses by timm's model class: `weights.formats.timm` (`VisionTransformer`), `families.eva` (`Eva`: EVA, EVA02, PE, RoPE-ViT, DINOv3), `families.vit_relpos`, `families.vit_hybrid`, `families.sam` |
+| keras-hub ViT / DINOv2 / DINOv3 / SigLIP | `config.json` registered as `keras_hub>...` | keras-hub, `families.keras_hub_source` (the family's module in `families`) |
 
 A task checkpoint (depth, segmentation, detection, SAM) gives its task
 model: `keras_vit.presets.tasks.TASK_PRESETS` lists them.

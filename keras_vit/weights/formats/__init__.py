@@ -4,8 +4,9 @@
   layout itself, plus Linen numbering, scanned blocks, big_vision's position
   embedding);
 - `timm`: timm state dicts and timm Hub directories of timm's
-  `VisionTransformer`; `timm_eva`: those of timm's `Eva` (DINOv3, EVA02,
-  Perception Encoder, RoPE-ViT);
+  `VisionTransformer` and what every timm reader shares (`timm_args`);
+  the other timm model classes are read by their family's module in
+  `keras_vit.families` (`eva`, `vit_relpos`, `vit_hybrid`, `sam`);
 - `transformers_family`, `keras_hub_family`: the base classes of the
   families of the sources that come in families (what a family declares,
   what every family does the same way), `registry.FamilyRegistry` the

@@ -42,9 +42,9 @@ fused `kv` split as `(2, heads, head_dim)`, `proj`, then
 first Linear and `qkv` before the table reads it) and differential
 attention (`attn_layer="diff"`: `lambda_q1`, ..., `sub_norm`; the fused
 `qkv` splits into twice the heads). Without a head (`num_classes=0`)
-timm's output is the pooled features. timm's `Eva` models have their own
-module (`timm_eva`), the relative-position and hybrid ViTs theirs
-(`keras_vit.families`); `keras_vit.families.timm_zoo` chooses.
+timm's output is the pooled features. timm's `Eva` models, the relative-position
+and hybrid ViTs and SAM's encoders are read by their families' modules
+(`keras_vit.families.eva`, `vit_relpos`, `vit_hybrid`, `sam`); `keras_vit.families.timm_zoo` chooses.
 
 Images of another size: the plain ViTs resize their position embedding as
 the official code does (keras_vit's default, which transformers' ViT writer

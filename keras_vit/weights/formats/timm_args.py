@@ -4,8 +4,8 @@ model function, the arguments timm's `create_model` resolves for a Hub
 
 The facts come from keras_vit's table of timm's model functions
 (`keras_vit.weights.formats.timm_architectures`, generated from timm by
-`tools/timm_table.py`); every timm reader (`keras_vit.weights.formats.timm`,
-`timm_eva`, `keras_vit.families`) resolves a directory's arguments here and
+`tools/timm_table.py`); every timm reader (`keras_vit.weights.formats.timm`, the
+timm readers of `keras_vit.families`) resolves a directory's arguments here and
 refuses, by name, the ones it cannot build (`refuse`).
 """
 

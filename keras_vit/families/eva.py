@@ -1,6 +1,12 @@
-"""timm Hub directories of timm's `Eva` models (`timm/models/eva.py`):
-DINOv3 (`vit_*_patch16_dinov3*`), EVA02 (`eva02_*`), Perception Encoder
-(`vit_pe_core_*`) and RoPE-ViT (`vit_*_patch16_rope_*`) -> the canonical layout.
+"""EVA and the other families timm builds with its `Eva` class
+(`timm/models/eva.py`): timm Hub directories of EVA (`eva_*`), EVA02
+(`eva02_*`), Perception Encoder (`vit_pe_*`), RoPE-ViT
+(`vit_*_patch16_rope_*`) and DINOv3 (`vit_*_patch16_dinov3*`) -> the
+canonical layout.
+
+The tensor names below are the `Eva` class's, shared by those families;
+what is DINOv3's own (its rotary settings, `dinov3.timm_rotary`) sits with
+its transformers and keras-hub readers in `keras_vit.families.dinov3`.
 
 What the files hold (`config.json` as for every timm Hub directory,
 `keras_vit.weights.formats.timm`; the tensors of timm's `Eva`):
@@ -31,8 +37,8 @@ them by name, and a `config.json` `model_args` entry overrides them
 residual post-norm block (`norm_position="post"`, no LayerScale), and both
 final norms off (`use_fc_norm=False`, `use_post_transformer_norm=False`:
 Perception Encoder's language and spatial towers) is `final_norm=False`. The rotary settings map
-onto `keras_vit.layers.rotary.RotarySpec`: `rope_type="dinov3"` is
-keras_vit's "dinov3"; timm's `RotaryEmbeddingCat` is "eva02" (index
+onto `keras_vit.layers.rotary.RotarySpec` by `ROTARY_TYPES`:
+`rope_type="dinov3"` is keras_vit's "dinov3"; timm's `RotaryEmbeddingCat` is "eva02" (index
 coordinates, `ref_feat_shape` the reference grid, `rope_grid_offset`,
 `rope_grid_indexing="xy"` the "xy" order, `rope_temperature` the base,
 `rope_rotate_half` the half layout), named "pe" or "axial" where those
@@ -46,6 +52,7 @@ import os
 
 import numpy as np
 
+from keras_vit.families import dinov3
 from keras_vit.layers.config import check_qkv_bias
 from keras_vit.layers.rotary import VARIANTS, RotarySpec
 from keras_vit.validation import pair
@@ -94,7 +101,7 @@ def resolve(config):
         extra["use_fc_norm"] = f"{fc_norm} with use_post_transformer_norm={post_norm} (one final norm is read)"
     if norm_of(args["norm_layer"]) is None:
         extra["norm_layer"] = repr(args["norm_layer"])
-    if args["use_rot_pos_emb"] and args["rope_type"] not in ("cat", "dinov3", "mixed"):
+    if args["use_rot_pos_emb"] and args["rope_type"] not in ROTARY_TYPES:
         extra["rope_type"] = repr(args["rope_type"])
     heads = kv_heads(args)
     if any(h is not None and h != args["num_heads"] for h in heads) and (
@@ -133,23 +140,30 @@ def split_mlp(args):
     return bool(args["swiglu_mlp"] and (args["scale_mlp"] or args["swiglu_align_to"]))
 
 
+def _cat_rotary(args):
+    """`(candidate variants, RotarySpec)` of timm's `RotaryEmbeddingCat`
+    (`rope_type="cat"`: EVA02, Perception Encoder, RoPE-ViT axial) or the
+    learned-frequency `RotaryEmbeddingMixed` (`rope_type="mixed"`)."""
+    mixed = args["rope_type"] == "mixed"
+    reference = None if args["ref_feat_shape"] is None or mixed else args["ref_feat_shape"]
+    spec = RotarySpec(
+        "mixed" if mixed else "index", args["rope_temperature"],
+        "xy" if args["rope_grid_indexing"] == "xy" else "yx",
+        "half" if args["rope_rotate_half"] else "interleaved", float(args["rope_grid_offset"]),
+        None if reference is None else pair(reference, "ref_feat_shape"),
+    )
+    return ("mixed",) if mixed else ("eva02", "pe", "axial"), spec
+
+
+# timm's `rope_type` -> `(candidate keras_vit variants, RotarySpec)` of the
+# resolved arguments; `resolve` refuses any other type.
+ROTARY_TYPES = {"cat": _cat_rotary, "mixed": _cat_rotary, "dinov3": dinov3.timm_rotary}
+
+
 def _variant(args):
     """The keras_vit rotary variant and settings of timm's rotary arguments:
     the variant of `VARIANTS` whose row needs the fewest settings changed."""
-    if args["rope_type"] == "dinov3":
-        candidates = ("dinov3",)
-        spec = RotarySpec("centered", args["rope_temperature"], "yx",
-                          "half" if args["rope_rotate_half"] else "interleaved")
-    else:
-        mixed = args["rope_type"] == "mixed"
-        candidates = ("mixed",) if mixed else ("eva02", "pe", "axial")
-        reference = None if args["ref_feat_shape"] is None or mixed else args["ref_feat_shape"]
-        spec = RotarySpec(
-            "mixed" if mixed else "index", args["rope_temperature"],
-            "xy" if args["rope_grid_indexing"] == "xy" else "yx",
-            "half" if args["rope_rotate_half"] else "interleaved", float(args["rope_grid_offset"]),
-            None if reference is None else pair(reference, "ref_feat_shape"),
-        )
+    candidates, spec = ROTARY_TYPES[args["rope_type"]](args)
     config = spec.get_config()
     changes = {v: {k: x for k, x in config.items() if getattr(VARIANTS[v], k) != x} for v in candidates}
     variant = min(candidates, key=lambda v: len(changes[v]))
