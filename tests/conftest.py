@@ -7,6 +7,7 @@ import importlib.util
 import os
 import pathlib
 import sys
+import zlib
 
 import keras
 import numpy as np
@@ -58,22 +59,72 @@ def runs_once(backend, what):
     return pytest.mark.runs_once(backend=backend, what=what)
 
 
+BACKENDS = ("jax", "tensorflow", "torch")
+# Set to 1, every case of a `spread` test runs in every backend's job.
+ALL_CASES = "KERAS_VIT_TEST_ALL_CASES"
+
+
+def spread(what):
+    """A mark for a parametrized test whose cases are spread over the backends' jobs.
+
+    Each case runs in one backend's job, the backends taking the cases in
+    turn (sorted by id, from a start that depends on the test's name), so
+    every case runs once and every backend runs about a third of them. For
+    tests whose cases vary what the backend does not touch (a checkpoint
+    layout, a family's key table, a file format's reader), while the
+    computation under them is held per backend by the layer and model
+    contracts. `what` says so; the summary of the other jobs counts it.
+    `KERAS_VIT_TEST_ALL_CASES=1` runs every case in every job.
+
+    Example: `@spread("the loader is NumPy; the layers are held per backend")`.
+    """
+    return pytest.mark.spread(what=what)
+
+
+def spread_backend(test_name, case_ids, case_id):
+    """The backend whose job runs `case_id` of a `spread` test.
+
+    Example:
+
+    >>> [spread_backend("test_x", "dcba", case) for case in "abcd"]
+    ['tensorflow', 'torch', 'jax', 'tensorflow']
+    """
+    start = zlib.crc32(test_name.encode()) % len(BACKENDS)
+    return BACKENDS[(start + sorted(case_ids).index(case_id)) % len(BACKENDS)]
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "runs_once(backend, what): the test runs in that backend's job only")
+    config.addinivalue_line("markers", "spread(what): each case of the test runs in one backend's job")
+
+
+def _elsewhere(items):
+    """`{item: (backend, why)}` of the items another backend's job runs."""
+    here = keras.backend.backend()
+    cases = collections.defaultdict(list)
+    for item in items:
+        if item.get_closest_marker("spread") is not None and hasattr(item, "callspec"):
+            cases[(item.path, item.originalname)].append(item.callspec.id)
+    out = {}
+    for item in items:
+        once = item.get_closest_marker("runs_once")
+        if once is not None and once.kwargs["backend"] != here:
+            out[item] = (once.kwargs["backend"], once.kwargs["what"])
+        mark = item.get_closest_marker("spread")
+        if mark is None or not hasattr(item, "callspec") or os.environ.get(ALL_CASES) == "1":
+            continue
+        owner = spread_backend(item.originalname, cases[(item.path, item.originalname)], item.callspec.id)
+        if owner != here:
+            out[item] = ("other", f"cases spread over the backends: {mark.kwargs['what']}")
+    return out
 
 
 def pytest_collection_modifyitems(config, items):
-    here = keras.backend.backend()
-    kept, elsewhere = [], []
-    for item in items:
-        mark = item.get_closest_marker("runs_once")
-        (elsewhere if mark is not None and mark.kwargs["backend"] != here else kept).append(item)
+    elsewhere = _elsewhere(items)
     if elsewhere:
-        config.hook.pytest_deselected(items=elsewhere)
-        items[:] = kept
-        _RUN_ELSEWHERE.update(
-            (m.kwargs["backend"], m.kwargs["what"]) for m in (i.get_closest_marker("runs_once") for i in elsewhere)
-        )
+        config.hook.pytest_deselected(items=list(elsewhere))
+        items[:] = [item for item in items if item not in elsewhere]
+        _RUN_ELSEWHERE.update(elsewhere.values())
 
 
 _RUN_ELSEWHERE = collections.Counter()
@@ -93,7 +144,8 @@ def pytest_testnodedown(node, error):
 
 def pytest_terminal_summary(terminalreporter):
     for (backend, what), count in sorted(_RUN_ELSEWHERE.items()):
-        terminalreporter.write_line(f"{count} deselected: run once, in the {backend} job ({what})")
+        where = "in the other backends' jobs" if backend == "other" else f"once, in the {backend} job"
+        terminalreporter.write_line(f"{count} deselected: run {where} ({what})")
 
 
 # The input statistics DeiT/timm-trained weights expect.

@@ -135,4 +135,9 @@ def _check_gradients(make_layer, inputs):
     for weight, old in zip(layer.trainable_weights, before):
         new = _numpy(weight)
         assert np.all(np.isfinite(new)), weight.path
+        if weight.path.endswith("key/bias"):
+            # A key bias shifts every logit of a query alike and the softmax
+            # cancels it: its gradient is zero up to rounding, and exactly
+            # zero on some CPUs' kernels.
+            continue
         assert not np.array_equal(new, old), f"{weight.path} received no gradient"

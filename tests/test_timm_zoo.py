@@ -11,10 +11,9 @@ installed timm in test_timm_table.py."""
 
 import json
 
-import keras
 import numpy as np
 import pytest
-from conftest import to_numpy
+from conftest import inference, to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from timm_models import IMAGE_SIZE, images, import_timm, make, outputs
 
@@ -54,31 +53,24 @@ FAMILY_CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def references(tmp_path_factory):
-    """`{name: (folder, images, timm's output, timm's features)}`."""
-    out = {}
-    for seed, name in enumerate(sorted(FAMILY_CASES)):
-        folder = tmp_path_factory.mktemp(name)
-        model = make(timm, name, folder, seed=seed)
-        x = images(IMAGE_SIZE, seed=seed)
-        out[name] = (str(folder), x, *outputs(model, x))
-    return out
+def _reference(tmp_path, name):
+    """`(folder, images, timm's output, timm's features)` of a random timm model."""
+    seed = sorted(FAMILY_CASES).index(name)
+    model = make(timm, name, tmp_path, seed=seed)
+    x = images(IMAGE_SIZE, seed=seed)
+    return (str(tmp_path), x, *outputs(model, x))
 
 
 @pytest.mark.parametrize("name", sorted(FAMILY_CASES))
-def test_family_reproduces_timm(references, name):
-    folder, x, expected, features = references[name]
+def test_family_reproduces_timm(tmp_path, name):
+    folder, x, expected, features = _reference(tmp_path, name)
     model = keras_vit.from_preset(folder)
     if isinstance(model, keras_vit.ViTHybrid):
-        # The ResNet's many small ops, each compiled on jax's first eager
-        # call, take seconds: `predict` compiles them as one program there
-        # (on TensorFlow, tracing it costs more than running it eagerly).
-        out = model.predict(x, verbose=0) if keras.backend.backend() == "jax" else to_numpy(model(x))
-        np.testing.assert_allclose(out, expected, atol=ATOL, rtol=0)
+        np.testing.assert_allclose(inference(model, x), expected, atol=ATOL, rtol=0)
     else:
-        np.testing.assert_allclose(to_numpy(model(x)), expected, atol=ATOL, rtol=0)
-        np.testing.assert_allclose(to_numpy(model.forward_features(x)), features, atol=ATOL, rtol=0)
+        out, tokens = inference(lambda images: (model(images), model.forward_features(images)), x)
+        np.testing.assert_allclose(out, expected, atol=ATOL, rtol=0)
+        np.testing.assert_allclose(tokens, features, atol=ATOL, rtol=0)
     assert np.abs(expected[0] - expected[1]).max() > 1e-3  # the images are told apart
 
 

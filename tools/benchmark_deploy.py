@@ -6,7 +6,8 @@ Imported by `tools/benchmark_worker.py` for the systems
   dynamo ONNX exporter) and run by ONNX Runtime; `+int8`: the one-call int8
   export, `export_model(model, path, "onnx", quantize="int8")`
   (`onnxruntime.quantization.quantize_dynamic` on the float graph: int8
-  weights, activations quantized at run time; `keras_vit.export.int8`).
+  weights per channel in 7 bits, activations quantized at run time;
+  `keras_vit.export.int8`).
 - `openvino-keras_vit`: the same model exported to OpenVINO IR, compiled for
   the CPU in float32; `+bf16`: OpenVINO's own default on a CPU with bfloat16
   units; `+int8`: `export_model(..., "openvino", quantize="int8")`, weights
