@@ -31,12 +31,12 @@ def taken():
         return dataclasses.replace(override, function=function)
 
     registry._OVERRIDES[:] = [recording(o) for o in original]
-    registry._active.cache_clear()
+    registry.clear_cache()
     try:
         yield seen
     finally:
         registry._OVERRIDES[:] = original
-        registry._active.cache_clear()
+        registry.clear_cache()
 
 
 def only(name, op="attention"):

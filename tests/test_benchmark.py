@@ -105,24 +105,27 @@ def test_rejects_unknown_workload():
 # The benchmark runs each system in a process of its own backend: one run
 # from one job covers every backend's worker.
 @runs_once("torch", "its systems run in processes of their own backends")
-def test_smoke_run_writes_table_and_json(tmp_path):
-    """One tiny case per workload for keras_vit on every backend, the torch
-    `for_inference()` copy and timm."""
+def test_smoke_run_writes_table_and_json(tmp_path, monkeypatch):
+    """The tiny inference case for keras_vit on every backend, the torch
+    `for_inference()` copy and timm; the tiny training case on torch (the
+    worker's training step is Keras' `train_on_batch` on every backend), as
+    a preset of groups: each case is a process of its own."""
     systems = [f"keras_vit-{backend}" for backend in ("jax", "tensorflow", "torch")]
+    infer, train = benchmark.SMOKE_WORKLOADS
+    groups = [((infer,), ("float32",), (*systems, "keras_vit-torch+frozen", "timm")),
+              ((train,), ("float32",), ("keras_vit-torch", "keras_vit-torch+frozen"))]
+    monkeypatch.setitem(benchmark.PRESETS, "smoke-test", groups)
     prefix = tmp_path / "bench"
-    code = benchmark.main(
-        ["--smoke", "--systems", ",".join([*systems, "keras_vit-torch+frozen", "timm"]), "--dtypes", "float32",
-         "--profile", "--output", str(prefix)]
-    )
+    code = benchmark.main(["--smoke", "--preset", "smoke-test", "--profile", "--output", str(prefix)])
     assert code == 0
     report = json.loads((tmp_path / "bench.json").read_text())
     rows = {(r["workload"], r["system"]): r for r in report["results"]}
     # The `for_inference()` copy: inference only.
-    assert rows[("infer-tiny-bs2", "keras_vit-torch+frozen")]["images_per_s"] > 0
-    assert rows[("train-tiny-bs2", "keras_vit-torch+frozen")]["status"] == "skipped"
-    for workload in benchmark.SMOKE_WORKLOADS:
-        for system in systems:
-            row = rows[(workload, system)]
+    assert rows[(infer, "keras_vit-torch+frozen")]["images_per_s"] > 0
+    assert rows[(train, "keras_vit-torch+frozen")]["status"] == "skipped"
+    for workload, _, group in groups:
+        for system in (s for s in group if s in systems):
+            row = rows[(workload[0], system)]
             assert row["status"] == "ok", row
             assert row["images_per_s"] > 0 and row["peak_rss_mib"] > 0
             assert row["gflops"] > 0

@@ -75,6 +75,8 @@ def test_page_code_runs(page, tmp_path):
 
 
 @requires_shared
+# Its exports of the real weights take the least time on jax (about 0.6x torch's).
+@runs_once("jax", "the documentation's checks; the calls its pages make are tested on every backend")
 def test_deployment_guide_runs(tmp_path):
     """The export example, and beyond what it prints, its artifacts: ONNX
     Runtime's top-1 on two photos, the SavedModel's outputs at 384 px."""

@@ -72,7 +72,8 @@ print(json.dumps({"replicas": dist.num_replicas, "loss": loss, "kinds": kinds, "
 
 JAX_PARALLEL = """
 import os
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+# The job's own XLA flags (tools/run_tests.py: no LLVM optimisations) stay.
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 """ + TASK + """
 out = {}
 dist = training.get_distribution("data_parallel")
@@ -93,7 +94,6 @@ print(json.dumps(out))
 @functools.lru_cache(maxsize=None)  # one run serves every test of its backend
 def _run(script, backend, timeout=300):
     env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop("XLA_FLAGS", None)
     proc = subprocess.run(
         [sys.executable, "-c", script], env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=timeout
     )

@@ -16,7 +16,6 @@ instead: it runs only inside `export_mode()`, where the fast paths do not.
 
 import dataclasses
 import difflib
-import functools
 from typing import Callable
 
 # The ops the kernels dispatch, and the arguments their functions take.
@@ -97,7 +96,7 @@ def register(op, backend, name, pays=None, export=False):
         if any(o.name == name and o.backend == backend for o in _OVERRIDES):
             raise ValueError(f"A fast path named {name!r} is already registered for {backend}.")
         _OVERRIDES.append(Override(op, backend, name, function, pays or _always, export))
-        _active.cache_clear()
+        clear_cache()
         return function
 
     return decorate
@@ -106,7 +105,7 @@ def register(op, backend, name, pays=None, export=False):
 def unregister(op, backend, name):
     """Removes an override (tests register and remove their own)."""
     _OVERRIDES[:] = [o for o in _OVERRIDES if (o.op, o.backend, o.name) != (op, backend, name)]
-    _active.cache_clear()
+    clear_cache()
 
 
 def registered(op=None, backend=None):
@@ -136,16 +135,30 @@ def check_names(given, argument):
     return frozenset(given)
 
 
+# `active`'s answers, per `(op, backend, exporting, disabled)`. A plain
+# dict rather than `functools.lru_cache`, which torch.compile traces through
+# with a warning of possible silent errors at every compiled training step.
+_ACTIVE = {}
+
+
 def active(op, backend, exporting, disabled):
     """The overrides the dispatcher may try for one call, in order.
 
     `disabled` is a frozenset of names or `ALL`.
     """
-    return _active(op, backend, exporting, disabled)
+    key = (op, backend, exporting, disabled)
+    found = _ACTIVE.get(key)
+    if found is None:
+        found = _ACTIVE[key] = _select(op, backend, exporting, disabled)
+    return found
 
 
-@functools.lru_cache(maxsize=256)
-def _active(op, backend, exporting, disabled):
+def clear_cache():
+    """Forgets `active`'s answers (after `_OVERRIDES` changed)."""
+    _ACTIVE.clear()
+
+
+def _select(op, backend, exporting, disabled):
     if exporting:
         return tuple(o for o in _OVERRIDES if o.op == op and o.backend == backend and o.export)
     return tuple(
