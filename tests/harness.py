@@ -10,6 +10,7 @@ import keras
 import numpy as np
 
 import keras_vit
+from conftest import inference
 
 DOCTEST_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
@@ -38,6 +39,14 @@ def run_doctests(obj):
 
 def _numpy(x):
     return keras.ops.convert_to_numpy(x)
+
+
+def _build(layer, inputs):
+    """Builds `layer` for `inputs` on a symbolic call, so that its first call
+    on the values can be one compiled call on jax (`conftest.inference`): an
+    eager call of a new layer on jax compiles each operation on its own."""
+    layer(keras.KerasTensor(inputs.shape, dtype=str(inputs.dtype)))
+    return layer
 
 
 def _copy_weights(source, target):
@@ -70,22 +79,20 @@ def run_layer_test(make_layer, inputs, expected_shape=None, mixed_precision=True
         `(layer, outputs)`: the float32 layer and its outputs as NumPy.
     """
     inputs = np.asarray(inputs)
-    layer = make_layer()
-    outputs = layer(inputs)
+    layer = _build(make_layer(), inputs)
+    expected = inference(layer, inputs)
     shape = tuple(layer.compute_output_shape(inputs.shape))
-    assert tuple(outputs.shape) == shape, (tuple(outputs.shape), shape)
+    assert expected.shape == shape, (expected.shape, shape)
     if expected_shape is not None:
         assert shape == tuple(expected_shape), (shape, expected_shape)
-    expected = _numpy(outputs)
 
     config = layer.get_config()
     clone = layer.__class__.from_config(config)
     assert clone.get_config() == config
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert type(restored) is type(layer) and restored.get_config() == config
-    restored(inputs)
-    _copy_weights(layer, restored)
-    np.testing.assert_allclose(_numpy(restored(inputs)), expected, rtol=1e-5, atol=1e-5)
+    _copy_weights(layer, _build(restored, inputs))
+    np.testing.assert_allclose(inference(restored, inputs), expected, rtol=1e-5, atol=1e-5)
 
     _check_saving(layer, inputs, expected)
     if mixed_precision:
@@ -102,20 +109,20 @@ def _check_saving(layer, inputs, expected):
         path = os.path.join(folder, "layer.keras")
         model.save(path)
         loaded = keras.saving.load_model(path)
-    np.testing.assert_allclose(_numpy(loaded(inputs)), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(inference(loaded, inputs), expected, rtol=1e-5, atol=1e-5)
 
 
 def _check_mixed_precision(make_layer, layer, inputs, expected):
     for policy, tolerance in (("mixed_float16", 5e-2), ("mixed_bfloat16", 2e-1)):
-        mixed = make_layer(dtype=policy)
-        out = mixed(inputs)
+        mixed = _build(make_layer(dtype=policy), inputs)
         _copy_weights(layer, mixed)
-        out = mixed(inputs)
+        # NumPy keeps the backend's dtype (bfloat16 as ml_dtypes').
+        out = inference(mixed, inputs)
         assert keras.backend.standardize_dtype(out.dtype) in (policy.split("_")[1], "float32")
         for variable in mixed.weights:
             assert keras.backend.standardize_dtype(variable.dtype) == "float32", variable.path
         scale = max(1.0, float(np.abs(expected).max()))
-        np.testing.assert_allclose(_numpy(out).astype("float32"), expected, atol=tolerance * scale)
+        np.testing.assert_allclose(out.astype("float32"), expected, atol=tolerance * scale)
 
 
 def _check_gradients(make_layer, inputs):
