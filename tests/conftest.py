@@ -224,7 +224,9 @@ def inference(fn, *args):
     if keras.backend.backend() == "jax":
         import jax
 
-        return keras.tree.map_structure(np.asarray, jax.jit(fn)(*args))
+        # A new function each call: jax keys its traces by the function, and
+        # the weights a trace holds as constants may have changed since.
+        return keras.tree.map_structure(np.asarray, jax.jit(lambda *a: fn(*a))(*args))
     return keras.tree.map_structure(to_numpy, fn(*args))
 
 
