@@ -57,8 +57,12 @@ def value_and_grads(fn, arrays, weights):
     if BACKEND == "jax":
         import jax
 
-        out = fn(*arrays)
-        grads = jax.grad(lambda *a: (fn(*a) * weights).sum(), argnums=tuple(range(len(arrays))))(*arrays)
+        def both(*arrays):
+            out = fn(*arrays)
+            return out, jax.grad(lambda *a: (fn(*a) * weights).sum(), argnums=tuple(range(len(arrays))))(*arrays)
+
+        # One compiled program: jax's eager mode compiles each operation on its own.
+        out, grads = jax.jit(both)(*arrays)
     elif BACKEND == "tensorflow":
         import tensorflow as tf
 

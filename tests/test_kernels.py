@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import TINY, to_numpy
+from conftest import TINY, inference, to_numpy
 from kernel_helpers import (
     BACKEND, onednn_by_default, onednn_computes_here, only, taken, value_and_grads,
 )
@@ -87,8 +87,9 @@ def test_model_outputs_and_gradients_agree_across_attention_paths(rng):
     x = rng.normal(size=(2, 32, 32, 3)).astype("float32")
     results = {}
     for name in ATTENTION_PATHS:
-        with only(name):
-            results[name] = (to_numpy(model(x)), _gradient_norms(model, x))
+        with only(name):  # (jax traces the model's call inside it)
+            logits, grads = inference(lambda x: (model(x), _gradients(model, x)), x)
+        results[name] = (logits, np.array([np.linalg.norm(g) for g in grads]))
     for name, (logits, norms) in results.items():
         np.testing.assert_allclose(logits, results["portable"][0], atol=1e-4, err_msg=name)
         np.testing.assert_allclose(norms, results["portable"][1], rtol=1e-3, atol=1e-6, err_msg=name)
@@ -289,8 +290,8 @@ def test_explicit_bfloat16_attention_matches_numpy_with_either_scale(rng, scale)
     np.testing.assert_allclose(got, np_attention(*rounded, scale), atol=0.03)
 
 
-def _gradient_norms(model, x):
-    """Per-variable gradient norms of the logits' squared sum."""
+def _gradients(model, x):
+    """Per-variable gradients of the logits' squared sum."""
     backend = keras.backend.backend()
     if backend == "jax":
         import jax
@@ -312,18 +313,19 @@ def _gradient_norms(model, x):
         loss = (model(x, training=True) ** 2).sum()
         loss.backward()
         grads = [v.value.grad for v in model.trainable_variables]
-    return np.array([np.linalg.norm(to_numpy(g)) for g in grads])
+    return grads
 
 
 def test_lora_projections_take_the_keras_layer_path(rng):
     """LoRA-enabled projections are called as Keras layers (their LoRA terms count)."""
     layer = layers.MultiHeadSelfAttention(num_heads=2, head_dim=4)
+    layer.build((2, 5, 8))  # before the call compiled on jax
     x = rng.normal(size=(2, 5, 8)).astype("float32")
-    before = to_numpy(layer(x))
+    before = inference(layer, x)
     layer.query.enable_lora(2)
     assert not kernels.runs_plain(layer.query) and kernels.runs_plain(layer.key)
     layer.query.lora_kernel_b.assign(np.ones(layer.query.lora_kernel_b.shape, "float32"))
-    after = to_numpy(layer(x))
+    after = inference(layer, x)
     assert np.abs(after - before).max() > 1e-3
 
 
@@ -331,12 +333,12 @@ def test_quantized_model_stays_close_to_float(rng):
     """int8 projections are called as the Keras layers they became."""
     model = ViT(**TINY, include_top=False, pooling="avg")
     x = rng.normal(size=(2, 32, 32, 3)).astype("float32")
-    expected = to_numpy(model(x))
+    expected = inference(model, x)
     model.quantize("int8")
     block = model.encoder_blocks[0]
     assert block.attention.query.quantization_mode == "int8"
     assert not kernels.runs_plain(block.attention.query)
-    got = to_numpy(model(x))
+    got = inference(model, x)
     scale = np.abs(expected).max()
     assert np.abs(got - expected).max() < 0.05 * scale
 
