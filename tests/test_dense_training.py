@@ -54,6 +54,14 @@ def _encoder():
                          include_top=False)
 
 
+def _compile(model, optimizer):
+    """`model.compile(optimizer)`, the optimizer built as Keras builds it before
+    `fit` on jax and torch: TensorFlow's trainer would make its slots inside
+    the first trace of the train step, and trace the step a second time."""
+    model.compile(optimizer=optimizer)
+    model.optimizer.build(model.trainable_variables)
+
+
 def _majority_iou(train_labels, test_labels, classes):
     """The mean IoU of labelling every pixel as the training pixels' most common class."""
     metric = SegmentationMeanIoU(classes)
@@ -67,7 +75,7 @@ def test_eomt_fits_a_folder_of_masks(folders):
     x, y = load_segmentation_folder(folders[0], model)
     x_test, y_test = load_segmentation_folder(folders[1], model)
     assert x.shape == (24, SIZE, SIZE, 3) and y.dtype == np.int32
-    model.compile(optimizer=keras.optimizers.AdamW(3e-3))
+    _compile(model, keras.optimizers.AdamW(3e-3))
     model.fit(x, y, batch_size=8, epochs=5, verbose=0, callbacks=[MaskAnnealing(steps=10)])
     assert float(model.eomt_head.mask_probability[0]) == 0.0
     _, miou = model.evaluate(x_test, y_test, verbose=0)
@@ -98,7 +106,7 @@ def test_linear_head_on_a_frozen_encoder_fits(folders):
     encoder.trainable = False
     x, y = load_segmentation_folder(folders[0], model)
     x_test, y_test = load_segmentation_folder(folders[1], model)
-    model.compile(optimizer=keras.optimizers.AdamW(1e-2))
+    _compile(model, keras.optimizers.AdamW(1e-2))
     model.fit(x, y, batch_size=8, epochs=6, verbose=0)
     _, miou = model.evaluate(x_test, y_test, verbose=0)
     assert miou > _majority_iou(y, y_test, 3) + 0.3
@@ -111,7 +119,7 @@ def test_depth_estimator_fits_a_folder_of_depth_maps(folders):
     x, depth = load_depth_folder(folders[0], model)
     x_test, depth_test = load_depth_folder(folders[1], model)
     assert float(depth.max()) == 5.0  # millimetres to metres
-    model.compile(optimizer=keras.optimizers.AdamW(3e-3))
+    _compile(model, keras.optimizers.AdamW(3e-3))
     _, before, _ = model.evaluate(x_test, depth_test, verbose=0)
     model.fit(x, depth, batch_size=8, epochs=10, verbose=0)
     _, abs_rel, delta1 = model.evaluate(x_test, depth_test, verbose=0)
