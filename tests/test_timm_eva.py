@@ -14,7 +14,7 @@ import pytest
 import families_2025 as fam
 import keras_vit
 import reference_families as ref
-from conftest import to_numpy
+from conftest import inference
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.families import eva as timm_eva
 
@@ -40,8 +40,9 @@ def test_eva_layouts_equal_numpy_timm(tmp_path, architecture):
     for size in SIZES:
         x = _images(size)
         want = ref.eva_forward(state, x, arch)
-        np.testing.assert_allclose(to_numpy(model(x)), want["logits"], atol=ATOL, rtol=0)
-        np.testing.assert_allclose(to_numpy(model.forward_features(x)), want["tokens"], atol=ATOL, rtol=0)
+        logits, tokens = inference(lambda x: (model(x), model.forward_features(x)), x)
+        np.testing.assert_allclose(logits, want["logits"], atol=ATOL, rtol=0)
+        np.testing.assert_allclose(tokens, want["tokens"], atol=ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("architecture", ["vit_base_patch16_dinov3_qkvb", "vit_pe_core_base_patch16_224",
@@ -56,7 +57,7 @@ def test_without_a_head_the_output_is_timms_pooled_features(tmp_path, architectu
     if architecture.startswith("vit_pe"):
         assert (model.map_num_heads, model.map_mlp_dim) == (4, 64)
     x = _images(SIZES[1])
-    np.testing.assert_allclose(to_numpy(model(x)), ref.eva_forward(state, x, arch)["pooled"],
+    np.testing.assert_allclose(inference(model, x), ref.eva_forward(state, x, arch)["pooled"],
                                atol=ATOL, rtol=0)
 
 
@@ -70,11 +71,10 @@ def test_dinov3_timm_layout_equals_transformers(tmp_path):
     for size in [(16, 16), (20, 28)]:
         x = _images(size)
         want = fam.run_torch(reference, x)
-        np.testing.assert_allclose(to_numpy(model.forward_features(x)), want.last_hidden_state.numpy(),
-                                   atol=ATOL, rtol=0)
+        tokens, pooled = inference(lambda x: (model.forward_features(x), model(x)), x)
+        np.testing.assert_allclose(tokens, want.last_hidden_state.numpy(), atol=ATOL, rtol=0)
         # timm pools the mean of the patch tokens after `norm`.
-        np.testing.assert_allclose(to_numpy(model(x)), want.last_hidden_state.numpy()[:, 3:].mean(1),
-                                   atol=ATOL, rtol=0)
+        np.testing.assert_allclose(pooled, want.last_hidden_state.numpy()[:, 3:].mean(1), atol=ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -121,9 +121,9 @@ def test_feature_maps_are_the_blocks_tokens_on_their_grid(tmp_path, architecture
     model_args = dict(fam.TINY_TIMM, attn_pool_num_heads=2) if architecture.startswith("vit_pe") else None
     model, state, arch = _load(tmp_path, architecture, model_args)
     x = _images(SIZES[1])
-    maps = keras_vit.feature_model(model, feature_blocks=-1, norm=True)(x)
+    maps = inference(keras_vit.feature_model(model, feature_blocks=-1, norm=True), x)
     tokens = ref.eva_forward(state, x, arch)["tokens"][:, arch["num_prefix_tokens"]:]
-    np.testing.assert_allclose(to_numpy(maps), tokens.reshape(2, 5, 6, -1), atol=ATOL, rtol=0)
+    np.testing.assert_allclose(maps, tokens.reshape(2, 5, 6, -1), atol=ATOL, rtol=0)
 
 
 # RoPE-ViT mixed: each block's tables come from a learned weight, in the
