@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import to_numpy
+from conftest import inference, to_numpy
 from kernel_helpers import BACKEND, only, value_and_grads
 from keras_vit import kernels
 from keras_vit.kernels import registry
@@ -189,10 +189,11 @@ def test_block_padding_mask_hides_the_padded_tokens(rng, export):
     mask = np.arange(7)[None] < np.array([[7], [4]])
     other = x.copy()
     other[1, 4:] = rng.normal(size=(3, 8))
-    with kernels.export_mode() if export else contextlib.nullcontext():
-        a = to_numpy(block(x, attention_mask=mask))
-        b = to_numpy(block(other, attention_mask=mask))
-        alone = to_numpy(block(x[1:, :4]))
+    with kernels.export_mode() if export else contextlib.nullcontext():  # (jax traces inside it)
+        a, b, alone = inference(
+            lambda x, other: (block(x, attention_mask=mask), block(other, attention_mask=mask), block(x[1:, :4])),
+            x, other,
+        )
     np.testing.assert_allclose(a[1, :4], b[1, :4], atol=1e-5)
     np.testing.assert_allclose(a[1, :4], alone[0], atol=1e-5)
     np.testing.assert_array_equal(a[0], b[0])
@@ -205,10 +206,13 @@ def test_block_causal_mask_makes_each_token_blind_to_later_ones(rng, export):
     block = _block(rng)
     x = rng.normal(size=(2, 6, 8)).astype("float32")
     mask = causal(6)[None].repeat(2, 0)
-    with kernels.export_mode() if export else contextlib.nullcontext():
-        full = to_numpy(block(x, attention_mask=mask))
-        prefixes = [to_numpy(block(x[:, : i + 1]))[:, i] for i in range(6)]
-        first = to_numpy(block(x, output_tokens=2, attention_mask=mask))
+    with kernels.export_mode() if export else contextlib.nullcontext():  # (jax traces inside it)
+        # One compiled call on jax for the six prefixes' shapes.
+        full, prefixes, first = inference(lambda x: (
+            block(x, attention_mask=mask),
+            [block(x[:, : i + 1])[:, i] for i in range(6)],
+            block(x, output_tokens=2, attention_mask=mask),
+        ), x)
     np.testing.assert_allclose(full, np.stack(prefixes, 1), atol=1e-5)
     np.testing.assert_allclose(first, full[:, :2], atol=1e-5)
 
