@@ -454,12 +454,21 @@ def test_task_cases_in_another_dtype_are_skipped_on_every_side(system):
     assert benchmark_worker.run_task(spec, np.zeros((1, 32, 32, 3), "float32")) is None
 
 
-def test_kernel_timings_compiled_rows(tmp_path):
+def test_kernel_timings_compiled_rows(tmp_path, monkeypatch):
     """`--compiled`: torch's training step compiled with the library's paths and
-    portable, and eager with oneDNN forced; the other backends say why not."""
+    portable, and eager with oneDNN forced; the other backends say why not.
+
+    The table is the tool's: `torch.compile` is passed through here (it takes
+    minutes on a 2-core CPU), and tests/test_mode_matrix.py holds Keras'
+    compiled training with each path against the portable reference."""
     from keras_vit_tools import benchmark_kernels
     from keras_vit.kernels import switches
 
+    if keras.backend.backend() == "torch":
+        import torch
+
+        compiled = []
+        monkeypatch.setattr(torch, "compile", lambda fn, *args, **kwargs: compiled.append(fn) or fn)
     prefix = tmp_path / "compiled"
     assert benchmark_kernels.main(["--compiled", "--arch", "tiny", "--layers", "1", "--batch", "2",
                                    "--reps", "1", "--output", str(prefix)]) == 0
@@ -471,6 +480,7 @@ def test_kernel_timings_compiled_rows(tmp_path):
     assert [r[0].strip() for r in rows] == ["compiled, library's paths (F.linear)", "compiled, portable",
                                             "eager, oneDNN forced"]
     assert all(float(r[1]) > 0 and float(r[3]) > 0 for r in rows)
+    assert len(compiled) == 2  # the two compiled rows' train functions
     assert not switches.is_forced("onednn")
 
 
