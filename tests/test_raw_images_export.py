@@ -1,7 +1,8 @@
 """Artifacts that take raw uint8 photos of any size (`raw_images=True`,
 `keras-vit export --raw-images`): a fine-tuned preset's ONNX and OpenVINO
 files, run in their runtimes, name and score photos as `keras_vit.classify`
-does, from the class names and preprocessing they carry."""
+does, from the class names and preprocessing they carry (one runtime in
+each backend's job, both over the three)."""
 
 import keras
 import numpy as np
@@ -15,7 +16,11 @@ from keras_vit.preprocessing import Preprocessing
 from keras_vit_tools.commands import keras_vit as run_cli
 
 BACKEND = keras.backend.backend()
-FORMATS = [f for f in ("onnx", "openvino") if f in export.BACKEND_FORMATS.get(BACKEND, ())]
+# One runtime per backend, both runtimes over the three jobs: the raw-image
+# graph is the same Keras code on each backend, and tests/test_export.py runs
+# every format of every backend.
+RAW_FORMATS = {"jax": "openvino", "tensorflow": "onnx", "torch": "onnx"}
+FORMATS = [f for f in (RAW_FORMATS.get(BACKEND),) if f in export.BACKEND_FORMATS.get(BACKEND, ())]
 NAMES = ["cat", "coffee", "rocket"]
 # DeiT's evaluation: shorter side to 256/224 of the crop (bicubic), ImageNet statistics.
 RECORD = Preprocessing.from_mode("imagenet", image_size=32, crop_fraction=0.875)
