@@ -48,6 +48,7 @@ SUMMARY = (
     ("cpu-avx512", "CPU, AVX-512, 2 cores", (
         ("infer-b16-bs1", "float32"), ("infer-b16-bs8", "float32"), ("infer-b16-bs8", "bfloat16"),
         ("infer-b14-518-bs1", "float32"), ("train-s16-bs16", "float32"))),
+    ("cpu-avx2", "CPU, AVX2 only, 2 cores", (("infer-b16-bs1", "float32"), ("infer-b16-bs8", "float32"))),
     ("gpu-h100", "GPU, one H100", (("infer-b16-bs64", "bfloat16"), ("train-b16-bs32", "bfloat16"))),
 )
 # (library, system prefix): a row shows each library's fastest plain system,
