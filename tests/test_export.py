@@ -78,8 +78,15 @@ def artifacts(models, tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("format", FORMATS)
-@pytest.mark.parametrize("family", FAMILIES)
+# On torch a SavedModel, and a LiteRT file of dynamic batch, are written by
+# the tensorflow backend's exporter in a subprocess, from the model's
+# `.keras` file (`export.pipeline._through_tensorflow`): the tensorflow job
+# exports every model to them, so here the hybrid (the costliest) is left out.
+CASES = [(family, format) for format in FORMATS for family in FAMILIES
+         if not (BACKEND == "torch" and format in ("tf_saved_model", "litert") and family == "hybrid")]
+
+
+@pytest.mark.parametrize("family, format", CASES)
 def test_export_runs_in_its_runtime_like_predict(family, format, models, images, artifacts):
     path = artifacts(family, format)
     for batch in (3, 1):
@@ -106,7 +113,7 @@ def test_every_artifact_carries_class_names_and_preprocessing(format, models, ar
     with pytest.raises(ValueError, match="takes images already preprocessed.*uint8 pixels.*raw_images=True"):
         export.run_exported(path, format, np.zeros((1, 32, 32, 3), "uint8"))
     # A model without names or record: the artifact says only what it has.
-    bare = export.read_metadata(artifacts("hybrid", format), format)
+    bare = export.read_metadata(artifacts("options", format), format)
     assert "class_names" not in bare and "preprocessing" not in bare and bare["raw_images"] is False
     if format == "tf_saved_model":  # also attributes of the loaded SavedModel
         import tensorflow as tf
@@ -114,7 +121,7 @@ def test_every_artifact_carries_class_names_and_preprocessing(format, models, ar
         loaded = tf.saved_model.load(path)
         assert [n.decode() for n in loaded.class_names.numpy()] == CLASS_NAMES
         assert export.metadata.decode(json.loads(loaded.keras_vit_metadata.numpy())) == meta
-        assert not hasattr(tf.saved_model.load(artifacts("hybrid", format)), "class_names")
+        assert not hasattr(tf.saved_model.load(artifacts("options", format)), "class_names")
 
 
 def test_onnx_projection_weights_are_initializers(artifacts):
