@@ -7,15 +7,21 @@ per CPU core, at most 4) when it is installed, and lists the reason of every
 skipped test.
 
 The jax and tensorflow runs compile XLA's CPU code without LLVM's
-optimisations (`XLA_FLAGS=--xla_backend_optimization_level=0`, unless
-`XLA_FLAGS` already sets the level or `--xla-optimize` is given). The tests
-run thousands of small programs once each, so compiling is a large part of
-their time: this took a fifth off jax's small-model tests and about a sixth
-off its whole job (the few tests on full-size images run slower). On
-tensorflow it cuts the XLA compilation of each new model's predict function
-(keras_vit's choice on a CPU, `keras_vit.execution.tf_xla`) from about 3 s
-to about 1.3 s for a tiny ViT. Matrix products call the same library
-kernels either way, and every numerical check keeps its tolerance.
+optimisations (`--xla_backend_optimization_level=0`) and with XLA's older
+loop emitters for fused element-wise code
+(`--xla_cpu_use_fusion_emitters=false`), each added to `XLA_FLAGS` unless
+`XLA_FLAGS` already sets it or `--xla-optimize` is given. The tests run
+thousands of small programs once each, so compiling is a large part of
+their time: on jax each eager operation on a new shape is a program of its
+own, and on tensorflow keras_vit compiles each new model's predict
+function with XLA on a CPU (`keras_vit.execution.tf_xla`). Without LLVM's
+optimisations, a fifth came off jax's small-model tests. The older emitters
+then took about a third off what was left: jax's first eager call of a tiny
+ViT 4.8 to 2.9 s, its first `fit` 2.9 to 1.5 s, tensorflow's first XLA
+predict 2.2 to 1.2 s, and jax's layer contracts, timm zoo and head-token
+files 332 to 215 s on a 2-core Zen 1. Matrix products call the same library
+kernels either way, the emitters compute the same operations, and every
+numerical check keeps its tolerance.
 
 The jax run also keeps XLA's compiled programs in a persistent cache, a
 fresh folder per run shared by its workers and the processes the tests
@@ -71,7 +77,12 @@ def summary_counts(output):
     return counts
 
 
-XLA_TEST_FLAG = "--xla_backend_optimization_level=0"
+# The XLA options of the jax and tensorflow jobs: (option, value), each set
+# unless the caller's XLA_FLAGS names the option.
+XLA_TEST_FLAGS = (
+    ("xla_backend_optimization_level", "0"),
+    ("xla_cpu_use_fusion_emitters", "false"),
+)
 # The jobs whose programs XLA compiles (jax's, and tensorflow's predict).
 XLA_BACKENDS = ("jax", "tensorflow")
 
@@ -113,9 +124,10 @@ def backend_env(backend, optimize_xla=False, environ=None, threads=None, cache_d
         env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
     if threads is not None and "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(threads)
-    flags = env.get("XLA_FLAGS", "")
-    if backend in XLA_BACKENDS and not optimize_xla and "xla_backend_optimization_level" not in flags:
-        env["XLA_FLAGS"] = f"{flags} {XLA_TEST_FLAG}".strip()
+    if backend in XLA_BACKENDS and not optimize_xla:
+        flags = env.get("XLA_FLAGS", "")
+        added = [f"--{option}={value}" for option, value in XLA_TEST_FLAGS if option not in flags]
+        env["XLA_FLAGS"] = " ".join([flags, *added]).strip()
     return env
 
 
@@ -136,8 +148,8 @@ def main(argv=None):
     parser.add_argument(
         "--xla-optimize",
         action="store_true",
-        help="compile XLA's programs (jax, tensorflow) with LLVM's optimisations, "
-        "as a user's run does (slower to compile)",
+        help="compile XLA's programs (jax, tensorflow) with XLA's default options "
+        "(LLVM's optimisations, the fusion emitters), as a user's run does (slower to compile)",
     )
     parser.add_argument(
         "--quick",
