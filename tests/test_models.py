@@ -356,3 +356,29 @@ def test_constructor_docstring_example_uses_a_two_by_two_grid(constructor):
     row = ARCHITECTURE_CONFIGS[CONSTRUCTORS[constructor]]
     size = int(re.search(r"image_size=(\d+)", getattr(keras_vit, constructor).__doc__).group(1))
     assert size == 2 * effective_patch_size(row["patch_size"], row.get("resnet_layers"))[0]
+
+
+def test_first_fit_and_evaluate_trace_their_step_once(rng, backend):
+    """The optimizer's and the metrics' variables exist before the first step
+    is traced (on tensorflow, a variable made while tracing makes it trace
+    the step again: `keras_vit.execution.tf_build`)."""
+    model = keras_vit.ViT(**TINY, classes=3)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    calls = {"train": 0, "test": 0}
+    train_step, test_step = model.train_step, model.test_step
+
+    def counted(kind, step):
+        def run(data):
+            calls[kind] += 1
+            return step(data)
+        return run
+
+    model.train_step, model.test_step = counted("train", train_step), counted("test", test_step)
+    x = rng.normal(size=(4, 32, 32, 3)).astype("float32")
+    y = np.array([0, 1, 2, 0])
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    model.evaluate(x, y, batch_size=4, verbose=0)
+    assert calls == {"train": 1, "test": 1}, calls
+    assert model.optimizer.built
+    if backend == "tensorflow":
+        assert model._distribute_strategy is None  # Keras' record of a strategy is left as it was

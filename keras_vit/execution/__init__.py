@@ -11,6 +11,8 @@ from `keras_vit.models.base.ModelBase` by one call:
   completed step, where Keras' trainer would leave none;
 - `tf_xla`: inference compiled with XLA on a TensorFlow CPU where
   `jit_compile` was left to Keras;
+- `tf_build`: on TensorFlow, the optimizer's and metrics' variables built
+  before the first step is traced (else it is traced twice);
 - `processes`: `fit` refused under a torch process group of several
   processes.
 

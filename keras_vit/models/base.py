@@ -21,6 +21,8 @@ The rest is one call each into its own home:
   (`keras_vit.execution.processes`);
 - inference on a TensorFlow CPU is compiled with XLA where `jit_compile`
   was left to Keras (`keras_vit.execution.tf_xla`);
+- on TensorFlow the optimizer and metrics are built before the first step
+  is traced, so it is traced once (`keras_vit.execution.tf_build`);
 - `export` runs keras_vit's exporters (`keras_vit.export`);
 - LoRA: `enable_lora`, `save_lora_weights`, `load_lora_weights` and
   `merge_lora` (`keras_vit.models.lora`), the methods keras-hub's models
@@ -35,7 +37,7 @@ import keras
 import numpy as np
 
 from keras_vit import saving
-from keras_vit.execution import processes, tf_xla
+from keras_vit.execution import processes, tf_build, tf_xla
 from keras_vit.execution.inputs import input_spec_of
 from keras_vit.execution.jax_state import keep_state
 from keras_vit.models import lora
@@ -167,6 +169,10 @@ class ModelBase:
     def save_weights(self, filepath, overwrite=True, max_shard_size=None):
         """`keras.Model.save_weights`, written to a temporary file and renamed (`keras_vit.saving`)."""
         return saving.save_weights(self, super().save_weights, filepath, overwrite, max_shard_size)
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # Called by Keras' TensorFlow trainer only.
+        return tf_build.symbolic_build(self, super()._maybe_symbolic_build, iterator, data_batch)
 
     def compile(self, *args, jit_compile="auto", **kwargs):
         """`keras.Model.compile`; with `jit_compile="auto"`, inference on a
