@@ -10,9 +10,14 @@ import os
 import numpy as np
 import pytest
 
-from tests.conftest import DEIT_NPZ, ROOT, requires_shared, to_numpy
+from tests.conftest import DEIT_NPZ, ROOT, requires_shared, runs_once, to_numpy
 
 Image = pytest.importorskip("PIL.Image")
+
+
+# The smoke run (a module fixture) and the tests reading it run in one job.
+EXAMPLE_RUN = ("the example's fit, evaluate, predict and saved preset are a DepthEstimator's, "
+               "trained on every backend by test_dense_training")
 
 
 def _load():
@@ -113,6 +118,7 @@ def test_depth_errors_equal_the_keras_metrics(example, rng):
     assert 0 < errors["delta1"] < 1
 
 
+@runs_once("torch", EXAMPLE_RUN)
 def test_smoke_run_writes_results_picture_and_preset(smoke):
     import keras_vit
 
@@ -135,6 +141,7 @@ def test_smoke_run_writes_results_picture_and_preset(smoke):
         assert picture.size[1] == 16 + 2 * (160 + 4) and picture.size[0] > 3 * 160 + 40
 
 
+@runs_once("torch", EXAMPLE_RUN)
 def test_data_flag_holds_out_a_split_of_the_folder(example, smoke):
     from keras_vit.tasks.dense_data import read_depth
 
@@ -148,6 +155,7 @@ def test_data_flag_holds_out_a_split_of_the_folder(example, smoke):
     assert example.largest_depth(args) == pytest.approx(example.FAR)
 
 
+@runs_once("torch", EXAMPLE_RUN)
 def test_preset_flag_takes_a_depth_model(example, smoke, tmp_path):
     """--preset of a depth model fine-tunes that model whole, its own depth
     range kept; a preset of another task is refused by name."""

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, to_numpy
+from tests.conftest import ROOT, runs_once, to_numpy
 
 pytest.importorskip("tensorflow", reason="the example's input pipeline needs TensorFlow")
 pytest.importorskip("sklearn", reason="the example's offline dataset comes from scikit-learn")
@@ -45,6 +45,8 @@ class _Stopped(Exception):
     pass
 
 
+@runs_once("torch", "the example's fit, stop and resume are the library's, held on every backend by "
+           "test_pretraining and test_training_resume")
 def test_smoke_run_resumes_then_finetune_starts_from_its_encoder(tmp_path, monkeypatch):
     import keras
 
@@ -102,6 +104,8 @@ def test_smoke_run_resumes_then_finetune_starts_from_its_encoder(tmp_path, monke
     assert tuned["updates"] == 4 and 0.0 <= tuned["accuracy"] <= 1.0
 
 
+@runs_once("torch", "a tool behind the README's numbers; the pre-training it runs is held on every "
+           "backend by test_pretraining")
 def test_experiment_tool_runs(tmp_path, monkeypatch):
     """tools/pretraining_experiment.py (the README's numbers), in miniature."""
     from keras_vit_tools import pretraining_experiment as tool

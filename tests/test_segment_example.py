@@ -9,10 +9,15 @@ import os
 import numpy as np
 import pytest
 
-from tests.conftest import DEIT_NPZ, ROOT, requires_shared, to_numpy
+from tests.conftest import DEIT_NPZ, ROOT, requires_shared, runs_once, to_numpy
 
 pytest.importorskip("sklearn", reason="the example's digits come from scikit-learn")
 Image = pytest.importorskip("PIL.Image")
+
+
+# The smoke run (a module fixture) and the tests reading it run in one job.
+EXAMPLE_RUN = ("the example's fit, evaluate, predict and saved presets are a Segmenter's, "
+               "trained on every backend by test_dense_training")
 
 
 def _load():
@@ -120,6 +125,7 @@ def test_synthetic_folder_replaces_only_its_own(example, tmp_path):
         example.common.synthetic_folder(str(tmp_path), "mine", "test data")
 
 
+@runs_once("torch", EXAMPLE_RUN)
 def test_smoke_run_writes_results_pictures_and_presets(smoke):
     import keras_vit
 
@@ -143,6 +149,7 @@ def test_smoke_run_writes_results_pictures_and_presets(smoke):
         assert len(np.unique(np.asarray(picture).reshape(-1, 3), axis=0)) > 50
 
 
+@runs_once("torch", EXAMPLE_RUN)
 def test_data_flag_holds_out_a_split_of_the_folder(example, smoke):
     """--data without --test-data: a fixed fifth held out, each held-out photo
     paired with its own mask."""
@@ -160,6 +167,7 @@ def test_data_flag_holds_out_a_split_of_the_folder(example, smoke):
     assert example.class_names(args, [folder], synthetic=False) == (None, largest + 1)
 
 
+@runs_once("torch", EXAMPLE_RUN)
 def test_preset_flag_takes_an_image_model_or_a_segmenter(example, smoke, tmp_path):
     """--preset: an EoMT preset keeps its head with a new class predictor (or
     lends its encoder to a linear head); an image model gets the head; a
