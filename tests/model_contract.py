@@ -245,9 +245,9 @@ def _check_exported(outputs, expected):
     # The runtime's fused float ops differ from Keras' by ~1e-7 ahead of each
     # rounding to the quantized grid; where a value sits on a boundary, one
     # step flips and moves that image's logits by ~1 %. On jax the runtime
-    # is TensorFlow's build of XLA and predict jax's: under the test run's
-    # compile options (tools/run_tests.py) their last bits differ often
-    # enough that any image may take a step.
+    # is TensorFlow's build of XLA and predict jax's, which the jax test job
+    # compiles with XLA's older element-wise emitters (tools/run_tests.py):
+    # their last bits differ often enough that any image may take a step.
     per_image = np.abs(outputs - expected).max(-1)
     assert (per_image <= 0.03 * np.abs(expected).max(-1)).all(), per_image
     if BACKEND != "jax":
