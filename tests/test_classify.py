@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 import keras_vit
-from conftest import DEIT_NPZ, TINY, requires_shared, to_numpy
+from conftest import DEIT_NPZ, TINY, requires_shared, runs_once, to_numpy
 from keras_vit.preprocessing import Preprocessing, resize_and_crop
 from keras_vit.presets import PresetDownloadError
 from synthetic import official_params
@@ -131,6 +131,8 @@ def _official_file(tmp_path, rng):
     return tmp_path / "ti.npz"
 
 
+@runs_once("torch", "which model a name, file or folder means is read from tables and files; the "
+           "models loaded are held on every backend by the model contract and test_serialization")
 def test_load_model_takes_every_way_of_naming_a_model(tmp_path, rng):
     file = _official_file(tmp_path, rng)
     x = rng.normal(size=(1, 32, 32, 3)).astype("float32")

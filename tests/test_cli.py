@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import DEIT_NPZ, requires_shared
+from conftest import DEIT_NPZ, requires_shared, runs_once
 from PIL import Image
 
 from keras_vit.cli import commands as cli
@@ -24,6 +24,8 @@ def test_usage_errors(tmp_path, capsys):
 
 
 @requires_shared
+@runs_once("torch", "the command's files and summary; the maps it draws are held on every backend by "
+           "test_inspection")
 def test_inspect_chelsea_with_real_weights(tmp_path, capsys):
     import skimage.data
 

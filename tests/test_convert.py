@@ -153,6 +153,8 @@ def test_backbones_out_to_transformers_are_checked_there(tmp_path, capsys, famil
     assert "max |transformers (torch) - source model|" in printed and printed.rstrip().endswith("OK (tolerance 0.0001)")
 
 
+@runs_once("torch", "the architecture is read from the tensors' shapes with NumPy; conversion is held "
+           "on every backend by test_real_weights_convert_and_reload")
 def test_a_checkpoint_file_names_its_own_architecture(tmp_path, rng, capsys):
     """Without --variant the architecture is read from the file's tensors
     (the resolver every command shares), here ViT-Ti/16 at 32 px."""

@@ -10,6 +10,7 @@ import os
 import keras
 import numpy as np
 import pytest
+from conftest import runs_once
 
 import keras_vit
 from keras_vit.preprocessing.dense import DenseProcessing
@@ -142,6 +143,8 @@ def test_bad_arguments_are_named():
         _depth().predict(np.zeros((1, 30, 32, 3), "float32"), verbose=0)
 
 
+@runs_once("torch", "the commands' arguments and files; segmentation is held on every backend "
+           "by test_dense_tasks, depth by test_dense_parity")
 def test_commands_write_pictures(tmp_path, capsys):
     photo = str(tmp_path / "photo.png")
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 56, 3)).astype("uint8")).save(photo)

@@ -9,6 +9,7 @@ import pytest
 
 import keras_vit
 from dense_dirs import chmv2_config, depth_anything_config, eomt_config, save_random
+from conftest import runs_once
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.tasks import segmentation_outputs as post
 from keras_vit.preprocessing.dense import DenseProcessing, from_transformers, prepare_image, to_transformers
@@ -20,6 +21,8 @@ Image = pytest.importorskip("PIL.Image")
 
 PHOTOS = ("chelsea", "coffee", "astronaut")
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+DEPTH_PROCESSING = "the processing around predict is NumPy; the outputs are held on every backend by test_dense_parity"
 
 
 def _photo(name):
@@ -53,6 +56,7 @@ def eomt(tmp_path_factory):
     return out
 
 
+@runs_once("torch", DEPTH_PROCESSING)
 def test_estimate_depth_matches_the_pipeline(depth_anything):
     folder, pipe = depth_anything
     model = keras_vit.from_preset(folder)
@@ -67,6 +71,7 @@ def test_estimate_depth_matches_the_pipeline(depth_anything):
         assert np.mean(np.abs(result["depth"].astype(int) - np.asarray(reference["depth"], int)) <= 1) >= 0.99
 
 
+@runs_once("torch", DEPTH_PROCESSING)
 def test_chmv2_depth_is_padded_and_resized_as_its_processor(tmp_path):
     """CHMv2's processor (torchvision-only) centre-pads the scaled pixels to a
     multiple of 16, and its post-processing resizes the prediction to the

@@ -16,7 +16,7 @@ import pytest
 
 import families_2025 as fam
 import keras_vit
-from conftest import to_numpy
+from conftest import inference, to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit import export
 from keras_vit.layers import SimpleFeaturePyramid
@@ -61,9 +61,9 @@ def test_transformers_dinov3_loads(hf_dinov3, name):
     for size in SIZES:
         x = _images(size)
         want = fam.run_torch(reference, x)
-        np.testing.assert_allclose(to_numpy(model(x)), want.pooler_output.numpy(), atol=ATOL, rtol=0)
-        np.testing.assert_allclose(to_numpy(model.forward_features(x)), want.last_hidden_state.numpy(),
-                                   atol=ATOL, rtol=0)
+        pooled, tokens = inference(lambda x: (model(x), model.forward_features(x)), x)
+        np.testing.assert_allclose(pooled, want.pooler_output.numpy(), atol=ATOL, rtol=0)
+        np.testing.assert_allclose(tokens, want.last_hidden_state.numpy(), atol=ATOL, rtol=0)
 
 
 def test_transformers_backbone_feature_maps(tmp_path):
@@ -168,9 +168,10 @@ def test_keras_hub_dinov3_loads(hub_dinov3, name):
     for size in SIZES:
         x = _images(size)
         reference = keras_hub.models.Backbone.from_preset(folders[name], image_shape=size + (3,))
-        want = to_numpy(reference({"pixel_values": x}))
-        np.testing.assert_allclose(to_numpy(model.forward_features(x)), want, atol=ATOL, rtol=0)
-        np.testing.assert_allclose(to_numpy(model(x)), want[:, 0], atol=ATOL, rtol=0)
+        want = inference(lambda x: reference({"pixel_values": x}), x)
+        tokens, pooled = inference(lambda x: (model.forward_features(x), model(x)), x)
+        np.testing.assert_allclose(tokens, want, atol=ATOL, rtol=0)
+        np.testing.assert_allclose(pooled, want[:, 0], atol=ATOL, rtol=0)
 
 
 # --- deployment ------------------------------------------------------------------

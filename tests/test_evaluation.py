@@ -122,6 +122,8 @@ def test_argument_errors():
 
 
 @requires_shared
+@runs_once("torch", "the linear probe is NumPy; the real weights' forward is held on every backend "
+           "by test_export, test_quantization and test_mixed_precision")
 def test_real_weights_few_shot_digits():
     """10-shot, 10-class linear accuracy of DeiT-Ti features on digits."""
     from sklearn.datasets import load_digits

@@ -21,7 +21,7 @@ import pytest
 
 import keras_vit
 import keras_vit.training
-from conftest import ROOT, TINY, to_numpy
+from conftest import ROOT, TINY, runs_once, to_numpy
 from families import make_model
 from keras_vit import saving
 
@@ -439,6 +439,8 @@ _WRITER = textwrap.dedent(
 )
 
 
+@runs_once("jax", "the write to a temporary file and the rename are keras_vit.saving's, the same under "
+           "every backend")
 def test_killing_a_process_while_it_saves_leaves_a_loadable_checkpoint(tmp_path, backend):
     path = tmp_path / "loop.weights.h5"
     env = dict(os.environ, KERAS_BACKEND=backend)

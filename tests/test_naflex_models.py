@@ -13,7 +13,7 @@ import pytest
 
 import families_2025 as fam
 import keras_vit
-from conftest import TINY, to_numpy
+from conftest import TINY, inference
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit import export
 from keras_vit.preprocessing import naflex_inputs
@@ -49,7 +49,7 @@ def _grid_image(batch, i):
 
 
 def _ours(model, batch):
-    return to_numpy(model(batch)), to_numpy(model.forward_features(batch))
+    return inference(lambda b: (model(b), model.forward_features(b)), batch)
 
 
 def test_one_image_at_its_native_grid(siglip2):
@@ -64,11 +64,12 @@ def test_one_image_at_its_native_grid(siglip2):
     np.testing.assert_allclose(ours_hidden, hidden, rtol=0, atol=ATOL)  # padding token included
     image = _grid_image(batch, 0)
     assert image.shape == (1, 12, 20, 3)
-    np.testing.assert_allclose(to_numpy(model(image)), pooled, rtol=0, atol=ATOL)
-    np.testing.assert_allclose(to_numpy(model.forward_features(image)), hidden[:, :15], rtol=0, atol=ATOL)
+    image_pooled, image_hidden = _ours(model, image)
+    np.testing.assert_allclose(image_pooled, pooled, rtol=0, atol=ATOL)
+    np.testing.assert_allclose(image_hidden, hidden[:, :15], rtol=0, atol=ATOL)
     # The mask matters: attending to the padding token changes the output.
     unmasked = dict(batch, patch_valid=np.ones_like(batch["patch_valid"]))
-    assert np.abs(to_numpy(model(unmasked)) - pooled).max() > 1e-3
+    assert np.abs(inference(model, unmasked) - pooled).max() > 1e-3
 
 
 def test_padded_batch_of_two_grids_equals_each_image_alone(siglip2):
@@ -173,14 +174,16 @@ def test_full_grid_dict_equals_the_image(options):
         "patch_coords": np.concatenate([coords[:, order], np.zeros((1, pad, 2), "int32")], 1),
         "patch_valid": np.array([[True] * rows * cols + [False] * pad]),
     }
-    np.testing.assert_allclose(to_numpy(model(batch)), to_numpy(model(image)), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(inference(model, batch), inference(model, image), rtol=0, atol=1e-5)
     if not model.num_prefix_tokens:
         return  # the blocks' outputs: once, with prefix tokens
-    features = model.forward_intermediates(batch, indices=[0], output_fmt="NLC", intermediates_only=True)
-    grid = model.forward_intermediates(image, indices=[0], output_fmt="NLC", intermediates_only=True)
-    np.testing.assert_allclose(to_numpy(features[0])[:, : rows * cols], to_numpy(grid[0])[:, order],
-                               rtol=0, atol=1e-5)
-    assert features[0].shape == (1, rows * cols + pad, 16)  # the patch tokens, padding included
+
+    def first_block(x):
+        return model.forward_intermediates(x, indices=[0], output_fmt="NLC", intermediates_only=True)[0]
+
+    features, grid = inference(first_block, batch), inference(first_block, image)
+    np.testing.assert_allclose(features[:, : rows * cols], grid[:, order], rtol=0, atol=1e-5)
+    assert features.shape == (1, rows * cols + pad, 16)  # the patch tokens, padding included
 
 
 @pytest.mark.parametrize("change, match", [

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import DEIT_NPZ, DEIT_SAFETENSORS, TINY, imagenet_preprocess, requires_shared, to_numpy
+from conftest import DEIT_NPZ, DEIT_SAFETENSORS, TINY, imagenet_preprocess, requires_shared, runs_once, to_numpy
 from keras_vit.weights.mapping import model_state
 from keras_vit.weights.patch_resample import resample_patch_embedding
 
@@ -130,6 +130,8 @@ def _photos():
 
 
 @requires_shared
+@runs_once("torch", "the kernels are resampled with NumPy as they load (keras_vit.weights.patch_resample); "
+           "a ViT's forward at any patch size is held on every backend by the model contract")
 def test_real_weights_keep_their_classes_at_patch_8_and_32():
     import keras
 

@@ -14,7 +14,7 @@ import pytest
 import families_2025 as fam
 import keras_vit
 import reference_families as ref
-from conftest import inference
+from conftest import inference, spread
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.families import eva as timm_eva
 
@@ -33,6 +33,8 @@ def _load(tmp_path, architecture, model_args=None, num_classes=5, seed=1):
     return keras_vit.from_preset(folder), state, arch
 
 
+@spread("the layouts' key tables and records; the rotary blocks are held on every backend by "
+        "test_rotary_blocks and the model contract")
 @pytest.mark.parametrize("architecture", EVA)
 def test_eva_layouts_equal_numpy_timm(tmp_path, architecture):
     model, state, arch = _load(tmp_path, architecture)
