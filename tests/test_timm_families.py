@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import to_numpy
+from conftest import inference, to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from hub_dirs import (
     populate_hf_cache,
@@ -94,6 +94,11 @@ def timm_dirs(tmp_path_factory):
     return out
 
 
+def _ours(model, x):
+    """The model's output and `forward_features` as NumPy (one compiled program on jax)."""
+    return inference(lambda x: (model(x), model.forward_features(x)), x)
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_timm_clip_and_siglip_directories_reproduce_transformers(timm_dirs, case):
     """The output is timm's: CLIP's projected class token (`image_embeds`)
@@ -105,8 +110,8 @@ def test_timm_clip_and_siglip_directories_reproduce_transformers(timm_dirs, case
     pooled, last, normed = _run(reference, _images())
     model = keras_vit.from_preset(folder)
     x = _images()
-    np.testing.assert_allclose(to_numpy(model(x)), pooled, rtol=0, atol=1e-4)
-    features = to_numpy(model.forward_features(x))
+    out, features = _ours(model, x)
+    np.testing.assert_allclose(out, pooled, rtol=0, atol=1e-4)
     blocks = keras.Model(model.input, model.get_layer(f"encoderblock_{model.num_layers - 1}").output)
     if case.startswith("clip"):
         assert model.encoder_config.pre_norm and not model.encoder_config.patch_bias
@@ -135,9 +140,9 @@ def test_timm_directories_at_another_image_size_resize_as_timm(timm_dirs, case, 
     assert calls == ["bicubic"]
     model = keras_vit.from_preset(folder).for_inference(image_size=(42, 35))
     assert model.encoder_config.position_interpolation == "timm"
-    np.testing.assert_allclose(to_numpy(model(x)), pooled, rtol=0, atol=1e-4)
-    tokens = normed if case.startswith("clip") else last
-    np.testing.assert_allclose(to_numpy(model.forward_features(x)), tokens, rtol=0, atol=1e-4)
+    out, features = _ours(model, x)
+    np.testing.assert_allclose(out, pooled, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(features, normed if case.startswith("clip") else last, rtol=0, atol=1e-4)
 
 
 def test_timm_siglip_directory_loads_through_an_hf_handle(timm_dirs, tmp_path, monkeypatch):
@@ -222,8 +227,9 @@ def test_timm_dinov2_directories_reproduce_transformers(timm_dinov2_dirs, regist
     pooled, last = _dinov2_run(reference, x)
     model = keras_vit.from_preset(folder)
     assert model.num_register_tokens == registers and model.position_interpolation == "timm"
-    np.testing.assert_allclose(to_numpy(model(x)), pooled, rtol=0, atol=1e-4)
-    np.testing.assert_allclose(to_numpy(model.forward_features(x)), last, rtol=0, atol=1e-4)
+    out, features = _ours(model, x)
+    np.testing.assert_allclose(out, pooled, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(features, last, rtol=0, atol=1e-4)
 
 
 @pytest.mark.parametrize("registers", sorted(DINOV2))
@@ -247,8 +253,9 @@ def test_timm_dinov2_directories_at_another_image_size_resize_as_timm(timm_dinov
     assert calls == ["bicubic"]
     model = keras_vit.from_preset(folder).for_inference(image_size=(42, 35))
     assert model.encoder_config.position_interpolation == "timm"
-    np.testing.assert_allclose(to_numpy(model(x)), pooled, rtol=0, atol=1e-4)
-    np.testing.assert_allclose(to_numpy(model.forward_features(x)), last, rtol=0, atol=1e-4)
+    out, features = _ours(model, x)
+    np.testing.assert_allclose(out, pooled, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(features, last, rtol=0, atol=1e-4)
 
 
 @pytest.mark.parametrize(

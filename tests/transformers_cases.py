@@ -15,7 +15,7 @@ from typing import Callable, Optional
 import keras
 import numpy as np
 
-from conftest import to_numpy
+from conftest import inference
 from hub_dirs import randomise_torch
 
 
@@ -69,12 +69,15 @@ def reference(model, case, x, **kwargs):
 
 def keras_outputs(model, case, x):
     """`(pooled output or None, tokens)` of a keras_vit model, as `reference` gives them."""
-    pooled = None if case.pooled is None else to_numpy(model(x))
-    if case.tokens == "final_norm":
-        tokens = keras.Model(model.input, model.get_layer("encoder_norm").output)(x)
-    else:
-        tokens = model.forward_features(x) if case.pooled is not None else model(x)
-    return pooled, to_numpy(tokens)
+    def call(x):
+        if case.tokens == "final_norm":
+            tokens = keras.Model(model.input, model.get_layer("encoder_norm").output)(x)
+        else:
+            tokens = model.forward_features(x) if case.pooled is not None else model(x)
+        return tokens if case.pooled is None else (model(x), tokens)
+
+    out = inference(call, x)
+    return (None, out) if case.pooled is None else out
 
 
 def assert_outputs_equal(ours, theirs, atol=1e-4):
