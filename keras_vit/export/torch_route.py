@@ -69,17 +69,15 @@ def export_torch(model, path, format, spec, metadata=None):
             port.get_tensor().set_names({name})
         ov.save_model(converted, path, compress_to_fp16=False)
     else:
-        _onnx_torch(model, path, sample, dims, input_names(spec))
+        _onnx_torch(program, path, input_names(spec))
 
 
-def _onnx_torch(model, path, sample, dims, names):
-    """Dynamo ONNX export with a dynamic batch (Keras' TorchScript fallback
-    fails in LayerNormalization on a dynamic shape)."""
+def _onnx_torch(program, path, names):
+    """Dynamo ONNX export of the `torch.export` program, its dynamic axes
+    kept (Keras' TorchScript fallback fails in LayerNormalization on a
+    dynamic shape). Given the program, the exporter does not trace the model
+    a second time."""
     import torch
 
-    # A dict as the last positional argument would be read as keywords.
-    args = (sample, {}) if isinstance(sample, dict) else (sample,)
-    program = torch.onnx.export(
-        model, args, dynamic_shapes=dims, dynamo=True, input_names=names, verbose=False,
-    )
-    program.save(path)
+    onnx_program = torch.onnx.export(program, dynamo=True, input_names=names, verbose=False)
+    onnx_program.save(path)
