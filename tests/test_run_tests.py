@@ -29,7 +29,8 @@ def test_xla_compiles_without_llvm_optimisations_unless_asked():
     from tools.run_tests import backend_env
 
     level, emitters = "--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"
-    ours = {"jax": f"{level} {emitters}", "tensorflow": level}
+    split = "--xla_cpu_parallel_codegen_split_count=1"
+    ours = {"jax": f"{level} {emitters} {split}", "tensorflow": level}
     base = {"PATH": "/bin", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     for backend in ("jax", "tensorflow"):
         env = backend_env(backend, environ=base)
@@ -42,7 +43,7 @@ def test_xla_compiles_without_llvm_optimisations_unless_asked():
         assert backend_env(backend, environ=chosen)["XLA_FLAGS"] == " ".join(
             ["--xla_backend_optimization_level=2", *ours[backend].split()[1:]])
     chosen = {"XLA_FLAGS": "--xla_cpu_use_fusion_emitters=true --xla_backend_optimization_level=3"}
-    assert backend_env("jax", environ=chosen)["XLA_FLAGS"] == chosen["XLA_FLAGS"]
+    assert backend_env("jax", environ=chosen)["XLA_FLAGS"] == f"{chosen['XLA_FLAGS']} {split}"
     assert backend_env("torch", environ=base) == dict(base, KERAS_BACKEND="torch")
 
 
