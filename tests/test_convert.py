@@ -41,6 +41,8 @@ def h5_arrays(path):
 
 
 @requires_shared
+@runs_once("torch", "the conversion is NumPy; the real weights' forward is held on every backend by "
+                    "test_loading, test_export and test_quantization")
 def test_real_weights_convert_and_reload(tmp_path, capsys):
     output = tmp_path / "deit_tiny.weights.h5"
     argv = ["--variant", "ViTTi16", "--weights", str(DEIT_SAFETENSORS), "--output", str(output), "--batch-size", "1"]

@@ -7,6 +7,7 @@ import keras
 import pytest
 
 import keras_vit
+from conftest import runs_once
 from keras_vit.architectures import ARCHITECTURE_CONFIGS
 from keras_vit.weights import download, registry
 from keras_vit.weights.registry import (
@@ -57,6 +58,7 @@ def _built_params(record):
     return _COUNTS[config]
 
 
+@runs_once("jax", "a parameter count is the layers' shapes, the same under every backend")
 @pytest.mark.parametrize("record", RECORDS, ids=IDS)
 def test_params_equal_built_model(record):
     assert _built_params(record) == record.params
