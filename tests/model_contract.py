@@ -16,7 +16,11 @@ outputs across them; each check is also a function of its own.
   as `dtype=` and as Keras' global policy.
 - Quantization (`check_quantization`): `model.quantize(mode)` for each mode of
   `QUANTIZATION_ERROR`, then `predict`, the config, a `.keras` file, a preset
-  and (where asked) the export of the quantized model.
+  and (where asked) the export of the quantized model. `run_model_test`
+  runs the modes of `EVERY_JOB_MODES` and the families of
+  `QUANTIZED_EXPORT`'s modes; `run_quantization_test(family, mode)` runs
+  one mode on its own (test_model_contract.py spreads float8's families
+  over the backends' jobs).
 
 On jax every new model's first call compiles (`outputs_of`), which is most
 of the contract's time: the checks compile once per model they must run.
@@ -66,6 +70,12 @@ QUANTIZED_TYPES = (keras.layers.Dense, keras.layers.EinsumDense)
 # quantized: these hold the most kinds (the MAP head's probe attention; the
 # distillation head).
 QUANTIZED_EXPORT = {"int8": "siglip", "float8": "deit"}
+# The modes `run_model_test` checks on every family in every job. float8's
+# difference from int8 is Keras' own (its layers' float8 kernels and scales,
+# held on every backend by `QUANTIZED_EXPORT["float8"]`'s family); which
+# layers a family quantizes, and how their variables save, are the family's
+# whatever the backend.
+EVERY_JOB_MODES = ("int8",)
 
 
 def _numpy(x):
@@ -329,8 +339,24 @@ def run_model_test(family, **options):
         check_keras_file(model, x, logits, folder)
         check_export(model, x, folder)
         check_precision(family, weights, x, logits, **options)
-        for mode in QUANTIZATION_ERROR:
-            if mode != "int8":  # a float model again, with the same weights
+        modes = [m for m in QUANTIZATION_ERROR if m in EVERY_JOB_MODES or QUANTIZED_EXPORT[m] == family]
+        for i, mode in enumerate(modes):
+            if i:  # a float model again, with the same weights
                 model = make_model(family, seed=None, **options)
                 model.set_weights(weights)
             check_quantization(family, model, mode, x, logits, folder)
+
+
+def run_quantization_test(family, mode, **options):
+    """`check_quantization` of one family in one mode, on a model of its own.
+
+    Args:
+        family: a key of `tests.families.FAMILIES`.
+        mode: a key of `QUANTIZATION_ERROR`.
+        **options: constructor arguments over the family's.
+    """
+    model = make_model(family, **options)
+    x = images(3)
+    logits = outputs_of(model, x)
+    with tempfile.TemporaryDirectory() as folder:
+        check_quantization(family, model, mode, x, logits, folder)

@@ -3,8 +3,10 @@
 - keras_vit's contract (tests/model_contract.py, `run_model_test`): build,
   config round trips, `.keras` files, the NumPy reference, a channels-first
   Keras, export; precision under mixed_float16, mixed_bfloat16 and bfloat16,
-  given as `dtype=` and as Keras' global policy; int8 and float8
-  quantization with predict, config, `.keras` files, presets and export.
+  given as `dtype=` and as Keras' global policy; int8 quantization with
+  predict, config, `.keras` files, presets and export; float8 likewise for
+  each family in one backend's job (`spread`), and for the family whose
+  float8 model is exported in every job.
 - keras-hub's harness for its own backbones (`keras_hub.src.tests.test_case`):
   `run_vision_backbone_test` (serialisation, eager and compiled calls, a
   `tf.data` input, the model name) and `run_model_saving_test`, on the backbone
@@ -23,9 +25,10 @@ from absl.testing import parameterized
 from keras_hub.src.tests import test_case as hub_test_case
 
 import keras_vit
+from conftest import spread
 from families import FAMILIES, images, make_model
 from keras_vit.pretraining import MaskedPatchPrediction
-from model_contract import run_model_test
+from model_contract import EVERY_JOB_MODES, QUANTIZATION_ERROR, QUANTIZED_EXPORT, run_model_test, run_quantization_test
 
 # keras-hub's harness repeats much of the contract at several times its
 # cost: it runs on a plain model.
@@ -35,6 +38,18 @@ KERAS_HUB_FAMILIES = ("vit",)
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_model_contract(family):
     run_model_test(family)
+
+
+# The other modes' cases of the families `run_model_test` does not quantize in them.
+SPREAD_MODES = [(mode, family) for mode in QUANTIZATION_ERROR if mode not in EVERY_JOB_MODES
+                for family in sorted(FAMILIES) if family != QUANTIZED_EXPORT[mode]]
+
+
+@spread("which layers a family quantizes and how they save are the family's; Keras' quantized "
+        "layers are held on every backend by the exported family's case of the model contract")
+@pytest.mark.parametrize("mode, family", SPREAD_MODES)
+def test_quantization_contract(mode, family):
+    run_quantization_test(family, mode)
 
 
 def test_pretraining_takes_the_encoder_policy():
