@@ -17,8 +17,7 @@ outputs across them; each check is also a function of its own.
 - Quantization (`check_quantization`): `model.quantize(mode)` for each mode of
   `QUANTIZATION_ERROR`, then `predict`, the config, a `.keras` file, a preset
   and (where asked) the export of the quantized model. `run_model_test`
-  runs the modes of `EVERY_JOB_MODES` and the families of
-  `QUANTIZED_EXPORT`'s modes; `run_quantization_test(family, mode)` runs
+  runs the modes of `contract_modes(family)`; `run_quantization_test(family, mode)` runs
   one mode on its own (test_model_contract.py spreads float8's families
   over the backends' jobs).
 
@@ -76,6 +75,12 @@ QUANTIZED_EXPORT = {"int8": "siglip", "float8": "deit"}
 # layers a family quantizes, and how their variables save, are the family's
 # whatever the backend.
 EVERY_JOB_MODES = ("int8",)
+
+
+def contract_modes(family):
+    """The quantization modes `run_model_test` checks `family` in: those of
+    `EVERY_JOB_MODES`, and each mode whose quantized model it exports."""
+    return [m for m in QUANTIZATION_ERROR if m in EVERY_JOB_MODES or QUANTIZED_EXPORT[m] == family]
 
 
 def _numpy(x):
@@ -339,8 +344,7 @@ def run_model_test(family, **options):
         check_keras_file(model, x, logits, folder)
         check_export(model, x, folder)
         check_precision(family, weights, x, logits, **options)
-        modes = [m for m in QUANTIZATION_ERROR if m in EVERY_JOB_MODES or QUANTIZED_EXPORT[m] == family]
-        for i, mode in enumerate(modes):
+        for i, mode in enumerate(contract_modes(family)):
             if i:  # a float model again, with the same weights
                 model = make_model(family, seed=None, **options)
                 model.set_weights(weights)

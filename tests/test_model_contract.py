@@ -28,7 +28,7 @@ import keras_vit
 from conftest import spread
 from families import FAMILIES, images, make_model
 from keras_vit.pretraining import MaskedPatchPrediction
-from model_contract import EVERY_JOB_MODES, QUANTIZATION_ERROR, QUANTIZED_EXPORT, run_model_test, run_quantization_test
+from model_contract import QUANTIZATION_ERROR, contract_modes, run_model_test, run_quantization_test
 
 # keras-hub's harness repeats much of the contract at several times its
 # cost: it runs on a plain model.
@@ -41,8 +41,8 @@ def test_model_contract(family):
 
 
 # The other modes' cases of the families `run_model_test` does not quantize in them.
-SPREAD_MODES = [(mode, family) for mode in QUANTIZATION_ERROR if mode not in EVERY_JOB_MODES
-                for family in sorted(FAMILIES) if family != QUANTIZED_EXPORT[mode]]
+SPREAD_MODES = [(mode, family) for mode in QUANTIZATION_ERROR for family in sorted(FAMILIES)
+                if mode not in contract_modes(family)]
 
 
 @spread("which layers a family quantizes and how they save are the family's; Keras' quantized "
