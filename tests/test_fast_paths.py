@@ -253,7 +253,7 @@ def _dense_cases(rng):
                     kernel = rng.normal(scale=0.3, size=k_shape).astype("float32")
                     args = [_cast(x, dtype), _cast(kernel, dtype),
                             None if bias is None else _cast(bias, dtype), axes, activation]
-                    yield args, dtype == "float32" and activation in (None, "gelu_tanh")
+                    yield args, dtype == "float32" and activation in (None, "gelu_tanh", "quick_gelu")
 
 
 def _attention_cases(rng):

@@ -14,7 +14,7 @@ from kernel_helpers import (
 )
 from keras_vit import ViT, kernels, layers
 from keras_vit.execution import tf_xla
-from keras_vit.kernels import registry, switches, torch_backend, xla
+from keras_vit.kernels import portable, registry, switches, torch_backend, xla
 
 ATTENTION_PATHS = [o.name for o in registry.registered("attention", BACKEND)] + ["portable"]
 
@@ -492,20 +492,28 @@ def test_dense_with_activation_equals_the_activation_after_it(rng, monkeypatch, 
         assert ("gelu", "tanh") not in post_ops_taken
 
 
-def test_dense_with_activation_keeps_gradients(rng):
-    """With gradients to record the activation is a separate op, differentiable."""
+# Each activation as NumPy computes it.
+NUMPY_ACTIVATIONS = {
+    "gelu_tanh": lambda y: 0.5 * y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y**3))),
+    "quick_gelu": lambda y: y / (1 + np.exp(-1.702 * y)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NUMPY_ACTIVATIONS))
+def test_dense_with_activation_keeps_gradients(rng, name):
+    """With gradients to record the activation is a separate op, differentiable
+    (torch's quick GELU is computed in place only where none is recorded)."""
     x = rng.normal(size=(2, 5, 8)).astype("float32")
     kernel = rng.normal(scale=0.3, size=(8, 6)).astype("float32")
     bias = rng.normal(size=(6,)).astype("float32")
     weights = rng.normal(size=(2, 5, 6)).astype("float32")
     got, got_grads = value_and_grads(
-        lambda x, k, b: kernels.dense(x, k, b, activation="gelu_tanh"), [x, kernel, bias], weights
+        lambda x, k, b: kernels.dense(x, k, b, activation=name), [x, kernel, bias], weights
     )
     expected, expected_grads = value_and_grads(
-        lambda x, k, b: keras.ops.gelu(keras.ops.matmul(x, k) + b, approximate=True),
-        [x, kernel, bias],
-        weights,
+        lambda x, k, b: portable.activation(keras.ops.matmul(x, k) + b, name), [x, kernel, bias], weights
     )
+    np.testing.assert_allclose(got, NUMPY_ACTIVATIONS[name](x @ kernel + bias), atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
     for g, e in zip(got_grads, expected_grads):
         np.testing.assert_allclose(g, e, atol=1e-5, rtol=1e-5)
