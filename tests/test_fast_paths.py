@@ -287,6 +287,17 @@ def _call_sublayer_cases(rng):
     mlp = keras_vit.layers.MlpBlock(mlp_dim=8)
     mlp.build((2, 7, 16))
     yield [mlp, _cast(rng.normal(size=(2, 7, 16)), "float32"), (), {"training": False}], False
+    # Convolutions: "same" and "valid", with and without bias, a stride, a
+    # dilation, an activation; "same" with a stride pads unevenly.
+    for options in (dict(kernel_size=3, padding="same"), dict(kernel_size=1, use_bias=False),
+                    dict(kernel_size=3, strides=2), dict(kernel_size=3, padding="same", dilation_rate=2),
+                    dict(kernel_size=3, padding="same", activation="relu"),
+                    dict(kernel_size=3, padding="same", strides=2)):
+        conv = keras.layers.Conv2D(5, **options)
+        conv.build((2, 9, 11, 3))
+        if conv.use_bias:
+            conv.bias.assign(rng.normal(size=5))
+        yield [conv, _cast(rng.normal(size=(2, 9, 11, 3)), "float32"), (), {}], False
 
 
 def _pack_cases(rng):

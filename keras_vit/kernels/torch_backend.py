@@ -482,6 +482,57 @@ def half_layer_norm(layer, x, args, kwargs):
     return F.layer_norm(x, (x.shape[-1],), gamma, beta, layer.epsilon)
 
 
+def _conv_padding(layer):
+    """torch's `padding` for a Conv2D of `layer`'s settings, or None where
+    "same" would pad unevenly (a stride above 1, an even kernel)."""
+    if layer.padding == "valid":
+        return 0
+    pads = []
+    for size, stride, dilation in zip(layer.kernel_size, layer.strides, layer.dilation_rate):
+        reach = dilation * (size - 1)
+        if stride != 1 or reach % 2:
+            return None
+        pads.append(reach // 2)
+    return tuple(pads)
+
+
+@register("call_sublayer", "torch", "channels_last_conv")
+def channels_last_conv(layer, x, args, kwargs):
+    """A channels-last `Conv2D` by `F.conv2d` on a strided view, or NotImplemented.
+
+    Keras' torch convolution copies NHWC maps to NCHW and back to
+    channels-last memory before the product (two copies of the input, a
+    third of the output); `F.conv2d` reads the NHWC tensor's
+    `(batch, channels, height, width)` view as channels-last memory and
+    writes its output so, whose NHWC view is contiguous. For a plain
+    `Conv2D` (one group, no activation or bias constraint, "valid" or even
+    "same" padding) where `direct_call_applies`.
+
+    Example:
+
+    >>> conv = keras.layers.Conv2D(4, 3, padding="same")
+    >>> conv.build((1, 5, 6, 2))
+    >>> x = keras.random.normal((1, 5, 6, 2), seed=0)
+    >>> y = channels_last_conv(conv, x, (), {})
+    >>> y is NotImplemented or bool(ops.all(ops.abs(y - conv(x)) < 1e-5))
+    True
+    """
+    import torch.nn.functional as F
+
+    if args or kwargs or type(layer) is not keras.layers.Conv2D or layer.data_format != "channels_last":
+        return NotImplemented
+    if layer.groups != 1 or layer.kernel_constraint is not None or layer.bias_constraint is not None:
+        return NotImplemented
+    padding = _conv_padding(layer)
+    if padding is None or not direct_call_applies(layer, x):
+        return NotImplemented
+    kernel = layer.kernel.value.permute(3, 2, 0, 1)  # (h, w, in, out) -> (out, in, h, w)
+    bias = layer.bias.value if layer.use_bias else None
+    y = F.conv2d(x.permute(0, 3, 1, 2), kernel, bias, layer.strides, padding, layer.dilation_rate)
+    y = y.permute(0, 2, 3, 1)
+    return y if layer.activation is keras.activations.linear else layer.activation(y)
+
+
 @register("call_sublayer", "torch", "direct_calls")
 def direct_call(layer, x, args, kwargs):
     """`layer.call(x, ...)` where `direct_call_applies`, else NotImplemented.

@@ -14,6 +14,7 @@ import math
 import keras
 from keras import ops
 
+from keras_vit import kernels
 from keras_vit.layers.dpt import NHWC, _conv
 from keras_vit.layers.resize import resize_bilinear, scaled_size, spatial_size
 from keras_vit.validation import check_bool, check_choice, check_positive_float, check_positive_int
@@ -88,8 +89,8 @@ class DepthHead(keras.layers.Layer):
 
     def call(self, x, images=None):
         if self.projection_conv is not None:
-            x = ops.relu(self.projection_conv(x))
-        x = self.conv_1(x)
+            x = ops.relu(kernels.call_sublayer(self.projection_conv, x))
+        x = kernels.call_sublayer(self.conv_1, x)
         if self.upsample == "image":
             if images is None:
                 raise ValueError(f"DepthHead {self.name!r} (upsample='image') needs the `images` at call.")
@@ -97,7 +98,7 @@ class DepthHead(keras.layers.Layer):
         else:
             size = scaled_size(x, 2)
         x = resize_bilinear(x, size, align_corners=True)
-        x = self.conv_3(ops.relu(self.conv_2(x)))
+        x = kernels.call_sublayer(self.conv_3, ops.relu(kernels.call_sublayer(self.conv_2, x)))
         if self.activation == "relu":
             x = ops.relu(x)
         elif self.activation == "sigmoid":

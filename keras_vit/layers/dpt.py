@@ -118,10 +118,10 @@ class ResidualConvUnit(keras.layers.Layer):
         self.built = True
 
     def call(self, x, training=None):
-        y = self.conv_1(ops.relu(x))
+        y = kernels.call_sublayer(self.conv_1, ops.relu(x))
         if self.norm_1 is not None:
             y = self.norm_1(y, training=training)
-        y = self.conv_2(ops.relu(y))
+        y = kernels.call_sublayer(self.conv_2, ops.relu(y))
         if self.norm_2 is not None:
             y = self.norm_2(y, training=training)
         return x + y
@@ -285,10 +285,10 @@ class DptNeck(keras.layers.Layer):
             if i >= self.skip_levels:
                 token = None if class_tokens is None else class_tokens[i - self.skip_levels]
                 x = self._readout(i, x, token)
-                x = self.projections[i](x)
+                x = kernels.call_sublayer(self.projections[i], x)
                 if self.resizes[i] is not None:
                     x = self.resizes[i](x, training=training)
-            out.append(self.convs[i](x))
+            out.append(kernels.call_sublayer(self.convs[i], x))
         return out
 
     def fuse(self, features, training=None):
@@ -308,7 +308,7 @@ class DptNeck(keras.layers.Layer):
                 size = spatial_size(features[i + 1])
             else:
                 size = scaled_size(x, 2)
-            fused = projection(resize_bilinear(x, size, align_corners=True))
+            fused = kernels.call_sublayer(projection, resize_bilinear(x, size, align_corners=True))
             outputs.append(fused)
         return outputs
 
