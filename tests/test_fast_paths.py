@@ -298,6 +298,17 @@ def _call_sublayer_cases(rng):
         if conv.use_bias:
             conv.bias.assign(rng.normal(size=5))
         yield [conv, _cast(rng.normal(size=(2, 9, 11, 3)), "float32"), (), {}], False
+    # Depthwise (a multiplier of 2) and transposed ones (the upsamplings of
+    # DPT and EoMT, and overlapping windows); "same" transposed is left to Keras.
+    for conv in (keras.layers.DepthwiseConv2D(3, padding="same", depth_multiplier=2),
+                 keras.layers.DepthwiseConv2D(3, use_bias=False),
+                 keras.layers.Conv2DTranspose(4, 2, strides=2), keras.layers.Conv2DTranspose(4, 3, strides=2),
+                 keras.layers.Conv2DTranspose(4, 4, strides=4, use_bias=False),
+                 keras.layers.Conv2DTranspose(4, 3, strides=2, padding="same")):
+        conv.build((2, 9, 11, 3))
+        if conv.use_bias:
+            conv.bias.assign(rng.normal(size=conv.bias.shape))
+        yield [conv, _cast(rng.normal(size=(2, 9, 11, 3)), "float32"), (), {}], False
 
 
 def _pack_cases(rng):

@@ -482,6 +482,10 @@ def half_layer_norm(layer, x, args, kwargs):
     return F.layer_norm(x, (x.shape[-1],), gamma, beta, layer.epsilon)
 
 
+# The convolution layers "channels_last_conv" computes (exactly these types).
+_CONVOLUTIONS = (keras.layers.Conv2D, keras.layers.DepthwiseConv2D, keras.layers.Conv2DTranspose)
+
+
 def _conv_padding(layer):
     """torch's `padding` for a Conv2D of `layer`'s settings, or None where
     "same" would pad unevenly (a stride above 1, an even kernel)."""
@@ -498,15 +502,16 @@ def _conv_padding(layer):
 
 @register("call_sublayer", "torch", "channels_last_conv")
 def channels_last_conv(layer, x, args, kwargs):
-    """A channels-last `Conv2D` by `F.conv2d` on a strided view, or NotImplemented.
+    """A channels-last convolution by torch's own, on a strided view, or NotImplemented.
 
-    Keras' torch convolution copies NHWC maps to NCHW and back to
-    channels-last memory before the product (two copies of the input, a
-    third of the output); `F.conv2d` reads the NHWC tensor's
-    `(batch, channels, height, width)` view as channels-last memory and
-    writes its output so, whose NHWC view is contiguous. For a plain
-    `Conv2D` (one group, no activation or bias constraint, "valid" or even
-    "same" padding) where `direct_call_applies`.
+    Keras' torch convolutions copy NHWC maps to NCHW, then to channels-last
+    memory again, and their outputs back; `F.conv2d` and
+    `F.conv_transpose2d` read the NHWC tensor's `(batch, channels, height,
+    width)` view as the channels-last tensor it is and write their outputs
+    so, whose NHWC view is contiguous. For a plain `Conv2D` (one group,
+    "valid" or even "same" padding), `DepthwiseConv2D` (likewise) or
+    `Conv2DTranspose` ("valid", no output padding, no dilation), without
+    constraints, where `direct_call_applies`.
 
     Example:
 
@@ -519,16 +524,34 @@ def channels_last_conv(layer, x, args, kwargs):
     """
     import torch.nn.functional as F
 
-    if args or kwargs or type(layer) is not keras.layers.Conv2D or layer.data_format != "channels_last":
+    kind = type(layer)
+    if args or kwargs or kind not in _CONVOLUTIONS:
         return NotImplemented
-    if layer.groups != 1 or layer.kernel_constraint is not None or layer.bias_constraint is not None:
+    if layer.data_format != "channels_last" or getattr(layer, "groups", 1) != 1:
         return NotImplemented
-    padding = _conv_padding(layer)
+    constraints = ("kernel_constraint", "depthwise_constraint", "bias_constraint")
+    if any(getattr(layer, name, None) is not None for name in constraints):
+        return NotImplemented
+    if kind is keras.layers.Conv2DTranspose:
+        if layer.padding != "valid" or layer.output_padding is not None or set(layer.dilation_rate) != {1}:
+            return NotImplemented
+        padding = 0
+    else:
+        padding = _conv_padding(layer)
     if padding is None or not direct_call_applies(layer, x):
         return NotImplemented
-    kernel = layer.kernel.value.permute(3, 2, 0, 1)  # (h, w, in, out) -> (out, in, h, w)
     bias = layer.bias.value if layer.use_bias else None
-    y = F.conv2d(x.permute(0, 3, 1, 2), kernel, bias, layer.strides, padding, layer.dilation_rate)
+    view = x.permute(0, 3, 1, 2)
+    if kind is keras.layers.Conv2D:
+        kernel = layer.kernel.value.permute(3, 2, 0, 1)  # (h, w, in, out) -> (out, in, h, w)
+        y = F.conv2d(view, kernel, bias, layer.strides, padding, layer.dilation_rate)
+    elif kind is keras.layers.DepthwiseConv2D:
+        kernel = layer.kernel.value  # (h, w, in, multiplier) -> (in * multiplier, 1, h, w)
+        kernel = kernel.reshape(*kernel.shape[:2], 1, -1).permute(3, 2, 0, 1)
+        y = F.conv2d(view, kernel, bias, layer.strides, padding, layer.dilation_rate, groups=view.shape[1])
+    else:
+        kernel = layer.kernel.value.permute(3, 2, 0, 1)  # (h, w, out, in) -> (in, out, h, w)
+        y = F.conv_transpose2d(view, kernel, bias, layer.strides)
     y = y.permute(0, 2, 3, 1)
     return y if layer.activation is keras.activations.linear else layer.activation(y)
 

@@ -286,8 +286,11 @@ class DptNeck(keras.layers.Layer):
                 token = None if class_tokens is None else class_tokens[i - self.skip_levels]
                 x = self._readout(i, x, token)
                 x = kernels.call_sublayer(self.projections[i], x)
-                if self.resizes[i] is not None:
-                    x = self.resizes[i](x, training=training)
+                resize = self.resizes[i]
+                if isinstance(resize, keras.Sequential):  # downsampling: padding, then a strided convolution
+                    x = resize(x, training=training)
+                elif resize is not None:
+                    x = kernels.call_sublayer(resize, x)
             out.append(kernels.call_sublayer(self.convs[i], x))
         return out
 

@@ -155,7 +155,8 @@ class EomtHead(keras.layers.Layer):
         """The patch map `(batch, h, w, D)` upscaled `num_upscale_blocks` times by 2."""
         x = grid_map
         for transposed, depthwise, norm in zip(self.upscale_transposed, self.upscale_depthwise, self.upscale_norms):
-            x = norm(depthwise(kernels.gelu(transposed(x), approximate=False)))
+            x = kernels.gelu(kernels.call_sublayer(transposed, x), approximate=False)
+            x = norm(kernels.call_sublayer(depthwise, x))
         return x
 
     def call(self, inputs):
