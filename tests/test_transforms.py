@@ -12,6 +12,7 @@ from kernel_helpers import BACKEND, only, taken, value_and_grads
 from keras_vit import ViT, kernels
 from keras_vit.kernels import registry
 from keras_vit.layers import MlpBlock
+from keras_vit.layers.dpt import ResidualConvUnit
 
 TORCH = BACKEND == "torch"
 requires_torch = pytest.mark.skipif(not TORCH, reason="torch's own fast paths, under torch's function transforms")
@@ -48,10 +49,13 @@ def test_vectorized_map_over_a_model_with_gradients(rng):
 # Every torch fast path that a model's forward pass can take. jax's and
 # tensorflow's are their own XLA ops, which `vectorized_map` batches like any
 # other: the test above runs them.
+# Paths the ViT's forward pass does not take, each with a layer that takes it.
+LAYER_PATHS = {"channels_last_conv": lambda: ResidualConvUnit(4)}
 MODEL_PATHS = [
     (override.op, override.name)
     for op in ("dense", "attention", "call_sublayer")
     for override in registry.registered(op, "torch")
+    if override.name not in LAYER_PATHS
 ]
 # The policy under which a path applies, where it is not float32's.
 PATH_POLICIES = {"half_layer_norm": "bfloat16"}
@@ -91,6 +95,33 @@ def test_vectorized_map_with_gradients_through_each_torch_path(rng, op, path):
             np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-4)
         else:  # bfloat16 keeps 8 bits of mantissa
             np.testing.assert_allclose(a, b, atol=3e-2 * np.abs(b).max())
+
+
+@requires_torch
+@pytest.mark.parametrize("path", sorted(LAYER_PATHS))
+def test_vectorized_map_with_gradients_through_a_layer_path(rng, path):
+    """As above for the paths of `LAYER_PATHS`, on their layer."""
+    layer = LAYER_PATHS[path]()
+    layer.build((2, 5, 6, 4))
+    for variable in layer.weights:
+        variable.assign(rng.normal(scale=0.3, size=variable.shape).astype("float32"))
+    xs = rng.normal(size=(2, 2, 5, 6, 4)).astype("float32")
+    weights = rng.normal(size=(2, 2, 5, 6, 4)).astype("float32")
+
+    def mapped(xs):
+        return keras.ops.vectorized_map(lambda x: layer(x), xs)
+
+    def looped(xs):
+        return keras.ops.stack([layer(xs[i]) for i in range(2)])
+
+    with only(path, "call_sublayer"), taken() as paths:
+        got, (got_grad,) = value_and_grads(mapped, [xs], weights)
+    with kernels.portable_only():
+        expected, (expected_grad,) = value_and_grads(looped, [xs], weights)
+    assert path in paths, paths
+    np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-4)
+    np.testing.assert_allclose(got_grad, expected_grad, atol=2e-5, rtol=1e-4)
+    assert np.abs(got_grad).max() > 0
 
 
 def test_vectorized_map_over_a_model_for_inference(rng):
