@@ -357,11 +357,10 @@ def _activation(y, name):
 def quick_gelu_in_place(y):
     """`y * sigmoid(1.702 * y)`, bit-equal to the portable form, in one new tensor.
 
-    The portable form allocates three tensors of `y`'s size; at an MLP's
-    width each is a fresh page-faulted buffer, and the three passes took
-    2.3 times as long as these (OWLv2 B/16 at 960 px: 430 -> 190 ms over
-    its 12 blocks, 2-core Xeon). In place, so only where no gradient is
-    recorded (autograd would need the sigmoid's output).
+    The portable form allocates three tensors of `y`'s size, each a fresh
+    buffer at an MLP's width (docs/performance.md has the measurement). In
+    place, so only where no gradient is recorded (autograd would need the
+    sigmoid's output).
 
     Example:
 
