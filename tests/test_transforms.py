@@ -46,11 +46,11 @@ def test_vectorized_map_over_a_model_with_gradients(rng):
     assert np.abs(got_grad).max() > 0
 
 
-# Every torch fast path that a model's forward pass can take. jax's and
-# tensorflow's are their own XLA ops, which `vectorized_map` batches like any
-# other: the test above runs them.
 # Paths the ViT's forward pass does not take, each with a layer that takes it.
 LAYER_PATHS = {"channels_last_conv": lambda: ResidualConvUnit(4)}
+# Every other torch fast path that a model's forward pass can take. jax's and
+# tensorflow's are their own XLA ops, which `vectorized_map` batches like any
+# other: the test above runs them.
 MODEL_PATHS = [
     (override.op, override.name)
     for op in ("dense", "attention", "call_sublayer")
