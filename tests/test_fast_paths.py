@@ -328,9 +328,23 @@ def _take_cases(rng):
         yield [x, keras.ops.convert_to_tensor(np.array([[1, 0], [2, 2]], "int32")), 1], False
 
 
+def _resize_cases(rng):
+    """(args, gradients?) of `resize_bilinear`: up and down, both corner
+    modes, a `scale` that differs from the sizes' ratio, odd sizes, a size
+    given as tensors, the size unchanged, bfloat16."""
+    shape = (2, 5, 7, 3)
+    for align_corners in (True, False):
+        for size, scale in (((10, 14), None), ((3, 4), None), ((11, 15), 2.2), ((5, 7), None)):
+            x = _cast(rng.normal(size=shape), "float32")
+            yield [x, size, align_corners, scale], size != (5, 7)
+    sizes = tuple(keras.ops.convert_to_tensor(n, "int32") for n in (9, 6))
+    yield [_cast(rng.normal(size=shape), "float32"), sizes, False, None], False
+    yield [_cast(rng.normal(size=shape), "bfloat16"), (8, 9), True, None], False
+
+
 CASES = {"dense": _dense_cases, "attention": _attention_cases, "gelu": _gelu_cases,
          "call_sublayer": _call_sublayer_cases, "pack_for_inference": _pack_cases,
-         "take": _take_cases}
+         "take": _take_cases, "resize_bilinear": _resize_cases}
 PORTABLE = {
     "dense": portable.dense,
     "attention": portable.attention,
@@ -338,6 +352,7 @@ PORTABLE = {
     "call_sublayer": portable.call_sublayer,
     "pack_for_inference": portable.pack_for_inference,
     "take": portable.take,
+    "resize_bilinear": portable.resize_bilinear,
 }
 
 
@@ -399,17 +414,22 @@ def _call_form(op, args):
     return args
 
 
+def _is_tensor(a):
+    return hasattr(a, "shape") and hasattr(a, "dtype")
+
+
 def _check_gradients(override, args):
-    """Gradients through the override equal those through the portable form."""
-    tensors = [a for a in args[:3] if a is not None]
+    """Gradients through the override equal those through the portable form
+    (with respect to its leading tensor arguments: not sizes nor flags)."""
+    rest_positions = [i for i, a in enumerate(args[:3]) if not _is_tensor(a)]
+    tensors = [a for i, a in enumerate(args[:3]) if i not in rest_positions]
     n = len(tensors)
-    rest_positions = [i for i, a in enumerate(args[:3]) if a is None]
 
     def rebuild(fn):
         def call(*ts):
             full, it = [], iter(ts)
             for i in range(3):
-                full.append(None if i in rest_positions else next(it))
+                full.append(args[i] if i in rest_positions else next(it))
             return fn(*full, *args[3:])
 
         return call

@@ -1,7 +1,8 @@
 """The speed code of keras_vit, fenced: one portable reference, fast paths per backend.
 
 The layers compute through a few functions: `project` (every projection),
-`dense`, `attention` (with an optional mask), `activation`, `call_sublayer`.
+`dense`, `attention` (with an optional mask), `activation`, `call_sublayer`,
+`take` and `resize_bilinear` (the dense heads' gathers and resizes).
 Each is written once in `keras.ops` (`keras_vit.kernels.portable`, the
 reference and the exporters' form); a backend module (`torch_backend`,
 `jax_backend`, `tensorflow_backend`, with the XLA forms in `xla`) registers
@@ -42,6 +43,7 @@ from keras_vit.kernels.api import (
     gelu,
     pack_for_inference,
     project,
+    resize_bilinear,
     runs_plain,
     take,
 )
@@ -73,6 +75,7 @@ __all__ = [
     "take",
     "portable_only",
     "project",
+    "resize_bilinear",
     "runs_plain",
     "xla_compiled",
 ]

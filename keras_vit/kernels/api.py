@@ -194,6 +194,24 @@ def take(x, indices, axis):
     return portable.take(x, indices, axis) if y is NotImplemented else y
 
 
+def resize_bilinear(images, size, align_corners=False, scale=None):
+    """Bilinear resize of `(batch, height, width, channels)` maps, torch's way.
+
+    Arguments and result as `keras_vit.kernels.portable.resize_bilinear`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> x = np.arange(4, dtype="float32").reshape(1, 2, 2, 1)
+    >>> keras.ops.convert_to_numpy(resize_bilinear(x, (2, 4)))[0, 0, :, 0].tolist()
+    [0.0, 0.25, 0.75, 1.0]
+    """
+    y = _dispatch("resize_bilinear", images, size, align_corners, scale)
+    if y is NotImplemented:
+        y = portable.resize_bilinear(images, size, align_corners, scale, take_function=take)
+    return y
+
+
 def gelu(x, approximate=True):
     """GELU: the tanh approximation, or the exact form with `approximate=False`.
 

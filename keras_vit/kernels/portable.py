@@ -143,6 +143,73 @@ def take(x, indices, axis):
     return ops.take(x, indices, axis=axis)
 
 
+def resize_bilinear(images, size, align_corners=False, scale=None, take_function=take):
+    """Bilinear resize of `(batch, height, width, channels)` maps, as torch's
+    `interpolate(mode="bilinear")` computes it (no antialiasing).
+
+    For each axis the two source rows of every output row are gathered and
+    blended (a lerp): a few multiply-adds per output value, where a `(new,
+    old)` matrix product would cost `old` of them.
+
+    Args:
+        images: tensor `(batch, height, width, channels)`.
+        size: `(new_height, new_width)`, ints or scalar int tensors.
+        align_corners: bool: source position `i * (old - 1) / (new - 1)`;
+            else half-pixel, `(i + 0.5) * old / new - 0.5` clamped at 0.
+        scale: None or a number: the `scale_factor` `size` came from (the
+            half-pixel source then steps by `1 / scale`, not `old / new`).
+        take_function: `take(x, indices, axis)` of the gathers (the
+            dispatcher passes its own, which takes the exporters' form
+            while exporting).
+
+    Returns:
+        A tensor `(batch, new_height, new_width, channels)` in the dtype of
+        `images`.
+
+    Example:
+
+    >>> x = np.arange(4, dtype="float32").reshape(1, 2, 2, 1)
+    >>> y = resize_bilinear(x, (3, 3), align_corners=True)
+    >>> keras.ops.convert_to_numpy(y)[0, :, :, 0].tolist()
+    [[0.0, 0.5, 1.0], [1.0, 1.5, 2.0], [2.0, 2.5, 3.0]]
+    """
+    images = ops.convert_to_tensor(images)
+    x = _resize_axis(images, size[0], 1, align_corners, scale, take_function)
+    return _resize_axis(x, size[1], 2, align_corners, scale, take_function)
+
+
+def _resize_axis(x, new, axis, align_corners, scale, take_function):
+    old = x.shape[axis] if x.shape[axis] is not None else ops.shape(x)[axis]
+    if isinstance(old, int) and isinstance(new, int) and old == new and (scale is None or scale == 1):
+        return x
+    low, high, weight = _taps(new, old, align_corners, scale)
+    shape = [1] * len(x.shape)
+    shape[axis] = -1
+    weight = ops.cast(ops.reshape(weight, shape), x.dtype)
+    first = take_function(x, low, axis)
+    second = take_function(x, high, axis)
+    return first + (second - first) * weight
+
+
+def _taps(new, old, align_corners, scale=None):
+    """`(low, high, weight of high)` of each of `new` output rows over `old`."""
+    new_f = ops.cast(new, "float32")
+    old_f = ops.cast(old, "float32")
+    # `arange(0, n)`: jax2onnx traces only the form with a stop.
+    position = ops.cast(ops.arange(0, new), "float32")
+    if align_corners:
+        step = (old_f - 1.0) / ops.maximum(new_f - 1.0, 1.0)
+        source = position * step
+    else:
+        step = old_f / new_f if scale is None else 1.0 / float(scale)
+        source = ops.maximum((position + 0.5) * step - 0.5, 0.0)
+    low = ops.minimum(ops.floor(source), old_f - 1.0)
+    weight = source - low
+    low = ops.cast(low, "int32")
+    high = ops.minimum(low + 1, ops.cast(old, "int32") - 1)
+    return low, high, weight
+
+
 def gelu(x, approximate=True):
     """GELU: the tanh approximation, or the exact form with `approximate=False`.
 

@@ -26,6 +26,7 @@ OPS = {
     "call_sublayer": "(layer, x, args, kwargs)",
     "pack_for_inference": "(variables,)",
     "take": "(x, indices, axis)",
+    "resize_bilinear": "(images, size, align_corners, scale)",
 }
 BACKENDS = ("jax", "tensorflow", "torch")
 
