@@ -129,9 +129,9 @@ def tiny_model(texts, image_size=32, seed=0):
     raw.normalizer = tokenizers.normalizers.Lowercase()
     raw.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
     raw.post_processor = tokenizers.processors.TemplateProcessing(single="$A <eos>", special_tokens=[("<eos>", 1)])
-    folder = tempfile.mkdtemp()
-    raw.save(os.path.join(folder, "tokenizer.json"))
-    tokenizer = keras_vit.text.load_tokenizer(folder, max_length=16, pad_token="<pad>")
+    with tempfile.TemporaryDirectory() as folder:  # the tokenizer is read into memory
+        raw.save(os.path.join(folder, "tokenizer.json"))
+        tokenizer = keras_vit.text.load_tokenizer(folder, max_length=16, pad_token="<pad>")
     image = keras_vit.ViT(image_size=image_size, patch_size=8, hidden_size=16, num_layers=1, num_heads=2,
                           mlp_dim=32, include_top=False, pooling="token", projection_dim=8,
                           preprocessing={"mean": [0.5] * 3, "std": [0.5] * 3, "image_size": [image_size] * 2})
@@ -147,7 +147,14 @@ def _print_ranking(title, rows):
 
 
 def run(args):
-    folder = args.images or tempfile.mkdtemp(prefix="keras_vit_retrieval_")
+    if args.images:
+        return _rank(args, args.images)
+    # The captioned photos live only as long as the run.
+    with tempfile.TemporaryDirectory(prefix="keras_vit_retrieval_") as folder:
+        return _rank(args, folder)
+
+
+def _rank(args, folder):
     captions = None if args.images else write_photos(folder)
     names = image_files(folder)
     texts = [captions[n] for n in names] if captions else [args.query]

@@ -42,9 +42,13 @@ def test_photos_are_written_with_their_captions(tmp_path):
     assert sorted(captions) == example.image_files(tmp_path) and len(set(captions.values())) == len(captions)
 
 
-def test_smoke_run_reports_recall(tmp_path, capsys):
+def test_smoke_run_reports_recall(tmp_path, capsys, monkeypatch):
     example = _load()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(example.tempfile, "tempdir", str(scratch))
     results = example.main(["--smoke", "--output", str(tmp_path / "results.json")])
+    assert not list(scratch.iterdir()), "the run's photos were left behind"
     assert results["images"] == len(example.PHOTOS)
     for direction in ("image_to_text", "text_to_image"):
         assert set(results[direction]) == {"recall@1", "recall@5"}
