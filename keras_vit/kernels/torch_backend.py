@@ -590,10 +590,8 @@ def interpolate(images, size, align_corners, scale):
         return NotImplemented
     if transforms():
         return NotImplemented
-    if any(isinstance(n, torch.Tensor) for n in size):
-        if compiling():
-            return NotImplemented  # a size read from a tensor would break the traced graph
-        size = tuple(int(n) for n in size)
+    if any(isinstance(n, torch.Tensor) for n in size) and compiling():
+        return NotImplemented  # a size read from a tensor would break the traced graph
     height, width = (int(n) for n in size)
     view = images.permute(0, 3, 1, 2)
     if scale is None or align_corners:
