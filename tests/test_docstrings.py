@@ -7,6 +7,7 @@ pass (`harness.run_doctests`). Examples needing network access are marked
 
 import importlib
 import pkgutil
+import tempfile
 
 import pytest
 
@@ -69,14 +70,21 @@ def test_every_module_is_listed():
         importlib.import_module(name)
 
 
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    """The examples' `tempfile.mkdtemp()` folders go under the test's own temporary path."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
 @examples_run_once
 @pytest.mark.parametrize("module_name", MODULES)
-def test_docstring_examples(module_name):
+def test_docstring_examples(module_name, scratch):
     run_doctests(importlib.import_module(module_name))
 
 
 @examples_run_once
-def test_named_constructor_examples():
+def test_named_constructor_examples(scratch):
     from keras_vit.models import variants
 
     for name in keras_vit.architectures.CONSTRUCTORS:
