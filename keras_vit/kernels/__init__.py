@@ -5,7 +5,8 @@ The layers compute through a few functions: `project` (every projection),
 `take` and `resize_bilinear` (the dense heads' gathers and resizes).
 Each is written once in `keras.ops` (`keras_vit.kernels.portable`, the
 reference and the exporters' form); a backend module (`torch_backend`,
-`jax_backend`, `tensorflow_backend`, with the XLA forms in `xla`) registers
+`jax_backend`, `tensorflow_backend`, with the XLA forms in `xla` and torch's
+resize in `torch_resize`) registers
 the fast paths it overrides them with (`registry`), each with a hardware
 rule (`hardware`, or a short measurement at first use: `measured`) that
 says where it pays, and the tests hold every registered path to the
@@ -33,7 +34,12 @@ import keras
 
 # The backend modules register their fast paths on import (their libraries
 # are imported only when a fast path runs).
-from keras_vit.kernels import jax_backend, tensorflow_backend, torch_backend  # noqa: F401
+from keras_vit.kernels import (  # noqa: F401
+    jax_backend,
+    tensorflow_backend,
+    torch_backend,
+    torch_resize,
+)
 from keras_vit.kernels.api import (
     activation,
     attention,
