@@ -414,14 +414,10 @@ def _call_form(op, args):
     return args
 
 
-def _is_tensor(a):
-    return hasattr(a, "shape") and hasattr(a, "dtype")
-
-
 def _check_gradients(override, args):
     """Gradients through the override equal those through the portable form
     (with respect to its leading tensor arguments: not sizes nor flags)."""
-    rest_positions = [i for i, a in enumerate(args[:3]) if not _is_tensor(a)]
+    rest_positions = [i for i, a in enumerate(args[:3]) if not keras.ops.is_tensor(a)]
     tensors = [a for i, a in enumerate(args[:3]) if i not in rest_positions]
     n = len(tensors)
 
