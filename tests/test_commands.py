@@ -116,6 +116,44 @@ def test_a_backend_flag_is_answered_with_keras_backend():
     assert "valid:" not in err and "--top" not in err, err
 
 
+# The commands that run a task model on images, with their other required options.
+TASK_COMMANDS = {
+    "zero-shot": ["--classes", "cat"],
+    "detect": ["--queries", "a cat", "--out", "o"],
+    "masks": ["--points", "1,2", "--out", "o"],
+    "depth": ["--out", "o"],
+    "segment": ["--out", "o"],
+}
+
+
+@runs_once("torch", "the parsers import nothing of Keras")
+@pytest.mark.parametrize("command", sorted(TASK_COMMANDS))
+def test_task_commands_take_the_model_first_or_as_preset(command, capsys):
+    """`keras-vit COMMAND MODEL IMAGE...`, as classify and export take their
+    model, or `--preset MODEL` and images only: the same arguments."""
+    parser = commands.keras_vit_parser()
+    options = TASK_COMMANDS[command]
+    first = parser.parse_args([command, "hf://org/m", "a.jpg", *options])
+    as_option = parser.parse_args([command, "a.jpg", "--preset", "hf://org/m", *options])
+    assert vars(first) == vars(as_option) and first.model == "hf://org/m"
+    assert (first.image, "images" in vars(first)) == ("a.jpg", False) if command == "masks" else first.images == ["a.jpg"]
+    with pytest.raises(SystemExit) as exit:
+        parser.parse_args([command, "a.jpg", *options])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and f"keras-vit {command}: error: give the model and then the image" in err, err
+    assert "'a.jpg'" in err and "--preset MODEL" in err
+    with pytest.raises(SystemExit) as exit:
+        parser.parse_args([command, "--help"])
+    assert exit.value.code == 0 and f"keras-vit {command} " in capsys.readouterr().out
+
+
+@runs_once("torch", "the parsers import nothing of Keras")
+def test_masks_takes_one_image(capsys):
+    with pytest.raises(SystemExit):
+        commands.keras_vit_parser().parse_args(["masks", "sam", "a.jpg", "b.jpg", "--out", "o"])
+    assert "keras-vit masks: error: takes one image; got 2: a.jpg b.jpg" in capsys.readouterr().err
+
+
 def test_threads_follow_the_flag_the_environment_or_the_cores(monkeypatch):
     from keras_vit_tools import front_end
 

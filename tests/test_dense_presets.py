@@ -161,7 +161,7 @@ def test_commands_write_pictures(tmp_path, capsys):
     expected = keras_vit.segment(model, photo, task="panoptic", threshold=0)[0]["segments"]
     assert written == expected and written
     assert np.asarray(Image.open(tmp_path / "out" / "photo_segments.png")).shape[0] == 40
-    assert run_cli(["depth", str(tmp_path / "segmenter"), photo, "--out", str(tmp_path)]) == 2
+    assert run_cli(["depth", photo, "--preset", str(tmp_path / "segmenter"), "--out", str(tmp_path)]) == 2
     assert "must be a DepthEstimator" in capsys.readouterr().err
 
 

@@ -162,7 +162,7 @@ def test_detect_command_writes_pictures_and_json(tmp_path, capsys):
     photo = tmp_path / "coffee.png"
     Image.fromarray(skimage_data.coffee()).save(photo)
     out = tmp_path / "found"
-    status = run_cli(["detect", str(photo), "--preset", detection_dir("owlv2")[0], "--queries", *QUERIES[:2],
+    status = run_cli(["detect", detection_dir("owlv2")[0], str(photo), "--queries", *QUERIES[:2],
                        "--threshold", "0.5", "--top-k", "4", "--out", str(out)])
     assert status == 0, capsys.readouterr().err
     records = json.loads((out / "detections.json").read_text())

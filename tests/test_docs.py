@@ -308,6 +308,41 @@ def test_docs_tools_examples():
 # ------------------------------------------------------ stale references
 
 
+def _command_lines(path):
+    """The console-script command lines of `path`'s shell blocks, as argument lists."""
+    import shlex
+
+    found = []
+    for block in re.findall(r"```(?:bash|sh|console)\n(.*?)```", _text(path), flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            while words and re.match(r"[A-Z_]+=", words[0]):  # KERAS_BACKEND=... before the command
+                words = words[1:]
+            if words and words[0].startswith("keras-vit"):
+                found.append(words)
+    return found
+
+
+def test_every_command_line_in_the_docs_parses():
+    """Each `keras-vit`, `keras-vit-convert` and `keras-vit-benchmark` line of
+    the README's and the guides' shell blocks is accepted by the command's
+    own parser (nothing runs)."""
+    from keras_vit_tools import benchmark, commands
+
+    parsers = {
+        "keras-vit": commands.keras_vit_parser().parse_args,
+        "keras-vit-convert": commands.convert_parser().parse_args,
+        "keras-vit-benchmark": benchmark.parse_args,
+    }
+    lines = [(path, words) for path in (*HAND_WRITTEN, ROOT / "README.md") for words in _command_lines(path)]
+    assert {words[0] for _, words in lines} == set(parsers), lines
+    for path, words in lines:
+        try:
+            parsers[words[0]](words[1:])
+        except SystemExit as exit:
+            pytest.fail(f"{path.relative_to(ROOT)}: {' '.join(words)} (exit {exit.code})")
+
+
 def _prose(path):
     """A page without its fenced code blocks (those run, or say why not)."""
     return re.sub(r"```.*?```", "", _text(path), flags=re.S)

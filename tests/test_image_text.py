@@ -201,7 +201,7 @@ def test_zero_shot_command_ranks_the_classes(tmp_path, capsys):
     photo = tmp_path / "chelsea.png"
     Image.fromarray(skimage.data.chelsea()).save(photo)
     folder = image_text_dir("siglip")[0]
-    status = commands.keras_vit(["zero-shot", str(photo), "--preset", folder, "--classes", *CLASSES[:3],
+    status = commands.keras_vit(["zero-shot", folder, str(photo), "--classes", *CLASSES[:3],
                                  "--top", "2"])
     lines = capsys.readouterr().out.splitlines()
     assert status == 0 and lines[0] == str(photo) and len(lines) == 3

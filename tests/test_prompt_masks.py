@@ -223,7 +223,7 @@ def test_masks_command_writes_pictures_and_json(tmp_path, capsys):
     photo = tmp_path / "chelsea.png"
     Image.fromarray(_photo()).save(photo)
     out = tmp_path / "masks"
-    status = run_cli(["masks", str(photo), "--preset", sam_dir()[0], "--points", "120,80", "300,200",
+    status = run_cli(["masks", sam_dir()[0], str(photo), "--points", "120,80", "300,200",
                        "--labels", "1", "0", "--out", str(out)])
     assert status == 0, capsys.readouterr().err
     data = json.loads((out / "masks.json").read_text())

@@ -9,9 +9,13 @@ torch's threads are set (`--threads`), the libraries are imported with their
 start-up banners muted, and the command's work is run (`keras_vit.cli`,
 `keras_vit_tools.convert`).
 
-Every command names its model the same way: a constructor or architecture
-name (with `--weights`), a checkpoint or `.keras` file, a preset folder or an
-`hf://org/name` handle, all resolved by `keras_vit.load_model`.
+`classify` and `export` name their model the same way: a constructor or
+architecture name (with `--weights`), a checkpoint or `.keras` file, a preset
+folder or an `hf://org/name` handle, all resolved by `keras_vit.load_model`.
+The task commands (`zero-shot`, `detect`, `masks`, `depth`, `segment`) take
+their model first too (`keras-vit detect MODEL IMAGE...`), or as `--preset
+MODEL` before or after the images (`ArgumentParser.model_then_images`);
+`inspect` takes its image, and its model as `--model` or `--preset`.
 
 This module imports nothing of keras_vit: the few lists its parsers offer as
 choices are copies in `keras_vit_tools.front_end`, checked against keras_vit's

@@ -4,13 +4,17 @@ Imports nothing of keras_vit, as `keras_vit_tools.commands` (see there).
 
 Example:
 
->>> import argparse
->>> commands = argparse.ArgumentParser().add_subparsers(dest="command")
+>>> commands = ArgumentParser().add_subparsers(dest="command")
 >>> parser = dense_parsers(commands)[1]
 >>> args = parser.parse_args(["hf://org/eomt", "street.jpg", "--task", "panoptic", "--out", "pictures"])
 >>> args.model, args.images, args.task, args.threshold
 ('hf://org/eomt', ['street.jpg'], 'panoptic', None)
 """
+
+try:
+    from keras_vit_tools.front_end import ArgumentParser
+except ImportError:  # run from a checkout as a script: tools/ is sys.path[0]
+    from front_end import ArgumentParser
 
 SEGMENTATION_TASKS = ("semantic", "panoptic", "instance")  # keras_vit.tasks.segmentation_outputs.SUBTASKS
 DENSE_MODEL_HELP = (
@@ -30,8 +34,7 @@ def dense_parsers(commands):
             ".npy array of the depths."
         ),
     )
-    depth.add_argument("model", help=DENSE_MODEL_HELP)
-    depth.add_argument("images", nargs="+", help="image files")
+    depth.model_then_images("model", DENSE_MODEL_HELP)
     depth.add_argument("--out", required=True, help="output directory")
     depth.set_defaults(command="depth")
     segment = commands.add_parser(
@@ -43,8 +46,7 @@ def dense_parsers(commands):
             "of the segments."
         ),
     )
-    segment.add_argument("model", help=DENSE_MODEL_HELP)
-    segment.add_argument("images", nargs="+", help="image files")
+    segment.model_then_images("model", DENSE_MODEL_HELP)
     segment.add_argument("--task", choices=SEGMENTATION_TASKS, default="semantic", help="default: semantic")
     segment.add_argument(
         "--threshold", type=float, default=None,

@@ -2,7 +2,8 @@
 
 - `ArgumentParser`: argparse without prefix matching, whose errors name a
   misspelt flag and the closest valid one (`--weigths` is not reported as
-  "--weights is required").
+  "--weights is required"); `model_then_images` gives a command the
+  positionals `MODEL IMAGE...` (or `--preset MODEL` and images only).
 - `configure_threads`: torch's intra-op threads set to the physical cores
   this process may use (its CPU affinity and the container's CPU quota),
   unless `OMP_NUM_THREADS` or a `--threads` flag says otherwise. torch's own
@@ -130,7 +131,58 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         self._argv = list(sys.argv[1:] if args is None else args)
-        return super().parse_known_args(args, namespace)
+        namespace, extras = super().parse_known_args(args, namespace)
+        # A sub-command's parser runs here on its own namespace, which its
+        # parent then copies: its model is taken from the images first.
+        if getattr(self, "_model_first", None) is not None:
+            self._take_model(namespace)
+        return namespace, extras
+
+    def model_then_images(self, dest, model_help, single=False, option="--preset"):
+        """Positionals `MODEL IMAGE...`, with `option` the model's other way in.
+
+        The model comes first, as `keras-vit classify MODEL IMAGE...` takes
+        it, or as `option`, and then every positional is an image. The
+        parsed namespace holds the model in `dest` and the images in
+        `images` (with `single`: the one image in `image`).
+
+        Example:
+
+        >>> parser = ArgumentParser(prog="keras-vit detect")
+        >>> parser.model_then_images("preset", "the detector")
+        >>> args = parser.parse_args(["owlv2", "cat.jpg", "dog.jpg"])
+        >>> args.preset, args.images
+        ('owlv2', ['cat.jpg', 'dog.jpg'])
+        >>> parser.parse_args(["cat.jpg", "--preset", "owlv2"]).images
+        ['cat.jpg']
+        """
+        files = "the image file" if single else "image files"
+        self.add_argument("_first", metavar="MODEL", help=f"{model_help} (or {option} MODEL: then {files} only)")
+        self.add_argument("images", nargs="*", metavar="IMAGE", help=files)
+        self.add_argument(option, dest=dest, default=None, metavar="MODEL", help=f"{model_help}, as an option")
+        self._model_first = (dest, option, single)
+
+    def _take_model(self, namespace):
+        dest, option, single = self._model_first
+        images = list(namespace.images)
+        first = vars(namespace).pop("_first")
+        if getattr(namespace, dest) is None:
+            if not images:
+                self.error(
+                    f"give the model and then the image{'' if single else 's'} "
+                    f"({self.prog} MODEL IMAGE{'' if single else ' ...'}), or the model as {option} MODEL; "
+                    f"got only {first!r}"
+                )
+            setattr(namespace, dest, first)
+        else:
+            images.insert(0, first)
+        if single:
+            if len(images) != 1:
+                self.error(f"takes one image; got {len(images)}: {' '.join(images)}")
+            namespace.image = images[0]
+            del namespace.images
+        else:
+            namespace.images = images
 
     def error(self, message):
         unknown = self.unknown_flag(getattr(self, "_argv", ()))

@@ -5,20 +5,24 @@ Imports nothing of keras_vit, as `keras_vit_tools.commands` (see there).
 
 Example:
 
->>> import argparse
->>> commands = argparse.ArgumentParser().add_subparsers(dest="command")
+>>> commands = ArgumentParser().add_subparsers(dest="command")
 >>> detect = detect_parser(commands)
->>> args = detect.parse_args(["cats.jpg", "--preset", "owlv2", "--queries", "a cat", "--out", "found"])
->>> args.images, args.queries, args.threshold
-(['cats.jpg'], ['a cat'], 0.1)
+>>> args = detect.parse_args(["hf://org/owlv2", "cats.jpg", "--queries", "a cat", "--out", "found"])
+>>> args.model, args.images, args.queries, args.threshold
+('hf://org/owlv2', ['cats.jpg'], ['a cat'], 0.1)
 >>> masks = masks_parser(commands)
->>> args = masks.parse_args(["cat.jpg", "--preset", "sam", "--points", "120,80", "300,200", "--labels", "1", "0",
+>>> args = masks.parse_args(["sam", "cat.jpg", "--points", "120,80", "300,200", "--labels", "1", "0",
 ...                          "--out", "masks"])
->>> args.points, args.labels, args.box
-([(120.0, 80.0), (300.0, 200.0)], [1, 0], None)
+>>> args.model, args.image, args.points, args.labels, args.box
+('sam', 'cat.jpg', [(120.0, 80.0), (300.0, 200.0)], [1, 0], None)
 """
 
 import argparse
+
+try:
+    from keras_vit_tools.front_end import ArgumentParser
+except ImportError:  # run from a checkout as a script: tools/ is sys.path[0]
+    from front_end import ArgumentParser
 
 
 def parse_point(text):
@@ -43,8 +47,7 @@ def detect_parser(commands):
             "detections.json to --out."
         ),
     )
-    parser.add_argument("images", nargs="+", help="image files")
-    parser.add_argument("--preset", required=True, help="the detector: a directory or hf://org/name")
+    parser.model_then_images("model", "the detector: a preset folder (transformers' OWL-ViT, OWLv2) or hf://org/name")
     parser.add_argument("--queries", nargs="+", default=None, help="what to look for, e.g. 'a cat' 'a remote'")
     parser.add_argument("--query-images", nargs="+", default=None,
                         help="example images of what to look for (one-shot detection)")
@@ -70,8 +73,10 @@ def masks_parser(commands):
             "masks.json (scores, boxes, run-length-encoded masks) to --out."
         ),
     )
-    parser.add_argument("image", help="the image file")
-    parser.add_argument("--preset", required=True, help="the SAM model: a directory or hf://org/name")
+    parser.model_then_images(
+        "model", "the SAM model: a preset folder (transformers' SamModel, keras-hub's SAM) or hf://org/name",
+        single=True,
+    )
     parser.add_argument("--points", nargs="+", type=parse_point, default=None, help="clicks as x,y pixels")
     parser.add_argument("--labels", nargs="+", type=int, default=None,
                         help="1 (on the object) or 0 (off it) per click (default: all 1)")

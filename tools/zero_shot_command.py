@@ -4,13 +4,17 @@ Imports nothing of keras_vit, as `keras_vit_tools.commands` (see there).
 
 Example:
 
->>> import argparse
->>> commands = argparse.ArgumentParser().add_subparsers(dest="command")
+>>> commands = ArgumentParser().add_subparsers(dest="command")
 >>> parser = zero_shot_parser(commands)
->>> args = parser.parse_args(["cat.png", "--preset", "hf://org/clip", "--classes", "cat", "dog"])
->>> args.images, args.classes, args.templates, args.top
-(['cat.png'], ['cat', 'dog'], None, None)
+>>> args = parser.parse_args(["hf://org/clip", "cat.png", "--classes", "cat", "dog"])
+>>> args.model, args.images, args.classes, args.templates, args.top
+('hf://org/clip', ['cat.png'], ['cat', 'dog'], None, None)
 """
+
+try:
+    from keras_vit_tools.front_end import ArgumentParser
+except ImportError:  # run from a checkout as a script: tools/ is sys.path[0]
+    from front_end import ArgumentParser
 
 
 def zero_shot_parser(commands):
@@ -25,10 +29,8 @@ def zero_shot_parser(commands):
             "per class (SigLIP, SigLIP 2)."
         ),
     )
-    parser.add_argument("images", nargs="+", help="image files")
-    parser.add_argument(
-        "--preset", required=True,
-        help="the checkpoint: a directory or hf://org/name (keras_vit.ImageTextModel.from_preset)",
+    parser.model_then_images(
+        "model", "the image-text checkpoint: a preset folder or hf://org/name (keras_vit.ImageTextModel.from_preset)"
     )
     parser.add_argument("--classes", nargs="+", required=True, help="class names, e.g. cat dog")
     parser.add_argument(

@@ -1,11 +1,11 @@
 """The work of `keras-vit detect` and `keras-vit masks` (parsed in
 `keras_vit_tools.tasks_command`, run by `keras_vit.cli.commands.run`).
 
-`keras-vit detect IMAGE... --preset HANDLE --queries TEXT... --out DIR` runs
+`keras-vit detect MODEL IMAGE... --queries TEXT... --out DIR` runs
 `keras_vit.detect` and writes each image with its labelled boxes
-(`<image>_detections.png`) and `detections.json`; `keras-vit masks IMAGE
---preset HANDLE (--points X,Y... [--labels L...] [--box X0 Y0 X1 Y1] |
---automatic) --out DIR` runs `keras_vit.segment_prompts` (or
+(`<image>_detections.png`) and `detections.json`; `keras-vit masks MODEL
+IMAGE (--points X,Y... [--labels L...] [--box X0 Y0 X1 Y1] | --automatic)
+--out DIR` runs `keras_vit.segment_prompts` (or
 `keras_vit.generate_masks`) and writes `masks.png` and `masks.json`, the
 masks run-length encoded (COCO's uncompressed RLE, column by column, as
 transformers' mask-generation pipeline encodes them).
@@ -80,9 +80,9 @@ def _write_json(path, data):
 def detect_command(args):
     """Runs `keras-vit detect`; returns the exit status (2 on unusable input)."""
     try:
-        model = from_preset(args.preset)
+        model = from_preset(args.model)
         if not isinstance(model, detection.OpenVocabularyDetector):
-            raise ValueError(f"--preset {args.preset!r} is not a detector (OWL-ViT, OWLv2): it is a {type(model).__name__}")
+            raise ValueError(f"The model {args.model!r} is not a detector (OWL-ViT, OWLv2): it is a {type(model).__name__}")
         images = read_images(args.images)
         results = detection.detect(model, images, queries=args.queries, query_images=args.query_images,
                                    threshold=args.threshold, nms_threshold=args.nms, top_k=args.top_k)
@@ -121,9 +121,9 @@ def _segment(args, model, image):
 def masks_command(args):
     """Runs `keras-vit masks`; returns the exit status (2 on unusable input)."""
     try:
-        model = from_preset(args.preset)
+        model = from_preset(args.model)
         if not isinstance(model, prompt_masks.PromptableSegmenter):
-            raise ValueError(f"--preset {args.preset!r} is not a SAM model: it is a {type(model).__name__}")
+            raise ValueError(f"The model {args.model!r} is not a SAM model: it is a {type(model).__name__}")
         image = read_images(args.image)[0]
         masks, scores, boxes = _segment(args, model, image)
     except (ValueError, OSError, ImportError) as error:

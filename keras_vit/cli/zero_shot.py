@@ -1,7 +1,7 @@
 """The work of `keras-vit zero-shot` (parsed in `keras_vit_tools.commands`).
 
-`keras-vit zero-shot IMAGE [IMAGE ...] --preset HANDLE --classes NAME
-[NAME ...]` loads a two-tower checkpoint (`keras_vit.ImageTextModel`), builds
+`keras-vit zero-shot MODEL IMAGE [IMAGE ...] --classes NAME [NAME ...]`
+loads a two-tower checkpoint (`keras_vit.ImageTextModel`), builds
 its zero-shot classifier for the named classes (one prompt, or the CLIP
 paper's 80 ImageNet prompts with `--templates imagenet`), and prints each
 image's classes ranked, with their probabilities: a softmax over the classes
@@ -40,7 +40,7 @@ def zero_shot_command(args):
     `keras-vit classify` does for any classifier.
     """
     try:
-        model = ImageTextModel.from_preset(args.preset)
+        model = ImageTextModel.from_preset(args.model)
         classifier = model.zero_shot_classifier(args.classes, templates=prompt_templates(args.templates))
         results = classify(classifier, args.images, top=args.top or len(args.classes))
     except (ValueError, OSError, ImportError) as error:
