@@ -14,6 +14,7 @@ import dataclasses
 import io
 import os
 import re
+import tempfile
 
 from conftest import ROOT, SHARED
 
@@ -58,10 +59,19 @@ def markers(path):
 
 def run_blocks(blocks, cwd, name, namespace=None):
     """Runs `blocks` in order in one namespace, in `cwd`, as a reader would
-    paste them; returns (printed text, namespace)."""
+    paste them; returns (printed text, namespace).
+
+    In a `workspace`, the folders the blocks make with `tempfile` (the
+    guides write into `tempfile.mkdtemp()`, as a reader's paste would) go
+    into the workspace's `temporary` folder beside `cwd`, so that they leave
+    with the test's own files.
+    """
     namespace = {"__name__": "__docs__"} if namespace is None else namespace
     printed = io.StringIO()
-    previous = os.getcwd()
+    previous, previous_tempdir = os.getcwd(), tempfile.tempdir
+    temporary = os.path.join(os.path.dirname(os.path.abspath(cwd)), "temporary")
+    if os.path.isdir(temporary):
+        tempfile.tempdir = temporary
     os.chdir(cwd)
     try:
         with contextlib.redirect_stdout(printed):
@@ -69,12 +79,15 @@ def run_blocks(blocks, cwd, name, namespace=None):
                 exec(compile(block.code, f"{name}:{block.line}", "exec"), namespace)
     finally:
         os.chdir(previous)
+        tempfile.tempdir = previous_tempdir
     return printed.getvalue(), namespace
 
 
 def workspace(tmp_path):
-    """A folder to run blocks in, with `../shared` reaching the real weights."""
+    """A folder to run blocks in, with `../shared` reaching the real weights
+    and `../temporary` holding what the blocks put in temporary folders."""
     (tmp_path / "run").mkdir()
+    (tmp_path / "temporary").mkdir()
     if SHARED.exists():
         (tmp_path / "shared").symlink_to(SHARED)
     return tmp_path / "run"

@@ -72,6 +72,9 @@ def test_page_code_runs(page, tmp_path):
     # (but the photo folder the fine-tuning guide's commands then train on).
     wrote = sorted(p.name for p in folder.iterdir())
     assert wrote == (["textures"] if page.name == "finetune-photos.md" else []), f"{page.name} wrote {wrote}"
+    # ... and its temporary folders are the test's, not left in the system's.
+    if any("mkdtemp" in b.code for b in blocks):
+        assert list((tmp_path / "temporary").iterdir()), page.name
 
 
 @requires_shared

@@ -7,8 +7,6 @@ against `predict` and `keras_vit.segment_prompts`)."""
 
 import functools
 import pathlib
-import tempfile
-from unittest import mock
 
 import keras
 import numpy as np
@@ -84,10 +82,8 @@ def test_detection_and_masks_guide_runs(tmp_path):
     from docs_blocks import DOCS, python_blocks, run_blocks, workspace
 
     blocks = [b for b in python_blocks(DOCS / "guides" / "detection_and_masks.md") if not b.skip]
-    run, scratch = workspace(tmp_path), tmp_path / "tmp"
-    scratch.mkdir()
-    with mock.patch.object(tempfile, "tempdir", str(scratch)):  # the page's mkdtemp, in the test's folder
-        printed, names = run_blocks(blocks, run, "detection_and_masks.md")
+    run = workspace(tmp_path)
+    printed, names = run_blocks(blocks, run, "detection_and_masks.md")
     assert not list(run.iterdir())  # the reader's folder is left as it was
     assert {p.name for p in pathlib.Path(names["folder"]).iterdir()} >= {"owlv2_fixed.onnx", "sam_decoder.onnx"}
     lines = printed.strip().splitlines()
