@@ -148,9 +148,9 @@ def _computes(name, dtype, policy):
         return policy in ("bfloat16", "float16")
     if name == "onednn_packing":
         return False  # only `for_inference` packs
-    if name == "channels_last_conv":
-        return False  # the ViT's convolution is its patch embedding, called as a layer (DPT's are held
-        # to the portable form by test_fast_paths and test_dense_parity)
+    if name in ("channels_last_conv", "xla_convolutions"):
+        return False  # the ViT's convolution is its patch embedding, called as a layer (DPT's and EoMT's
+        # are held to the portable form by test_fast_paths and test_dense_parity)
     if name == "interpolate":
         return False  # the ViT resizes nothing (DPT's and EoMT's resizes: test_fast_paths, test_dense_parity)
     if name == "fused_attention" and BACKEND == "jax":

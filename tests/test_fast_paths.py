@@ -298,17 +298,28 @@ def _call_sublayer_cases(rng):
         if conv.use_bias:
             conv.bias.assign(rng.normal(size=5))
         yield [conv, _cast(rng.normal(size=(2, 9, 11, 3)), "float32"), (), {}], False
-    # Depthwise (a multiplier of 2) and transposed ones (the upsamplings of
-    # DPT and EoMT, and overlapping windows); "same" transposed is left to Keras.
-    for conv in (keras.layers.DepthwiseConv2D(3, padding="same", depth_multiplier=2),
-                 keras.layers.DepthwiseConv2D(3, use_bias=False),
-                 keras.layers.Conv2DTranspose(4, 2, strides=2), keras.layers.Conv2DTranspose(4, 3, strides=2),
-                 keras.layers.Conv2DTranspose(4, 4, strides=4, use_bias=False),
-                 keras.layers.Conv2DTranspose(4, 3, strides=2, padding="same")):
+    # Depthwise (a multiplier of 2, an even kernel, a stride) and transposed
+    # ones (the upsamplings of DPT and EoMT, and overlapping windows); "same"
+    # transposed is left to Keras. Gradients with respect to the input.
+    for conv, gradients in ((keras.layers.DepthwiseConv2D(3, padding="same", depth_multiplier=2), True),
+                            (keras.layers.DepthwiseConv2D(3, use_bias=False), True),
+                            (keras.layers.DepthwiseConv2D(2, padding="same", activation="gelu"), False),
+                            (keras.layers.DepthwiseConv2D(3, strides=2), False),
+                            (keras.layers.Conv2DTranspose(4, 2, strides=2), True),
+                            (keras.layers.Conv2DTranspose(4, 3, strides=2), False),
+                            (keras.layers.Conv2DTranspose(4, (4, 2), strides=(4, 2), use_bias=False), True),
+                            (keras.layers.Conv2DTranspose(4, 3, strides=2, padding="same"), False)):
         conv.build((2, 9, 11, 3))
         if conv.use_bias:
             conv.bias.assign(rng.normal(size=conv.bias.shape))
-        yield [conv, _cast(rng.normal(size=(2, 9, 11, 3)), "float32"), (), {}], False
+        yield [conv, _cast(rng.normal(size=(2, 9, 11, 3)), "float32"), (), {}], gradients
+    # bfloat16 layers and mixed precision (the kernels float32, the input bfloat16).
+    for policy in ("bfloat16", "mixed_bfloat16"):
+        for conv in (keras.layers.DepthwiseConv2D(3, padding="same", dtype=policy),
+                     keras.layers.Conv2DTranspose(4, 2, strides=2, dtype=policy)):
+            conv.build((2, 9, 11, 3))
+            conv.bias.assign(rng.normal(size=conv.bias.shape))
+            yield [conv, _cast(rng.normal(size=(2, 9, 11, 3)), "bfloat16"), (), {}], False
 
 
 def _pack_cases(rng):

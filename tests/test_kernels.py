@@ -143,7 +143,8 @@ def test_every_backend_registers_its_fast_paths_by_name():
             ("torch", "attention", "sdpa"), ("torch", "call_sublayer", "half_layer_norm"),
             ("torch", "call_sublayer", "direct_calls"), ("jax", "dense", "xla_dense"),
             ("jax", "attention", "xla_attention"), ("tensorflow", "dense", "fused_bias_gelu"),
-            ("tensorflow", "gelu", "erf_gelu")} <= names
+            ("tensorflow", "gelu", "erf_gelu"), ("jax", "call_sublayer", "xla_convolutions"),
+            ("tensorflow", "call_sublayer", "xla_convolutions")} <= names
     with pytest.raises(ValueError, match="already registered"):
         registry.register("dense", "torch", "onednn")(lambda *a: None)
     with pytest.raises(ValueError, match="Unknown op"):

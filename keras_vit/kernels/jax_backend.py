@@ -14,6 +14,8 @@
   Forced on a CPU, it declines float16: jax's form accumulates float16
   products in float32 (`F16_F16_F32`), which XLA's CPU dot refuses in a
   compiled function.
+- call_sublayer, "xla_convolutions" on a CPU: `xla.convolution` (the
+  upsampling heads' non-overlapping transposed and depthwise convolutions).
 
 The measurements: docs/performance.md.
 """
@@ -61,3 +63,8 @@ def cpu_safe_fused_attention(q, k, v, scale, mask):
     if str(q.dtype) == "float16" and hardware.device() == "cpu":
         return NotImplemented
     return fused_attention(q, k, v, scale, mask)
+
+
+@register("call_sublayer", "jax", "xla_convolutions", pays=xla.convolution_pays)
+def convolution(layer, x, args, kwargs):
+    return NotImplemented if args or kwargs else xla.convolution(layer, x)

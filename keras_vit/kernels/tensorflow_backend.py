@@ -9,6 +9,10 @@
 - attention, "xla_attention" on a CPU: `xla.attention`, grouped heads only
   inside `xla_compiled()` (tensorflow's XLA-compiled predict function).
 - attention, "fused_attention" on a GPU: `keras.ops.dot_product_attention`.
+- call_sublayer, "xla_convolutions" on a CPU: `xla.convolution` (the
+  upsampling heads' non-overlapping transposed and depthwise convolutions),
+  inside XLA only (`xla_compiled()`): in the graph runtime TensorFlow's own
+  depthwise kernel is the faster.
 - gelu, "erf_gelu", while exporting only: Keras' exact GELU is
   `erfc`-based on tensorflow, an op tf2onnx cannot convert;
   `0.5 x (1 + erf(x / sqrt(2)))` is the same function.
@@ -56,6 +60,11 @@ def attention(q, k, v, scale, mask):
 
 
 register("attention", "tensorflow", "fused_attention", pays=hardware.on_accelerator)(fused_attention)
+
+
+@register("call_sublayer", "tensorflow", "xla_convolutions", pays=xla.convolution_pays)
+def convolution(layer, x, args, kwargs):
+    return NotImplemented if args or kwargs else xla.convolution(layer, x)
 
 
 @register("gelu", "tensorflow", "erf_gelu", export=True)

@@ -13,6 +13,13 @@ products with float32 accumulation, `jax_backend.matmul`):
   queries rather than the logits where that adds no rounding
   (`fold_scale`), and once the logits of all heads outgrow the caches the
   products and the softmax take a group of heads at a time (`head_group`).
+- `convolution`: the two convolutions of the dense heads' upsampling that
+  XLA's CPU backend runs slowly as convolutions: a `Conv2DTranspose` whose
+  windows do not overlap (kernel size = strides) as one matrix product and
+  a depth-to-space shuffle, and a `DepthwiseConv2D` of stride 1 as one
+  multiply-add per kernel tap on shifted views, which XLA fuses into one
+  loop. Only where XLA compiles the call (`convolution_pays`): tensorflow's
+  graph runtime runs its own depthwise kernel faster than this form.
 
 The measurements behind each choice: docs/performance.md.
 """
@@ -21,8 +28,9 @@ import math
 
 import keras
 from keras import ops
+from keras.src.backend import get_keras_mask
 
-from keras_vit.kernels import portable
+from keras_vit.kernels import hardware, portable
 from keras_vit.kernels.switches import compiled_by_xla
 
 
@@ -181,3 +189,111 @@ def _grouped_attention(q, k, v, scale, group, matmul):
         lambda qkv: _attention_heads(*qkv, scale, matmul), (groups(q), groups(k), groups(v))
     )
     return ops.reshape(context, (-1, *context.shape[2:]))
+
+
+def convolution_pays(*args):
+    """The hardware rule of `convolution`: on a CPU, where XLA compiles the call.
+
+    Example:
+
+    >>> from keras_vit.kernels.switches import xla_compiled
+    >>> with hardware.assume(device="cpu"), xla_compiled():
+    ...     convolution_pays() == (keras.backend.backend() != "torch")
+    True
+    """
+    return hardware.on_cpu() and compiled_by_xla()
+
+
+def convolution(layer, x):
+    """`layer(x)` for a `Conv2DTranspose` or `DepthwiseConv2D` in the forms
+    XLA's CPU backend runs fastest, or NotImplemented.
+
+    Computed: a channels-last `Conv2DTranspose` with "valid" padding, no
+    output padding or dilation and its kernel size equal to its strides
+    (each input pixel writes its own block of outputs), and a channels-last
+    `DepthwiseConv2D` of stride 1 and no dilation. The weights are read in
+    the layer's compute dtype, as its call reads them; half-precision maps
+    are then summed in float32 and rounded once, as the convolutions
+    accumulate.
+    Declined: any other layer or setting, a symbolic input or one of
+    another dtype than the layer computes in, a mask, and a layer that is
+    not built, is quantized or rematerialised, or has an activity
+    regularizer (what Keras' `__call__` would add).
+
+    Example:
+
+    >>> import numpy as np
+    >>> conv = keras.layers.DepthwiseConv2D(3, padding="same")
+    >>> conv.build((1, 6, 7, 2))
+    >>> x = keras.ops.convert_to_tensor(np.random.default_rng(0).normal(size=(1, 6, 7, 2)), "float32")
+    >>> bool(np.allclose(keras.ops.convert_to_numpy(convolution(conv, x)),
+    ...                  keras.ops.convert_to_numpy(conv(x)), atol=1e-5))
+    True
+    """
+    kind = type(layer)
+    form = {keras.layers.Conv2DTranspose: _transposed, keras.layers.DepthwiseConv2D: _depthwise}.get(kind)
+    if form is None or not _plain_call(layer, x) or layer.data_format != "channels_last":
+        return NotImplemented
+    if None in tuple(x.shape)[1:]:
+        return NotImplemented
+    dtype = layer.compute_dtype
+    wide = "float32" if dtype in ("bfloat16", "float16") else dtype
+    y = form(layer, ops.cast(x, wide), lambda w: ops.cast(ops.cast(w, dtype), wide))
+    if y is NotImplemented:
+        return y
+    if layer.use_bias:
+        y = y + ops.cast(ops.cast(layer.bias, dtype), wide)
+    y = ops.cast(y, dtype)
+    return y if layer.activation is keras.activations.linear else layer.activation(y)
+
+
+def _plain_call(layer, x):
+    """Whether `layer.call(x)` by hand is what `layer(x)` computes (see `convolution`)."""
+    if isinstance(x, keras.KerasTensor) or not keras.ops.is_tensor(x) or not layer.built:
+        return False
+    if getattr(layer, "quantization_mode", None) is not None or getattr(layer, "_remat_mode", None):
+        return False
+    if getattr(layer, "activity_regularizer", None) is not None or get_keras_mask(x) is not None:
+        return False
+    return keras.backend.standardize_dtype(x.dtype) == layer.compute_dtype
+
+
+def _transposed(layer, x, read):
+    """A non-overlapping transposed convolution: `(n, h, w, c) @ (c, kh kw out)`, each
+    pixel's `(kh, kw, out)` block then moved into place."""
+    if layer.padding != "valid" or layer.output_padding is not None or set(layer.dilation_rate) != {1}:
+        return NotImplemented
+    if tuple(layer.kernel_size) != tuple(layer.strides):
+        return NotImplemented
+    kh, kw = layer.kernel_size
+    _, h, w, c = x.shape
+    kernel = read(layer.kernel)  # (kh, kw, out, in), LoRA included
+    out = kernel.shape[2]
+    kernel = ops.reshape(ops.transpose(kernel, (3, 0, 1, 2)), (c, kh * kw * out))
+    y = ops.reshape(ops.matmul(ops.reshape(x, (-1, c)), kernel), (-1, h, w, kh, kw, out))
+    return ops.reshape(ops.transpose(y, (0, 1, 3, 2, 4, 5)), (-1, h * kh, w * kw, out))
+
+
+def _depthwise(layer, x, read):
+    """A depthwise convolution of stride 1 as one multiply-add per kernel tap."""
+    if set(layer.strides) != {1} or set(layer.dilation_rate) != {1}:
+        return NotImplemented
+    kh, kw = layer.kernel_size
+    _, h, w, c = x.shape
+    if layer.padding == "same":
+        # Keras' "same" at stride 1: the odd pixel of an even kernel's padding after.
+        pads = [((k - 1) // 2, k - 1 - (k - 1) // 2) for k in (kh, kw)]
+        x = ops.pad(x, ((0, 0), *pads, (0, 0)))
+    elif h < kh or w < kw:
+        return NotImplemented  # Keras names the sizes
+    else:
+        h, w = h - kh + 1, w - kw + 1
+    kernel = read(layer.kernel)  # (kh, kw, c, multiplier)
+    multiplier = kernel.shape[3]
+    y = None
+    for i in range(kh):
+        for j in range(kw):
+            window = x[:, i : i + h, j : j + w, :]
+            term = window * kernel[i, j, :, 0] if multiplier == 1 else window[..., None] * kernel[i, j]
+            y = term if y is None else y + term
+    return y if multiplier == 1 else ops.reshape(y, (-1, h, w, c * multiplier))
