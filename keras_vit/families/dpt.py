@@ -50,6 +50,7 @@ from keras_vit.weights.formats.task_family import (
     split_prefix,
 )
 from keras_vit.weights.rules import RuleTable
+from keras_vit.families.bit import BIT_DEFAULTS, bit_rules
 from keras_vit.families.writers import encoder_state
 from keras_vit.families.dinov2 import TransformersDinov2 as Dinov2Family
 from keras_vit.families.dinov3 import TransformersDinov3 as Dinov3Family
@@ -436,29 +437,6 @@ class TransformersDpt(DptTaskFamily):
         state = {f"dpt.{k}": v for k, v in family.rule_table("ViTModel").from_canonical(encoder).items()}
         state.update(self._head_state(model, head))
         return config, state, self._processor(model)
-
-
-# transformers' `BitConfig` defaults that a DPT-Hybrid config may leave out.
-BIT_DEFAULTS = dict(layer_type="bottleneck", global_padding="SAME", embedding_dynamic_padding=True, num_groups=32,
-                    embedding_size=64, hidden_sizes=[256, 512, 1024], depths=[3, 4, 9], hidden_act="relu")
-
-
-def bit_rules(depths):
-    """The rules of transformers' BiT stem (non-pre-activation bottlenecks)
-    -> the canonical ResNet keys of the hybrids."""
-    rules = list(torch_linear("embedder.convolution", "conv_root/", "conv"))[:1]
-    rules += [("embedder.norm.weight", "gn_root/scale"), ("embedder.norm.bias", "gn_root/bias")]
-    for s, units in enumerate(depths):
-        for u in range(units):
-            source, target = f"encoder.stages.{s}.layers.{u}.", f"block{s + 1}/unit{u + 1}/"
-            for c in (1, 2, 3):
-                rules.append((f"{source}conv{c}.weight", f"{target}conv{c}/kernel", "conv"))
-                rules += [(f"{source}norm{c}.weight", f"{target}gn{c}/scale"),
-                          (f"{source}norm{c}.bias", f"{target}gn{c}/bias")]
-            rules.append((f"{source}downsample.conv.weight", f"{target}conv_proj/kernel", "conv"))
-            rules += [(f"{source}downsample.norm.weight", f"{target}gn_proj/scale"),
-                      (f"{source}downsample.norm.bias", f"{target}gn_proj/bias")]
-    return tuple(rules)
 
 
 # CHMv2, DPT on DINOv3, is `families.chmv2`; `families.task_source` lists it after these.

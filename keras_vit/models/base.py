@@ -226,12 +226,7 @@ class ModelBase:
                 "outputs depend on random corruption); export its encoder "
                 "(`task.encoder.export(...)`) or a classifier built from it."
             )
-        if lora.lora_layers(self):
-            # The exported copy (`for_inference`) takes the kernels without the adapters.
-            raise ValueError(
-                f"Model {self.name!r} has LoRA adapters: merge them into the kernels with "
-                "`model.merge_lora()` before exporting."
-            )
+        lora.refuse_adapters(self, "exporting")  # the exported copy (`for_inference`) reads the kernels
         options = export.signature_options(self, input_signature)
         unknown = set(kwargs) - set(export.MODEL_EXPORT_OPTIONS)
         if unknown:

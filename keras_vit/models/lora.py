@@ -87,6 +87,17 @@ def lora_layers(model):
     return {p: l for p, l in projection_layers(model).items() if getattr(l, "lora_enabled", False)}
 
 
+def refuse_adapters(model, before):
+    """Raises a ValueError where `model` has LoRA adapters, which `before`
+    (the caller's step, e.g. "exporting") would leave out: it reads the
+    plain kernels."""
+    if lora_layers(model):
+        raise ValueError(
+            f"Model {model.name!r} has LoRA adapters: merge them into the kernels with "
+            f"`model.merge_lora()` before {before}."
+        )
+
+
 def _forget_compiled_functions(model):
     # The step functions were traced with the old variables.
     for name in ("train_function", "test_function", "predict_function"):

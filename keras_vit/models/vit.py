@@ -12,9 +12,7 @@ calls into saving, LoRA and execution policy are inherited from
 import keras
 import numpy as np
 
-from keras_vit import kernels
 from keras_vit.architectures import CLASS_TOKEN_READERS, gelu_activation
-from keras_vit.layers.interpolation import interpolate_position_embedding
 from keras_vit.layers.config import RECORDS, BlockConfig, expose_records, record_keywords
 from keras_vit.layers.seeds import check_seed
 from keras_vit.models import forward, patch_inputs
@@ -34,6 +32,8 @@ from keras_vit.models.arguments import (
     check_pixel_values,
 )
 from keras_vit.models.base import ModelBase
+from keras_vit.models.forward_methods import ForwardPass
+from keras_vit.models.inference import inference_copy
 from keras_vit.models.precision import model_policy_config, set_model_policy, with_policy
 from keras_vit.validation import (
     argument_names,
@@ -45,13 +45,12 @@ from keras_vit.validation import (
 )
 from keras_vit.weights.describe import WeightsInfo, describe_weights
 from keras_vit.weights.loader import load_weights
-from keras_vit.weights.posemb import resample_posemb
 from keras_vit.weights.record import Preprocessing
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 @expose_records(*RECORDS)
-class ViT(ModelBase, forward.ForwardPass, keras.Model):
+class ViT(ModelBase, ForwardPass, keras.Model):
     """Vision Transformer (ViT), "An Image is Worth 16x16 Words".
 
     A functional `keras.Model`: images are cut into patches, embedded with a
@@ -452,43 +451,7 @@ class ViT(ModelBase, forward.ForwardPass, keras.Model):
         ...                  model.predict(x, verbose=0), atol=1e-5))
         True
         """
-        from keras_vit.models.lora import lora_layers
-
-        if lora_layers(self):
-            # The copy is built from the plain kernels, without the adapters.
-            raise ValueError(
-                f"Model {self.name!r} has LoRA adapters: merge them into the kernels with "
-                "`model.merge_lora()` before `for_inference()`."
-            )
-        config = self._inference_config(self.get_config())
-        if image_size is not None:
-            size = pair(image_size, "image_size")
-            config["image_size"] = size
-            config["input_shape"] = size + (self.num_channels,)
-        copy = self.__class__.from_config(config)
-        # The original's variables themselves, copied one at a time below: a
-        # copy of all the weights at once would hold the model a third time.
-        values = self._inference_values({v.path: v for v in self.weights})
-        if copy.grid_size != self.grid_size and self.position_embedding == "learned":
-            path = copy.get_layer("embedding").pos_embedding.path
-            family = self.position_interpolation
-            table = keras.ops.convert_to_numpy(values[path])
-            if family == "official":
-                values[path] = resample_posemb(
-                    table, copy.grid_size, self.num_prefix_rows, old_grid=self.grid_size
-                )
-            else:  # the family's own resize, as the model does on the fly
-                values[path] = keras.ops.convert_to_numpy(interpolate_position_embedding(
-                    table, copy.grid_size, self.grid_size, self.num_prefix_rows, family
-                ))
-        for variable in copy.weights:
-            value = values[variable.path]
-            if isinstance(value, keras.Variable):
-                value = keras.ops.convert_to_numpy(value)
-            variable.assign(np.asarray(value, variable.dtype))
-        copy.trainable = False
-        kernels.pack_for_inference(copy.weights)
-        return copy
+        return inference_copy(self, image_size)
 
     def _inference_config(self, config):
         """Hook: the config of the `for_inference` copy."""

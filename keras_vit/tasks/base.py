@@ -145,13 +145,9 @@ class DenseTask(ModelBase, keras.Model):
         Returns:
             A new model of the same class with `trainable=False`.
         """
-        from keras_vit.models.lora import lora_layers
+        from keras_vit.models.lora import refuse_adapters
 
-        if lora_layers(self):
-            raise ValueError(
-                f"Model {self.name!r} has LoRA adapters: merge them into the kernels with "
-                "`model.merge_lora()` before `for_inference()`."
-            )
+        refuse_adapters(self, "`for_inference()`")
         encoder = self.encoder.for_inference(image_size=image_size)
         copy = type(self)(**self._copy_config(encoder))
         own = {v.path: v for v in self.weights}
