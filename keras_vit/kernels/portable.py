@@ -254,6 +254,30 @@ def call_sublayer(layer, x, args, kwargs):
     return layer(x, *args, **kwargs)
 
 
+def call_adds_nothing(layer, x):
+    """Whether Keras' `__call__` of `layer` on the tensor `x` adds nothing to
+    `layer.call(x)` that a backend's sublayer path would have to repeat.
+
+    For a built layer that is not quantized or rematerialised by Keras, has
+    no activity regularizer, and an input without a mask. The backends'
+    paths add their own conditions (the tensor's type and dtype, hooks, the
+    autocast scope).
+
+    Example:
+
+    >>> norm = keras.layers.LayerNormalization()
+    >>> call_adds_nothing(norm, keras.ops.ones((1, 2)))  # not built
+    False
+    """
+    from keras.src.backend import get_keras_mask
+
+    if not layer.built:
+        return False
+    if getattr(layer, "quantization_mode", None) is not None or getattr(layer, "_remat_mode", None):
+        return False
+    return getattr(layer, "activity_regularizer", None) is None and get_keras_mask(x) is None
+
+
 def pack_for_inference(variables):
     """Nothing: the portable products read the kernels as they are.
 

@@ -426,15 +426,8 @@ def direct_call_applies(layer, x):
     False
     """
     import torch
-    from keras.src.backend import get_keras_mask
 
-    if not isinstance(x, torch.Tensor) or not layer.built:
-        return False
-    if getattr(layer, "quantization_mode", None) is not None or getattr(layer, "_remat_mode", None):
-        return False
-    if getattr(layer, "activity_regularizer", None) is not None:
-        return False
-    if get_keras_mask(x) is not None:
+    if not isinstance(x, torch.Tensor) or not portable.call_adds_nothing(layer, x):
         return False
     if keras.backend.standardize_dtype(x.dtype) != layer.input_dtype:
         return False

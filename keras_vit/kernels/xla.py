@@ -28,7 +28,6 @@ import math
 
 import keras
 from keras import ops
-from keras.src.backend import get_keras_mask
 
 from keras_vit.kernels import hardware, portable
 from keras_vit.kernels.switches import compiled_by_xla
@@ -249,13 +248,9 @@ def convolution(layer, x):
 
 def _plain_call(layer, x):
     """Whether `layer.call(x)` by hand is what `layer(x)` computes (see `convolution`)."""
-    if isinstance(x, keras.KerasTensor) or not keras.ops.is_tensor(x) or not layer.built:
+    if isinstance(x, keras.KerasTensor) or not keras.ops.is_tensor(x):
         return False
-    if getattr(layer, "quantization_mode", None) is not None or getattr(layer, "_remat_mode", None):
-        return False
-    if getattr(layer, "activity_regularizer", None) is not None or get_keras_mask(x) is not None:
-        return False
-    return keras.backend.standardize_dtype(x.dtype) == layer.compute_dtype
+    return portable.call_adds_nothing(layer, x) and keras.backend.standardize_dtype(x.dtype) == layer.compute_dtype
 
 
 def _transposed(layer, x, read):
