@@ -37,7 +37,8 @@ import numpy as np
 
 # Architecture name -> (task, transformers config arguments).
 _OWL_TEXT = dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=8)
-_SAM_B = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, global_attn_indexes=[2, 5, 8, 11])
+_SAM_B = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, global_attn_indexes=[2, 5, 8, 11],
+              initializer_range=0.02)
 # Depth-Anything-V2-Small-hf's config: a DINOv2-S/14 backbone whose stages
 # 3, 6, 9 and 12 feed the neck (the sizes its config leaves out are
 # Dinov2Config's defaults, written here so that keras-hub reads them too).
