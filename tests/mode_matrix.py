@@ -151,6 +151,9 @@ def _computes(name, dtype, policy):
     if name in ("channels_last_conv", "xla_convolutions"):
         return False  # the ViT's convolution is its patch embedding, called as a layer (DPT's and EoMT's
         # are held to the portable form by test_fast_paths and test_dense_parity)
+    if name in ("chunked_decomposed_attention", "xla_decomposed_attention"):
+        return False  # the ViT has no decomposed relative positions (SAM's and ViTDet's blocks: test_fast_paths,
+        # test_kernels, test_prompt_masks)
     if name == "interpolate":
         return False  # the ViT resizes nothing (DPT's and EoMT's resizes: test_fast_paths, test_dense_parity)
     if name == "fused_attention" and BACKEND == "jax":

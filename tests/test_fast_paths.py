@@ -268,6 +268,25 @@ def _attention_cases(rng):
             yield [_cast(q, dtype), _cast(k, dtype), _cast(v, dtype), scale, mask_t], dtype == "float32"
 
 
+def _decomposed_cases(rng):
+    """(args, gradients?) of `decomposed_attention`: key grids square and
+    not, as many queries as keys or fewer, a batch of windows, bfloat16, and
+    one call whose bias torch's path builds in two chunks (the second
+    shorter)."""
+    shapes = [(2, 6, (2, 3), 3, 8), (1, 5, (3, 3), 2, 4), (6, 4, (2, 2), 2, 4), (1, 1100, (40, 100), 1, 8)]
+    for dtype in ("float32", "bfloat16"):
+        for batch, queries, (height, width), heads, dim in shapes:
+            if dtype == "bfloat16" and queries > 100:
+                continue
+            q = rng.normal(size=(batch, queries, heads, dim))
+            k, v = (rng.normal(size=(batch, height * width, heads, dim)) for _ in range(2))
+            rows = rng.normal(size=(batch, heads, queries, height)).astype("float32")
+            columns = rng.normal(size=(batch, heads, queries, width)).astype("float32")
+            args = [_cast(q, dtype), _cast(k, dtype), _cast(v, dtype), 0.3, _cast(rows, "float32"),
+                    _cast(columns, "float32")]
+            yield args, dtype == "float32" and queries < 100
+
+
 def _gelu_cases(rng):
     for dtype in ("float32", "bfloat16"):
         for approximate in (True, False):
@@ -353,12 +372,14 @@ def _resize_cases(rng):
     yield [_cast(rng.normal(size=shape), "bfloat16"), (8, 9), True, None], False
 
 
-CASES = {"dense": _dense_cases, "attention": _attention_cases, "gelu": _gelu_cases,
+CASES = {"dense": _dense_cases, "attention": _attention_cases, "decomposed_attention": _decomposed_cases,
+         "gelu": _gelu_cases,
          "call_sublayer": _call_sublayer_cases, "pack_for_inference": _pack_cases,
          "take": _take_cases, "resize_bilinear": _resize_cases}
 PORTABLE = {
     "dense": portable.dense,
     "attention": portable.attention,
+    "decomposed_attention": portable.decomposed_attention,
     "gelu": portable.gelu,
     "call_sublayer": portable.call_sublayer,
     "pack_for_inference": portable.pack_for_inference,
@@ -422,6 +443,9 @@ def _call_form(op, args):
     if op == "call_sublayer":
         layer, x, positional, keywords = args
         return (layer, x, *positional) if not keywords else (layer, x, *positional, *keywords.values())
+    if op == "decomposed_attention":  # the scale last, optional
+        q, k, v, scale, rows, columns = args
+        return q, k, v, rows, columns, scale
     return args
 
 

@@ -144,7 +144,10 @@ def test_every_backend_registers_its_fast_paths_by_name():
             ("torch", "call_sublayer", "direct_calls"), ("jax", "dense", "xla_dense"),
             ("jax", "attention", "xla_attention"), ("tensorflow", "dense", "fused_bias_gelu"),
             ("tensorflow", "gelu", "erf_gelu"), ("jax", "call_sublayer", "xla_convolutions"),
-            ("tensorflow", "call_sublayer", "xla_convolutions")} <= names
+            ("tensorflow", "call_sublayer", "xla_convolutions"),
+            ("torch", "decomposed_attention", "chunked_decomposed_attention"),
+            ("jax", "decomposed_attention", "xla_decomposed_attention"),
+            ("tensorflow", "decomposed_attention", "xla_decomposed_attention")} <= names
     with pytest.raises(ValueError, match="already registered"):
         registry.register("dense", "torch", "onednn")(lambda *a: None)
     with pytest.raises(ValueError, match="Unknown op"):
@@ -251,6 +254,70 @@ def test_grouped_attention_equals_all_heads_at_once(rng, monkeypatch, dtype):
     np.testing.assert_allclose(grouped[0], np_attention(q, k, v, 0.4), atol=0.05 if dtype == "bfloat16" else 2e-5)
     for a, b in zip(grouped, whole):
         np.testing.assert_allclose(a, b, atol=1e-6 if dtype == "float32" else 1e-2)
+
+
+def np_decomposed_attention(q, k, v, scale, rows, columns):
+    logits = np.einsum("bqhk,bthk->bhqt", q, k) * scale
+    logits = logits + (rows[..., :, None] + columns[..., None, :]).reshape(logits.shape)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    return np.einsum("bhqt,bthk->bqhk", probs, v)
+
+
+@pytest.mark.parametrize("path", [o.name for o in registry.registered("decomposed_attention", BACKEND)] + ["portable"])
+def test_decomposed_attention_matches_numpy(rng, path):
+    """Each path against NumPy: the bias of the key at row y, column x is
+    `rows[..., y] + columns[..., x]`, the grid row-major."""
+    q = rng.normal(size=(2, 5, 3, 4)).astype("float32")
+    k, v = (rng.normal(size=(2, 6, 3, 4)).astype("float32") for _ in range(2))
+    rows, columns = rng.normal(size=(2, 3, 5, 2)), rng.normal(size=(2, 3, 5, 3))
+    with only(path, "decomposed_attention"):
+        got = to_numpy(kernels.decomposed_attention(q, k, v, rows, columns, scale=0.3))
+    np.testing.assert_allclose(got, np_decomposed_attention(q, k, v, 0.3, rows, columns), atol=2e-6)
+    with pytest.raises(ValueError, match="h \\* w keys"):
+        kernels.decomposed_attention(q, k, v, rows, columns[..., :2])
+
+
+def test_xla_attention_takes_a_head_queries_a_chunk_at_a_time_on_jax(rng, monkeypatch):
+    """Past the group budget for one head, jax takes its queries in chunks
+    (the last padded): values and gradients as NumPy's and the whole head's,
+    plain and decomposed; tensorflow and torch never chunk."""
+    backend = keras.backend.backend()
+    monkeypatch.setattr(xla, "GROUPED_ATTENTION_BYTES", 0)
+    monkeypatch.setattr(xla, "ATTENTION_GROUP_BYTES", 4 * 5 * 12)  # 5 queries' logits over 12 keys
+    with kernels.xla_compiled():
+        assert xla.query_chunks(9, 12, 1) == (2 if backend == "jax" else 1)
+        assert xla.query_chunks(9, 12, 2) == 1
+    if backend != "jax":
+        return
+    import jax
+
+    q = rng.normal(size=(2, 9, 3, 4)).astype("float32")
+    k, v = (rng.normal(size=(2, 12, 3, 4)).astype("float32") for _ in range(2))
+    rows, columns = rng.normal(size=(2, 3, 9, 3)), rng.normal(size=(2, 3, 9, 4))
+    weights = rng.normal(size=q.shape).astype("float32")
+    chunks = []
+    in_groups = xla._in_groups
+    monkeypatch.setattr(xla, "_in_groups", lambda *a: chunks.append(a[-1]) or in_groups(*a))
+    for name, function, expected in (
+        ("plain", lambda q, k, v: xla.attention(q, k, v, 0.3), np_attention(q, k, v, 0.3)),
+        ("decomposed", lambda q, k, v: xla.decomposed_attention(q, k, v, 0.3, rows, columns),
+         np_decomposed_attention(q, k, v, 0.3, rows, columns)),
+    ):
+        def loss(q, k, v):
+            out = function(q, k, v)
+            return keras.ops.sum(out * weights), out
+
+        step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))
+        (_, chunked), chunked_grads = step(q, k, v)
+        assert chunks.pop() == 2, name
+        monkeypatch.setattr(xla, "ATTENTION_GROUP_BYTES", 2**40)
+        (_, whole), whole_grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
+        monkeypatch.setattr(xla, "ATTENTION_GROUP_BYTES", 4 * 5 * 12)
+        np.testing.assert_allclose(np.asarray(chunked), expected, atol=2e-6)
+        np.testing.assert_allclose(np.asarray(chunked), np.asarray(whole), atol=1e-6)
+        for a, b in zip(chunked_grads, whole_grads):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
 
 
 def test_predict_groups_heads_where_xla_compiles_it(rng, monkeypatch):

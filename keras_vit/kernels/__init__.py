@@ -1,12 +1,14 @@
 """The speed code of keras_vit, fenced: one portable reference, fast paths per backend.
 
 The layers compute through a few functions: `project` (every projection),
-`dense`, `attention` (with an optional mask), `activation`, `call_sublayer`,
+`dense`, `attention` (with an optional mask), `decomposed_attention`
+(ViTDet's relative positions), `activation`, `call_sublayer`,
 `take` and `resize_bilinear` (the dense heads' gathers and resizes).
 Each is written once in `keras.ops` (`keras_vit.kernels.portable`, the
 reference and the exporters' form); a backend module (`torch_backend`,
-`jax_backend`, `tensorflow_backend`, with the XLA forms in `xla` and torch's
-resize in `torch_resize`) registers
+`jax_backend`, `tensorflow_backend`, with the XLA forms in `xla`, torch's
+resize in `torch_resize` and its decomposed attention in
+`torch_decomposed_attention`) registers
 the fast paths it overrides them with (`registry`), each with a hardware
 rule (`hardware`, or a short measurement at first use: `measured`) that
 says where it pays, and the tests hold every registered path to the
@@ -38,6 +40,7 @@ from keras_vit.kernels import (  # noqa: F401
     jax_backend,
     tensorflow_backend,
     torch_backend,
+    torch_decomposed_attention,
     torch_resize,
 )
 from keras_vit.kernels.api import (
@@ -45,6 +48,7 @@ from keras_vit.kernels.api import (
     attention,
     attention_probs,
     call_sublayer,
+    decomposed_attention,
     dense,
     gelu,
     pack_for_inference,
@@ -70,6 +74,7 @@ __all__ = [
     "attention_probs",
     "call_sublayer",
     "compiled_by_xla",
+    "decomposed_attention",
     "dense",
     "disabled",
     "export_mode",

@@ -136,6 +136,47 @@ def attention(q, k, v, scale=None, mask=None):
     return portable.attention(q, k, v, scale, mask) if out is NotImplemented else out
 
 
+def decomposed_attention(q, k, v, rows, columns, scale=None):
+    """Softmax attention with MViTv2's decomposed relative position bias.
+
+    The keys lie on an `(h, w)` grid (row-major); the logit of query `i` and
+    the key at row `y`, column `x` is `scale * q_i . k_(y, x) + rows[i, y] +
+    columns[i, x]` (ViTDet's and Segment Anything's attention, whose per-axis
+    terms come from the queries: `DecomposedRelativePosition.terms`). The
+    softmax is taken in float32.
+
+    Args:
+        q: a tensor `(batch, queries, heads, head_dim)`.
+        k, v: tensors `(batch, h * w, heads, head_dim)`.
+        rows: `(batch, heads, queries, h)`, the bias of each key row.
+        columns: `(batch, heads, queries, w)`, the bias of each key column.
+        scale: float, default `1 / sqrt(head_dim)`.
+
+    Returns:
+        A tensor `(batch, queries, heads, head_dim)` in the dtype of `v`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> q = np.random.default_rng(0).normal(size=(1, 6, 2, 4)).astype("float32")
+    >>> rows, columns = np.zeros((1, 2, 6, 2), "float32"), np.zeros((1, 2, 6, 3), "float32")
+    >>> y = decomposed_attention(q, q, q, rows, columns)  # zero terms: plain attention
+    >>> bool(np.allclose(keras.ops.convert_to_numpy(y), keras.ops.convert_to_numpy(attention(q, q, q)), atol=1e-6))
+    True
+    """
+    q, k, v = (ops.convert_to_tensor(t) for t in (q, k, v))
+    rows, columns = (ops.cast(t, "float32") for t in (rows, columns))
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if rows.shape[-1] is not None and columns.shape[-1] is not None and k.shape[1] is not None and (
+            rows.shape[-1] * columns.shape[-1] != k.shape[1]):
+        raise ValueError(
+            "`rows` and `columns` must index the keys' grid: h * w keys. Received: "
+            f"{k.shape[1]} keys, rows of shape {tuple(rows.shape)}, columns of shape {tuple(columns.shape)}"
+        )
+    out = _dispatch("decomposed_attention", q, k, v, scale, rows, columns)
+    return portable.decomposed_attention(q, k, v, scale, rows, columns) if out is NotImplemented else out
+
+
 def attention_probs(q, k, scale=None, mask=None):
     """The attention probabilities `softmax(q k^T * scale)`, float32.
 

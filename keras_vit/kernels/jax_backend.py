@@ -14,6 +14,8 @@
   Forced on a CPU, it declines float16: jax's form accumulates float16
   products in float32 (`F16_F16_F32`), which XLA's CPU dot refuses in a
   compiled function.
+- decomposed_attention, "xla_decomposed_attention" on a CPU:
+  `xla.decomposed_attention`, batched products a group of heads at a time.
 - call_sublayer, "xla_convolutions" on a CPU: `xla.convolution` (the
   upsampling heads' non-overlapping transposed and depthwise convolutions).
 
@@ -63,6 +65,11 @@ def cpu_safe_fused_attention(q, k, v, scale, mask):
     if str(q.dtype) == "float16" and hardware.device() == "cpu":
         return NotImplemented
     return fused_attention(q, k, v, scale, mask)
+
+
+@register("decomposed_attention", "jax", "xla_decomposed_attention", pays=hardware.on_cpu)
+def decomposed_attention(q, k, v, scale, rows, columns):
+    return xla.decomposed_attention(q, k, v, scale, rows, columns, matmul=matmul)
 
 
 @register("call_sublayer", "jax", "xla_convolutions", pays=xla.convolution_pays)

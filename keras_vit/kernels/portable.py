@@ -97,6 +97,39 @@ def attention(q, k, v, scale, mask=None):
     return ops.transpose(context, (0, 2, 1, 3))
 
 
+def decomposed_attention(q, k, v, scale, rows, columns):
+    """Softmax attention with a per-axis bias of keys on a grid (MViTv2's
+    decomposed relative positions): the logit of query `i` and the key at row
+    `y`, column `x` of the keys' `(h, w)` grid is
+    `scale * q_i . k_(y, x) + rows[i, y] + columns[i, x]`.
+
+    Args:
+        q: `(batch, queries, heads, head_dim)`.
+        k, v: `(batch, h * w, heads, head_dim)`, the keys' grid row-major.
+        scale: float.
+        rows: `(batch, heads, queries, h)`, float32.
+        columns: `(batch, heads, queries, w)`, float32.
+
+    Returns:
+        A tensor `(batch, queries, heads, head_dim)` in the dtype of `v`.
+
+    Example:
+
+    >>> q = np.zeros((1, 1, 1, 2), "float32")
+    >>> v = np.arange(8, dtype="float32").reshape(1, 4, 1, 2)  # a 2 x 2 grid of keys
+    >>> rows = np.array([[[[0.0, -1e9]]]], "float32")  # only the first row
+    >>> columns = np.zeros((1, 1, 1, 2), "float32")
+    >>> keras.ops.convert_to_numpy(decomposed_attention(q, q, v, 1.0, rows, columns))[0, 0, 0].tolist()
+    [1.0, 2.0]
+    """
+    shape = ops.shape(rows)
+    bias = ops.reshape(rows[..., :, None] + columns[..., None, :],
+                       (shape[0], shape[1], shape[2], rows.shape[-1] * columns.shape[-1]))
+    logits = ops.einsum("bqhd,bthd->bhqt", q, k)
+    probs = ops.softmax(ops.cast(logits, "float32") * scale + bias, axis=-1)
+    return ops.einsum("bhqt,bthk->bqhk", ops.cast(probs, v.dtype), v)
+
+
 def attention_probs(q, k, scale, mask=None):
     """`softmax(q k^T * scale)` `(batch, heads, queries, keys)` in float32.
 

@@ -22,6 +22,7 @@ from typing import Callable
 OPS = {
     "dense": "(x, kernel, bias, axes, activation)",
     "attention": "(q, k, v, scale, mask)",
+    "decomposed_attention": "(q, k, v, scale, rows, columns)",
     "gelu": "(x, approximate)",
     "call_sublayer": "(layer, x, args, kwargs)",
     "pack_for_inference": "(variables,)",

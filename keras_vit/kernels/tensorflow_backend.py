@@ -9,6 +9,8 @@
 - attention, "xla_attention" on a CPU: `xla.attention`, grouped heads only
   inside `xla_compiled()` (tensorflow's XLA-compiled predict function).
 - attention, "fused_attention" on a GPU: `keras.ops.dot_product_attention`.
+- decomposed_attention, "xla_decomposed_attention" on a CPU:
+  `xla.decomposed_attention`, grouped heads inside `xla_compiled()`.
 - call_sublayer, "xla_convolutions" on a CPU: `xla.convolution` (the
   upsampling heads' non-overlapping transposed and depthwise convolutions),
   inside XLA only (`xla_compiled()`): in the graph runtime TensorFlow's own
@@ -60,6 +62,11 @@ def attention(q, k, v, scale, mask):
 
 
 register("attention", "tensorflow", "fused_attention", pays=hardware.on_accelerator)(fused_attention)
+
+
+@register("decomposed_attention", "tensorflow", "xla_decomposed_attention", pays=hardware.on_cpu)
+def decomposed_attention(q, k, v, scale, rows, columns):
+    return xla.decomposed_attention(q, k, v, scale, rows, columns)
 
 
 @register("call_sublayer", "tensorflow", "xla_convolutions", pays=xla.convolution_pays)

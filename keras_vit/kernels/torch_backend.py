@@ -23,6 +23,9 @@
   Keras' `__call__` would add nothing but its per-call bookkeeping.
 - call_sublayer, "channels_last_conv": `F.conv2d` / `F.conv_transpose2d`
   on an NHWC map's channels-last view, without Keras' layout copies.
+- decomposed_attention, "chunked_decomposed_attention"
+  (`torch_decomposed_attention`): the fused kernel with ViTDet's bias as
+  its float mask, a chunk of queries at a time.
 - resize_bilinear, "interpolate" (`torch_resize`): `F.interpolate` on an
   NHWC map's channels-last view, instead of the portable form's gathers.
 - pack_for_inference, "onednn_packing": marks the kernels `Packing` keeps.
@@ -105,7 +108,7 @@ def _packed_is_faster(x, kernel, bias=None, axes=1, activation=None):
     import torch
 
     tx, tkernel, tbias, _, _ = _operands(x, kernel, bias, axes)
-    if not onednn_computes(tx, tkernel, tbias) or _recording(tx, tkernel, tbias) or transforms():
+    if not onednn_computes(tx, tkernel, tbias) or recording(tx, tkernel, tbias) or transforms():
         return False  # the packed kernel serves only the inference product
     key = (
         "onednn on a packed kernel, else F.linear",
@@ -130,7 +133,7 @@ def compiling():
     return torch is not None and torch.compiler.is_compiling()
 
 
-def _recording(*tensors):
+def recording(*tensors):
     """Whether autograd records an op on these torch tensors now."""
     import torch
 
@@ -328,7 +331,7 @@ def onednn_dense(x, kernel, bias, axes, activation):
     x, kernel, bias, out_dims, packing = _operands(x, kernel, bias, axes)
     if not onednn_computes(x, kernel, bias):
         return NotImplemented
-    if _recording(x, kernel, bias) or transforms():
+    if recording(x, kernel, bias) or transforms():
         y = _activation(autograd_linear()(x, kernel, bias), activation)
     else:
         # No gradient to record: the GEMM itself, without an autograd
@@ -353,7 +356,7 @@ def linear_dense(x, kernel, bias, axes, activation):
 
 
 def _activation(y, name):
-    if name == "quick_gelu" and not (_recording(y) or compiling() or transforms()):
+    if name == "quick_gelu" and not (recording(y) or compiling() or transforms()):
         return quick_gelu_in_place(y)
     return y if name is None else portable.activation(y, name)
 

@@ -12,7 +12,11 @@ products with float32 accumulation, `jax_backend.matmul`):
   with the batch axes in the middle on these CPUs; the scale multiplies the
   queries rather than the logits where that adds no rounding
   (`fold_scale`), and once the logits of all heads outgrow the caches the
-  products and the softmax take a group of heads at a time (`head_group`).
+  products and the softmax take a group of heads at a time (`head_group`),
+  on jax a chunk of one head's queries at a time once a single head's
+  logits do (`query_chunks`).
+- `decomposed_attention`: the same with ViTDet's per-axis bias added to the
+  logits, summed in the loop XLA fuses with the softmax.
 - `convolution`: the two convolutions of the dense heads' upsampling that
   XLA's CPU backend runs slowly as convolutions: a `Conv2DTranspose` whose
   windows do not overlap (kernel size = strides) as one matrix product and
@@ -180,14 +184,107 @@ def head_group(q, k):
     return max(fitting, default=1)
 
 
-def _grouped_attention(q, k, v, scale, group, matmul):
-    def groups(x):
-        return ops.reshape(x, (-1, group, *x.shape[1:]))
+def query_chunks(queries, keys, group):
+    """How many chunks each head's queries are taken in, with heads taken
+    `group` at a time under XLA (`head_group`): 1 (all at once) unless a
+    single head's float32 logits outgrow a group's budget
+    (`ATTENTION_GROUP_BYTES`), on jax: tensorflow's XLA ran the chunks'
+    loop no faster than whole heads.
 
-    context = ops.map(
-        lambda qkv: _attention_heads(*qkv, scale, matmul), (groups(q), groups(k), groups(v))
+    Example:
+
+    >>> chunks = query_chunks(4096, 4096, 1)  # SAM's global blocks at 1024 px
+    >>> query_chunks(1370, 1370, 2), chunks == (4 if keras.backend.backend() == "jax" else 1)
+    (1, True)
+    """
+    if group != 1 or keras.backend.backend() != "jax":
+        return 1
+    return -(-4 * queries * keys // ATTENTION_GROUP_BYTES)
+
+
+def _in_groups(context_of, queried, keyed, group, chunks=1):
+    """`context_of(*queried, *keyed)` on `(heads, ...)` tensors, `group`
+    heads at a time, and each head's queries (the leading axis after the
+    heads of every `queried` tensor) `chunks` at a time, the last chunk
+    padded with zero queries."""
+    if chunks == 1:
+        def groups(x):
+            return ops.reshape(x, (-1, group, *x.shape[1:]))
+
+        context = ops.map(lambda args: context_of(*args), tuple(groups(x) for x in queried + keyed))
+        return ops.reshape(context, (-1, *context.shape[2:]))
+    tokens = queried[0].shape[1]
+    size = -(-tokens // chunks)
+    pad = size * chunks - tokens
+    queried = tuple(
+        ops.reshape(ops.pad(x, ((0, 0), (0, pad)) + ((0, 0),) * (len(x.shape) - 2)) if pad else x,
+                    (-1, chunks, size, *x.shape[2:]))
+        for x in queried
     )
-    return ops.reshape(context, (-1, *context.shape[2:]))
+    count = len(queried)
+
+    def head(args):
+        parts, whole = args[:count], tuple(t[None] for t in args[count:])
+        return ops.map(lambda part: context_of(*(p[None] for p in part), *whole)[0], parts)
+
+    context = ops.map(head, queried + keyed)
+    context = ops.reshape(context, (-1, chunks * size, context.shape[-1]))
+    return context[:, :tokens] if pad else context
+
+
+def _grouped_attention(q, k, v, scale, group, matmul):
+    return _in_groups(
+        lambda q, k, v: _attention_heads(q, k, v, scale, matmul), (q,), (k, v), group,
+        query_chunks(q.shape[1], k.shape[2], group)
+    )
+
+
+def decomposed_attention(q, k, v, scale, rows, columns, matmul=ops.matmul):
+    """`portable.decomposed_attention` as batched products over `(batch *
+    heads)`, a group of heads (or a chunk of a head's queries) at a time
+    where all heads' logits would outgrow the caches (`head_group`,
+    `query_chunks`).
+
+    Args:
+        q, k, v, scale, rows, columns: as `portable.decomposed_attention`.
+        matmul: the batched product (its result may be wider than its
+            operands' dtype).
+
+    Example:
+
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> q = keras.ops.convert_to_tensor(rng.normal(size=(2, 6, 3, 4)), "float32")
+    >>> rows, columns = (rng.normal(size=(2, 3, 6, n)).astype("float32") for n in (2, 3))
+    >>> y = decomposed_attention(q, q, q, 0.5, rows, columns)
+    >>> expected = portable.decomposed_attention(q, q, q, 0.5, rows, columns)
+    >>> bool(np.allclose(keras.ops.convert_to_numpy(y), keras.ops.convert_to_numpy(expected), atol=1e-6))
+    True
+    """
+    if fold_scale(q, scale):
+        q, scale = q * ops.cast(scale, q.dtype), 1.0
+    static = tuple(q.shape)
+    heads = (_heads_first(q), _heads_first(k, tokens_last=True), _heads_first(v))
+    terms = tuple(ops.reshape(ops.cast(t, "float32"), (-1, *t.shape[2:])) for t in (rows, columns))
+
+    def context_of(q, k, v, rows, columns):
+        logits = ops.cast(matmul(q, k), "float32")
+        if scale != 1.0:
+            logits = logits * scale
+        shape = ops.shape(logits)
+        bias = ops.reshape(rows[..., :, None] + columns[..., None, :], shape)
+        probs = ops.softmax(logits + bias, axis=-1)
+        return ops.cast(matmul(ops.cast(probs, v.dtype), v), v.dtype)
+
+    group = head_group(q, k)
+    if group:
+        queried, keyed = (heads[0],) + terms, heads[1:]
+        context = _in_groups(lambda q, rows, columns, k, v: context_of(q, k, v, rows, columns), queried, keyed,
+                             group, query_chunks(q.shape[1], k.shape[1], group))
+    else:
+        context = context_of(*heads, *terms)
+    context = ops.reshape(context, (-1, static[2], static[1], static[3]))
+    return ops.transpose(context, (0, 2, 1, 3))
 
 
 def convolution_pays(*args):

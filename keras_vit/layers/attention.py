@@ -493,10 +493,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                     f"Layer {self.name!r} adds decomposed relative positions: its call takes the tokens' `grid` "
                     "and no attention mask, query subset or attention dropout."
                 )
-            bias = ops.cast(self.decomposed(q, grid=grid), "float32")
+            rows, columns = self.decomposed.terms(q, grid)
+            context = [kernels.decomposed_attention(q, k, values, rows, columns) for values in self._values(v)]
         else:
             bias = self._position_bias(rope, ops.shape(x)[1], query_tokens)
-        context = [self._context(q, k, values, mask, bias, training) for values in self._values(v)]
+            context = [self._context(q, k, values, mask, bias, training) for values in self._values(v)]
         return self._output(context if self.differential else context[0])
 
     def compute_output_shape(self, input_shape):

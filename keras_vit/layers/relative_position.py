@@ -149,7 +149,11 @@ class DecomposedRelativePosition(keras.layers.Layer):
             setattr(self, name, self.add_weight(name=name, shape=(2 * side - 1, self.head_dim), initializer="zeros"))
         self.built = True
 
-    def call(self, q, grid):
+    def terms(self, q, grid):
+        """The bias in its two factors: `(rows, columns)`, `(batch, heads,
+        h' * w', h')` and `(batch, heads, h' * w', w')`, the term of each
+        query and key row, and of each query and key column (what
+        `keras_vit.kernels.decomposed_attention` takes)."""
         height, width = static_grid(grid)
         heads = q.shape[2]
         rows = relative_table(ops.cast(self.height, q.dtype), height, height)
@@ -157,8 +161,15 @@ class DecomposedRelativePosition(keras.layers.Layer):
         grid_q = ops.reshape(q, (-1, height, width, heads, self.head_dim))
         along_h = ops.einsum("byxnc,ykc->bnyxk", grid_q, rows)
         along_w = ops.einsum("byxnc,xkc->bnyxk", grid_q, columns)
-        bias = along_h[..., :, None] + along_w[..., None, :]
-        return ops.reshape(bias, (-1, heads, height * width, height * width))
+        count = height * width
+        return ops.reshape(along_h, (-1, heads, count, height)), ops.reshape(along_w, (-1, heads, count, width))
+
+    def call(self, q, grid):
+        height, width = static_grid(grid)
+        rows, columns = self.terms(q, grid)
+        bias = ops.reshape(rows, (-1, q.shape[2], height, width, height))[..., :, None] + ops.reshape(
+            columns, (-1, q.shape[2], height, width, width))[..., None, :]
+        return ops.reshape(bias, (-1, q.shape[2], height * width, height * width))
 
     def compute_output_spec(self, q, grid):
         height, width = static_grid(grid)
