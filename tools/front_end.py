@@ -138,11 +138,11 @@ class ArgumentParser(argparse.ArgumentParser):
             self._take_model(namespace)
         return namespace, extras
 
-    def model_then_images(self, dest, model_help, single=False, option="--preset"):
-        """Positionals `MODEL IMAGE...`, with `option` the model's other way in.
+    def model_then_images(self, dest, model_help, single=False):
+        """Positionals `MODEL IMAGE...`, with `--preset MODEL` the model's other way in.
 
         The model comes first, as `keras-vit classify MODEL IMAGE...` takes
-        it, or as `option`, and then every positional is an image. The
+        it, or as `--preset`, and then every positional is an image. The
         parsed namespace holds the model in `dest` and the images in
         `images` (with `single`: the one image in `image`).
 
@@ -157,20 +157,20 @@ class ArgumentParser(argparse.ArgumentParser):
         ['cat.jpg']
         """
         files = "the image file" if single else "image files"
-        self.add_argument("_first", metavar="MODEL", help=f"{model_help} (or {option} MODEL: then {files} only)")
+        self.add_argument("_first", metavar="MODEL", help=f"{model_help} (or --preset MODEL: then {files} only)")
         self.add_argument("images", nargs="*", metavar="IMAGE", help=files)
-        self.add_argument(option, dest=dest, default=None, metavar="MODEL", help=f"{model_help}, as an option")
-        self._model_first = (dest, option, single)
+        self.add_argument("--preset", dest=dest, default=None, metavar="MODEL", help=f"{model_help}, as an option")
+        self._model_first = (dest, single)
 
     def _take_model(self, namespace):
-        dest, option, single = self._model_first
+        dest, single = self._model_first
         images = list(namespace.images)
         first = vars(namespace).pop("_first")
         if getattr(namespace, dest) is None:
             if not images:
                 self.error(
                     f"give the model and then the image{'' if single else 's'} "
-                    f"({self.prog} MODEL IMAGE{'' if single else ' ...'}), or the model as {option} MODEL; "
+                    f"({self.prog} MODEL IMAGE{'' if single else ' ...'}), or the model as --preset MODEL; "
                     f"got only {first!r}"
                 )
             setattr(namespace, dest, first)

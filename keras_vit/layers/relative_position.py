@@ -167,9 +167,8 @@ class DecomposedRelativePosition(keras.layers.Layer):
     def call(self, q, grid):
         height, width = static_grid(grid)
         rows, columns = self.terms(q, grid)
-        bias = ops.reshape(rows, (-1, q.shape[2], height, width, height))[..., :, None] + ops.reshape(
-            columns, (-1, q.shape[2], height, width, width))[..., None, :]
-        return ops.reshape(bias, (-1, q.shape[2], height * width, height * width))
+        count = height * width
+        return ops.reshape(rows[..., :, None] + columns[..., None, :], (-1, q.shape[2], count, count))
 
     def compute_output_spec(self, q, grid):
         height, width = static_grid(grid)
