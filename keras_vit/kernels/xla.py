@@ -132,12 +132,17 @@ def fold_scale(q, scale):
     return keras.backend.standardize_dtype(q.dtype) == "float32" or math.frexp(scale)[0] == 0.5
 
 
-def _attention_heads(q, k, v, scale, matmul, mask=None, num_heads=None):
+def _attention_heads(q, k, v, scale, matmul, mask=None, num_heads=None, terms=None):
     """`(heads, tokens, dim)`, `(heads, dim, tokens)`, `(heads, tokens, dim)` -> context;
-    `mask` applies to the logits seen as `(batch, num_heads, queries, keys)`."""
+    `mask` applies to the logits seen as `(batch, num_heads, queries, keys)`;
+    `terms`, `(rows, columns)` of `(heads, queries, h)` and `(heads, queries,
+    w)`, add the decomposed bias of keys on an `(h, w)` grid."""
     probs = ops.cast(matmul(q, k), "float32")
     if scale != 1.0:
         probs = probs * scale
+    if terms is not None:
+        rows, columns = terms
+        probs = probs + ops.reshape(rows[..., :, None] + columns[..., None, :], ops.shape(probs))
     if mask is None:
         probs = ops.softmax(probs, axis=-1)
     else:
@@ -267,22 +272,15 @@ def decomposed_attention(q, k, v, scale, rows, columns, matmul=ops.matmul):
     heads = (_heads_first(q), _heads_first(k, tokens_last=True), _heads_first(v))
     terms = tuple(ops.reshape(ops.cast(t, "float32"), (-1, *t.shape[2:])) for t in (rows, columns))
 
-    def context_of(q, k, v, rows, columns):
-        logits = ops.cast(matmul(q, k), "float32")
-        if scale != 1.0:
-            logits = logits * scale
-        shape = ops.shape(logits)
-        bias = ops.reshape(rows[..., :, None] + columns[..., None, :], shape)
-        probs = ops.softmax(logits + bias, axis=-1)
-        return ops.cast(matmul(ops.cast(probs, v.dtype), v), v.dtype)
+    def context_of(q, rows, columns, k, v):
+        return _attention_heads(q, k, v, scale, matmul, terms=(rows, columns))
 
     group = head_group(q, k)
     if group:
-        queried, keyed = (heads[0],) + terms, heads[1:]
-        context = _in_groups(lambda q, rows, columns, k, v: context_of(q, k, v, rows, columns), queried, keyed,
-                             group, query_chunks(q.shape[1], k.shape[1], group))
+        context = _in_groups(context_of, (heads[0],) + terms, heads[1:], group,
+                             query_chunks(q.shape[1], k.shape[1], group))
     else:
-        context = context_of(*heads, *terms)
+        context = context_of(heads[0], *terms, *heads[1:])
     context = ops.reshape(context, (-1, static[2], static[1], static[3]))
     return ops.transpose(context, (0, 2, 1, 3))
 
