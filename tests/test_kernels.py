@@ -607,3 +607,16 @@ def test_dense_with_a_gelu_matches_numpy_and_is_fusable_on_tensorflow(rng, name)
 
         expected = 0.5 * pre * (1 + erf(pre / np.sqrt(2)))
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("pad_width, value", [
+    (((0, 0), (2, 0), (0, 3), (0, 0)), 0.0),
+    (((1, 1), (0, 0), (1, 2), (0, 1)), float("-inf")),
+    (((0, 0), (0, 0), (0, 0), (0, 0)), 5.0),
+])
+def test_pad_matches_numpy(pad_width, value):
+    x = np.random.default_rng(0).normal(size=(2, 3, 4, 5)).astype("float32")
+    out = to_numpy(kernels.pad(x, pad_width, constant_values=value))
+    np.testing.assert_array_equal(out, np.pad(x, pad_width, constant_values=value))
+    with pytest.raises(ValueError, match=r"one \(before, after\) pair per axis"):
+        kernels.pad(x, ((0, 1),))

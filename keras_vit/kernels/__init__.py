@@ -3,7 +3,8 @@
 The layers compute through a few functions: `project` (every projection),
 `dense`, `attention` (with an optional mask), `decomposed_attention`
 (ViTDet's relative positions), `activation`, `call_sublayer`,
-`take` and `resize_bilinear` (the dense heads' gathers and resizes).
+`take` and `resize_bilinear` (the dense heads' gathers and resizes), and
+`pad` (Keras' `pad` without the operation object it makes per call).
 Each is written once in `keras.ops` (`keras_vit.kernels.portable`, the
 reference and the exporters' form); a backend module (`torch_backend`,
 `jax_backend`, `tensorflow_backend`, with the XLA forms in `xla`, torch's
@@ -52,6 +53,7 @@ from keras_vit.kernels.api import (
     dense,
     gelu,
     pack_for_inference,
+    pad,
     project,
     resize_bilinear,
     runs_plain,
@@ -83,6 +85,7 @@ __all__ = [
     "gelu",
     "is_enabled",
     "pack_for_inference",
+    "pad",
     "take",
     "portable_only",
     "project",

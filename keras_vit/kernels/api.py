@@ -235,6 +235,42 @@ def take(x, indices, axis):
     return portable.take(x, indices, axis) if y is NotImplemented else y
 
 
+def pad(x, pad_width, constant_values=0.0):
+    """`keras.ops.pad(x, pad_width, constant_values=...)` (constant mode),
+    by concatenation. Keras' `pad` makes an operation object at each call,
+    and torch.compile takes the naming of that object for a change of
+    Keras' state that ends its graph at the next layer call.
+
+    Args:
+        x: a tensor.
+        pad_width: one `(before, after)` pair of ints per axis.
+        constant_values: the value of the added entries.
+
+    Example:
+
+    >>> import numpy as np
+    >>> x = np.ones((1, 2), "float32")
+    >>> keras.ops.convert_to_numpy(pad(x, ((0, 1), (1, 0)), constant_values=-1.0)).tolist()
+    [[-1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]]
+    """
+    if len(pad_width) != len(x.shape):
+        raise ValueError(f"`pad_width` must hold one (before, after) pair per axis of x ({len(x.shape)}). "
+                         f"Received: pad_width={pad_width!r}")
+    for axis, (before, after) in enumerate(pad_width):
+        if not before and not after:
+            continue
+        # The blocks from a slice of `x` (`full_like`, repeated): no shape
+        # is spelled out, so symbolic sizes (an exporter's batch) pass through.
+        edge = ops.full_like(x[(slice(None),) * axis + (slice(0, 1),)], constant_values)
+        parts = [x]
+        if before:
+            parts.insert(0, ops.repeat(edge, before, axis=axis) if before > 1 else edge)
+        if after:
+            parts.append(ops.repeat(edge, after, axis=axis) if after > 1 else edge)
+        x = ops.concatenate(parts, axis=axis)
+    return x
+
+
 def resize_bilinear(images, size, align_corners=False, scale=None):
     """Bilinear resize of `(batch, height, width, channels)` maps, torch's way.
 

@@ -141,7 +141,7 @@ def depth_bins(count, min_depth, max_depth, strategy):
     [1.0, 2.5, 4.0]
     """
     check_choice(strategy, BIN_STRATEGIES, "bins_strategy")
-    step = ops.cast(ops.arange(count), "float32") / float(max(count - 1, 1))
+    step = ops.arange(count, dtype="float32") / float(max(count - 1, 1))
     if strategy == "linear":
         return min_depth + (max_depth - min_depth) * step
     if strategy == "log":
@@ -211,7 +211,8 @@ class DepthBins(keras.layers.Layer):
     @staticmethod
     def _mixlog(logits, bins):
         positive = ops.relu(logits)
-        low = ops.min(positive, axis=-1, keepdims=True)
+        # `amin`: Keras' torch `min` reads a `values` attribute torch.compile cannot trace.
+        low = ops.amin(positive, axis=-1, keepdims=True)
         shift = ops.clip(-low, 0.0, 1e-4) + 1e-8
         positive = positive + shift
         total = ops.maximum(ops.sum(positive, axis=-1, keepdims=True), 1e-12)

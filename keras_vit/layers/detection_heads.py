@@ -22,8 +22,11 @@ NORM_EPSILON = 1e-6
 _BIAS_EPSILON = 1e-4
 
 
-def _logit(x):
-    return np.log(x + _BIAS_EPSILON) - np.log1p(-x + _BIAS_EPSILON)
+def _logit(part, whole):
+    """The logit of `part / whole` as OWL-ViT's head takes it (`_BIAS_EPSILON`
+    added on both sides), with `1 - part / whole` as `(whole - part) /
+    whole`: exact in float32 where `log1p(-x)` near 1 is not."""
+    return ops.log(part / whole + _BIAS_EPSILON) - ops.log((whole - part) / whole + _BIAS_EPSILON)
 
 
 def box_bias(grid):
@@ -35,19 +38,23 @@ def box_bias(grid):
         grid: `(height, width)` of the patch grid.
 
     Returns:
-        float32 `(height * width, 4)`: `(cx, cy, w, h)` logits, row by row.
+        float32 `(height * width, 4)`: `(cx, cy, w, h)` logits, row by row,
+        computed by `keras.ops` (no host array in a traced call).
 
     Example:
 
-    >>> bias = box_bias((2, 2))
+    >>> bias = keras.ops.convert_to_numpy(box_bias((2, 2)))
     >>> bias.shape, bool(np.allclose(1 / (1 + np.exp(-bias[0])), [0.5, 0.5, 0.5, 0.5], atol=1e-3))
     ((4, 4), True)
     """
     height, width = pair(grid, "grid")
-    x, y = np.meshgrid(np.arange(1, width + 1) / width, np.arange(1, height + 1) / height)
-    centres = _logit(np.clip(np.stack([x, y], axis=-1).reshape(-1, 2), 0.0, 1.0))
-    sizes = np.broadcast_to(_logit(np.array([1.0 / width, 1.0 / height])), centres.shape)
-    return np.concatenate([centres, sizes], axis=-1).astype("float32")
+    x = _logit(ops.arange(1, width + 1, dtype="float32"), float(width))
+    y = _logit(ops.arange(1, height + 1, dtype="float32"), float(height))
+    centres = ops.stack([ops.tile(x[None, :], (height, 1)), ops.tile(y[:, None], (1, width))], axis=-1)
+    one = ops.ones((), "float32")
+    sizes = ops.stack([_logit(one, float(width)), _logit(one, float(height))])
+    count = height * width
+    return ops.concatenate([ops.reshape(centres, (count, 2)), ops.broadcast_to(sizes, (count, 2))], axis=-1)
 
 
 def unit(x):

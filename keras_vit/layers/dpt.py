@@ -288,7 +288,10 @@ class DptNeck(keras.layers.Layer):
                 x = kernels.call_sublayer(self.projections[i], x)
                 resize = self.resizes[i]
                 if isinstance(resize, keras.Sequential):  # downsampling: padding, then a strided convolution
-                    x = resize(x, training=training)
+                    # Its layers in turn, the padding by `kernels.pad`: a
+                    # Sequential's call and Keras' `pad` each end torch.compile's graph.
+                    padding, conv = resize.layers
+                    x = kernels.call_sublayer(conv, kernels.pad(x, ((0, 0), *padding.padding, (0, 0))))
                 elif resize is not None:
                     x = kernels.call_sublayer(resize, x)
             out.append(kernels.call_sublayer(self.convs[i], x))

@@ -163,7 +163,7 @@ def grid_sizes_from_positions(positions, valid):
     positions = ops.cast(ops.convert_to_tensor(positions), "float32")
     keep = ops.cast(ops.convert_to_tensor(valid), "float32")[..., None]
     masked = positions * keep + (keep - 1.0)
-    return ops.cast(ops.maximum(ops.max(masked, axis=1) + 1.0, 1.0), "int32")
+    return ops.cast(ops.maximum(ops.amax(masked, axis=1) + 1.0, 1.0), "int32")
 
 
 __all__ = [

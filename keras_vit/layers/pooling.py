@@ -85,7 +85,7 @@ class TokenPooling(keras.layers.Layer):
             return mean
         if token_mask is not None:
             patches = ops.where(keep, patches, ops.cast(float("-inf"), patches.dtype))
-        return ops.max(patches, axis=1)
+        return ops.amax(patches, axis=1)
 
     def compute_output_shape(self, x_shape, token_mask_shape=None):
         width = x_shape[-1]
@@ -97,6 +97,17 @@ class TokenPooling(keras.layers.Layer):
         config = super().get_config()
         config.update({"mode": self.mode, "num_prefix_tokens": self.num_prefix_tokens})
         return config
+
+
+def split_token_grid(tokens, grid_like, num_prefix_tokens, spatial=True):
+    """`TokenGrid`'s computation on tensors (see there): `[patch tokens, prefix tokens]`."""
+    prefix = tokens[:, :num_prefix_tokens]
+    patches = tokens[:, num_prefix_tokens:]
+    if spatial:
+        static, dynamic = grid_like.shape, ops.shape(grid_like)
+        h, w = (static[i] if static[i] is not None else dynamic[i] for i in (1, 2))
+        patches = ops.reshape(patches, (-1, h, w, tokens.shape[-1]))
+    return [patches, prefix]
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -132,14 +143,7 @@ class TokenGrid(keras.layers.Layer):
         self.spatial = check_bool(spatial, "spatial")
 
     def call(self, inputs):
-        tokens, grid_like = inputs
-        prefix = tokens[:, : self.num_prefix_tokens]
-        patches = tokens[:, self.num_prefix_tokens :]
-        if self.spatial:
-            static, dynamic = grid_like.shape, ops.shape(grid_like)
-            h, w = (static[i] if static[i] is not None else dynamic[i] for i in (1, 2))
-            patches = ops.reshape(patches, (-1, h, w, tokens.shape[-1]))
-        return [patches, prefix]
+        return split_token_grid(*inputs, self.num_prefix_tokens, self.spatial)
 
     def compute_output_shape(self, input_shape):
         tokens, grid_like = input_shape

@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_vit import kernels
 from keras_vit.validation import check_bool, check_positive_float, check_positive_int, pair
 
 # The strides of a detection/segmentation FPN (levels P2..P5).
@@ -217,7 +218,7 @@ class SimpleFeaturePyramid(keras.layers.Layer):
         """
         rows, cols = ops.shape(x)[1], ops.shape(x)[2]
         pads = [[0, 0], [0, (-rows) % size], [0, (-cols) % size], [0, 0]]
-        return ops.pad(x, pads, constant_values=float("-inf"))
+        return kernels.pad(x, pads, constant_values=float("-inf"))
 
     def call(self, x):
         outputs = []

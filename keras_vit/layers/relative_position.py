@@ -41,6 +41,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit import kernels
 from keras_vit.validation import check_bool, check_positive_int, pair
 
 # The relative position terms a block's attention can add: "mlp" and
@@ -79,11 +80,24 @@ def static_grid(grid_like):
 
 def _resize_weights(source, target):
     """`(index_0, index_1, weight_1)` of a linear resize of `source` rows to
-    `target` (half-pixel centres, torch's `interpolate(mode="linear")`)."""
-    position = np.maximum((np.arange(target) + 0.5) * (source / target) - 0.5, 0.0)
-    first = np.minimum(np.floor(position).astype("int64"), source - 1)
-    second = np.minimum(first + 1, source - 1)
-    return first, second, (position - first).astype("float32")
+    `target` (half-pixel centres, torch's `interpolate(mode="linear")`), as
+    tensors: a traced call holds no host arrays (torch.compile stops its
+    graph at Keras' conversion of one)."""
+    position = ops.maximum((ops.arange(target, dtype="float32") + 0.5) * (source / target) - 0.5, 0.0)
+    first = ops.minimum(ops.cast(ops.floor(position), "int32"), source - 1)
+    second = ops.minimum(first + 1, source - 1)
+    return first, second, position - ops.cast(first, "float32")
+
+
+def _relative_index(query_size, key_size):
+    """`(query_size, key_size)` rows of the resized table, as a tensor where
+    both sizes agree (as in every attention of the library: integer
+    arithmetic, so exact), else from NumPy."""
+    if query_size == key_size:
+        return ops.arange(query_size)[:, None] - ops.arange(key_size)[None, :] + (key_size - 1)
+    query = np.arange(query_size)[:, None] * max(key_size / query_size, 1.0)
+    key = np.arange(key_size)[None, :] * max(query_size / key_size, 1.0)
+    return (query - key + (key_size - 1) * max(query_size / key_size, 1.0)).astype("int64")
 
 
 def relative_table(table, query_size, key_size):
@@ -107,10 +121,7 @@ def relative_table(table, query_size, key_size):
         first, second, weight = _resize_weights(rows, length)
         weight = ops.cast(weight[:, None], table.dtype)
         table = ops.take(table, first, axis=0) * (1 - weight) + ops.take(table, second, axis=0) * weight
-    query = np.arange(query_size)[:, None] * max(key_size / query_size, 1.0)
-    key = np.arange(key_size)[None, :] * max(query_size / key_size, 1.0)
-    index = (query - key + (key_size - 1) * max(query_size / key_size, 1.0)).astype("int64")
-    return ops.take(table, index, axis=0)
+    return ops.take(table, _relative_index(query_size, key_size), axis=0)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -200,7 +211,7 @@ def window_partition(tokens, grid, window):
     padded = (math.ceil(height / window) * window, math.ceil(width / window) * window)
     x = ops.reshape(tokens, (-1, height, width, dim))
     if padded != (height, width):
-        x = ops.pad(x, ((0, 0), (0, padded[0] - height), (0, padded[1] - width), (0, 0)))
+        x = kernels.pad(x, ((0, 0), (0, padded[0] - height), (0, padded[1] - width), (0, 0)))
     x = ops.reshape(x, (-1, padded[0] // window, window, padded[1] // window, window, dim))
     x = ops.transpose(x, (0, 1, 3, 2, 4, 5))
     return ops.reshape(x, (-1, window * window, dim)), padded
@@ -257,7 +268,7 @@ def pad_prefix(bias, tokens, queries=None):
     ((1, 2, 4, 4), [0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 1.0, 1.0])
     """
     prefix = tokens - ops.shape(bias)[-1]
-    bias = ops.pad(bias, ((0, 0), (prefix, 0), (prefix, 0)))
+    bias = kernels.pad(bias, ((0, 0), (prefix, 0), (prefix, 0)))
     if queries is not None:
         bias = bias[:, :queries]
     return bias[None]

@@ -112,7 +112,7 @@ class MaxPool2D(keras.layers.MaxPooling2D):
             out_h, out_w = -(-height // sh), -(-width // sw)
             pad_h = max((out_h - 1) * sh + ph - height, 0)
             pad_w = max((out_w - 1) * sw + pw - width, 0)
-            inputs = ops.pad(
+            inputs = kernels.pad(
                 inputs,
                 ((0, 0), (pad_h // 2, pad_h - pad_h // 2), (pad_w // 2, pad_w - pad_w // 2), (0, 0)),
                 constant_values=float("-inf"),

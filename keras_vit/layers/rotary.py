@@ -273,8 +273,19 @@ def rope_tables_at(positions, grid_sizes, head_dim, variant="dinov3", **settings
     spec = rotary_spec(variant, **settings)
     if spec.coordinates == "mixed":
         raise ValueError("The 'mixed' variant has learned frequencies: use `mixed_rope_tables`.")
+    return _spec_tables(positions, grid_sizes, head_dim, spec)
+
+
+def _spec_tables(positions, grid_sizes, head_dim, spec):
+    """`rope_tables_at` of a checked `RotarySpec` (a layer's, at each call)."""
     angles = _expand(_angles(positions, grid_sizes, head_dim, spec), spec.layout)
     return ops.sin(angles), ops.cos(angles)
+
+
+def _grid_tables(grid, head_dim, spec):
+    """`rope_tables` of a checked `RotarySpec`."""
+    sizes = ops.stack([ops.convert_to_tensor(g, "int32") for g in grid])
+    return _spec_tables(grid_positions(grid), sizes, head_dim, spec)
 
 
 def rope_tables(grid, head_dim, variant="dinov3", **settings):
@@ -298,8 +309,11 @@ def rope_tables(grid, head_dim, variant="dinov3", **settings):
     >>> tuple(sin.shape), tuple(cos.shape)
     ((6, 8), (6, 8))
     """
-    sizes = ops.stack([ops.convert_to_tensor(g, "int32") for g in grid])
-    return rope_tables_at(grid_positions(grid), sizes, head_dim, variant, **settings)
+    head_dim = _check_head_dim(head_dim)
+    spec = rotary_spec(variant, **settings)
+    if spec.coordinates == "mixed":
+        raise ValueError("The 'mixed' variant has learned frequencies: use `mixed_rope_tables`.")
+    return _grid_tables(grid, head_dim, spec)
 
 
 def mixed_rope_tables(grid, frequencies, order="xy"):
@@ -541,7 +555,8 @@ class RotaryEmbedding(keras.layers.Layer):
             sin, cos = mixed_rope_tables(grid, self.frequencies, self.spec.order)
             axis, shape = 1, (self.depth, prefix, self.num_heads, self.head_dim)
         else:
-            sin, cos = rope_tables(grid, self.head_dim, self.variant, **self.spec.get_config())
+            # The layer's checked spec: no settings rebuilt at each call.
+            sin, cos = _grid_tables(grid, self.head_dim, self.spec)
             axis, shape = 0, (prefix, self.head_dim)
         if prefix:
             sin = ops.concatenate([ops.zeros(shape, sin.dtype), sin], axis=axis)

@@ -33,6 +33,7 @@ from keras_vit.layers import PatchDropout, PatchEncoder, Patches, TokenGrid, Tra
 from keras_vit.layers.config import block_kv_heads
 from keras_vit.layers.neck import ConvNeck
 from keras_vit.layers.norms import block_norm
+from keras_vit.layers.pooling import split_token_grid
 from keras_vit.layers.relative_position import GRID_TABLE_KINDS, RelativePositionTable
 from keras_vit.layers.rotary import RotaryEmbedding
 from keras_vit.layers.seeds import derive_seed
@@ -461,8 +462,12 @@ def split_tokens(s, tokens, patches, output_fmt="NHWC"):
         `(patch tokens, prefix tokens (batch, prefix, D))`.
     """
     check_choice(output_fmt, FEATURE_LAYOUTS, "output_fmt")
-    layer = TokenGrid(s.num_prefix_tokens, output_fmt == "NHWC", dtype=s.embedding.dtype_policy)
-    return layer([tokens, patches])
+    spatial = output_fmt == "NHWC"
+    if isinstance(tokens, keras.KerasTensor):  # a node of a functional model: a layer
+        return TokenGrid(s.num_prefix_tokens, spatial, dtype=s.embedding.dtype_policy)([tokens, patches])
+    # Inside a call, the computation itself: a layer made per call costs
+    # its construction each time, and torch.compile cannot trace one.
+    return split_token_grid(tokens, patches, s.num_prefix_tokens, spatial)
 
 
 def intermediates(s, images, indices=None, norm=False, output_fmt="NHWC",

@@ -20,12 +20,13 @@ class ForwardPass:
 
     def call(self, inputs, training=None, mask=None, **kwargs):
         # The graph's steps (it stays the model's structure: every layer's
-        # `output` is what it was), but the last block computes only the
-        # tokens the head reads (`head_tokens`).
+        # `output` is what it was), called directly: the last block computes
+        # only the tokens the head reads (`head_tokens`), and no functional
+        # graph is walked (whose signature binding torch.compile cannot trace).
         s = getattr(self, "_forward_stages", None)
         if s is not None and patch_inputs.is_patch_dict(inputs):
             return outputs(s, inputs, training=training)
-        if s is None or mask is not None or kwargs or head_tokens(s) is None:
+        if s is None or mask is not None or kwargs:
             return super().call(inputs, training=training, mask=mask, **kwargs)
         (images,) = self._standardize_inputs(inputs)
         return outputs(s, images, training=training)
