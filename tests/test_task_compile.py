@@ -34,18 +34,29 @@ def _dense(folder, name):
     }
     config, hf_class, shape, options = configs[name]
     save_random(getattr(transformers, hf_class), config(transformers), folder, **options)
-    return keras_vit.from_preset(str(folder)), shape
+    return keras_vit.from_preset(str(folder)), _images(shape)
+
+
+def _images(shape):
+    return RNG.uniform(size=shape).astype("float32")
 
 
 def _part(name, folder):
-    """The model `predict` runs, and the shape of its images."""
+    """The model `predict` runs, and its inputs."""
     if name == "owlv2":
         detector = keras_vit.from_preset(detection_dir("owlv2")[0])
         queries = RNG.normal(size=(2, detector.heads.query_dim)).astype("float32")
-        return detector.with_queries(queries, names=["a", "b"]), (1, IMAGE_SIZE, IMAGE_SIZE, 3)
-    if name == "sam_image_embedder":
-        model = keras_vit.from_preset(sam_dir()[0]).image_embedder
-        return model, (1, *model.inputs[0].shape[1:])
+        return detector.with_queries(queries, names=["a", "b"]), _images((1, IMAGE_SIZE, IMAGE_SIZE, 3))
+    if name.startswith("sam"):
+        model = keras_vit.from_preset(sam_dir()[0])
+        images = _images((1, *model.image_embedder.inputs[0].shape[1:]))
+        if name == "sam_image_embedder":
+            return model.image_embedder, images
+        # A click, a box and the padding point on one image's embedding.
+        points = np.array([[[10.0, 20.0], [4.0, 6.0], [30.0, 28.0], [0.0, 0.0]]], "float32")
+        inputs = model.decoder_inputs(model.image_embedder.predict(images, verbose=0), points,
+                                      np.array([[1, 2, 3, -1]], "int32"))
+        return model.prompt_decoder, inputs
     return _dense(folder, name)
 
 
@@ -56,13 +67,12 @@ def _numpy(outputs):
 
 
 @runs_once("torch", "torch.compile is torch's; jax's and tensorflow's predict is XLA's in every test")
-@pytest.mark.parametrize("name", ["depth_anything", "chmv2", "owlv2", "sam_image_embedder"])
+@pytest.mark.parametrize("name", ["depth_anything", "chmv2", "owlv2", "sam_image_embedder", "sam_prompt_decoder"])
 def test_task_predict_compiles_as_one_graph(name, tmp_path, monkeypatch):
     """torch.compile's capture and AOT autograd, without Inductor's code
     generation (the mode matrix compiles the classifier with it): graphs
     and values as Keras' `torch.compile` call would trace them."""
-    model, shape = _part(name, tmp_path)
-    images = RNG.uniform(size=shape).astype("float32")
+    model, images = _part(name, tmp_path)
     model.compile(run_eagerly=True)
     eager = _numpy(model.predict(images, verbose=0))
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))

@@ -116,15 +116,19 @@ class PromptEncoder(keras.layers.Layer):
         """The dense positional embedding of the image embedding's grid,
         `(1, gh, gw, hidden_size)` (every cell at its centre)."""
         height, width = self.grid_size
-        x, y = np.meshgrid((np.arange(width) + 0.5) / width, (np.arange(height) + 0.5) / height)
-        cells = ops.convert_to_tensor(np.stack([x, y], axis=-1).astype("float32"), dtype=self.compute_dtype)
+        # In keras.ops, float32 as the reference computes them: no host array in a traced call.
+        x = (ops.arange(width, dtype="float32") + 0.5) / width
+        y = (ops.arange(height, dtype="float32") + 0.5) / height
+        cells = ops.stack([ops.tile(x[None, :], (height, 1)), ops.tile(y[:, None], (1, width))], axis=-1)
+        cells = ops.cast(cells, self.compute_dtype)
         frequencies = ops.cast(self.positional_embedding, self.compute_dtype)
         return fourier_positions(cells, frequencies)[None]
 
     def embed_points(self, points, labels):
         """The sparse embeddings `(batch, n, hidden_size)` of labelled points."""
-        size = np.array([self.image_size[1], self.image_size[0]], "float32")
-        coordinates = (ops.cast(points, self.compute_dtype) + 0.5) / ops.cast(size, self.compute_dtype)
+        shifted = ops.cast(points, self.compute_dtype) + 0.5
+        coordinates = ops.stack([shifted[..., 0] / float(self.image_size[1]),
+                                 shifted[..., 1] / float(self.image_size[0])], axis=-1)
         embedded = fourier_positions(coordinates, ops.cast(self.positional_embedding, self.compute_dtype))
         labels = ops.cast(labels, "int32")[..., None]
         embedded = ops.where(labels == -1, ops.cast(self.not_a_point, embedded.dtype), embedded)
