@@ -282,12 +282,6 @@ def _spec_tables(positions, grid_sizes, head_dim, spec):
     return ops.sin(angles), ops.cos(angles)
 
 
-def _grid_tables(grid, head_dim, spec):
-    """`rope_tables` of a checked `RotarySpec`."""
-    sizes = ops.stack([ops.convert_to_tensor(g, "int32") for g in grid])
-    return _spec_tables(grid_positions(grid), sizes, head_dim, spec)
-
-
 def rope_tables(grid, head_dim, variant="dinov3", **settings):
     """The rotary tables of every patch of a grid, row-major.
 
@@ -309,11 +303,11 @@ def rope_tables(grid, head_dim, variant="dinov3", **settings):
     >>> tuple(sin.shape), tuple(cos.shape)
     ((6, 8), (6, 8))
     """
-    head_dim = _check_head_dim(head_dim)
-    spec = rotary_spec(variant, **settings)
-    if spec.coordinates == "mixed":
-        raise ValueError("The 'mixed' variant has learned frequencies: use `mixed_rope_tables`.")
-    return _grid_tables(grid, head_dim, spec)
+    return rope_tables_at(grid_positions(grid), _grid_sizes(grid), head_dim, variant, **settings)
+
+
+def _grid_sizes(grid):
+    return ops.stack([ops.convert_to_tensor(g, "int32") for g in grid])
 
 
 def mixed_rope_tables(grid, frequencies, order="xy"):
@@ -555,8 +549,7 @@ class RotaryEmbedding(keras.layers.Layer):
             sin, cos = mixed_rope_tables(grid, self.frequencies, self.spec.order)
             axis, shape = 1, (self.depth, prefix, self.num_heads, self.head_dim)
         else:
-            # The layer's checked spec: no settings rebuilt at each call.
-            sin, cos = _grid_tables(grid, self.head_dim, self.spec)
+            sin, cos = _spec_tables(grid_positions(grid), _grid_sizes(grid), self.head_dim, self.spec)
             axis, shape = 0, (prefix, self.head_dim)
         if prefix:
             sin = ops.concatenate([ops.zeros(shape, sin.dtype), sin], axis=axis)
