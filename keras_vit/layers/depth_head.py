@@ -141,7 +141,7 @@ def depth_bins(count, min_depth, max_depth, strategy):
     [1.0, 2.5, 4.0]
     """
     check_choice(strategy, BIN_STRATEGIES, "bins_strategy")
-    step = ops.arange(count, dtype="float32") / float(max(count - 1, 1))
+    step = ops.arange(0, count, dtype="float32") / float(max(count - 1, 1))
     if strategy == "linear":
         return min_depth + (max_depth - min_depth) * step
     if strategy == "log":

@@ -117,8 +117,8 @@ class PromptEncoder(keras.layers.Layer):
         `(1, gh, gw, hidden_size)` (every cell at its centre)."""
         height, width = self.grid_size
         # In keras.ops, float32 as the reference computes them: no host array in a traced call.
-        x = (ops.arange(width, dtype="float32") + 0.5) / width
-        y = (ops.arange(height, dtype="float32") + 0.5) / height
+        x = (ops.arange(0, width, dtype="float32") + 0.5) / width
+        y = (ops.arange(0, height, dtype="float32") + 0.5) / height
         cells = ops.stack([ops.tile(x[None, :], (height, 1)), ops.tile(y[:, None], (1, width))], axis=-1)
         cells = ops.cast(cells, self.compute_dtype)
         frequencies = ops.cast(self.positional_embedding, self.compute_dtype)

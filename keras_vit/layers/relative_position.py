@@ -83,7 +83,7 @@ def _resize_weights(source, target):
     `target` (half-pixel centres, torch's `interpolate(mode="linear")`), as
     tensors: a traced call holds no host arrays (torch.compile stops its
     graph at Keras' conversion of one)."""
-    position = ops.maximum((ops.arange(target, dtype="float32") + 0.5) * (source / target) - 0.5, 0.0)
+    position = ops.maximum((ops.arange(0, target, dtype="float32") + 0.5) * (source / target) - 0.5, 0.0)
     first = ops.minimum(ops.cast(ops.floor(position), "int32"), source - 1)
     second = ops.minimum(first + 1, source - 1)
     return first, second, position - ops.cast(first, "float32")
@@ -94,7 +94,8 @@ def _relative_index(query_size, key_size):
     both sizes agree (as in every attention of the library: integer
     arithmetic, so exact), else from NumPy."""
     if query_size == key_size:
-        return ops.arange(query_size)[:, None] - ops.arange(key_size)[None, :] + (key_size - 1)
+        queries, keys = ops.arange(0, query_size, dtype="int32"), ops.arange(0, key_size, dtype="int32")
+        return queries[:, None] - keys[None, :] + (key_size - 1)
     query = np.arange(query_size)[:, None] * max(key_size / query_size, 1.0)
     key = np.arange(key_size)[None, :] * max(query_size / key_size, 1.0)
     return (query - key + (key_size - 1) * max(query_size / key_size, 1.0)).astype("int64")
