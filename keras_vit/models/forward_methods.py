@@ -9,7 +9,7 @@ import keras
 from keras import ops
 
 from keras_vit.models import patch_inputs
-from keras_vit.models.forward import head, head_tokens, intermediates, outputs
+from keras_vit.models.forward import head, intermediates, outputs
 
 
 class ForwardPass:
