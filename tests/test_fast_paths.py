@@ -256,6 +256,20 @@ def _dense_cases(rng):
                     yield args, dtype == "float32" and activation in (None, "gelu_tanh", "quick_gelu")
 
 
+def _mlp_cases(rng):
+    """(args, gradients?) of `mlp`: few tokens, and a hidden activation of
+    more than 32 MiB (torch's path takes it in blocks of rows, the last
+    shorter), with each activation, biases or none, bfloat16."""
+    for rows, width, dtype in ((2 * 7, 16, "float32"), (4400, 2048, "float32"), (2 * 7, 16, "bfloat16")):
+        for activation, bias in ((None, False), ("gelu_tanh", True), ("gelu", True), ("quick_gelu", True)):
+            x = rng.normal(size=(2, rows // 2, 8)).astype("float32")
+            kernels_ = [rng.normal(scale=0.3, size=s).astype("float32") for s in ((8, width), (width, 8))]
+            biases = [rng.normal(size=n).astype("float32") if bias else None for n in (width, 8)]
+            args = [_cast(x, dtype), _cast(kernels_[0], dtype), None if biases[0] is None else _cast(biases[0], dtype),
+                    _cast(kernels_[1], dtype), None if biases[1] is None else _cast(biases[1], dtype), activation]
+            yield args, False  # torch's path takes no recorded call
+
+
 def _attention_cases(rng):
     causal = np.tril(np.ones((1, 1, 6, 6), bool))
     no_key = np.broadcast_to(causal, (2, 3, 6, 6)).copy()
@@ -372,12 +386,13 @@ def _resize_cases(rng):
     yield [_cast(rng.normal(size=shape), "bfloat16"), (8, 9), True, None], False
 
 
-CASES = {"dense": _dense_cases, "attention": _attention_cases, "decomposed_attention": _decomposed_cases,
+CASES = {"dense": _dense_cases, "mlp": _mlp_cases, "attention": _attention_cases, "decomposed_attention": _decomposed_cases,
          "gelu": _gelu_cases,
          "call_sublayer": _call_sublayer_cases, "pack_for_inference": _pack_cases,
          "take": _take_cases, "resize_bilinear": _resize_cases}
 PORTABLE = {
     "dense": portable.dense,
+    "mlp": portable.mlp,
     "attention": portable.attention,
     "decomposed_attention": portable.decomposed_attention,
     "gelu": portable.gelu,

@@ -1,16 +1,17 @@
 """The speed code of keras_vit, fenced: one portable reference, fast paths per backend.
 
 The layers compute through a few functions: `project` (every projection),
-`dense`, `attention` (with an optional mask), `decomposed_attention`
-(ViTDet's relative positions), `activation`, `call_sublayer`,
+`dense`, `mlp` and `project_mlp` (an MLP's two projections), `attention`
+(with an optional mask), `decomposed_attention` (ViTDet's relative
+positions), `activation`, `call_sublayer`,
 `take` and `resize_bilinear` (the dense heads' gathers and resizes), and
 `pad` (Keras' `pad` without the operation object it makes per call).
 Each is written once in `keras.ops` (`keras_vit.kernels.portable`, the
 reference and the exporters' form); a backend module (`torch_backend`,
 `jax_backend`, `tensorflow_backend`, with the XLA forms in `xla`, torch's
-resize in `torch_resize` and its decomposed attention in
-`torch_decomposed_attention`) registers
-the fast paths it overrides them with (`registry`), each with a hardware
+resize in `torch_resize`, its decomposed attention in
+`torch_decomposed_attention` and its MLP on many tokens in `torch_mlp`)
+registers the fast paths it overrides them with (`registry`), each with a hardware
 rule (`hardware`, or a short measurement at first use: `measured`) that
 says where it pays, and the tests hold every registered path to the
 portable form. Contexts steer the choice
@@ -42,6 +43,7 @@ from keras_vit.kernels import (  # noqa: F401
     tensorflow_backend,
     torch_backend,
     torch_decomposed_attention,
+    torch_mlp,
     torch_resize,
 )
 from keras_vit.kernels.api import (
@@ -52,9 +54,11 @@ from keras_vit.kernels.api import (
     decomposed_attention,
     dense,
     gelu,
+    mlp,
     pack_for_inference,
     pad,
     project,
+    project_mlp,
     resize_bilinear,
     runs_plain,
     take,
@@ -84,11 +88,13 @@ __all__ = [
     "forced",
     "gelu",
     "is_enabled",
+    "mlp",
     "pack_for_inference",
     "pad",
     "take",
     "portable_only",
     "project",
+    "project_mlp",
     "resize_bilinear",
     "runs_plain",
     "xla_compiled",

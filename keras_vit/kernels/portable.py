@@ -52,6 +52,28 @@ def dense(x, kernel, bias=None, axes=1, activation=None):
     return _activation(y, activation)
 
 
+def mlp(x, kernel_0, bias_0, kernel_1, bias_1, activation=None):
+    """Two projections with `activation` between: `dense(activation(dense(x, kernel_0, bias_0)), kernel_1, bias_1)`.
+
+    Args:
+        x: tensor `(..., d_in)`.
+        kernel_0, kernel_1: tensors `(d_in, hidden)` and `(hidden, d_out)`.
+        bias_0, bias_1: None or tensors `(hidden,)` and `(d_out,)`.
+        activation: None or the name of an MLP activation (`activation`).
+
+    Returns:
+        A tensor `(..., d_out)` in the dtype of `x`.
+
+    Example:
+
+    >>> y = mlp(np.ones((2, 3), "float32"), np.ones((3, 4), "float32"), None,
+    ...         np.ones((4, 1), "float32"), np.ones((1,), "float32"))
+    >>> keras.ops.convert_to_numpy(y)[:, 0].tolist()
+    [13.0, 13.0]
+    """
+    return dense(dense(x, kernel_0, bias_0, activation=activation), kernel_1, bias_1)
+
+
 def flat_weights(kernel, bias, axes):
     """`(kernel (d_in, width), bias (width,) or None, out_dims)` of a projection."""
     kernel = ops.convert_to_tensor(kernel)

@@ -21,6 +21,7 @@ from typing import Callable
 # The ops the kernels dispatch, and the arguments their functions take.
 OPS = {
     "dense": "(x, kernel, bias, axes, activation)",
+    "mlp": "(x, kernel_0, bias_0, kernel_1, bias_1, activation)",
     "attention": "(q, k, v, scale, mask)",
     "decomposed_attention": "(q, k, v, scale, rows, columns)",
     "gelu": "(x, approximate)",

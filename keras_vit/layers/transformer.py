@@ -86,6 +86,8 @@ class MlpBlock(keras.layers.Layer):
         self.built = True
 
     def call(self, x, training=None):
+        if self.norm is None and not (training and self.dropout_rate):
+            return kernels.project_mlp(self.dense_0, self.dense_1, x, self.activation)
         x = kernels.project(self.dense_0, x, self.activation)
         x = call_sublayer(self.dropout, x, training=training)
         if self.norm is not None:
