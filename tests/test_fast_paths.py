@@ -355,6 +355,24 @@ def _call_sublayer_cases(rng):
             yield [conv, _cast(rng.normal(size=(2, 9, 11, 3)), "bfloat16"), (), {}], False
 
 
+def _conv_relu_conv_cases(rng):
+    """(args, gradients?) of `conv_relu_conv`: a small map, and maps whose
+    first convolution's output passes 32 MiB (torch's path takes them in
+    blocks of rows, the last shorter) with 3x3, 5x3 and 1x1 kernels; a second
+    convolution torch's path declines (3x3)."""
+    for size, filters, kernel, second_kernel in (((6, 7), 8, 3, 1), ((260, 261), 128, 3, 1),
+                                                  ((258, 130), 256, (5, 3), 1), ((260, 130), 256, 1, 1),
+                                                  ((6, 7), 8, 3, 3)):
+        first = keras.layers.Conv2D(filters, kernel, padding="same")
+        second = keras.layers.Conv2D(2, second_kernel, padding="same")
+        first.build((1, *size, 3))
+        second.build((1, *size, filters))
+        for layer in (first, second):
+            layer.bias.assign(rng.normal(size=layer.bias.shape))
+            layer.trainable = False  # a frozen head: torch's path takes no recorded call
+        yield [_cast(rng.normal(size=(1, *size, 3)), "float32"), first, second], False
+
+
 def _pack_cases(rng):
     layer = keras.layers.Dense(6)
     layer.build((None, 4))
@@ -388,7 +406,8 @@ def _resize_cases(rng):
 
 CASES = {"dense": _dense_cases, "mlp": _mlp_cases, "attention": _attention_cases, "decomposed_attention": _decomposed_cases,
          "gelu": _gelu_cases,
-         "call_sublayer": _call_sublayer_cases, "pack_for_inference": _pack_cases,
+         "call_sublayer": _call_sublayer_cases, "conv_relu_conv": _conv_relu_conv_cases,
+         "pack_for_inference": _pack_cases,
          "take": _take_cases, "resize_bilinear": _resize_cases}
 PORTABLE = {
     "dense": portable.dense,
@@ -397,6 +416,7 @@ PORTABLE = {
     "decomposed_attention": portable.decomposed_attention,
     "gelu": portable.gelu,
     "call_sublayer": portable.call_sublayer,
+    "conv_relu_conv": portable.conv_relu_conv,
     "pack_for_inference": portable.pack_for_inference,
     "take": portable.take,
     "resize_bilinear": portable.resize_bilinear,

@@ -147,6 +147,7 @@ def test_every_backend_registers_its_fast_paths_by_name():
             ("tensorflow", "call_sublayer", "xla_convolutions"),
             ("torch", "decomposed_attention", "chunked_decomposed_attention"),
             ("torch", "mlp", "row_chunked_mlp"),
+            ("torch", "conv_relu_conv", "row_blocked_convs"),
             ("jax", "decomposed_attention", "xla_decomposed_attention"),
             ("tensorflow", "decomposed_attention", "xla_decomposed_attention")} <= names
     with pytest.raises(ValueError, match="already registered"):

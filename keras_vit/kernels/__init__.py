@@ -4,13 +4,15 @@ The layers compute through a few functions: `project` (every projection),
 `dense`, `mlp` and `project_mlp` (an MLP's two projections), `attention`
 (with an optional mask), `decomposed_attention` (ViTDet's relative
 positions), `activation`, `call_sublayer`,
-`take` and `resize_bilinear` (the dense heads' gathers and resizes), and
+`take`, `resize_bilinear` and `conv_relu_conv` (the dense heads' gathers,
+resizes and last convolutions), and
 `pad` (Keras' `pad` without the operation object it makes per call).
 Each is written once in `keras.ops` (`keras_vit.kernels.portable`, the
 reference and the exporters' form); a backend module (`torch_backend`,
 `jax_backend`, `tensorflow_backend`, with the XLA forms in `xla`, torch's
 resize in `torch_resize`, its decomposed attention in
-`torch_decomposed_attention` and its MLP on many tokens in `torch_mlp`)
+`torch_decomposed_attention`, its MLP on many tokens in `torch_mlp` and its
+head convolutions on large maps in `torch_row_blocks`)
 registers the fast paths it overrides them with (`registry`), each with a hardware
 rule (`hardware`, or a short measurement at first use: `measured`) that
 says where it pays, and the tests hold every registered path to the
@@ -45,12 +47,14 @@ from keras_vit.kernels import (  # noqa: F401
     torch_decomposed_attention,
     torch_mlp,
     torch_resize,
+    torch_row_blocks,
 )
 from keras_vit.kernels.api import (
     activation,
     attention,
     attention_probs,
     call_sublayer,
+    conv_relu_conv,
     decomposed_attention,
     dense,
     gelu,
@@ -80,6 +84,7 @@ __all__ = [
     "attention_probs",
     "call_sublayer",
     "compiled_by_xla",
+    "conv_relu_conv",
     "decomposed_attention",
     "dense",
     "disabled",

@@ -404,6 +404,34 @@ def call_sublayer(layer, x, *args, **kwargs):
     return portable.call_sublayer(layer, x, args, kwargs) if y is NotImplemented else y
 
 
+def conv_relu_conv(x, first, second):
+    """`second(relu(first(x)))` for two convolution layers, through the fastest path that pays here.
+
+    Where no path takes the pair whole, each convolution goes through
+    `call_sublayer`.
+
+    Args:
+        x: NHWC maps.
+        first, second: convolution layers, `second` taking `first`'s output.
+
+    Returns:
+        `second(relu(first(x)))`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> first, second = keras.layers.Conv2D(4, 3, padding="same"), keras.layers.Conv2D(1, 1)
+    >>> x = np.random.default_rng(0).normal(size=(1, 5, 6, 2)).astype("float32")
+    >>> y = keras.ops.convert_to_numpy(conv_relu_conv(x, first, second))
+    >>> bool(np.allclose(y, keras.ops.convert_to_numpy(second(keras.ops.relu(first(x)))), atol=1e-6))
+    True
+    """
+    y = _dispatch("conv_relu_conv", x, first, second)
+    if y is NotImplemented:
+        y = call_sublayer(second, ops.relu(call_sublayer(first, x)))
+    return y
+
+
 def pack_for_inference(variables):
     """Lets the projections keep these kernels in the layout their GEMM reads.
 

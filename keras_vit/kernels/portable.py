@@ -309,6 +309,18 @@ def call_sublayer(layer, x, args, kwargs):
     return layer(x, *args, **kwargs)
 
 
+def conv_relu_conv(x, first, second):
+    """`second(relu(first(x)))` for two convolution layers: a dense head's last convolutions.
+
+    Example:
+
+    >>> first, second = keras.layers.Conv2D(4, 3, padding="same"), keras.layers.Conv2D(1, 1)
+    >>> tuple(conv_relu_conv(np.ones((1, 5, 6, 2), "float32"), first, second).shape)
+    (1, 5, 6, 1)
+    """
+    return second(ops.relu(first(x)))
+
+
 def call_adds_nothing(layer, x):
     """Whether Keras' `__call__` of `layer` on the tensor `x` adds nothing to
     `layer.call(x)` that a backend's sublayer path would have to repeat.

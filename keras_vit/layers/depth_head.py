@@ -98,7 +98,7 @@ class DepthHead(keras.layers.Layer):
         else:
             size = scaled_size(x, 2)
         x = resize_bilinear(x, size, align_corners=True)
-        x = kernels.call_sublayer(self.conv_3, ops.relu(kernels.call_sublayer(self.conv_2, x)))
+        x = kernels.conv_relu_conv(x, self.conv_2, self.conv_3)
         if self.activation == "relu":
             x = ops.relu(x)
         elif self.activation == "sigmoid":

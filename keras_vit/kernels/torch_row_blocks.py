@@ -1,0 +1,90 @@
+"""torch's last convolutions of a dense head on large maps, a block of rows at a time.
+
+The "row_blocked_convs" path of `kernels.conv_relu_conv` (docs/performance.md).
+"""
+
+import keras
+
+from keras_vit.kernels.registry import register
+from keras_vit.kernels.torch_backend import compiling, direct_call_applies, recording, transforms
+from keras_vit.kernels.torch_mlp import _BLOCK_BYTES, _FRESH_PAGES
+
+
+def _plain(layer, x):
+    """Whether `layer` is a `Conv2D` of stride and dilation 1, odd "same" (or
+    "valid" 1x1) kernel, no activation or constraint, called directly on `x`."""
+    if type(layer) is not keras.layers.Conv2D or layer.data_format != "channels_last" or layer.groups != 1:
+        return False
+    if set(layer.strides) != {1} or set(layer.dilation_rate) != {1}:
+        return False
+    if layer.kernel_constraint is not None or layer.bias_constraint is not None:
+        return False
+    if layer.activation is not keras.activations.linear:
+        return False
+    if layer.padding == "valid" and tuple(layer.kernel_size) != (1, 1):
+        return False
+    return all(size % 2 for size in layer.kernel_size) and direct_call_applies(layer, x)
+
+
+def _weights(layer):
+    bias = layer.bias.value if layer.use_bias else None
+    return layer.kernel.value.permute(3, 2, 0, 1), bias  # (h, w, in, out) -> (out, in, h, w)
+
+
+@register("conv_relu_conv", "torch", "row_blocked_convs")
+def row_blocked_convs(x, first, second):
+    """`second(relu(first(x)))` a block of output rows at a time where the
+    first convolution's output would pass glibc's largest mmap threshold
+    (Depth Anything's head at 518 px: 518 x 518 x 32 floats); NotImplemented
+    elsewhere.
+
+    Each block reads its rows of `x` and `first`'s halo (half its kernel's
+    height) on either side, zero rows only at the map's edges, so its values
+    are those of the whole map's convolutions. The ReLU is taken in place.
+    For `Conv2D` layers that `_plain` accepts, `second` 1x1, and only where no
+    gradient is recorded, outside torch.compile and function transforms.
+
+    Example:
+
+    >>> import numpy as np, torch
+    >>> from keras_vit.kernels import portable
+    >>> first, second = keras.layers.Conv2D(128, 3, padding="same"), keras.layers.Conv2D(1, 1)
+    >>> x = keras.ops.convert_to_tensor(np.random.default_rng(0).normal(size=(1, 260, 260, 4)), "float32")
+    >>> first.build(x.shape); second.build((1, 260, 260, 128))
+    >>> with torch.no_grad():
+    ...     y = row_blocked_convs(x, first, second)
+    ...     expected = portable.conv_relu_conv(x, first, second)
+    >>> bool(torch.allclose(y, expected, atol=1e-4))
+    True
+    """
+    import torch
+    import torch.nn.functional as F
+
+    if not isinstance(x, torch.Tensor) or x.dim() != 4 or not x.is_floating_point():
+        return NotImplemented
+    if compiling() or transforms() or not (first.built and second.built):
+        return NotImplemented
+    if not (_plain(first, x) and _plain(second, x)) or tuple(second.kernel_size) != (1, 1):
+        return NotImplemented
+    (k1, b1), (k2, b2) = _weights(first), _weights(second)
+    if recording(x, *(t for t in (k1, b1, k2, b2) if t is not None)):
+        return NotImplemented
+    batch, height, width, _ = x.shape
+    row_bytes = batch * width * first.filters * x.element_size()
+    if height * row_bytes <= _FRESH_PAGES:
+        return NotImplemented
+    # "valid" only 1x1 (`_plain`): no halo, no side padding.
+    halo, side = (0, 0) if first.padding == "valid" else (first.kernel_size[0] // 2, first.kernel_size[1] // 2)
+    step = max(1, _BLOCK_BYTES // row_bytes)
+    out = x.new_empty((batch, height, width, second.filters))
+    for start in range(0, height, step):
+        stop = min(height, start + step)
+        low, high = max(0, start - halo), min(height, stop + halo)
+        rows = x[:, low:high].permute(0, 3, 1, 2)  # the channels-last view of those rows
+        top, bottom = halo - (start - low), halo - (high - stop)
+        if top or bottom:
+            rows = F.pad(rows, (0, 0, top, bottom))
+        hidden = F.conv2d(rows, k1, b1, padding=(0, side))
+        torch.relu_(hidden)
+        out[:, start:stop] = F.conv2d(hidden, k2, b2).permute(0, 2, 3, 1)
+    return out
