@@ -80,9 +80,13 @@ def project(layer, x, activation=None, axes=1):
     if not runs_plain(layer):
         y = layer(x)
         return _activation(y, activation)
+    return dense(x, *_weights(layer), axes=axes, activation=activation)
+
+
+def _weights(layer):
+    """A plain projection's kernel and bias (or None), cast to its compute dtype."""
     dtype = layer.compute_dtype
-    bias = None if layer.bias is None else ops.cast(layer.bias, dtype)
-    return dense(x, ops.cast(layer.kernel, dtype), bias, axes=axes, activation=activation)
+    return ops.cast(layer.kernel, dtype), None if layer.bias is None else ops.cast(layer.bias, dtype)
 
 
 def mlp(x, kernel_0, bias_0, kernel_1, bias_1, activation=None):
@@ -136,11 +140,7 @@ def project_mlp(layer_0, layer_1, x, activation=None):
     """
     if not (runs_plain(layer_0) and runs_plain(layer_1)):
         return project(layer_1, project(layer_0, x, activation))
-    weights = []
-    for layer in (layer_0, layer_1):
-        dtype = layer.compute_dtype
-        weights += [ops.cast(layer.kernel, dtype), None if layer.bias is None else ops.cast(layer.bias, dtype)]
-    return mlp(x, *weights, activation)
+    return mlp(x, *_weights(layer_0), *_weights(layer_1), activation)
 
 
 def runs_plain(layer):

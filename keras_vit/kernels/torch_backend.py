@@ -50,6 +50,16 @@ from keras_vit.kernels import hardware, measured, portable
 from keras_vit.kernels.registry import register
 
 
+# glibc serves an allocation above its largest mmap threshold (32 MiB on
+# 64-bit systems, whatever the tunables say) with fresh pages from the
+# kernel at every call, each faulted in on first write. The paths that take
+# large activations in blocks ("row_chunked_mlp", "row_blocked_convs") do so
+# only above `FRESH_PAGES`, in blocks of `BLOCK_BYTES`: a size the heap
+# reuses from call to call.
+FRESH_PAGES = 32 << 20
+BLOCK_BYTES = 16 << 20
+
+
 def transforms():
     """The names of torch's function transforms active now ("Vmap", "Grad", ...)."""
     import torch
@@ -487,6 +497,13 @@ def half_layer_norm(layer, x, args, kwargs):
     return F.layer_norm(x, (x.shape[-1],), gamma, beta, layer.epsilon)
 
 
+def conv2d_weights(layer):
+    """A built `Conv2D`'s kernel in torch's `(out, in, height, width)` layout
+    (a view of Keras' `(height, width, in, out)`) and its bias or None."""
+    bias = layer.bias.value if layer.use_bias else None
+    return layer.kernel.value.permute(3, 2, 0, 1), bias
+
+
 # The convolution layers "channels_last_conv" computes (exactly these types).
 _CONVOLUTIONS = (keras.layers.Conv2D, keras.layers.DepthwiseConv2D, keras.layers.Conv2DTranspose)
 
@@ -548,7 +565,7 @@ def channels_last_conv(layer, x, args, kwargs):
     bias = layer.bias.value if layer.use_bias else None
     view = x.permute(0, 3, 1, 2)
     if kind is keras.layers.Conv2D:
-        kernel = layer.kernel.value.permute(3, 2, 0, 1)  # (h, w, in, out) -> (out, in, h, w)
+        kernel = conv2d_weights(layer)[0]
         y = F.conv2d(view, kernel, bias, layer.strides, padding, layer.dilation_rate)
     elif kind is keras.layers.DepthwiseConv2D:
         kernel = layer.kernel.value  # (h, w, in, multiplier) -> (in * multiplier, 1, h, w)

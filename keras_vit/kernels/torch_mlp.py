@@ -6,16 +6,10 @@ The "row_chunked_mlp" path of `kernels.mlp` (docs/performance.md).
 import math
 
 from keras_vit.kernels.registry import register
-from keras_vit.kernels.torch_backend import compiling, recording, transforms
+from keras_vit.kernels.torch_backend import BLOCK_BYTES, FRESH_PAGES, compiling, recording, transforms
 
-# glibc serves an allocation above its largest mmap threshold (32 MiB on
-# 64-bit systems, whatever the tunables say) with fresh pages from the
-# kernel at every call, each faulted in on first write. An MLP's hidden
-# activation passes it from about 2,700 tokens at a width of 3,072 (OWLv2 at
-# 960 px, SAM at 1024 px): there the rows go in blocks whose hidden
-# activation holds `_BLOCK_BYTES`, a size the heap reuses from call to call.
-_FRESH_PAGES = 32 << 20
-_BLOCK_BYTES = 16 << 20
+# An MLP's hidden activation passes `FRESH_PAGES` from about 2,700 tokens at
+# a width of 3,072 (OWLv2 at 960 px, SAM at 1024 px).
 
 
 @register("mlp", "torch", "row_chunked_mlp")
@@ -47,11 +41,11 @@ def row_chunked_mlp(x, kernel_0, bias_0, kernel_1, bias_1, activation):
     if kernel_0.dim() != 2 or kernel_1.dim() != 2 or x.dim() < 2:
         return NotImplemented
     rows, row_bytes = math.prod(x.shape[:-1]), kernel_0.shape[1] * x.element_size()
-    if rows * row_bytes <= _FRESH_PAGES:
+    if rows * row_bytes <= FRESH_PAGES:
         return NotImplemented
     from keras_vit.kernels import api
 
-    step = max(1, _BLOCK_BYTES // row_bytes)
+    step = max(1, BLOCK_BYTES // row_bytes)
     flat = x.reshape(rows, x.shape[-1])
     out = None
     for start in range(0, rows, step):

@@ -6,8 +6,15 @@ The "row_blocked_convs" path of `kernels.conv_relu_conv` (docs/performance.md).
 import keras
 
 from keras_vit.kernels.registry import register
-from keras_vit.kernels.torch_backend import compiling, direct_call_applies, recording, transforms
-from keras_vit.kernels.torch_mlp import _BLOCK_BYTES, _FRESH_PAGES
+from keras_vit.kernels.torch_backend import (
+    BLOCK_BYTES,
+    FRESH_PAGES,
+    compiling,
+    conv2d_weights,
+    direct_call_applies,
+    recording,
+    transforms,
+)
 
 
 def _plain(layer, x):
@@ -24,11 +31,6 @@ def _plain(layer, x):
     if layer.padding == "valid" and tuple(layer.kernel_size) != (1, 1):
         return False
     return all(size % 2 for size in layer.kernel_size) and direct_call_applies(layer, x)
-
-
-def _weights(layer):
-    bias = layer.bias.value if layer.use_bias else None
-    return layer.kernel.value.permute(3, 2, 0, 1), bias  # (h, w, in, out) -> (out, in, h, w)
 
 
 @register("conv_relu_conv", "torch", "row_blocked_convs")
@@ -66,16 +68,16 @@ def row_blocked_convs(x, first, second):
         return NotImplemented
     if not (_plain(first, x) and _plain(second, x)) or tuple(second.kernel_size) != (1, 1):
         return NotImplemented
-    (k1, b1), (k2, b2) = _weights(first), _weights(second)
+    (k1, b1), (k2, b2) = conv2d_weights(first), conv2d_weights(second)
     if recording(x, *(t for t in (k1, b1, k2, b2) if t is not None)):
         return NotImplemented
     batch, height, width, _ = x.shape
     row_bytes = batch * width * first.filters * x.element_size()
-    if height * row_bytes <= _FRESH_PAGES:
+    if height * row_bytes <= FRESH_PAGES:
         return NotImplemented
     # "valid" only 1x1 (`_plain`): no halo, no side padding.
     halo, side = (0, 0) if first.padding == "valid" else (first.kernel_size[0] // 2, first.kernel_size[1] // 2)
-    step = max(1, _BLOCK_BYTES // row_bytes)
+    step = max(1, BLOCK_BYTES // row_bytes)
     out = x.new_empty((batch, height, width, second.filters))
     for start in range(0, height, step):
         stop = min(height, start + step)
