@@ -431,7 +431,7 @@ def test_task_workloads_run_on_both_sides(arch):
     """Each task workload builds and runs keras_vit's model and transformers'
     of the same config (in this process: no timing is checked)."""
     pytest.importorskip("transformers")
-    from keras_vit_tools import benchmark_tasks
+    from keras_vit_tools import benchmark_tasks, benchmark_worker
 
     assert arch in benchmark_tasks.TASK_ARCHS
     workload = next(w for w, (_, a, _, _) in benchmark.WORKLOADS.items() if a == arch)
@@ -439,8 +439,11 @@ def test_task_workloads_run_on_both_sides(arch):
     assert workload in benchmark.TASK_SMOKE_WORKLOADS and benchmark.case_flops(workload) is None
     x = np.random.default_rng(0).normal(size=(batch, image, image, 3)).astype("float32")
     spec = dict(system="hf-sdpa", arch=arch, image=image, warmup=0, reps=1)
-    _, first, times, info, _ = benchmark_tasks.run_hf(spec, x, lambda step, warmup, reps: (0.0, [step() is not None]))
+    _, first, times, info, hf_step = benchmark_tasks.run_hf(spec, x, lambda step, warmup, reps: (0.0, [step() is not None]))
     assert times == [True] and info["attn"] == "sdpa"
+    # `--profile` repeats the returned step on its own: it must run as timed, without autograd.
+    profile = benchmark_worker.torch_profile(hf_step)
+    assert profile and all(p["calls"] > 0 for p in profile)
     _, step, info = benchmark_tasks.run_keras_task(spec, x)
     out = step()
     assert info["backend"] == keras.backend.backend() and out is not None

@@ -201,10 +201,14 @@ def run_hf(spec, x, timed):
         if config is not None:
             config._attn_implementation = impl
     info = {"transformers": transformers.__version__, "attn": impl, "torch": torch.__version__}
-    step = _keyed(_hf_step(spec["arch"], model, x), spec["arch"], info)
+    keyed = _keyed(_hf_step(spec["arch"], model, x), spec["arch"], info)
+
+    def step():  # also the step `--profile` repeats: without autograd, as timed
+        with torch.inference_mode():
+            return keyed()
+
     build = time.perf_counter() - start
-    with torch.inference_mode():
-        first, times = timed(step, spec["warmup"], spec["reps"])
+    first, times = timed(step, spec["warmup"], spec["reps"])
     return build, first, times, info, step
 
 
