@@ -50,16 +50,6 @@ from keras_vit.kernels import hardware, measured, portable
 from keras_vit.kernels.registry import register
 
 
-# glibc serves an allocation above its largest mmap threshold (32 MiB on
-# 64-bit systems, whatever the tunables say) with fresh pages from the
-# kernel at every call, each faulted in on first write. The paths that take
-# large activations in blocks ("row_chunked_mlp", "row_blocked_convs") do so
-# only above `FRESH_PAGES`, in blocks of `BLOCK_BYTES`: a size the heap
-# reuses from call to call.
-FRESH_PAGES = 32 << 20
-BLOCK_BYTES = 16 << 20
-
-
 def transforms():
     """The names of torch's function transforms active now ("Vmap", "Grad", ...)."""
     import torch

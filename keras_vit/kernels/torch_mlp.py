@@ -6,7 +6,8 @@ The "row_chunked_mlp" path of `kernels.mlp` (docs/performance.md).
 import math
 
 from keras_vit.kernels.registry import register
-from keras_vit.kernels.torch_backend import BLOCK_BYTES, FRESH_PAGES, compiling, recording, transforms
+from keras_vit.kernels.torch_backend import compiling, recording, transforms
+from keras_vit.kernels.torch_row_blocks import BLOCK_BYTES, FRESH_PAGES
 
 # An MLP's hidden activation passes `FRESH_PAGES` from about 2,700 tokens at
 # a width of 3,072 (OWLv2 at 960 px, SAM at 1024 px).

@@ -6,15 +6,16 @@ The "row_blocked_convs" path of `kernels.conv_relu_conv` (docs/performance.md).
 import keras
 
 from keras_vit.kernels.registry import register
-from keras_vit.kernels.torch_backend import (
-    BLOCK_BYTES,
-    FRESH_PAGES,
-    compiling,
-    conv2d_weights,
-    direct_call_applies,
-    recording,
-    transforms,
-)
+from keras_vit.kernels.torch_backend import compiling, conv2d_weights, direct_call_applies, recording, transforms
+
+# glibc serves an allocation above its largest mmap threshold (32 MiB on
+# 64-bit systems, whatever the tunables say) with fresh pages from the
+# kernel at every call, each faulted in on first write. The paths that take
+# large activations in blocks ("row_chunked_mlp", "row_blocked_convs") do so
+# only above `FRESH_PAGES`, in blocks of `BLOCK_BYTES`: a size the heap
+# reuses from call to call.
+FRESH_PAGES = 32 << 20
+BLOCK_BYTES = 16 << 20
 
 
 def _plain(layer, x):
