@@ -124,3 +124,31 @@ def test_quick_tier_runs_its_files_on_one_backend(monkeypatch):
     seen.clear()
     assert run_tests.main(["--quick", "--backends", "jax", "--workers", "1"]) == 0
     assert [env["KERAS_BACKEND"] for _, env in seen] == ["jax"]
+
+
+def test_long_files_go_out_first_in_collection_order(monkeypatch):
+    """The workers take whole files in collection order (pytest-xdist's own
+    order turned off), the long files first; each file's tests keep theirs."""
+    import pathlib
+    import subprocess
+    import types
+
+    import conftest
+    from conftest import ROOT
+    from tools import run_tests
+
+    assert all((ROOT / "tests" / name).is_file() for name in conftest.LONG_FILES)
+    assert len(set(conftest.LONG_FILES)) == len(conftest.LONG_FILES)
+    item = lambda name, test: types.SimpleNamespace(path=pathlib.Path("tests", name), name=test)
+    first, second = conftest.LONG_FILES[:2]
+    items = [item("test_a.py", "x"), item("test_b.py", "y"), item("test_b.py", "z"),
+             item(second, "s"), item(first, "f2"), item(first, "f1")]
+    ordered = [(i.path.name, i.name) for i in conftest._long_files_first(items)]
+    assert ordered == [(first, "f2"), (first, "f1"), (second, "s"),
+                       ("test_b.py", "y"), ("test_b.py", "z"), ("test_a.py", "x")]
+    seen = []
+    monkeypatch.setattr(run_tests.subprocess, "run", lambda cmd, env, **k: seen.append(cmd) or
+                        subprocess.CompletedProcess(cmd, 0, stdout="1 passed in 0.1s\n"))
+    assert run_tests.main(["--backends", "torch", "--workers", "2"]) == 0
+    if run_tests.importlib.util.find_spec("xdist") is not None:
+        assert "--no-loadscope-reorder" in seen[0] and "loadfile" in seen[0]

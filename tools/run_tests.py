@@ -175,8 +175,10 @@ def main(argv=None):
     options = ["-q", "-rs"]
     threads = None
     if args.workers > 1 and importlib.util.find_spec("xdist") is not None:
-        # Whole files per worker: module-scoped fixtures are built once.
-        options += ["-n", str(args.workers), "--dist", "loadfile"]
+        # Whole files per worker: module-scoped fixtures are built once. The
+        # files go out in collection order, longest first (tests/conftest.py:
+        # LONG_FILES), not pytest-xdist's order by number of tests.
+        options += ["-n", str(args.workers), "--dist", "loadfile", "--no-loadscope-reorder"]
         threads = max(1, (os.cpu_count() or 1) // args.workers)
     totals = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     failed_backends = []
