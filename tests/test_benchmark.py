@@ -335,6 +335,22 @@ def test_smoke_run_of_deployment_systems(tmp_path, monkeypatch):
             assert products and all(k.endswith("bf16") for k in products), profile
 
 
+def test_cases_that_cannot_run_are_skipped_without_a_process(monkeypatch):
+    def no_process(*args, **kwargs):
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(benchmark.subprocess, "run", no_process)
+    for system, kind, reason in (("keras_vit-torch+frozen", "train", "+frozen"),
+                                 ("keras_hub-jax+frozen", "infer", "+frozen"),
+                                 ("ort-keras_vit+int8", "train", "inference only"),
+                                 ("keras_vit-jax+int8", "train", "inference only")):
+        result = benchmark.run_case({"system": system, "kind": kind}, timeout=1)
+        assert result["status"] == "skipped" and reason in result["reason"], (system, result)
+    for system, kind in (("keras_vit-torch+frozen", "infer"), ("keras_vit-torch", "train"),
+                         ("ort-keras_vit+int8", "infer"), ("peak", None)):
+        assert benchmark.skip_reason({"system": system, "kind": kind}) is None, system
+
+
 def test_cpu_preset_names_known_cases_and_the_table_sets_them_side_by_side():
     for workloads, dtypes, systems in benchmark.PRESETS["cpu"]:
         assert set(workloads) <= set(benchmark.WORKLOADS)

@@ -167,8 +167,32 @@ def gpu_names():
     return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
 
 
+def skip_reason(spec):
+    """Why a case does not run, read from its spec alone, or None.
+
+    Example:
+
+    >>> skip_reason({"system": "keras_vit-torch+frozen", "kind": "train"})
+    '+frozen: keras_vit inference only'
+    """
+    system, kind = spec["system"], spec.get("kind")
+    deployed = system.startswith(("ort-", "openvino-"))
+    if kind == "train" and (deployed or system.endswith("+int8")):
+        return "inference only"
+    library, _, variant = system.partition("-")
+    if variant.partition("+")[2] == "frozen" and (library != "keras_vit" or kind == "train"):
+        return "+frozen: keras_vit inference only"  # `for_inference()` is keras_vit's, for inference
+    return None
+
+
 def run_case(spec, timeout):
-    """Runs one case in a fresh interpreter; returns its result dict."""
+    """Runs one case in a fresh interpreter; returns its result dict.
+
+    A case `skip_reason` rules out is reported without starting one.
+    """
+    reason = skip_reason(spec)
+    if reason is not None:
+        return {"status": "skipped", "reason": reason, "wall_s": 0.0}
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
     root = str(HERE.parent)
     if (HERE.parent / "keras_vit").is_dir():

@@ -24,7 +24,7 @@ if __name__ == "__main__":
 
     checkout.bind_tools()
 
-from keras_vit_tools.benchmark import ARCHS, DINOV3_CONFIG, TIMM_ARCHS  # noqa: E402
+from keras_vit_tools.benchmark import ARCHS, DINOV3_CONFIG, TIMM_ARCHS, skip_reason  # noqa: E402
 from keras_vit_tools.benchmark_tasks import TASK_ARCHS  # noqa: E402
 
 CLASSES = 1000
@@ -182,8 +182,6 @@ def run_keras(spec, x, y):
     backend, _, option = variant.partition("+")
     if keras.backend.backend() != backend:
         raise RuntimeError(f"KERAS_BACKEND={keras.backend.backend()}, wanted {backend}")
-    if option == "frozen" and (library != "keras_vit" or spec["kind"] == "train"):
-        return None  # `for_inference()` is keras_vit's, for inference
     if spec["dtype"] == "bfloat16":
         # Inference: bfloat16 weights, as HF's bfloat16 rows; training keeps
         # float32 weights (mixed precision, as HF's autocast rows).
@@ -473,8 +471,9 @@ def run(spec):
     if spec["system"] == "peak":
         return run_peak(spec)
     deployed = spec["system"].startswith(("ort-", "openvino-"))
-    if spec["kind"] == "train" and (deployed or spec["system"].endswith("+int8")):
-        return {"status": "skipped", "reason": "inference only"}
+    reason = skip_reason(spec)
+    if reason is not None:
+        return {"status": "skipped", "reason": reason}
     rng = np.random.default_rng(0)
     batch, image = spec["batch"], spec["image"]
     x = rng.standard_normal((batch, image, image, 3), dtype=np.float32)
@@ -507,10 +506,7 @@ def run(spec):
         build, first, times, info, step = run_deployed(spec, x, _timed, _hf_model)
         torch_engine = False
     elif keras_system:
-        case = run_keras(spec, x, y)
-        if case is None:
-            return {"status": "skipped", "reason": "+frozen: keras_vit inference only"}
-        build, first, times, info, step = case
+        build, first, times, info, step = run_keras(spec, x, y)
         torch_engine = "-torch" in spec["system"]
     else:
         build, first, times, info, step = run_torch_module(spec, x, y)
