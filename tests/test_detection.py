@@ -15,6 +15,7 @@ import keras_vit
 from detection_dirs import FAMILIES, IMAGE_SIZE, detection_dir
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.tasks import detection
+from sam_dirs import sam_dir
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -129,6 +130,7 @@ def test_images_with_alpha_or_gray_are_converted():
 
 @pytest.mark.parametrize("options, message", [
     (dict(queries=[]), "`queries` is empty"),
+    (dict(queries=["a cat", " "]), r"`queries\[1\]` is blank"),
     (dict(), "needs `queries`"),
     (dict(queries=["a cat"], threshold=1.5), "threshold"),
     (dict(queries=["a cat"], top_k=0), "top_k"),
@@ -139,6 +141,8 @@ def test_bad_detect_arguments_are_refused(options, message):
 
 
 def test_fixed_detector_takes_no_queries():
+    with pytest.raises(ValueError, match=r"`queries\[0\]` is blank"):
+        _model("owlvit").with_queries(["", "a cat"])
     fixed = _model("owlvit").with_queries(np.eye(1, 24), names=["x"])
     with pytest.raises(ValueError, match="fixed queries"):
         keras_vit.detect(fixed, np.zeros((20, 30, 3), "uint8"), queries=["a cat"])
@@ -173,4 +177,9 @@ def test_detect_command_writes_pictures_and_json(tmp_path, capsys):
     with pytest.raises(SystemExit):
         run_cli(["detect", str(photo), "--preset", detection_dir("owlv2")[0], "--queries", "--out", str(out)])
     assert run_cli(["detect", str(photo), "--preset", detection_dir("owlv2")[0], "--out", str(out)]) == 2
-    assert "needs `queries`" in capsys.readouterr().err
+    assert "--queries (texts), --query-images (example images) or both" in capsys.readouterr().err
+    assert run_cli(["detect", sam_dir()[0], str(photo), "--queries", "a cat", "--out", str(out)]) == 2
+    assert "is not a detector (OWL-ViT, OWLv2): its class is PromptableSegmenter" in capsys.readouterr().err
+    assert run_cli(["detect", detection_dir("owlv2")[0], str(photo), "--queries", "a cat", " ",
+                    "--out", str(out)]) == 2
+    assert "`queries[1]` is blank" in capsys.readouterr().err

@@ -234,6 +234,12 @@ def test_masks_command_writes_pictures_and_json(tmp_path, capsys):
     assert Image.open(out / "masks.png").size == (451, 300)
     status = run_cli(["masks", str(photo), "--preset", sam_dir()[0], "--points", "900,80", "--out", str(out)])
     assert status == 2 and "must lie in the image" in capsys.readouterr().err
+    # No prompt is a usage error named by the command's flags, before the model loads.
+    assert run_cli(["masks", str(tmp_path / "absent"), str(photo), "--out", str(out)]) == 2
+    assert "--points (with --labels), --box, both, or --automatic" in capsys.readouterr().err
+    assert run_cli(["masks", sam_dir()[0], str(photo), "--automatic", "--box", "1", "1", "9", "9",
+                    "--out", str(out)]) == 2
+    assert "--automatic segments everything" in capsys.readouterr().err
 
 
 def test_run_length_encoding_matches_transformers():

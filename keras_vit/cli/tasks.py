@@ -80,9 +80,12 @@ def _write_json(path, data):
 def detect_command(args):
     """Runs `keras-vit detect`; returns the exit status (2 on unusable input)."""
     try:
+        if not args.queries and not args.query_images:
+            raise ValueError("Give what to find: --queries (texts), --query-images (example images) or both.")
         model = from_preset(args.model)
         if not isinstance(model, detection.OpenVocabularyDetector):
-            raise ValueError(f"The model {args.model!r} is not a detector (OWL-ViT, OWLv2): it is a {type(model).__name__}")
+            raise ValueError(f"The model {args.model!r} is not a detector (OWL-ViT, OWLv2): "
+                             f"its class is {type(model).__name__}")
         images = read_images(args.images)
         results = detection.detect(model, images, queries=args.queries, query_images=args.query_images,
                                    threshold=args.threshold, nms_threshold=args.nms, top_k=args.top_k)
@@ -104,10 +107,15 @@ def detect_command(args):
     return 0
 
 
+def _check_prompt(args):
+    if args.automatic and (args.points or args.box):
+        raise ValueError("--automatic segments everything: it takes no --points or --box.")
+    if not (args.automatic or args.points or args.box):
+        raise ValueError("Give a prompt: --points (with --labels), --box, both, or --automatic for every object.")
+
+
 def _segment(args, model, image):
     if args.automatic:
-        if args.points or args.box:
-            raise ValueError("--automatic segments everything: it takes no --points or --box.")
         out = mask_generation.generate_masks(model, image, points_per_side=args.points_per_side)
         return out["masks"], out["scores"], out["boxes"]
     out = prompt_masks.segment_prompts(model, image, points=args.points, labels=args.labels, boxes=args.box,
@@ -121,9 +129,10 @@ def _segment(args, model, image):
 def masks_command(args):
     """Runs `keras-vit masks`; returns the exit status (2 on unusable input)."""
     try:
+        _check_prompt(args)
         model = from_preset(args.model)
         if not isinstance(model, prompt_masks.PromptableSegmenter):
-            raise ValueError(f"The model {args.model!r} is not a SAM model: it is a {type(model).__name__}")
+            raise ValueError(f"The model {args.model!r} is not a SAM model: its class is {type(model).__name__}")
         image = read_images(args.image)[0]
         masks, scores, boxes = _segment(args, model, image)
     except (ValueError, OSError, ImportError) as error:

@@ -208,7 +208,7 @@ class OpenVocabularyDetector(_DetectorBase):
         """
         if isinstance(queries, str) or (isinstance(queries, (list, tuple)) and queries
                                         and all(isinstance(q, str) for q in queries)):
-            texts = check_texts(queries)
+            texts = query_texts(queries)
             embeddings, names = self.encode_texts(texts), names or texts
         else:
             embeddings = np.asarray(queries, "float32")
@@ -480,6 +480,23 @@ def postprocess(outputs, sizes, labels, threshold=0.1, nms_threshold=None, top_k
     return results
 
 
+def query_texts(queries):
+    """Text queries as a list, each with a word in it (a blank query would
+    name its boxes with nothing).
+
+    Example:
+
+    >>> query_texts(["a cat", "a dog"])
+    ['a cat', 'a dog']
+    """
+    texts = check_texts(queries)
+    blank = [i for i, text in enumerate(texts) if not text.strip()]
+    if blank:
+        raise ValueError(f"`queries[{blank[0]}]` is blank ({texts[blank[0]]!r}): each text query names what to "
+                         f"find, e.g. 'a cat'. Received: queries={texts!r}")
+    return texts
+
+
 def _query_label(query, index):
     return os.path.basename(os.fspath(query)) if isinstance(query, (str, os.PathLike)) else f"image query {index}"
 
@@ -497,7 +514,7 @@ def _queries(model, queries, query_images):
     if queries is not None:
         if isinstance(queries, (list, tuple)) and not queries:
             raise ValueError("`queries` is empty: give at least one text (or pass `query_images`).")
-        texts = check_texts(queries)
+        texts = query_texts(queries)
         labels += texts
         embeddings.append(model.encode_texts(texts))
     if query_images is not None:
@@ -536,7 +553,7 @@ def detect(model, images, queries=None, query_images=None, threshold=0.1, nms_th
         best first; `box` is `(x0, y0, x1, y1)` in the image's pixels.
 
     Raises:
-        ValueError: an empty query list, a threshold outside [0, 1], images
+        ValueError: an empty query list or a blank query, a threshold outside [0, 1], images
             that cannot be read.
 
     Example:
