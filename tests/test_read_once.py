@@ -129,20 +129,36 @@ def test_zero_shot_classifier_takes_the_towers_tensors_not_numpy_copies(monkeypa
     np.testing.assert_array_equal(tower.predict(images, verbose=0), before)
 
 
-# Peak memory of loading a B/16 preset, in a process of its own. glibc's
+# Peak memory of loading a B/16 preset, in a process of its own: the peak
+# resident set (VmHWM) reset just before the call (/proc/self/clear_refs),
+# over the resident set then. `getrusage`'s peak cannot be used: a process
+# started from the test inherits the test process's peak across exec (about
+# 2 GiB after it built the B/16), above anything the load reaches. glibc's
 # malloc raises its mmap threshold as large blocks are freed, after which
-# jax's freed buffers stay in the heap and count twice in the peak; a
-# process that fixes the threshold (MALLOC_MMAP_THRESHOLD_, as the docs
-# advise for jax on a memory-tight host) sees what keras_vit itself holds.
+# freed buffers stay in the heap and count twice in the peak, by chance from
+# run to run (torch 1.17x to 1.44x, tensorflow 1.27x to 1.40x on one
+# machine); with the threshold fixed (MALLOC_MMAP_THRESHOLD_, as the docs
+# advise for a memory-tight host) the probe sees what keras_vit itself holds.
 MEMORY_PROBE = """
-import resource, sys
+import gc, sys
 import numpy as np, keras_vit
-peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+def mib(key):
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) / 1024 for line in status if line.startswith(key))
+
 keras_vit.ViT(image_size=32, patch_size=16, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8)
-before = peak()
+gc.collect()
+try:
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")  # the peak resident set starts again from the current one
+except OSError as error:
+    print("NO_RESET", error)
+    sys.exit()
+before = mib("VmRSS")
 model = keras_vit.from_preset(sys.argv[1])
 weights = sum(int(np.prod(v.shape)) for v in model.weights) * 4 / 2**20
-print(weights, peak() - before)
+print(weights, mib("VmHWM") - before)
 """
 
 
@@ -156,11 +172,12 @@ def test_loading_a_b16_preset_peaks_under_1_3x_its_weights(tmp_path, backend):
         class_names=[str(i) for i in range(1000)])
     model.save_to_preset(tmp_path, format="transformers")
     del model
-    env = dict(os.environ, KERAS_BACKEND=backend)
-    if backend == "jax":
-        env["MALLOC_MMAP_THRESHOLD_"] = "131072"
+    env = dict(os.environ, KERAS_BACKEND=backend, MALLOC_MMAP_THRESHOLD_="131072")
     result = subprocess.run([sys.executable, "-c", MEMORY_PROBE, str(tmp_path)], env=env, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
+    if "NO_RESET" in result.stdout:
+        pytest.skip(f"this system cannot reset a process's peak resident set: {result.stdout.strip()}")
     weights, growth = map(float, result.stdout.split()[-2:])
-    assert 320 < weights < 340 and growth <= 1.3 * weights, (weights, growth)
+    # The load reads the file: it holds the model and about one tensor more.
+    assert 320 < weights < 340 and weights <= growth <= 1.3 * weights, (weights, growth)
