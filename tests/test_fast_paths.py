@@ -361,18 +361,21 @@ def _conv_relu_conv_cases(rng):
     """(args, gradients?) of `conv_relu_conv`: a small map, and maps whose
     first convolution's output passes 32 MiB (torch's path takes them in
     blocks of rows, the last shorter) with 3x3, 5x3 and 1x1 kernels; a second
-    convolution torch's path declines (3x3)."""
-    for size, filters, kernel, second_kernel in (((6, 7), 8, 3, 1), ((260, 261), 128, 3, 1),
-                                                  ((258, 130), 256, (5, 3), 1), ((260, 130), 256, 1, 1),
-                                                  ((6, 7), 8, 3, 3)):
+    convolution torch's path declines (3x3); maps resized first, up (by a
+    factor that is no integer, as Depth Anything's head) and down, small
+    and past 32 MiB."""
+    for size, filters, kernel, second_kernel, resized in (
+            ((6, 7), 8, 3, 1, None), ((260, 261), 128, 3, 1, None), ((258, 130), 256, (5, 3), 1, None),
+            ((260, 130), 256, 1, 1, None), ((6, 7), 8, 3, 3, None), ((6, 7), 8, 3, 1, (11, 12)),
+            ((149, 150), 128, 3, 1, (260, 261)), ((300, 140), 256, (5, 3), 1, (258, 131))):
         first = keras.layers.Conv2D(filters, kernel, padding="same")
         second = keras.layers.Conv2D(2, second_kernel, padding="same")
-        first.build((1, *size, 3))
-        second.build((1, *size, filters))
+        first.build((1, *(resized or size), 3))
+        second.build((1, *(resized or size), filters))
         for layer in (first, second):
             layer.bias.assign(rng.normal(size=layer.bias.shape))
             layer.trainable = False  # a frozen head: torch's path takes no recorded call
-        yield [_cast(rng.normal(size=(1, *size, 3)), "float32"), first, second], False
+        yield [_cast(rng.normal(size=(1, *size, 3)), "float32"), first, second, resized], False
 
 
 def _pack_cases(rng):

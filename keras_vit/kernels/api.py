@@ -404,18 +404,20 @@ def call_sublayer(layer, x, *args, **kwargs):
     return portable.call_sublayer(layer, x, args, kwargs) if y is NotImplemented else y
 
 
-def conv_relu_conv(x, first, second):
+def conv_relu_conv(x, first, second, size=None):
     """`second(relu(first(x)))` for two convolution layers, through the fastest path that pays here.
 
-    Where no path takes the pair whole, each convolution goes through
-    `call_sublayer`.
+    Where no path takes the pair whole, the resize goes through
+    `resize_bilinear` and each convolution through `call_sublayer`.
 
     Args:
         x: NHWC maps.
         first, second: convolution layers, `second` taking `first`'s output.
+        size: None (default) or `(height, width)`: `x` is resized there
+            first, bilinear with corners aligned (DPT's head).
 
     Returns:
-        `second(relu(first(x)))`.
+        `second(relu(first(x)))` of the (resized) maps.
 
     Example:
 
@@ -426,8 +428,11 @@ def conv_relu_conv(x, first, second):
     >>> bool(np.allclose(y, keras.ops.convert_to_numpy(second(keras.ops.relu(first(x)))), atol=1e-6))
     True
     """
-    y = _dispatch("conv_relu_conv", x, first, second)
+    size = None if size is None else tuple(size)
+    y = _dispatch("conv_relu_conv", x, first, second, size)
     if y is NotImplemented:
+        if size is not None:
+            x = resize_bilinear(x, size, align_corners=True)
         y = call_sublayer(second, ops.relu(call_sublayer(first, x)))
     return y
 

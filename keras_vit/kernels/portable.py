@@ -309,15 +309,21 @@ def call_sublayer(layer, x, args, kwargs):
     return layer(x, *args, **kwargs)
 
 
-def conv_relu_conv(x, first, second):
-    """`second(relu(first(x)))` for two convolution layers: a dense head's last convolutions.
+def conv_relu_conv(x, first, second, size=None):
+    """`second(relu(first(x)))` for two convolution layers: a dense head's last
+    convolutions; with `size`, on `x` resized to `size` first (bilinear,
+    corners aligned: DPT's head).
 
     Example:
 
     >>> first, second = keras.layers.Conv2D(4, 3, padding="same"), keras.layers.Conv2D(1, 1)
     >>> tuple(conv_relu_conv(np.ones((1, 5, 6, 2), "float32"), first, second).shape)
     (1, 5, 6, 1)
+    >>> tuple(conv_relu_conv(np.ones((1, 5, 6, 2), "float32"), first, second, (9, 11)).shape)
+    (1, 9, 11, 1)
     """
+    if size is not None:
+        x = resize_bilinear(x, size, align_corners=True)
     return second(ops.relu(first(x)))
 
 

@@ -26,7 +26,7 @@ OPS = {
     "decomposed_attention": "(q, k, v, scale, rows, columns)",
     "gelu": "(x, approximate)",
     "call_sublayer": "(layer, x, args, kwargs)",
-    "conv_relu_conv": "(x, first, second)",
+    "conv_relu_conv": "(x, first, second, size)",
     "pack_for_inference": "(variables,)",
     "take": "(x, indices, axis)",
     "resize_bilinear": "(images, size, align_corners, scale)",

@@ -16,6 +16,10 @@ from keras_vit.kernels.torch_backend import compiling, conv2d_weights, direct_ca
 # reuses from call to call.
 FRESH_PAGES = 32 << 20
 BLOCK_BYTES = 16 << 20
+# A resized block holds its gathered rows, their blend and the hidden map,
+# each about this size: smaller blocks stay in cache (Depth Anything's head
+# at 518 px: 64 rows a block).
+RESIZED_BLOCK_BYTES = 4 << 20
 
 
 def _plain(layer, x):
@@ -35,16 +39,20 @@ def _plain(layer, x):
 
 
 @register("conv_relu_conv", "torch", "row_blocked_convs")
-def row_blocked_convs(x, first, second):
-    """`second(relu(first(x)))` a block of output rows at a time where the
+def row_blocked_convs(x, first, second, size=None):
+    """`second(relu(first(x)))`, with `size` on `x` resized there first
+    (bilinear, corners aligned), a block of output rows at a time where the
     first convolution's output would pass glibc's largest mmap threshold
     (Depth Anything's head at 518 px: 518 x 518 x 32 floats); NotImplemented
     elsewhere.
 
-    Each block reads its rows of `x` and `first`'s halo (half its kernel's
-    height) on either side, zero rows only at the map's edges, so its values
-    are those of the whole map's convolutions. The ReLU is taken in place.
-    For `Conv2D` layers that `_plain` accepts, `second` 1x1, and only where no
+    Each block reads its rows of the (resized) map and `first`'s halo (half
+    its kernel's height) on either side; the rows the map's zero padding
+    would change are computed and dropped, so its values are those of the
+    whole map's convolutions. A resized block is made from the source rows
+    it reads: their width resized by `F.interpolate`, then two rows blended
+    per output row, in torch's order. The ReLU is taken in place. For
+    `Conv2D` layers that `_plain` accepts, `second` 1x1, and only where no
     gradient is recorded, outside torch.compile and function transforms.
 
     Example:
@@ -52,11 +60,11 @@ def row_blocked_convs(x, first, second):
     >>> import numpy as np, torch
     >>> from keras_vit.kernels import portable
     >>> first, second = keras.layers.Conv2D(128, 3, padding="same"), keras.layers.Conv2D(1, 1)
-    >>> x = keras.ops.convert_to_tensor(np.random.default_rng(0).normal(size=(1, 260, 260, 4)), "float32")
-    >>> first.build(x.shape); second.build((1, 260, 260, 128))
+    >>> x = keras.ops.convert_to_tensor(np.random.default_rng(0).normal(size=(1, 130, 130, 4)), "float32")
+    >>> first.build((1, 260, 260, 4)); second.build((1, 260, 260, 128))
     >>> with torch.no_grad():
-    ...     y = row_blocked_convs(x, first, second)
-    ...     expected = portable.conv_relu_conv(x, first, second)
+    ...     y = row_blocked_convs(x, first, second, (260, 261))
+    ...     expected = portable.conv_relu_conv(x, first, second, (260, 261))
     >>> bool(torch.allclose(y, expected, atol=1e-4))
     True
     """
@@ -73,21 +81,55 @@ def row_blocked_convs(x, first, second):
     if recording(x, *(t for t in (k1, b1, k2, b2) if t is not None)):
         return NotImplemented
     batch, height, width, _ = x.shape
+    if size is not None:
+        height, width = (int(n) for n in size)
     row_bytes = batch * width * first.filters * x.element_size()
     if height * row_bytes <= FRESH_PAGES:
         return NotImplemented
     # "valid" only 1x1 (`_plain`): no halo, no side padding.
     halo, side = (0, 0) if first.padding == "valid" else (first.kernel_size[0] // 2, first.kernel_size[1] // 2)
-    step = max(1, BLOCK_BYTES // row_bytes)
+    if size is None:
+        step = max(1, BLOCK_BYTES // row_bytes)
+        rows_of = lambda low, high: x[:, low:high]  # noqa: E731
+    else:
+        step = max(1, RESIZED_BLOCK_BYTES // row_bytes)
+        rows_of = _resized_rows(x, height, width)
     out = x.new_empty((batch, height, width, second.filters))
     for start in range(0, height, step):
         stop = min(height, start + step)
         low, high = max(0, start - halo), min(height, stop + halo)
-        rows = x[:, low:high].permute(0, 3, 1, 2)  # the channels-last view of those rows
-        top, bottom = halo - (start - low), halo - (high - stop)
-        if top or bottom:
-            rows = F.pad(rows, (0, 0, top, bottom))
-        hidden = F.conv2d(rows, k1, b1, padding=(0, side))
+        rows = rows_of(low, high).permute(0, 3, 1, 2)  # the channels-last view of those rows
+        hidden = F.conv2d(rows, k1, b1, padding=(halo, side))[:, :, start - low:stop - low]
         torch.relu_(hidden)
         out[:, start:stop] = F.conv2d(hidden, k2, b2).permute(0, 2, 3, 1)
     return out
+
+
+def _resized_rows(x, height, width):
+    """`rows(low, high)`: rows `low:high` of the NHWC maps `x` resized to
+    `(height, width)`, bilinear with corners aligned, as torch computes them
+    (source positions in float32, the width blended first)."""
+    import torch
+    import torch.nn.functional as F
+
+    def source(size_in, size_out):
+        scale = (size_in - 1) / (size_out - 1) if size_out > 1 else 0.0
+        position = torch.arange(size_out, dtype=torch.float32) * torch.tensor(scale, dtype=torch.float32)
+        first = position.long().clamp(max=size_in - 1)
+        return first, (first + 1).clamp(max=size_in - 1), position - first
+
+    top, bottom, weight = source(x.shape[1], height)
+    weight = weight.to(x.dtype)
+
+    def rows(low, high):
+        first, last = int(top[low]), int(bottom[high - 1])
+        # Height kept, so torch's resize is the identity along it (its scale is 1).
+        source_rows = x[:, first:last + 1].permute(0, 3, 1, 2)
+        wide = F.interpolate(source_rows, size=(last + 1 - first, width), mode="bilinear", align_corners=True)
+        wide = wide.permute(0, 2, 3, 1)
+        shape = (1, high - low, 1, 1)
+        upper = wide.index_select(1, top[low:high] - first).mul_((1 - weight[low:high]).view(shape))
+        lower = wide.index_select(1, bottom[low:high] - first).mul_(weight[low:high].view(shape))
+        return upper.add_(lower)
+
+    return rows

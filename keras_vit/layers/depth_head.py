@@ -16,7 +16,7 @@ from keras import ops
 
 from keras_vit import kernels
 from keras_vit.layers.dpt import NHWC, _conv
-from keras_vit.layers.resize import resize_bilinear, scaled_size, spatial_size
+from keras_vit.layers.resize import scaled_size, spatial_size
 from keras_vit.validation import check_bool, check_choice, check_positive_float, check_positive_int
 
 HEAD_UPSAMPLES = ("double", "image")
@@ -97,8 +97,7 @@ class DepthHead(keras.layers.Layer):
             size = spatial_size(images)
         else:
             size = scaled_size(x, 2)
-        x = resize_bilinear(x, size, align_corners=True)
-        x = kernels.conv_relu_conv(x, self.conv_2, self.conv_3)
+        x = kernels.conv_relu_conv(x, self.conv_2, self.conv_3, size=size)
         if self.activation == "relu":
             x = ops.relu(x)
         elif self.activation == "sigmoid":

@@ -11,7 +11,9 @@ back, coarse to fine:
 2. a 3x3 convolution without bias to the fusion width;
 3. fusion blocks from the coarsest level: the running map plus a residual
    unit of the level's map, a second residual unit, a 2x bilinear resize
-   (corner-aligned) and a 1x1 convolution.
+   (corner-aligned) and a 1x1 convolution. The convolution runs before the
+   resize, on a quarter of the pixels: a per-pixel affine map commutes with
+   a resize whose weights sum to one, so the result is the same.
 
 Depth Anything, DPT and CHMv2 use this neck with small differences, each a
 setting here (their values, per model, are the table in
@@ -314,7 +316,7 @@ class DptNeck(keras.layers.Layer):
                 size = spatial_size(features[i + 1])
             else:
                 size = scaled_size(x, 2)
-            fused = kernels.call_sublayer(projection, resize_bilinear(x, size, align_corners=True))
+            fused = resize_bilinear(kernels.call_sublayer(projection, x), size, align_corners=True)
             outputs.append(fused)
         return outputs
 
