@@ -16,7 +16,7 @@ from keras_vit.kernels.torch_backend import compiling, conv2d_weights, direct_ca
 # reuses from call to call.
 FRESH_PAGES = 32 << 20
 BLOCK_BYTES = 16 << 20
-# A resized block holds its gathered rows, their blend and the hidden map,
+# A resized block holds its rows at the output's width and the hidden map,
 # each about this size: smaller blocks stay in cache (Depth Anything's head
 # at 518 px: 64 rows a block).
 RESIZED_BLOCK_BYTES = 4 << 20
@@ -49,9 +49,9 @@ def row_blocked_convs(x, first, second, size=None):
     Each block reads its rows of the (resized) map and `first`'s halo (half
     its kernel's height) on either side; the rows the map's zero padding
     would change are computed and dropped, so its values are those of the
-    whole map's convolutions. A resized block is made from the source rows
-    it reads: their width resized by `F.interpolate`, then two rows blended
-    per output row, in torch's order. The ReLU is taken in place. For
+    whole map's convolutions. With `size` the map's height is resized
+    first, whole (at the source's width), and each block's width as the
+    block is made, both by `F.interpolate`. The ReLU is taken in place. For
     `Conv2D` layers that `_plain` accepts, `second` 1x1, and only where no
     gradient is recorded, outside torch.compile and function transforms.
 
@@ -107,29 +107,16 @@ def row_blocked_convs(x, first, second, size=None):
 
 def _resized_rows(x, height, width):
     """`rows(low, high)`: rows `low:high` of the NHWC maps `x` resized to
-    `(height, width)`, bilinear with corners aligned, as torch computes them
-    (source positions in float32, the width blended first)."""
-    import torch
+    `(height, width)`, bilinear with corners aligned: the height resized
+    once for the whole map (at the source's width), each block's width
+    when it is asked for."""
     import torch.nn.functional as F
 
-    def source(size_in, size_out):
-        scale = (size_in - 1) / (size_out - 1) if size_out > 1 else 0.0
-        position = torch.arange(size_out, dtype=torch.float32) * torch.tensor(scale, dtype=torch.float32)
-        first = position.long().clamp(max=size_in - 1)
-        return first, (first + 1).clamp(max=size_in - 1), position - first
-
-    top, bottom, weight = source(x.shape[1], height)
-    weight = weight.to(x.dtype)
+    tall = F.interpolate(x.permute(0, 3, 1, 2), size=(height, x.shape[2]), mode="bilinear", align_corners=True)
 
     def rows(low, high):
-        first, last = int(top[low]), int(bottom[high - 1])
-        # Height kept, so torch's resize is the identity along it (its scale is 1).
-        source_rows = x[:, first:last + 1].permute(0, 3, 1, 2)
-        wide = F.interpolate(source_rows, size=(last + 1 - first, width), mode="bilinear", align_corners=True)
-        wide = wide.permute(0, 2, 3, 1)
-        shape = (1, high - low, 1, 1)
-        upper = wide.index_select(1, top[low:high] - first).mul_((1 - weight[low:high]).view(shape))
-        lower = wide.index_select(1, bottom[low:high] - first).mul_(weight[low:high].view(shape))
-        return upper.add_(lower)
+        # The block's height kept, so torch's resize is the identity along it (its scale is 1).
+        block = F.interpolate(tall[:, :, low:high], size=(high - low, width), mode="bilinear", align_corners=True)
+        return block.permute(0, 2, 3, 1)
 
     return rows
