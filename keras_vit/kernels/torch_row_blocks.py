@@ -7,6 +7,7 @@ import keras
 
 from keras_vit.kernels.registry import register
 from keras_vit.kernels.torch_backend import compiling, conv2d_weights, direct_call_applies, recording, transforms
+from keras_vit.kernels.torch_resize import interpolate
 
 # glibc serves an allocation above its largest mmap threshold (32 MiB on
 # 64-bit systems, whatever the tunables say) with fresh pages from the
@@ -51,7 +52,7 @@ def row_blocked_convs(x, first, second, size=None):
     would change are computed and dropped, so its values are those of the
     whole map's convolutions. With `size` the map's height is resized
     first, whole (at the source's width), and each block's width as the
-    block is made, both by `F.interpolate`. The ReLU is taken in place. For
+    block is made, both by torch's resize (`interpolate`). The ReLU is taken in place. For
     `Conv2D` layers that `_plain` accepts, `second` 1x1, and only where no
     gradient is recorded, outside torch.compile and function transforms.
 
@@ -107,16 +108,9 @@ def row_blocked_convs(x, first, second, size=None):
 
 def _resized_rows(x, height, width):
     """`rows(low, high)`: rows `low:high` of the NHWC maps `x` resized to
-    `(height, width)`, bilinear with corners aligned: the height resized
-    once for the whole map (at the source's width), each block's width
-    when it is asked for."""
-    import torch.nn.functional as F
-
-    tall = F.interpolate(x.permute(0, 3, 1, 2), size=(height, x.shape[2]), mode="bilinear", align_corners=True)
-
-    def rows(low, high):
-        # The block's height kept, so torch's resize is the identity along it (its scale is 1).
-        block = F.interpolate(tall[:, :, low:high], size=(high - low, width), mode="bilinear", align_corners=True)
-        return block.permute(0, 2, 3, 1)
-
-    return rows
+    `(height, width)`, bilinear with corners aligned (torch's "interpolate"
+    path): the height resized once for the whole map (at the source's
+    width), each block's width when it is asked for (a block keeps its
+    height, so the resize is the identity along it)."""
+    tall = interpolate(x, (height, x.shape[2]), True, None)
+    return lambda low, high: interpolate(tall[:, low:high], (high - low, width), True, None)
