@@ -25,15 +25,16 @@ def _encoder(**options):
 
 
 def _depth(**options):
+    options.setdefault("preprocessing", DenseProcessing(size=(32, 32), resize="keep_aspect", multiple=8))
     return keras_vit.DepthEstimator(
-        _encoder(layer_scale_init=0.5), (0, 1), (8, 16), (2, 0.5), fusion_size=8, head_size=4,
-        preprocessing=DenseProcessing(size=(32, 32), resize="keep_aspect", multiple=8), **options)
+        _encoder(layer_scale_init=0.5), (0, 1), (8, 16), (2, 0.5), fusion_size=8, head_size=4, **options)
 
 
 def _segmenter(**options):
+    options.setdefault("preprocessing", DenseProcessing(size=(32, 32), resize="shorter_side", pad="end"))
     return keras_vit.Segmenter(
         _encoder(num_register_tokens=1), classes=3, class_names=["sky", "tree", "road"], num_queries=4,
-        num_blocks=1, preprocessing=DenseProcessing(size=(32, 32), resize="shorter_side", pad="end"), **options)
+        num_blocks=1, **options)
 
 
 def _images(seed=0, count=2):
@@ -143,6 +144,22 @@ def test_bad_arguments_are_named():
         _depth().predict(np.zeros((1, 30, 32, 3), "float32"), verbose=0)
 
 
+def test_a_model_without_processor_settings_says_how_to_give_them(tmp_path, capsys):
+    """A model built without `preprocessing` (or a transformers folder
+    without preprocessor_config.json) is refused before any image is read,
+    with the ways to give the settings; the command says the same."""
+    photo = str(tmp_path / "missing.png")  # never read: the check comes first
+    depth, segmenter = _depth(preprocessing=None), _segmenter(preprocessing=None)
+    for call, model in ((keras_vit.estimate_depth, depth), (keras_vit.segment, segmenter)):
+        with pytest.raises(ValueError, match=r"no preprocessing record.*preprocessor_config\.json.*"
+                                             r"preprocessing=keras_vit\.DenseProcessing"):
+            call(model, photo)
+    depth.save_to_preset(str(tmp_path / "depth"))
+    assert run_cli(["depth", str(tmp_path / "depth"), photo, "--out", str(tmp_path / "out")]) == 2
+    assert "preprocessor_config.json" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 @runs_once("torch", "the commands' arguments and files; segmentation is held on every backend "
            "by test_dense_tasks, depth by test_dense_parity")
 def test_commands_write_pictures(tmp_path, capsys):
@@ -152,6 +169,11 @@ def test_commands_write_pictures(tmp_path, capsys):
     assert run_cli(["depth", str(tmp_path / "depth"), photo, "--out", str(tmp_path / "out")]) == 0
     depth = np.load(tmp_path / "out" / "photo_depth.npy")
     assert depth.shape == (40, 56)
+    # The settings given to the call stand in for a model's missing record.
+    bare = keras_vit.load_model(str(tmp_path / "depth"))
+    bare.preprocessing = None
+    given = keras_vit.estimate_depth(bare, photo, preprocessing=_depth().preprocessing)[0]["predicted_depth"]
+    np.testing.assert_allclose(given, depth, rtol=1e-5, atol=1e-6)
     assert np.asarray(Image.open(tmp_path / "out" / "photo_depth.png")).shape == (40, 56, 3)
     model = _segmenter()
     model.save_to_preset(str(tmp_path / "segmenter"))

@@ -23,6 +23,33 @@ from keras_vit.presets import from_preset as _from_preset
 from keras_vit.validation import argument_names, check_keywords
 
 
+def processing_record(model, preprocessing, record_class):
+    """`preprocessing` where given, else the model's own record; a
+    `ValueError` saying how to give one where neither is there.
+
+    Example:
+
+    >>> import types
+    >>> model = types.SimpleNamespace(name="depth_estimator", preprocessing=None)
+    >>> processing_record(model, "given", "DenseProcessing")
+    'given'
+    >>> processing_record(model, None, "DenseProcessing")
+    Traceback (most recent call last):
+    ...
+    ValueError: Model 'depth_estimator' carries no preprocessing record ...
+    """
+    record = preprocessing if preprocessing is not None else getattr(model, "preprocessing", None)
+    if record is None:
+        raise ValueError(
+            f"Model {getattr(model, 'name', model)!r} carries no preprocessing record "
+            "(`model.preprocessing` is None: it was built from scratch, or loaded from a folder "
+            "without its image processor's settings, such as a transformers folder without "
+            f"preprocessor_config.json). Pass preprocessing=keras_vit.{record_class}(...), set "
+            "`model.preprocessing`, or put the checkpoint's preprocessor_config.json beside its weights."
+        )
+    return record
+
+
 def check_encoder(encoder, task):
     """Raises a `ValueError` unless `encoder` is a keras_vit ViT the task can wrap.
 

@@ -26,7 +26,7 @@ from keras_vit.layers.dpt import DptNeck, check_channels
 from keras_vit.models import forward
 from keras_vit.models.features import check_feature_blocks
 from keras_vit.models.hybrid import ViTHybrid
-from keras_vit.tasks.base import DenseTask, check_encoder
+from keras_vit.tasks.base import DenseTask, check_encoder, processing_record
 from keras_vit.preprocessing.dense import DenseProcessing, prepare_image
 from keras_vit.validation import check_bool, check_choice, check_positive_float, check_positive_int
 
@@ -380,11 +380,7 @@ def estimate_depth(model, images, preprocessing=None):
     model = load_model(model)
     if not isinstance(model, DepthEstimator):
         raise ValueError(f"`model` must be a DepthEstimator. Received: {type(model).__name__}")
-    record = preprocessing if preprocessing is not None else model.preprocessing
-    if record is None:
-        raise ValueError(
-            f"Model {model.name!r} carries no preprocessing record: pass preprocessing=DenseProcessing(...)."
-        )
+    record = processing_record(model, preprocessing, "DenseProcessing")
     results = []
     for image in _read_images(images):
         prepared = prepare_image(image, record)

@@ -384,7 +384,12 @@ def prepare_images(model, images):
     `convert("RGB")` does) and prepared as the model's processor does."""
     record = model.preprocessing
     if record is None:
-        raise ValueError(f"Model {model.name!r} carries no preprocessing record.")
+        raise ValueError(
+            f"Model {model.name!r} carries no preprocessing record (its image encoder's "
+            "`preprocessing` is None: the encoder was built from scratch). Build the image encoder "
+            "with preprocessing=keras_vit.weights.record.Preprocessing(...), or load the detector "
+            "with `keras_vit.from_preset`."
+        )
     inputs, sizes = [], []
     for image in read_images(images):
         sizes.append(tuple(image.shape[:2]))

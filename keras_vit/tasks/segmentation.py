@@ -29,7 +29,7 @@ from keras_vit.layers.eomt import EomtHead, QueryTokens
 from keras_vit.layers.resize import resize_bilinear, spatial_size
 from keras_vit.models import forward
 from keras_vit.models.features import check_feature_blocks
-from keras_vit.tasks.base import DenseTask, check_encoder
+from keras_vit.tasks.base import DenseTask, check_encoder, processing_record
 from keras_vit.preprocessing.dense import DenseProcessing
 from keras_vit.validation import check_choice, check_int, check_positive_int
 
@@ -448,9 +448,7 @@ def segment(model, images, task="semantic", threshold=0.9, mask_threshold=0.5, o
     model = load_model(model)
     if not isinstance(model, Segmenter):
         raise ValueError(f"`model` must be a Segmenter. Received: {type(model).__name__}")
-    record = preprocessing if preprocessing is not None else model.preprocessing
-    if record is None:
-        raise ValueError(f"Model {model.name!r} carries no preprocessing record: pass preprocessing=DenseProcessing(...).")
+    record = processing_record(model, preprocessing, "DenseProcessing")
     record = DenseProcessing.from_config(record)
     _check_subtask(model, task, record)
     results = []
