@@ -11,8 +11,9 @@ Each is written once in `keras.ops` (`keras_vit.kernels.portable`, the
 reference and the exporters' form); a backend module (`torch_backend`,
 `jax_backend`, `tensorflow_backend`, with the XLA forms in `xla`, torch's
 resize in `torch_resize`, its decomposed attention in
-`torch_decomposed_attention`, its MLP on many tokens in `torch_mlp` and its
-head convolutions on large maps in `torch_row_blocks`)
+`torch_decomposed_attention`, its MLP on many tokens in `torch_mlp`, its
+in-place MLP activations in `torch_activations` and its head convolutions
+on large maps in `torch_row_blocks`)
 registers the fast paths it overrides them with (`registry`), each with a hardware
 rule (`hardware`, or a short measurement at first use: `measured`) that
 says where it pays, and the tests hold every registered path to the

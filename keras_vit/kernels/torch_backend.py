@@ -46,7 +46,7 @@ import sys
 import keras
 from keras import ops
 
-from keras_vit.kernels import hardware, measured, portable
+from keras_vit.kernels import hardware, measured, portable, torch_activations
 from keras_vit.kernels.registry import register
 
 
@@ -358,51 +358,8 @@ def linear_dense(x, kernel, bias, axes, activation):
 def _activation(y, name):
     if name is not None and not (recording(y) or compiling() or transforms()):
         # `y` is the projection's own new output: nothing else reads it.
-        if name == "quick_gelu":
-            return quick_gelu_in_place(y)
-        return gelu_in_place(y, approximate=name == "gelu_tanh")
+        return torch_activations.in_place(y, name)
     return y if name is None else portable.activation(y, name)
-
-
-def gelu_in_place(y, approximate):
-    """GELU (the tanh approximation or, with `approximate=False`, the exact
-    form) written over `y`, bit-equal to the portable form.
-
-    torch's in-place GELU runs the kernel of `F.gelu` without writing a
-    second tensor of the MLP's width. Only where no gradient is recorded
-    (autograd would need `y`).
-
-    Example:
-
-    >>> y = ops.convert_to_tensor([[-2.0, 0.0, 0.5, 3.0]])
-    >>> expected = portable.activation(y, "gelu")
-    >>> bool(ops.all(gelu_in_place(y, approximate=False) == expected))
-    True
-    """
-    import torch
-
-    return torch.ops.aten.gelu_(y, approximate="tanh" if approximate else "none")
-
-
-def quick_gelu_in_place(y):
-    """`y * sigmoid(1.702 * y)`, bit-equal to the portable form, in one new tensor.
-
-    The portable form allocates three tensors of `y`'s size, each a fresh
-    buffer at an MLP's width (docs/performance.md has the measurement). In
-    place, so only where no gradient is recorded (autograd would need the
-    sigmoid's output).
-
-    Example:
-
-    >>> y = ops.convert_to_tensor([[-2.0, 0.0, 0.5, 3.0]])
-    >>> bool(ops.all(quick_gelu_in_place(y) == portable.activation(y, "quick_gelu")))
-    True
-    """
-    import torch
-
-    z = torch.mul(y, 1.702)
-    torch.sigmoid_(z)
-    return z.mul_(y)
 
 
 # --- attention ---------------------------------------------------------------
