@@ -217,3 +217,102 @@ def test_a_split_leaving_a_part_empty_is_refused(tmp_path):
     _write_jpegs(str(tmp_path), per_class=1)
     with pytest.raises(ValueError, match="holds out 0"):
         datasets.image_folder_sources(str(tmp_path), 0.2)
+
+
+def _oriented_pngs(root):
+    """One 5 x 7 picture saved with each EXIF orientation, over two class folders."""
+    from PIL import Image
+
+    pixels = (np.arange(5 * 7 * 3).reshape(5, 7, 3) * 2).astype(np.uint8)
+    for orientation in range(1, 9):
+        folder = root / ("a" if orientation % 2 else "b")
+        folder.mkdir(exist_ok=True)
+        image = Image.fromarray(pixels)
+        exif = image.getexif()
+        exif[0x0112] = orientation
+        image.save(folder / f"{orientation}.png", exif=exif)
+    return pixels
+
+
+def test_folder_pipeline_turns_photos_upright_as_classify_does(tmp_path):
+    """A phone photo's EXIF orientation is applied in training as in use
+    (`keras_vit.classify` reads with Pillow's `exif_transpose`)."""
+    from PIL import Image, ImageOps
+
+    from keras_vit.tasks.images import read_images
+
+    pixels = _oriented_pngs(tmp_path)
+    _, paths, _ = datasets.list_image_folder(str(tmp_path))
+    orientations = datasets.exif_orientations(paths)
+    assert sorted(orientations) == list(range(1, 9))
+    source = datasets.image_folder_source(str(tmp_path))
+    for path, orientation, (x, _) in zip(paths, orientations, source.dataset):
+        with Image.open(path) as image:
+            expected = np.asarray(ImageOps.exif_transpose(image).convert("RGB"))
+        assert np.array_equal(expected, pixels) == (orientation == 1)
+        np.testing.assert_array_equal(x.numpy(), expected, err_msg=f"orientation {orientation}")
+        np.testing.assert_array_equal(read_images(path)[0], expected)
+    # 6, the usual portrait photo: the pixels turned a quarter clockwise.
+    six = dict(zip(orientations, source.dataset))[6][0].numpy()
+    np.testing.assert_array_equal(six, np.rot90(pixels, -1))
+
+
+def test_a_rotated_jpeg_trains_upright(tmp_path):
+    import skimage.data
+    from PIL import Image
+
+    from keras_vit.tasks.images import read_images
+
+    photo = skimage.data.chelsea()[:120, :200]
+    for name in ("cat", "dog"):
+        (tmp_path / name).mkdir()
+        image = Image.fromarray(photo)
+        exif = image.getexif()
+        exif[0x0112] = 6
+        image.save(tmp_path / name / "phone.jpg", exif=exif, quality=95)
+    x, _ = next(iter(datasets.image_folder_source(str(tmp_path)).dataset))
+    used = read_images(str(tmp_path / "cat" / "phone.jpg"))[0]
+    assert x.shape == used.shape == (200, 120, 3)
+    # Two JPEG decoders (their chroma upsampling differs): within levels.
+    assert np.abs(x.numpy().astype(float) - used).mean() < 2.5
+    # Turned a quarter clockwise, not the other way.
+    assert np.abs(x.numpy().astype(float) - np.rot90(photo, -1)).mean() < 4
+    assert np.abs(x.numpy()[::-1, ::-1].astype(float) - np.rot90(photo, -1)).mean() > 20
+
+
+def test_sixteen_bit_images_read_alike_in_training_and_in_use(tmp_path):
+    """16-bit grey levels keep their high byte everywhere (TensorFlow's
+    decoder's reading), never clipped to white."""
+    from PIL import Image
+
+    from keras_vit.tasks.images import read_images
+
+    levels = np.tile(np.array([0, 255, 256, 4095, 32768, 65280, 65535], np.uint16), (3, 1))
+    expected = np.repeat((levels // 256).astype(np.uint8)[..., None], 3, axis=-1)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        Image.fromarray(levels).save(tmp_path / name / "scan.png")
+    with Image.open(tmp_path / "a" / "scan.png") as image:
+        assert image.mode.startswith("I")
+    x, _ = next(iter(datasets.image_folder_source(str(tmp_path)).dataset))
+    np.testing.assert_array_equal(x.numpy(), expected)
+    np.testing.assert_array_equal(read_images(str(tmp_path / "a" / "scan.png"))[0], expected)
+    np.testing.assert_array_equal(read_images(levels)[0], expected)
+    with pytest.raises(ValueError, match="floating-point image"):
+        read_images(Image.fromarray(levels.astype(np.float32)))
+    with pytest.raises(ValueError, match=r"outside 0..65535 \(from -5"):
+        read_images(Image.fromarray(np.full((2, 2), -5, np.int32)))
+
+
+def test_webp_photos_are_listed_and_undecoded_formats_named(tmp_path):
+    from PIL import Image
+
+    _write_jpegs(str(tmp_path), per_class=2)
+    Image.fromarray(np.full((20, 24, 3), 90, np.uint8)).save(tmp_path / "cat" / "web.webp", lossless=True)
+    (tmp_path / "dog" / "phone.HEIC").write_bytes(b"not decoded here")
+    (tmp_path / "dog" / "notes.txt").write_text("not an image")
+    with pytest.warns(UserWarning, match=r"Leaving out 1 image file\(s\).*\.heic: 1.*phone\.HEIC"):
+        source = datasets.image_folder_source(str(tmp_path))
+    assert source.num_examples == 5
+    webp = [x.numpy() for x, y in source.dataset if int(y) == 0 and x.shape[0] == 20 and x.numpy()[0, 0, 0] == 90]
+    assert len(webp) == 1 and np.all(webp[0] == 90)

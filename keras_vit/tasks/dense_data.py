@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from keras_vit.preprocessing.dense import DenseProcessing, scale_pixels
+from keras_vit.tasks.images import rgb_pixels
 from keras_vit.validation import check_positive_float, pair
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
@@ -63,7 +64,7 @@ def _read_rgb(path):
     Image, ImageOps = _pil()
     try:
         with Image.open(path) as image:
-            return np.asarray(ImageOps.exif_transpose(image).convert("RGB"))
+            return rgb_pixels(ImageOps.exif_transpose(image), f"The image {path!r}")
     except OSError as error:
         raise ValueError(f"Cannot read the image {path!r}: {error}") from None
 

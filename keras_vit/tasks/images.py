@@ -1,7 +1,7 @@
 """Images read and prepared as a model's checkpoint expects, for every task.
 
 `load_images(images, model)` reads file paths, PIL images or arrays (in
-[0, 255], any sizes), converts them to RGB, resizes and centre-crops them as
+[0, 255], any sizes), converts them to RGB (`rgb_pixels`), resizes and centre-crops them as
 the model's `Preprocessing` record says (`keras_vit.preprocessing.resize_and_crop`)
 and scales them (`preprocess_input`). The one-call functions of the tasks
 (`keras_vit.classify`, ...) start with it; `read_images` is its first step
@@ -23,6 +23,47 @@ def _pil_image(image):
     return Image if isinstance(image, Image.Image) else None
 
 
+# Pillow's modes of 16-bit grey levels; "I" (32-bit integers) is read as
+# one of them, the mode older Pillows give 16-bit PNGs.
+_SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+
+
+def _high_byte(levels, where):
+    levels = np.asarray(levels)
+    if levels.size and (levels.min() < 0 or levels.max() > 65535):
+        raise ValueError(
+            f"{where} holds integer levels outside 0..65535 (from {levels.min()} to {levels.max()}): "
+            "only 8- and 16-bit images are read. Scale it to [0, 255] and pass it as an array."
+        )
+    return (levels.astype("uint32") >> 8).astype("uint8")
+
+
+def rgb_pixels(image, where="The image"):
+    """A PIL image's pixels as a uint8 `(H, W, 3)` RGB array.
+
+    Grey levels are repeated to RGB, an alpha channel is dropped and a
+    palette resolved (Pillow's `convert("RGB")`); 16-bit grey levels keep
+    their high byte, as TensorFlow's decoder (the training pipelines) and
+    Pillow's 16-bit colour PNGs do, rather than being clipped at 255. A
+    floating-point image (mode "F") is refused: its range is not recorded.
+
+    Example:
+
+    >>> from PIL import Image
+    >>> image = Image.fromarray(np.array([[0, 256, 65535]], "uint16"))
+    >>> image.mode, rgb_pixels(image)[0, :, 0].tolist()
+    ('I;16', [0, 1, 255])
+    """
+    if image.mode in _SIXTEEN_BIT:
+        return np.repeat(_high_byte(image, where)[..., None], 3, axis=-1)
+    if image.mode == "F":
+        raise ValueError(
+            f"{where} is a floating-point image (Pillow mode 'F'), whose range is not recorded: "
+            "read it yourself and pass an array scaled to [0, 255]."
+        )
+    return np.asarray(image.convert("RGB"))
+
+
 def _read(path):
     try:
         from PIL import Image, ImageOps
@@ -34,7 +75,7 @@ def _read(path):
     try:
         with Image.open(path) as image:
             # Phone photos store their orientation apart from the pixels.
-            return np.asarray(ImageOps.exif_transpose(image).convert("RGB"))
+            return rgb_pixels(ImageOps.exif_transpose(image), f"The image {path!r}")
     except OSError as error:
         raise ValueError(f"Cannot read the image {path!r}: {error}") from None
 
@@ -48,6 +89,8 @@ def _as_rgb(array, where):
             f"{where} must be an (height, width), (height, width, 1 | 3 | 4) image. "
             f"Received: shape {array.shape}"
         )
+    if array.dtype == np.uint16:  # 16-bit levels, read as 16-bit image files are
+        array = _high_byte(array, where)
     if array.shape[-1] == 1:
         array = np.repeat(array, 3, axis=-1)
     return array[..., :3]
@@ -56,6 +99,10 @@ def _as_rgb(array, where):
 def read_images(images):
     """`images` (a path, a PIL image, an array, a batch or a list of these) as a
     list of `(H, W, 3)` NumPy images in [0, 255], each at its own size.
+
+    Files (turned upright as their EXIF orientation says) and PIL images are
+    converted by `rgb_pixels`; a uint16 array holds 16-bit levels, read as a
+    16-bit file is.
 
     Example:
 
@@ -75,7 +122,7 @@ def read_images(images):
         if isinstance(image, (str, os.PathLike)):
             out.append(_read(image))
         elif _pil_image(image) is not None:
-            out.append(np.asarray(image.convert("RGB")))
+            out.append(rgb_pixels(image, f"`images[{i}]`"))
         else:
             out.append(_as_rgb(image, f"`images[{i}]`"))
     if not out:

@@ -7,7 +7,9 @@
   `download=True`).
 - `image_folder_source`: a directory with one subfolder of images per class;
   `image_folder_sources` splits one into training and held-out parts after
-  checking that every image decodes (`unreadable_images`).
+  checking that every image decodes (`unreadable_images`); each photo is
+  turned upright by its EXIF orientation (`exif_orientations`, `upright`),
+  as the tasks read photos.
 - `digits_source`: scikit-learn's 8x8 handwritten digits, shipped inside
   scikit-learn, for offline runs.
 - `load_source`: one entry point taking a spec string ("digits",
@@ -25,7 +27,9 @@ from keras_vit.validation import check_choice
 
 Source = collections.namedtuple("Source", ["dataset", "class_names", "num_examples"])
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
+# Photo formats `tf.io.decode_image` does not read: left out with a warning.
+UNDECODED_EXTENSIONS = (".tif", ".tiff", ".heic", ".heif", ".avif", ".jxl")
 # What the folder sources do with images that do not decode.
 UNREADABLE = ("error", "skip", None)
 
@@ -97,6 +101,10 @@ def list_image_folder(directory):
         ValueError: when `directory` is missing or not a folder, holds fewer
             than two class sub-folders, or a class sub-folder holds no image
             (each named).
+
+    Files of other types are not listed; photos in a format the pipelines
+    cannot decode (`UNDECODED_EXTENSIONS`: TIFF, HEIC, ...) are counted in a
+    warning.
     """
     directory = os.fspath(directory)
     if not os.path.exists(directory):
@@ -112,18 +120,23 @@ def list_image_folder(directory):
     class_names = sorted(
         d for d in os.listdir(directory) if os.path.isdir(os.path.join(directory, d))
     )
-    paths, labels, empty = [], [], []
+    paths, labels, empty, undecoded = [], [], [], []
     for label, name in enumerate(class_names):
         folder = os.path.join(directory, name)
-        found = [
-            os.path.join(root, file)
-            for root, _, files in sorted(os.walk(folder))
-            for file in sorted(files)
-            if file.lower().endswith(IMAGE_EXTENSIONS)
-        ]
+        files = [os.path.join(root, file) for root, _, names in sorted(os.walk(folder)) for file in sorted(names)]
+        found = [path for path in files if path.lower().endswith(IMAGE_EXTENSIONS)]
+        undecoded += [path for path in files if path.lower().endswith(UNDECODED_EXTENSIONS)]
         empty += [] if found else [name]
         paths += found
         labels += [label] * len(found)
+    if undecoded:
+        kinds = collections.Counter(os.path.splitext(path)[1].lower() for path in undecoded)
+        warnings.warn(
+            f"Leaving out {len(undecoded)} image file(s) in a format TensorFlow's decoder does not read "
+            f"({', '.join(f'{kind}: {count}' for kind, count in sorted(kinds.items()))}; e.g. "
+            f"{undecoded[0]!r}): convert them to JPEG or PNG to train on them.",
+            stacklevel=3,
+        )
     if not paths:
         raise ValueError(
             f"No images ({', '.join(IMAGE_EXTENSIONS)}) found in class "
@@ -219,16 +232,70 @@ def _split(count, validation_split, seed):
     return {"validation": np.sort(order[:held]), "training": np.sort(order[held:])}
 
 
+def exif_orientations(paths):
+    """Each image's EXIF orientation, 1 to 8 (1: upright or none recorded).
+
+    Phone cameras store a photo's orientation apart from its pixels, and
+    `tf.io.decode_image` ignores it; the folder pipelines turn each image
+    upright by this value, as `keras_vit.classify` and the other tasks
+    (Pillow's `ImageOps.exif_transpose`) do, so that a model trains on what
+    it is later shown. Only each file's header is read; a file Pillow cannot
+    open counts as upright (the decode check names it).
+
+    Example:
+
+    >>> exif_orientations([])
+    []
+    """
+    try:
+        from PIL import Image
+    except ImportError as error:
+        raise ImportError("Reading image folders needs Pillow: pip install pillow") from error
+
+    def orientation(path):
+        try:
+            with Image.open(path) as image:
+                value = image.getexif().get(0x0112, 1)
+        except (OSError, ValueError, SyntaxError):
+            return 1
+        return value if value in range(1, 9) else 1
+
+    return [orientation(path) for path in paths]
+
+
+def upright(image, orientation):
+    """`image` (H, W, C) turned as EXIF `orientation` (1 to 8) says, in TensorFlow.
+
+    The eight cases of Pillow's `ImageOps.exif_transpose`: 2 and 4 mirror,
+    3, 6 and 8 rotate (by 180, 270 and 90 degrees counter-clockwise), 5 and
+    7 flip over a diagonal.
+    """
+    tf = tensorflow()
+    swapped = lambda: tf.transpose(image, [1, 0, 2])  # noqa: E731
+    branches = [
+        lambda: image,
+        lambda: tf.image.flip_left_right(image),
+        lambda: tf.image.rot90(image, 2),
+        lambda: tf.image.flip_up_down(image),
+        swapped,
+        lambda: tf.image.rot90(image, 3),
+        lambda: tf.image.rot90(swapped(), 2),
+        lambda: tf.image.rot90(image, 1),
+    ]
+    return tf.switch_case(tf.cast(orientation, tf.int32) - 1, branches)
+
+
 def _folder_dataset(paths, labels):
     import numpy as np
 
     tf = tensorflow()
 
-    def load(path, label):
+    def load(path, label, orientation):
         image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
-        return image, label
+        return upright(image, orientation), label
 
-    dataset = tf.data.Dataset.from_tensor_slices((list(paths), np.asarray(labels, "int32")))
+    dataset = tf.data.Dataset.from_tensor_slices(
+        (list(paths), np.asarray(labels, "int32"), np.asarray(exif_orientations(paths), "int32")))
     return dataset.map(load, num_parallel_calls=tf.data.AUTOTUNE)
 
 
