@@ -279,6 +279,20 @@ def test_classify_names_the_classes_of_a_preset(tmp_path, capsys):
     for line, prediction in zip(lines[1:3], expected):
         assert line.split() == [f"{prediction.probability:.3f}", str(prediction.index), prediction.name]
     assert lines[1].split()[2] == "pear"
+    # A folder: its images, sorted, sub-folders included, a batch at a time.
+    import shutil
+
+    (tmp_path / "basket" / "more").mkdir(parents=True)
+    for name in ("b.png", "more/a.png"):
+        shutil.copy(photo, tmp_path / "basket" / name)
+    (tmp_path / "basket" / "list.txt").write_text("not an image")
+    assert run_cli(["classify", str(tmp_path / "fruit"), str(tmp_path / "basket"), "--top", "2",
+                    "--batch-size", "1"]) == 0
+    folder_lines = capsys.readouterr().out.splitlines()
+    assert folder_lines[0::3] == [str(tmp_path / "basket" / "b.png"), str(tmp_path / "basket" / "more" / "a.png")]
+    assert folder_lines[1:3] == folder_lines[4:6] == lines[1:3]
+    assert run_cli(["classify", str(tmp_path / "fruit"), photo, str(tmp_path / "pear.png")]) == 2
+    assert "No image file at" in capsys.readouterr().err
     assert run_cli(["classify", str(tmp_path / "fruit" / "missing"), photo]) == 2
     assert "No file or folder" in capsys.readouterr().err
 

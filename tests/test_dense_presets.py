@@ -155,6 +155,10 @@ def test_a_model_without_processor_settings_says_how_to_give_them(tmp_path, caps
                                              r"preprocessing=keras_vit\.DenseProcessing"):
             call(model, photo)
     depth.save_to_preset(str(tmp_path / "depth"))
+    # The command first checks that its images exist, then the model.
+    assert run_cli(["depth", str(tmp_path / "depth"), photo, "--out", str(tmp_path / "out")]) == 2
+    assert "No image file at" in capsys.readouterr().err
+    Image.fromarray(np.zeros((8, 8, 3), "uint8")).save(photo)
     assert run_cli(["depth", str(tmp_path / "depth"), photo, "--out", str(tmp_path / "out")]) == 2
     assert "preprocessor_config.json" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
@@ -185,6 +189,37 @@ def test_commands_write_pictures(tmp_path, capsys):
     assert np.asarray(Image.open(tmp_path / "out" / "photo_segments.png")).shape[0] == 40
     assert run_cli(["depth", photo, "--preset", str(tmp_path / "segmenter"), "--out", str(tmp_path)]) == 2
     assert "must be a DepthEstimator" in capsys.readouterr().err
+
+
+def test_commands_take_folders_and_keep_every_images_outputs(tmp_path, capsys, monkeypatch):
+    """A folder stands for the images in it, read a chunk at a time; images
+    of the same name in two folders write two sets of files."""
+    from keras_vit.cli import dense as cli_dense
+
+    rng = np.random.default_rng(0)
+    photos = {}
+    for folder in ("cats", "dogs"):
+        (tmp_path / "photos" / folder).mkdir(parents=True)
+        for i in range(3):
+            photos[f"{folder}_{i}"] = path = str(tmp_path / "photos" / folder / f"{i}.png")
+            Image.fromarray(rng.integers(0, 256, (24 + 8 * i, 40, 3)).astype("uint8")).save(path)
+    (tmp_path / "photos" / "cats" / "notes.txt").write_text("not an image")
+    model = _depth()
+    model.save_to_preset(str(tmp_path / "depth"))
+    monkeypatch.setattr(cli_dense, "CHUNK", 4)  # six images: two chunks
+    out = tmp_path / "out"
+    assert run_cli(["depth", str(tmp_path / "depth"), str(tmp_path / "photos"), "--out", str(out)]) == 0
+    printed = [line.split(":")[0] for line in capsys.readouterr().out.splitlines()]
+    assert printed == sorted(photos.values())
+    assert sorted(os.listdir(out)) == sorted(f"{stem}_depth.{kind}" for stem in photos for kind in ("npy", "png"))
+    for stem, path in photos.items():
+        expected = keras_vit.estimate_depth(model, path)[0]["predicted_depth"]
+        np.testing.assert_allclose(np.load(out / f"{stem}_depth.npy"), expected, rtol=1e-5, atol=1e-6)
+    (tmp_path / "empty").mkdir()
+    assert run_cli(["depth", str(tmp_path / "depth"), str(tmp_path / "empty"), "--out", str(out)]) == 2
+    assert "holds no image" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="is a folder, not an image file"):
+        keras_vit.estimate_depth(model, str(tmp_path / "photos"))
 
 
 def test_the_parsers_lists_are_keras_vits():

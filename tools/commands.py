@@ -147,7 +147,7 @@ def _classify_parser(commands):
         ),
     )
     parser.add_argument("model", help=MODEL_HELP)
-    parser.add_argument("images", nargs="+", help="image files")
+    parser.add_argument("images", nargs="+", help="image files or folders (a folder: the images in it)")
     _model_options(parser)
     parser.add_argument("--top", type=int, default=5, help="classes per image (default 5)")
     parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")
@@ -199,7 +199,7 @@ def _export_parser(commands):
         "probabilities (checked against keras_vit.classify)",
     )
     parser.add_argument(
-        "--images", nargs="+", help="image files to check on (default: random images)"
+        "--images", nargs="+", help="image files or folders to check on (default: random images)"
     )
     parser.add_argument("--samples", type=int, default=3, help="random test images (default 3)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the test images (default 0)")

@@ -1,5 +1,6 @@
 """The work of the `keras-vit` commands: `inspect`, `classify`, `export` (`commands`), `zero-shot`,
-`detect` and `masks` (`tasks`), `depth` and `segment` (`dense`).
+`detect` and `masks` (`tasks`), `depth` and `segment` (`dense`); `files` turns the command
+line's images (files and folders) into files, in chunks, and names each image's outputs.
 
 The console script's front end (`tools/commands.py`, installed as
 `keras_vit_tools.commands`) parses the command line before anything of

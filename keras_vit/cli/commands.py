@@ -31,6 +31,8 @@ from keras_vit.inspection import plots
 from keras_vit.presets.resolver import load_model
 from keras_vit.preprocessing import Preprocessing
 from keras_vit.tasks.classification import classify
+from keras_vit.validation import check_positive_int
+from keras_vit.cli.files import image_files, in_chunks
 from keras_vit.tasks.images import load_images, read_images
 
 
@@ -197,16 +199,19 @@ def classify_command(args):
     try:
         model = command_model(args)
         _needs_preprocessing(model)
-        results = classify(model, args.images, top=args.top, batch_size=args.batch_size)
+        check_positive_int(args.batch_size, "batch_size")
+        for chunk in in_chunks(args.images, args.batch_size):
+            results = classify(model, chunk, top=args.top, batch_size=args.batch_size)
+            width = max(len(str(p.index)) for predictions in results for p in predictions)
+            for path, predictions in zip(chunk, results):
+                print(path)
+                for prediction in predictions:
+                    name = prediction.name if prediction.name is not None else "(unnamed)"
+                    print(f"  {prediction.probability:6.3f}  {prediction.index:>{width}}  {name}")
+            sys.stdout.flush()
     except (ValueError, OSError, ImportError) as error:
         print(f"keras-vit classify: error: {error}", file=sys.stderr)
         return 2
-    width = max(len(str(p.index)) for predictions in results for p in predictions)
-    for path, predictions in zip(args.images, results):
-        print(path)
-        for prediction in predictions:
-            name = prediction.name if prediction.name is not None else "(unnamed)"
-            print(f"  {prediction.probability:6.3f}  {prediction.index:>{width}}  {name}")
     return 0
 
 
@@ -323,6 +328,12 @@ def _print_metadata(path, format):
 
 def run(args):
     """Runs the command of parsed `keras-vit` arguments; returns the exit status."""
+    if getattr(args, "images", None):
+        try:
+            args.images = image_files(args.images)
+        except ValueError as error:
+            print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
+            return 2
     if args.command in ("depth", "segment"):
         from keras_vit.cli import dense as cli_dense
 

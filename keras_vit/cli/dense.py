@@ -17,58 +17,63 @@ import json
 import os
 import sys
 
+from keras_vit.cli.files import in_chunks, output_stems
 from keras_vit.tasks.images import read_images as _image_list
 from keras_vit.presets.resolver import load_model
 from keras_vit.tasks import pictures
 from keras_vit.tasks.depth import estimate_depth
 from keras_vit.tasks.segmentation import segment
 
-
-def _stem(path, index):
-    return os.path.splitext(os.path.basename(str(path)))[0] if isinstance(path, str) else f"image_{index}"
+# Images read, run and written at a time.
+CHUNK = 8
 
 
 def depth_command(args):
     """Runs `keras-vit depth`; returns the exit status (2 on unusable input)."""
     import numpy as np
 
+    stems = dict(zip(args.images, output_stems(args.images)))
     try:
         model = load_model(args.model)
-        results = estimate_depth(model, args.images)
+        for chunk in in_chunks(args.images, CHUNK):
+            results = estimate_depth(model, chunk)
+            os.makedirs(args.out, exist_ok=True)
+            for path, result in zip(chunk, results):
+                base = os.path.join(args.out, stems[path] + "_depth")
+                pictures.save_png(pictures.depth_picture(result["predicted_depth"]), base + ".png")
+                np.save(base + ".npy", result["predicted_depth"])
+                depth = result["predicted_depth"]
+                print(f"{path}: {depth.shape[0]}x{depth.shape[1]}, depth {depth.min():.4g} to {depth.max():.4g}; "
+                      f"wrote {base}.png, {base}.npy", flush=True)
     except (ValueError, OSError, ImportError) as error:
         print(f"keras-vit depth: error: {error}", file=sys.stderr)
         return 2
-    os.makedirs(args.out, exist_ok=True)
-    for i, (path, result) in enumerate(zip(args.images, results)):
-        base = os.path.join(args.out, _stem(path, i) + "_depth")
-        pictures.save_png(pictures.depth_picture(result["predicted_depth"]), base + ".png")
-        np.save(base + ".npy", result["predicted_depth"])
-        depth = result["predicted_depth"]
-        print(f"{path}: {depth.shape[0]}x{depth.shape[1]}, depth {depth.min():.4g} to {depth.max():.4g}; "
-              f"wrote {base}.png, {base}.npy")
     return 0
 
 
 def segment_command(args):
     """Runs `keras-vit segment`; returns the exit status (2 on unusable input)."""
+    stems = dict(zip(args.images, output_stems(args.images)))
     try:
         model = load_model(args.model)
         options = {} if args.threshold is None else {"threshold": args.threshold}
-        results = segment(model, args.images, task=args.task, **options)
-        images = _image_list(args.images)
+        for chunk in in_chunks(args.images, CHUNK):
+            images = _image_list(chunk)
+            results = segment(model, images, task=args.task, **options)
+            os.makedirs(args.out, exist_ok=True)
+            for path, image, result in zip(chunk, images, results):
+                base = os.path.join(args.out, stems[path] + "_segments")
+                picture = pictures.segments_picture(image, result["segmentation"], result["segments"])
+                pictures.save_png(picture, base + ".png")
+                with open(base + ".json", "w") as handle:
+                    json.dump(result["segments"], handle, indent=1)
+                print(f"{path}: {len(result['segments'])} segments ({args.task}); wrote {base}.png, {base}.json")
+                for item in result["segments"]:
+                    score = "" if item["score"] is None else f"  {item['score']:.3f}"
+                    name = item["label"] if item["label"] is not None else f"class {item['label_id']}"
+                    print(f"  {item['id']:3d}  {name}{score}")
+                sys.stdout.flush()
     except (ValueError, OSError, ImportError) as error:
         print(f"keras-vit segment: error: {error}", file=sys.stderr)
         return 2
-    os.makedirs(args.out, exist_ok=True)
-    for i, (path, image, result) in enumerate(zip(args.images, images, results)):
-        base = os.path.join(args.out, _stem(path, i) + "_segments")
-        picture = pictures.segments_picture(image, result["segmentation"], result["segments"])
-        pictures.save_png(picture, base + ".png")
-        with open(base + ".json", "w") as handle:
-            json.dump(result["segments"], handle, indent=1)
-        print(f"{path}: {len(result['segments'])} segments ({args.task}); wrote {base}.png, {base}.json")
-        for item in result["segments"]:
-            score = "" if item["score"] is None else f"  {item['score']:.3f}"
-            name = item["label"] if item["label"] is not None else f"class {item['label_id']}"
-            print(f"  {item['id']:3d}  {name}{score}")
     return 0

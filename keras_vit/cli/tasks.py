@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 
+from keras_vit.cli.files import in_chunks, output_stems
 from keras_vit.tasks import detection, mask_generation, prompt_masks
 from keras_vit.tasks.images import read_images
 from keras_vit.presets import from_preset
@@ -79,6 +80,7 @@ def _write_json(path, data):
 
 def detect_command(args):
     """Runs `keras-vit detect`; returns the exit status (2 on unusable input)."""
+    records, written = [], []
     try:
         if not args.queries and not args.query_images:
             raise ValueError("Give what to find: --queries (texts), --query-images (example images) or both.")
@@ -86,23 +88,27 @@ def detect_command(args):
         if not isinstance(model, detection.OpenVocabularyDetector):
             raise ValueError(f"The model {args.model!r} is not a detector (OWL-ViT, OWLv2): "
                              f"its class is {type(model).__name__}")
-        images = read_images(args.images)
-        results = detection.detect(model, images, queries=args.queries, query_images=args.query_images,
-                                   threshold=args.threshold, nms_threshold=args.nms, top_k=args.top_k)
+        stems = dict(zip(args.images, output_stems(args.images)))
+        # The queries are embedded once a chunk: chunks of 32 images keep that small.
+        for chunk in in_chunks(args.images, 32):
+            images = read_images(chunk)
+            results = detection.detect(model, images, queries=args.queries, query_images=args.query_images,
+                                       threshold=args.threshold, nms_threshold=args.nms, top_k=args.top_k)
+            os.makedirs(args.out, exist_ok=True)
+            for path, image, found in zip(chunk, images, results):
+                written.append(_draw_boxes(image, found, os.path.join(args.out, f"{stems[path]}_detections.png")))
+                records.append({"image": path, "size": list(image.shape[:2]), "detections": [
+                    {"label": d.label, "score": d.score, "box": list(d.box)} for d in found]})
+                print(f"{path}: {len(found)} detections")
+                for d in found[:10]:
+                    print(f"  {d.score:.3f}  {d.label}  ({', '.join(f'{v:.0f}' for v in d.box)})")
+            sys.stdout.flush()
     except (ValueError, OSError, ImportError) as error:
         print(f"keras-vit detect: error: {error}", file=sys.stderr)
         return 2
-    os.makedirs(args.out, exist_ok=True)
-    records, written = [], []
-    for path, image, found in zip(args.images, images, results):
-        stem = os.path.splitext(os.path.basename(path))[0]
-        written.append(_draw_boxes(image, found, os.path.join(args.out, f"{stem}_detections.png")))
-        records.append({"image": path, "size": list(image.shape[:2]), "detections": [
-            {"label": d.label, "score": d.score, "box": list(d.box)} for d in found]})
-        print(f"{path}: {len(found)} detections")
-        for d in found[:10]:
-            print(f"  {d.score:.3f}  {d.label}  ({', '.join(f'{v:.0f}' for v in d.box)})")
-    written.append(_write_json(os.path.join(args.out, "detections.json"), records))
+    finally:
+        if records:  # what was found before a failure is kept
+            written.append(_write_json(os.path.join(args.out, "detections.json"), records))
     print("wrote: " + ", ".join(written))
     return 0
 

@@ -10,6 +10,7 @@ for CLIP and MetaCLIP 2, a sigmoid per class for SigLIP and SigLIP 2.
 
 import sys
 
+from keras_vit.cli.files import in_chunks
 from keras_vit.tasks.classification import classify
 from keras_vit.tasks.zero_shot import DEFAULT_TEMPLATES, ImageTextModel
 from keras_vit.text.templates import IMAGENET_TEMPLATES
@@ -42,12 +43,14 @@ def zero_shot_command(args):
     try:
         model = ImageTextModel.from_preset(args.model)
         classifier = model.zero_shot_classifier(args.classes, templates=prompt_templates(args.templates))
-        results = classify(classifier, args.images, top=args.top or len(args.classes))
+        for chunk in in_chunks(args.images, 32):
+            results = classify(classifier, chunk, top=args.top or len(args.classes))
+            for path, predictions in zip(chunk, results):
+                print(path)
+                for prediction in predictions:
+                    print(f"  {prediction.probability:.4f}  {prediction.name}")
+            sys.stdout.flush()
     except (ValueError, OSError, ImportError) as error:
         print(f"keras-vit zero-shot: error: {error}", file=sys.stderr)
         return 2
-    for path, predictions in zip(args.images, results):
-        print(path)
-        for prediction in predictions:
-            print(f"  {prediction.probability:.4f}  {prediction.name}")
     return 0

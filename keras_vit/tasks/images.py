@@ -70,6 +70,9 @@ def _read(path):
     except ImportError as error:
         raise ImportError("Reading image files needs Pillow: pip install pillow") from error
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ValueError(f"{path!r} is a folder, not an image file: give the images in it "
+                         "(the keras-vit commands take a folder for the images it holds).")
     if not os.path.isfile(path):
         raise ValueError(f"No image file at {path!r} (resolved to {os.path.abspath(path)!r}).")
     try:

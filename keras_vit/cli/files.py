@@ -1,0 +1,99 @@
+"""The image files the `keras-vit` commands read and the names of what they write.
+
+`image_files` turns the command line's images into files, a folder into the
+images in it; `output_stems` names each image's outputs, the file's name
+without its extension, or more of its path where two images share a name
+(`cats/1.jpg` and `dogs/1.jpg` would otherwise write the same file).
+"""
+
+import os
+
+# What Pillow reads for the tasks (`keras_vit.tasks.images.read_images`).
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+
+
+def image_files(arguments):
+    """`arguments` with each folder replaced by the image files in it.
+
+    A folder's images (by `IMAGE_SUFFIXES`, sub-folders included) come
+    sorted by path; files are kept as given.
+
+    Args:
+        arguments: the paths given on the command line.
+
+    Returns:
+        A list of paths.
+
+    Raises:
+        ValueError: a path that is no file or folder, or a folder that
+            holds no image, named.
+
+    Example:
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> for name in ("b.png", "a.jpg", "notes.txt"):
+    ...     _ = open(os.path.join(folder, name), "w")
+    >>> [os.path.basename(path) for path in image_files([folder])]
+    ['a.jpg', 'b.png']
+    """
+    files = []
+    for argument in arguments:
+        if not os.path.isdir(argument):
+            if not os.path.isfile(argument):  # before any image is read, not after hundreds
+                raise ValueError(f"No image file at {argument!r} (resolved to {os.path.abspath(argument)!r}).")
+            files.append(argument)
+            continue
+        found = sorted(
+            os.path.join(root, name)
+            for root, _, names in os.walk(argument)
+            for name in names
+            if name.lower().endswith(IMAGE_SUFFIXES) and not name.startswith(".")
+        )
+        if not found:
+            raise ValueError(f"The folder {argument!r} holds no image ({', '.join(IMAGE_SUFFIXES)}), "
+                             "sub-folders included.")
+        files += found
+    return files
+
+
+def output_stems(paths):
+    """A distinct name for each image's outputs: its file name without the
+    extension, preceded by its folders where two images share a name.
+
+    Example:
+
+    >>> output_stems(["photos/cat.jpg", "cats/1.jpg", "dogs/1.jpg"])
+    ['cat', 'cats_1', 'dogs_1']
+    """
+    stems = [os.path.splitext(os.path.basename(str(path)))[0] for path in paths]
+    counts = {stem: stems.count(stem) for stem in stems}
+    shared = [i for i, stem in enumerate(stems) if counts[stem] > 1]
+    if shared:
+        folders = [os.path.dirname(os.path.abspath(str(paths[i]))) for i in shared]
+        common = os.path.commonpath(folders)
+        for i, folder in zip(shared, folders):
+            parts = os.path.relpath(folder, common).split(os.sep)
+            stems[i] = "_".join([part for part in parts if part not in (".", "")] + [stems[i]])
+    taken = set()
+    for i, stem in enumerate(stems):
+        name, n = stem, 1
+        while name in taken:  # the same file given twice, or names the folders still share
+            n += 1
+            name = f"{stem}_{n}"
+        taken.add(name)
+        stems[i] = name
+    return stems
+
+
+def in_chunks(paths, size):
+    """`paths` in consecutive lists of at most `size`: the commands read,
+    run and report a chunk at a time, so that a folder of thousands of
+    images is never held in memory at once and results show as they come.
+
+    Example:
+
+    >>> in_chunks(["a", "b", "c"], 2)
+    [['a', 'b'], ['c']]
+    """
+    return [list(paths[i : i + size]) for i in range(0, len(paths), size)]
