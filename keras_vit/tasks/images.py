@@ -44,8 +44,10 @@ def rgb_pixels(image, where="The image"):
     Grey levels are repeated to RGB, an alpha channel is dropped and a
     palette resolved (Pillow's `convert("RGB")`); 16-bit grey levels keep
     their high byte, as TensorFlow's decoder (the training pipelines) and
-    Pillow's 16-bit colour PNGs do, rather than being clipped at 255. A
-    floating-point image (mode "F") is refused: its range is not recorded.
+    Pillow's 16-bit colour PNGs do, rather than being clipped at 255;
+    integer images (mode "I", as older Pillows open 16-bit PNGs) are read as
+    16-bit levels. A floating-point image (mode "F") is refused: its range
+    is not recorded.
 
     Example:
 
