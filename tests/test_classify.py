@@ -207,3 +207,48 @@ def test_load_model_reads_kaggle_handles_through_kagglehub(tmp_path, monkeypatch
         keras_vit.load_model("kaggle://me/vit/keras/gone")
     with pytest.raises(ValueError, match="owner/model/framework/variation"):
         keras_vit.load_model("kaggle://me/vit")
+
+
+@pytest.fixture
+def web_folder(tmp_path):
+    """`(folder, base URL)`: `folder` served over HTTP on loopback."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=10)
+
+
+def test_images_are_read_from_urls_as_from_files(web_folder, capsys):
+    from keras_vit.tasks.images import read_images
+    from keras_vit_tools.commands import keras_vit as run_cli
+
+    folder, base = web_folder
+    photo = _photo()
+    image = Image.fromarray(photo)
+    exif = image.getexif()
+    exif[0x0112] = 8
+    image.save(folder / "cat.png", exif=exif)
+    fetched = read_images(f"{base}/cat.png")[0]
+    np.testing.assert_array_equal(fetched, read_images(str(folder / "cat.png"))[0])
+    np.testing.assert_array_equal(fetched, np.rot90(photo, 1))  # upright, as from the file
+    with pytest.raises(ValueError, match=r"Cannot read the image 'http://127\.0\.0\.1:\d+/dog\.png': HTTP 404"):
+        read_images(f"{base}/dog.png")
+    (folder / "notes.png").write_text("not an image")
+    with pytest.raises(ValueError, match=r"Cannot read the image 'http://.*/notes\.png': cannot identify"):
+        read_images(f"{base}/notes.png")
+    model = keras_vit.ViT(**TINY, classes=3, class_names=["a", "b", "c"],
+                          preprocessing=Preprocessing.from_mode("imagenet", image_size=32))
+    model.save_to_preset(folder / "model")
+    assert run_cli(["classify", str(folder / "model"), f"{base}/cat.png", "--top", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    expected = keras_vit.classify(model, np.rot90(photo, 1), top=1)[0][0]
+    assert lines[0] == f"{base}/cat.png" and lines[1].split()[1:] == [str(expected.index), expected.name]

@@ -147,7 +147,7 @@ def _classify_parser(commands):
         ),
     )
     parser.add_argument("model", help=MODEL_HELP)
-    parser.add_argument("images", nargs="+", help="image files or folders (a folder: the images in it)")
+    parser.add_argument("images", nargs="+", help="image files, folders (a folder: the images in it) or http(s) URLs")
     _model_options(parser)
     parser.add_argument("--top", type=int, default=5, help="classes per image (default 5)")
     parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")

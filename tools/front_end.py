@@ -159,7 +159,7 @@ class ArgumentParser(argparse.ArgumentParser):
         files = "the image file" if single else "image files"
         self.add_argument("_first", metavar="MODEL", help=f"{model_help} (or --preset MODEL: then {files} only)")
         self.add_argument("images", nargs="*", metavar="IMAGE",
-                          help=files if single else "image files or folders (a folder: the images in it)")
+                          help=files if single else "image files, folders (a folder: the images in it) or http(s) URLs")
         self.add_argument("--preset", dest=dest, default=None, metavar="MODEL", help=f"{model_help}, as an option")
         self._model_first = (dest, single)
 

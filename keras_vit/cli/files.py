@@ -7,6 +7,9 @@ without its extension, or more of its path where two images share a name
 """
 
 import os
+import urllib.parse
+
+from keras_vit.tasks.images import URL_SCHEMES
 
 # What Pillow reads for the tasks (`keras_vit.tasks.images.read_images`).
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -16,7 +19,7 @@ def image_files(arguments):
     """`arguments` with each folder replaced by the image files in it.
 
     A folder's images (by `IMAGE_SUFFIXES`, sub-folders included) come
-    sorted by path; files are kept as given.
+    sorted by path; files and http(s) URLs are kept as given.
 
     Args:
         arguments: the paths given on the command line.
@@ -39,6 +42,9 @@ def image_files(arguments):
     """
     files = []
     for argument in arguments:
+        if argument.startswith(URL_SCHEMES):
+            files.append(argument)
+            continue
         if not os.path.isdir(argument):
             if not os.path.isfile(argument):  # before any image is read, not after hundreds
                 raise ValueError(f"No image file at {argument!r} (resolved to {os.path.abspath(argument)!r}).")
@@ -63,10 +69,11 @@ def output_stems(paths):
 
     Example:
 
-    >>> output_stems(["photos/cat.jpg", "cats/1.jpg", "dogs/1.jpg"])
-    ['cat', 'cats_1', 'dogs_1']
+    >>> output_stems(["photos/cat.jpg", "cats/1.jpg", "dogs/1.jpg", "https://example.com/a/dog.png?s=2"])
+    ['cat', 'cats_1', 'dogs_1', 'dog']
     """
-    stems = [os.path.splitext(os.path.basename(str(path)))[0] for path in paths]
+    paths = [urllib.parse.urlparse(path).path if path.startswith(URL_SCHEMES) else path for path in map(str, paths)]
+    stems = [os.path.splitext(os.path.basename(path))[0] or "image" for path in paths]
     counts = {stem: stems.count(stem) for stem in stems}
     shared = [i for i, stem in enumerate(stems) if counts[stem] > 1]
     if shared:

@@ -1,6 +1,6 @@
 """One call from image files to named probabilities: `keras_vit.classify`.
 
-`classify(model, images)` reads the images (file paths, PIL images or
+`classify(model, images)` reads the images (file paths, http(s) URLs, PIL images or
 arrays), prepares them as the model's checkpoint expects (its
 `Preprocessing` record: the resize, filter and centre crop, then the
 scaling; `keras_vit.preprocessing.resize_and_crop`), runs the model and
@@ -77,7 +77,7 @@ def classify(model, images, top=5, preprocessing=None, batch_size=32):
     Args:
         model: a keras_vit classifier, or anything `keras_vit.load_model`
             takes (a preset folder, an `hf://` handle, a file, a name).
-        images: file paths, PIL images or arrays in [0, 255], one or a
+        images: file paths, http(s) URLs, PIL images or arrays in [0, 255], one or a
             list (see `load_images`).
         top: int, default 5: classes per image (at most the model's).
         preprocessing: None (default: the model's record), a mode

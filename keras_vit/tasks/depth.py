@@ -353,7 +353,7 @@ def estimate_depth(model, images, preprocessing=None):
     Args:
         model: a `DepthEstimator`, or anything `keras_vit.load_model` takes
             that is one (a preset folder, an `hf://` handle).
-        images: file paths, PIL images or arrays in [0, 255], one or a list
+        images: file paths, http(s) URLs, PIL images or arrays in [0, 255], one or a list
             (sizes may differ).
         preprocessing: None (default: the model's record) or a
             `DenseProcessing` record or its config.

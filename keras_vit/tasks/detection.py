@@ -379,7 +379,7 @@ def pad_and_resize(image, size):
 
 def prepare_images(model, images):
     """`(inputs (n, H, W, 3) float32, sizes [(height, width)])`: the images
-    read (`keras_vit.tasks.images.read_images`: paths, PIL images, arrays; a
+    read (`keras_vit.tasks.images.read_images`: paths, URLs, PIL images, arrays; a
     grayscale image repeated to RGB, an alpha channel dropped as Pillow's
     `convert("RGB")` does) and prepared as the model's processor does."""
     record = model.preprocessing
@@ -538,7 +538,7 @@ def detect(model, images, queries=None, query_images=None, threshold=0.1, nms_th
         model: an `OpenVocabularyDetector`, a `FixedQueryDetector`, or a
             directory or `hf://` handle of a transformers OWL-ViT / OWLv2
             detector.
-        images: file paths, PIL images or `[0, 255]` arrays, one or a list
+        images: file paths, http(s) URLs, PIL images or `[0, 255]` arrays, one or a list
             (sizes may differ). A grayscale image is repeated to RGB; an
             alpha channel is dropped (as transformers' `load_image`).
         queries: None, a text or a non-empty list of texts.

@@ -1,6 +1,6 @@
 """Images read and prepared as a model's checkpoint expects, for every task.
 
-`load_images(images, model)` reads file paths, PIL images or arrays (in
+`load_images(images, model)` reads file paths, http(s) URLs, PIL images or arrays (in
 [0, 255], any sizes), converts them to RGB (`rgb_pixels`), resizes and centre-crops them as
 the model's `Preprocessing` record says (`keras_vit.preprocessing.resize_and_crop`)
 and scales them (`preprocess_input`). The one-call functions of the tasks
@@ -66,12 +66,48 @@ def rgb_pixels(image, where="The image"):
     return np.asarray(image.convert("RGB"))
 
 
+URL_SCHEMES = ("http://", "https://")
+# An image fetched from a URL is read into memory whole: a cap and a wait.
+_URL_LIMIT_BYTES = 200 * 2**20
+_URL_TIMEOUT_S = 60
+
+
+def _fetch(url):
+    """The bytes at `url`, or a ValueError naming the URL and why not."""
+    import urllib.error
+    import urllib.request
+
+    from keras_vit.version import __version__
+
+    request = urllib.request.Request(url, headers={"User-Agent": f"keras-vit/{__version__}"})
+    try:
+        with urllib.request.urlopen(request, timeout=_URL_TIMEOUT_S) as response:
+            data = response.read(_URL_LIMIT_BYTES + 1)
+    except urllib.error.HTTPError as error:
+        raise ValueError(f"Cannot read the image {url!r}: HTTP {error.code} {error.reason}") from None
+    except urllib.error.URLError as error:
+        raise ValueError(f"Cannot read the image {url!r}: unreachable ({error.reason})") from None
+    except OSError as error:  # a timeout or a dropped connection
+        raise ValueError(f"Cannot read the image {url!r}: {type(error).__name__}: {error}") from None
+    if len(data) > _URL_LIMIT_BYTES:
+        raise ValueError(f"Cannot read the image {url!r}: larger than {_URL_LIMIT_BYTES // 2**20} MiB.")
+    return data
+
+
 def _read(path):
     try:
         from PIL import Image, ImageOps
     except ImportError as error:
         raise ImportError("Reading image files needs Pillow: pip install pillow") from error
     path = os.fspath(path)
+    if path.startswith(URL_SCHEMES):
+        import io
+
+        try:
+            with Image.open(io.BytesIO(_fetch(path))) as image:
+                return rgb_pixels(ImageOps.exif_transpose(image), f"The image {path!r}")
+        except OSError as error:
+            raise ValueError(f"Cannot read the image {path!r}: {error}") from None
     if os.path.isdir(path):
         raise ValueError(f"{path!r} is a folder, not an image file: give the images in it "
                          "(the keras-vit commands take a folder for the images it holds).")
@@ -105,8 +141,8 @@ def read_images(images):
     """`images` (a path, a PIL image, an array, a batch or a list of these) as a
     list of `(H, W, 3)` NumPy images in [0, 255], each at its own size.
 
-    Files (turned upright as their EXIF orientation says) and PIL images are
-    converted by `rgb_pixels`; a uint16 array holds 16-bit levels, read as a
+    Files and http(s) URLs (turned upright as their EXIF orientation says)
+    and PIL images are converted by `rgb_pixels`; a uint16 array holds 16-bit levels, read as a
     16-bit file is.
 
     Example:
@@ -159,7 +195,7 @@ def load_images(images, model, preprocessing=None):
     """Reads images and prepares them as `model`'s checkpoint expects.
 
     Args:
-        images: a file path, a PIL image, an `(H, W, C)` array in [0, 255],
+        images: a file path or http(s) URL, a PIL image, an `(H, W, C)` array in [0, 255],
             a batch `(N, H, W, C)`, or a list of any of these (sizes may
             differ).
         model: the keras_vit model the images are for.

@@ -408,7 +408,7 @@ def segment(model, images, task="semantic", threshold=0.9, mask_threshold=0.5, o
 
     Args:
         model: a `Segmenter`, or anything `keras_vit.load_model` takes that is one.
-        images: file paths, PIL images or arrays in [0, 255], one or a list.
+        images: file paths, http(s) URLs, PIL images or arrays in [0, 255], one or a list.
         task: "semantic" (default: a class per pixel), "panoptic" or
             "instance" (EoMT only: segments of things and stuff, or of
             object instances).
