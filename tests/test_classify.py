@@ -2,6 +2,8 @@
 named probabilities (`keras_vit.classify`), with each checkpoint's own resize,
 filter, crop and scaling."""
 
+import re
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -252,3 +254,20 @@ def test_images_are_read_from_urls_as_from_files(web_folder, capsys):
     lines = capsys.readouterr().out.splitlines()
     expected = keras_vit.classify(model, np.rot90(photo, 1), top=1)[0][0]
     assert lines[0] == f"{base}/cat.png" and lines[1].split()[1:] == [str(expected.index), expected.name]
+
+
+@pytest.mark.parametrize("name", ["ViTTi16", "vitti16", "Ti/16", "ViT"])
+def test_classify_refuses_an_architecture_name_without_weights(name, tmp_path, capsys):
+    """A name alone builds random weights: classifying with them is refused,
+    before anything is built or read, with the ways to give weights."""
+    from keras_vit_tools.commands import keras_vit as run_cli
+
+    message = rf"'{re.escape(name)}' names an architecture: without weights its model is randomly initialised"
+    with pytest.raises(ValueError, match=message):
+        keras_vit.classify(name, "never-read.jpg", preprocessing="imagenet")
+    photo = Image.new("RGB", (8, 8))
+    with pytest.raises(ValueError, match="augreg-i21k" if name != "ViT" else "short name"):
+        keras_vit.classify(name, photo, preprocessing="imagenet")
+    photo.save(tmp_path / "photo.png")
+    assert run_cli(["classify", name, "--preprocessing", "imagenet", str(tmp_path / "photo.png")]) == 2
+    assert re.search(message, capsys.readouterr().err)

@@ -28,7 +28,7 @@ from keras import ops
 from keras_vit import inspection
 from keras_vit.architectures import GELU_FLAVOURS
 from keras_vit.inspection import plots
-from keras_vit.presets.resolver import load_model
+from keras_vit.presets.resolver import load_model, untrained_reason
 from keras_vit.preprocessing import Preprocessing
 from keras_vit.tasks.classification import classify
 from keras_vit.validation import check_positive_int
@@ -197,6 +197,9 @@ def inspect_command(args):
 def classify_command(args):
     """Prints each image's most probable classes, one line per class."""
     try:
+        reason = untrained_reason(args.model, args.weights)
+        if reason is not None:
+            raise ValueError(reason)
         model = command_model(args)
         _needs_preprocessing(model)
         check_positive_int(args.batch_size, "batch_size")

@@ -58,6 +58,38 @@ def _constructor(name):
     return getattr(models, get_variant(name).constructor)
 
 
+def untrained_reason(source, weights=None):
+    """Why `load_model(source, weights)` gives random weights, or None.
+
+    A constructor, class or architecture name without `weights` builds a
+    model from scratch: right for training, meaningless for predictions.
+    The one-call tasks refuse it with this reason.
+
+    Example:
+
+    >>> untrained_reason("ViTTi16", weights="augreg-i21k+imagenet2012") is None
+    True
+    >>> "randomly initialised" in untrained_reason("ViTTi16")
+    True
+    """
+    if weights is not None or not isinstance(source, str) or os.path.exists(source):
+        return None
+    name = source if source in (*CONSTRUCTORS, *MODEL_CLASSES, *ARCHITECTURE_CONFIGS) else _LOWER_NAMES.get(
+        source.lower())
+    if name is None:
+        return None
+    from keras_vit.weights.registry import weights_names
+
+    registered = weights_names(get_variant(name).architecture) if name not in MODEL_CLASSES else []
+    known = f" (registered for it: {', '.join(registered)})" if registered else ""
+    return (
+        f"{source!r} names an architecture: without weights its model is randomly initialised and "
+        f"its predictions mean nothing. Give weights{known}: `weights=` with the name "
+        "(keras-vit: --weights), a checkpoint or .keras file, a preset folder, an hf:// handle or "
+        "a short name (keras_vit.list_presets())."
+    )
+
+
 def _from_file(path, weights, overrides):
     import keras
 

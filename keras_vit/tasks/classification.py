@@ -76,7 +76,9 @@ def classify(model, images, top=5, preprocessing=None, batch_size=32):
 
     Args:
         model: a keras_vit classifier, or anything `keras_vit.load_model`
-            takes (a preset folder, an `hf://` handle, a file, a name).
+            takes (a preset folder, an `hf://` handle, a file, a short name;
+            a bare architecture name is refused: its weights would be
+            random).
         images: file paths, http(s) URLs, PIL images or arrays in [0, 255], one or a
             list (see `load_images`).
         top: int, default 5: classes per image (at most the model's).
@@ -105,8 +107,11 @@ def classify(model, images, top=5, preprocessing=None, batch_size=32):
     >>> [p.name for p in classify(model, np.zeros((40, 60, 3), "uint8"), top=2)[0]]
     ['no', 'yes']
     """
-    from keras_vit.presets.resolver import load_model
+    from keras_vit.presets.resolver import load_model, untrained_reason
 
+    reason = untrained_reason(model)
+    if reason is not None:
+        raise ValueError(reason)
     model = load_model(model)
     check_positive_int(top, "top")
     check_positive_int(batch_size, "batch_size")
