@@ -151,6 +151,15 @@ def test_bad_data_is_named_before_training(folders, tmp_path):
     depth_model = keras_vit.DepthEstimator(_encoder(), (0, 1), (8, 16), (2, 0.5), fusion_size=8)
     with pytest.raises(ValueError, match=r"001\.png.* is 32x36; its image .* is 32x32"):
         load_depth_folder(folder, depth_model)
+    # A phone photo stored on its side: read upright, it no longer fits a mask drawn on its pixels.
+    folder = _copy_folder(folders[1], str(tmp_path / "turned"))
+    wide = Image.fromarray(np.zeros((SIZE, SIZE + 8, 3), "uint8"))
+    exif = wide.getexif()
+    exif[0x0112] = 6
+    wide.save(os.path.join(folder, "images", "003.png"), exif=exif)
+    Image.fromarray(np.zeros((SIZE, SIZE + 8), "uint8"), "L").save(os.path.join(folder, "masks", "003.png"))
+    with pytest.raises(ValueError, match=r"003\.png.* is 32x40; its image .* is 40x32: .*EXIF orientation"):
+        load_segmentation_folder(folder, model)
     folder = _copy_folder(folders[1], str(tmp_path / "colour"))
     Image.fromarray((np.zeros((SIZE, SIZE, 3)) + [1, 2, 3]).astype("uint8")).save(os.path.join(folder, "masks", "000.png"))
     with pytest.raises(ValueError, match=r"000\.png.*colour image"):

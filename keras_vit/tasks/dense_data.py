@@ -135,10 +135,14 @@ def _load(folder, model, image_size, kind, suffixes, read, check):
         image_path, target_path = os.path.join(directory, name), _pair(folder, kind, name, suffixes)
         image, target = _read_rgb(image_path), read(target_path)
         if target.shape != image.shape[:2]:
+            turned = (
+                " The sides are swapped: the photo is read upright as its EXIF orientation says, as every "
+                "task reads it; draw the target on the upright photo." if target.shape == image.shape[1::-1] else ""
+            )
             raise ValueError(
                 f"The {kind[:-1] if kind == 'masks' else 'depth'} file {target_path!r} is "
                 f"{target.shape[0]}x{target.shape[1]}; its image {image_path!r} is "
-                f"{image.shape[0]}x{image.shape[1]}: they must be the same size."
+                f"{image.shape[0]}x{image.shape[1]}: they must be the same size.{turned}"
             )
         check(target, target_path)
         pairs.append((image, target))
