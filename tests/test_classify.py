@@ -271,3 +271,28 @@ def test_classify_refuses_an_architecture_name_without_weights(name, tmp_path, c
     photo.save(tmp_path / "photo.png")
     assert run_cli(["classify", name, "--preprocessing", "imagenet", str(tmp_path / "photo.png")]) == 2
     assert re.search(message, capsys.readouterr().err)
+
+
+def test_classify_reads_a_batch_of_images_at_a_time(monkeypatch):
+    """Thousands of paths never sit in memory as pixels at once: each batch
+    is read, run and let go; the results are those of one batch of all."""
+    from keras_vit.tasks import classification
+
+    model = keras_vit.ViT(**TINY, classes=3, preprocessing=Preprocessing.from_mode("imagenet", image_size=32))
+    photos = [np.random.default_rng(i).integers(0, 256, (20 + i, 30, 3)).astype("uint8") for i in range(5)]
+    whole = keras_vit.classify(model, photos, top=3, batch_size=5)
+    read = []
+    original = classification.load_images
+
+    def counting(images, *args, **kwargs):
+        read.append(len(images))
+        return original(images, *args, **kwargs)
+
+    monkeypatch.setattr(classification, "load_images", counting)
+    parts = keras_vit.classify(model, photos, top=3, batch_size=2)
+    assert read == [2, 2, 1]
+    for a, b in zip(parts, whole):
+        assert [p.index for p in a] == [p.index for p in b]
+        np.testing.assert_allclose([p.probability for p in a], [p.probability for p in b], atol=1e-6)
+    with pytest.raises(ValueError, match="`images` is empty"):
+        keras_vit.classify(model, [])

@@ -17,7 +17,7 @@ import keras
 import numpy as np
 
 from keras_vit import labels
-from keras_vit.tasks.images import load_images
+from keras_vit.tasks.images import image_batches, load_images
 from keras_vit.validation import check_positive_int
 
 Prediction = collections.namedtuple("Prediction", ["index", "name", "probability"])
@@ -117,11 +117,11 @@ def classify(model, images, top=5, preprocessing=None, batch_size=32):
     check_positive_int(batch_size, "batch_size")
     if not getattr(model, "include_top", True):
         raise ValueError(f"Model {model.name!r} has no classifier head (include_top=False).")
-    _, inputs = load_images(images, model, preprocessing)
-    outputs = np.concatenate([
-        np.asarray(model.predict_on_batch(inputs[i : i + batch_size]))
-        for i in range(0, len(inputs), batch_size)
-    ])
+    outputs = []
+    for batch in image_batches(images, batch_size):  # one batch of pixels in memory at a time
+        _, inputs = load_images(batch, model, preprocessing)
+        outputs.append(np.asarray(model.predict_on_batch(inputs)))
+    outputs = np.concatenate(outputs)
     probabilities = _probabilities(model, outputs)
     names = _names(model, probabilities.shape[-1])
     results = []

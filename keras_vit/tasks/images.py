@@ -171,6 +171,31 @@ def read_images(images):
     return out
 
 
+def image_batches(images, size):
+    """`images` (as `read_images` takes them) in consecutive parts of at most
+    `size` images, nothing read: for calls that read and run a batch at a
+    time, holding one batch of images in memory rather than all.
+
+    Example:
+
+    >>> [len(part) for part in image_batches(np.zeros((5, 8, 8, 3), "uint8"), 2)]
+    [2, 2, 1]
+    """
+    import keras
+
+    if isinstance(images, (str, os.PathLike)) or _pil_image(images) is not None:
+        images = [images]
+    elif keras.ops.is_tensor(images):
+        images = keras.ops.convert_to_numpy(images)
+    if isinstance(images, np.ndarray):
+        images = images if images.ndim == 4 else [images]
+    elif not isinstance(images, (list, tuple)):
+        images = list(images)
+    if not len(images):
+        raise ValueError("`images` is empty: give at least one image.")
+    return [images[i : i + size] for i in range(0, len(images), size)]
+
+
 def _record(model, preprocessing):
     if preprocessing is None:
         preprocessing = getattr(model, "preprocessing", None)
