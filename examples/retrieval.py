@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import keras_vit  # noqa: E402
+from keras_vit.tasks.images import IMAGE_SUFFIXES  # noqa: E402
 
 # scikit-image's bundled photos and what each shows.
 PHOTOS = {
@@ -50,7 +51,6 @@ PHOTOS = {
     "rocket": "a photo of a rocket on its launch pad",
     "retina": "a photo of the retina of an eye",
 }
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 
 
 def build_parser():

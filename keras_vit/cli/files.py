@@ -9,10 +9,8 @@ without its extension, or more of its path where two images share a name
 import os
 import urllib.parse
 
-from keras_vit.tasks.images import URL_SCHEMES
+from keras_vit.tasks.images import IMAGE_SUFFIXES, URL_SCHEMES
 
-# What Pillow reads for the tasks (`keras_vit.tasks.images.read_images`).
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
 
 def image_files(arguments):

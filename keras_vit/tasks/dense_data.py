@@ -23,10 +23,9 @@ import os
 import numpy as np
 
 from keras_vit.preprocessing.dense import DenseProcessing, scale_pixels
-from keras_vit.tasks.images import rgb_pixels
+from keras_vit.tasks.images import IMAGE_SUFFIXES, rgb_pixels
 from keras_vit.validation import check_positive_float, pair
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 IGNORE_INDEX = 255
 
 

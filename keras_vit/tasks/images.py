@@ -66,6 +66,8 @@ def rgb_pixels(image, where="The image"):
     return np.asarray(image.convert("RGB"))
 
 
+# The image files the tasks read (with Pillow), by their suffix.
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 URL_SCHEMES = ("http://", "https://")
 # An image fetched from a URL is read into memory whole: a cap and a wait.
 _URL_LIMIT_BYTES = 200 * 2**20
