@@ -32,14 +32,13 @@ def depth_command(args):
     """Runs `keras-vit depth`; returns the exit status (2 on unusable input)."""
     import numpy as np
 
-    stems = dict(zip(args.images, output_stems(args.images)))
     try:
         model = load_model(args.model)
-        for chunk in in_chunks(args.images, CHUNK):
-            results = estimate_depth(model, chunk)
+        for chunk in in_chunks(list(zip(args.images, output_stems(args.images))), CHUNK):
+            results = estimate_depth(model, [path for path, _ in chunk])
             os.makedirs(args.out, exist_ok=True)
-            for path, result in zip(chunk, results):
-                base = os.path.join(args.out, stems[path] + "_depth")
+            for (path, stem), result in zip(chunk, results):
+                base = os.path.join(args.out, stem + "_depth")
                 pictures.save_png(pictures.depth_picture(result["predicted_depth"]), base + ".png")
                 np.save(base + ".npy", result["predicted_depth"])
                 depth = result["predicted_depth"]
@@ -53,16 +52,15 @@ def depth_command(args):
 
 def segment_command(args):
     """Runs `keras-vit segment`; returns the exit status (2 on unusable input)."""
-    stems = dict(zip(args.images, output_stems(args.images)))
     try:
         model = load_model(args.model)
         options = {} if args.threshold is None else {"threshold": args.threshold}
-        for chunk in in_chunks(args.images, CHUNK):
-            images = _image_list(chunk)
+        for chunk in in_chunks(list(zip(args.images, output_stems(args.images))), CHUNK):
+            images = _image_list([path for path, _ in chunk])
             results = segment(model, images, task=args.task, **options)
             os.makedirs(args.out, exist_ok=True)
-            for path, image, result in zip(chunk, images, results):
-                base = os.path.join(args.out, stems[path] + "_segments")
+            for (path, stem), image, result in zip(chunk, images, results):
+                base = os.path.join(args.out, stem + "_segments")
                 picture = pictures.segments_picture(image, result["segmentation"], result["segments"])
                 pictures.save_png(picture, base + ".png")
                 with open(base + ".json", "w") as handle:

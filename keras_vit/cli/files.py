@@ -69,6 +69,8 @@ def output_stems(paths):
 
     >>> output_stems(["photos/cat.jpg", "cats/1.jpg", "dogs/1.jpg", "https://example.com/a/dog.png?s=2"])
     ['cat', 'cats_1', 'dogs_1', 'dog']
+    >>> output_stems(["cat.jpg", "cat.jpg"])  # one file given twice
+    ['cat', 'cat_2']
     """
     paths = [urllib.parse.urlparse(path).path if path.startswith(URL_SCHEMES) else path for path in map(str, paths)]
     stems = [os.path.splitext(os.path.basename(path))[0] or "image" for path in paths]
@@ -92,7 +94,7 @@ def output_stems(paths):
 
 
 def in_chunks(paths, size):
-    """`paths` in consecutive lists of at most `size`: the commands read,
+    """`paths` (or any list) in consecutive lists of at most `size`: the commands read,
     run and report a chunk at a time, so that a folder of thousands of
     images is never held in memory at once and results show as they come.
 

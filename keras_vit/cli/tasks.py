@@ -88,15 +88,14 @@ def detect_command(args):
         if not isinstance(model, detection.OpenVocabularyDetector):
             raise ValueError(f"The model {args.model!r} is not a detector (OWL-ViT, OWLv2): "
                              f"its class is {type(model).__name__}")
-        stems = dict(zip(args.images, output_stems(args.images)))
         # The queries are embedded once a chunk: chunks of 32 images keep that small.
-        for chunk in in_chunks(args.images, 32):
-            images = read_images(chunk)
+        for chunk in in_chunks(list(zip(args.images, output_stems(args.images))), 32):
+            images = read_images([path for path, _ in chunk])
             results = detection.detect(model, images, queries=args.queries, query_images=args.query_images,
                                        threshold=args.threshold, nms_threshold=args.nms, top_k=args.top_k)
             os.makedirs(args.out, exist_ok=True)
-            for path, image, found in zip(chunk, images, results):
-                written.append(_draw_boxes(image, found, os.path.join(args.out, f"{stems[path]}_detections.png")))
+            for (path, stem), image, found in zip(chunk, images, results):
+                written.append(_draw_boxes(image, found, os.path.join(args.out, f"{stem}_detections.png")))
                 records.append({"image": path, "size": list(image.shape[:2]), "detections": [
                     {"label": d.label, "score": d.score, "box": list(d.box)} for d in found]})
                 print(f"{path}: {len(found)} detections")
