@@ -269,6 +269,12 @@ def upright(image, orientation):
     The eight cases of Pillow's `ImageOps.exif_transpose`: 2 and 4 mirror,
     3, 6 and 8 rotate (by 180, 270 and 90 degrees counter-clockwise), 5 and
     7 flip over a diagonal.
+
+    Example:
+
+    >>> import numpy as np
+    >>> upright(np.array([[[0], [1], [2]], [[3], [4], [5]]]), 6).numpy()[..., 0].tolist()
+    [[3, 0], [4, 1], [5, 2]]
     """
     tf = tensorflow()
     swapped = lambda: tf.transpose(image, [1, 0, 2])  # noqa: E731
