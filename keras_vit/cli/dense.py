@@ -17,7 +17,7 @@ import json
 import os
 import sys
 
-from keras_vit.cli.files import in_chunks, output_stems
+from keras_vit.cli.files import named_chunks
 from keras_vit.tasks.images import read_images as _image_list
 from keras_vit.presets.resolver import load_model
 from keras_vit.tasks import pictures
@@ -34,7 +34,7 @@ def depth_command(args):
 
     try:
         model = load_model(args.model)
-        for chunk in in_chunks(list(zip(args.images, output_stems(args.images))), CHUNK):
+        for chunk in named_chunks(args.images, CHUNK):
             results = estimate_depth(model, [path for path, _ in chunk])
             os.makedirs(args.out, exist_ok=True)
             for (path, stem), result in zip(chunk, results):
@@ -55,7 +55,7 @@ def segment_command(args):
     try:
         model = load_model(args.model)
         options = {} if args.threshold is None else {"threshold": args.threshold}
-        for chunk in in_chunks(list(zip(args.images, output_stems(args.images))), CHUNK):
+        for chunk in named_chunks(args.images, CHUNK):
             images = _image_list([path for path, _ in chunk])
             results = segment(model, images, task=args.task, **options)
             os.makedirs(args.out, exist_ok=True)

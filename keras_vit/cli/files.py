@@ -104,3 +104,14 @@ def in_chunks(paths, size):
     [['a', 'b'], ['c']]
     """
     return [list(paths[i : i + size]) for i in range(0, len(paths), size)]
+
+
+def named_chunks(paths, size):
+    """`(path, output name)` pairs (`output_stems`) in chunks of at most `size`.
+
+    Example:
+
+    >>> named_chunks(["a/cat.jpg", "b/cat.jpg", "dog.png"], 2)
+    [[('a/cat.jpg', 'a_cat'), ('b/cat.jpg', 'b_cat')], [('dog.png', 'dog')]]
+    """
+    return in_chunks(list(zip(paths, output_stems(paths))), size)

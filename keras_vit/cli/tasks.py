@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from keras_vit.cli.files import in_chunks, output_stems
+from keras_vit.cli.files import named_chunks
 from keras_vit.tasks import detection, mask_generation, prompt_masks
 from keras_vit.tasks.images import read_images
 from keras_vit.presets import from_preset
@@ -89,7 +89,7 @@ def detect_command(args):
             raise ValueError(f"The model {args.model!r} is not a detector (OWL-ViT, OWLv2): "
                              f"its class is {type(model).__name__}")
         # The queries are embedded once a chunk: chunks of 32 images keep that small.
-        for chunk in in_chunks(list(zip(args.images, output_stems(args.images))), 32):
+        for chunk in named_chunks(args.images, 32):
             images = read_images([path for path, _ in chunk])
             results = detection.detect(model, images, queries=args.queries, query_images=args.query_images,
                                        threshold=args.threshold, nms_threshold=args.nms, top_k=args.top_k)

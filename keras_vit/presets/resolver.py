@@ -63,7 +63,7 @@ def untrained_reason(source, weights=None):
 
     A constructor, class or architecture name without `weights` builds a
     model from scratch: right for training, meaningless for predictions.
-    The one-call tasks refuse it with this reason.
+    `keras_vit.classify` and `keras-vit classify` refuse it with this reason.
 
     Example:
 
