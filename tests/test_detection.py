@@ -148,6 +148,40 @@ def test_fixed_detector_takes_no_queries():
         keras_vit.detect(fixed, np.zeros((20, 30, 3), "uint8"), queries=["a cat"])
 
 
+def test_detect_command_embeds_the_queries_once(tmp_path, monkeypatch, capsys):
+    """Texts and example images are embedded once for every chunk of images,
+    and find what `detect` finds given them each time."""
+    import json
+
+    from PIL import Image
+
+    from keras_vit.cli import tasks as cli_tasks
+    from keras_vit_tools.commands import keras_vit as run_cli
+
+    photos = [skimage_data.coffee(), skimage_data.chelsea(), skimage_data.astronaut()[::2, ::2]]
+    paths = []
+    for i, photo in enumerate(photos):
+        paths.append(str(tmp_path / f"{i}.png"))
+        Image.fromarray(photo).save(paths[-1])
+    calls = []
+    for method in ("encode_texts", "encode_image_queries"):
+        original = getattr(detection.OpenVocabularyDetector, method)
+        monkeypatch.setattr(detection.OpenVocabularyDetector, method,
+                            lambda self, x, _m=method, _o=original: calls.append(_m) or _o(self, x))
+    monkeypatch.setattr(cli_tasks, "CHUNK", 1)
+    out = tmp_path / "found"
+    status = run_cli(["detect", detection_dir("owlv2")[0], *paths, "--queries", QUERIES[0],
+                      "--query-images", paths[1], "--threshold", "0.2", "--out", str(out)])
+    assert status == 0, capsys.readouterr().err
+    assert sorted(calls) == ["encode_image_queries", "encode_texts"]
+    records = json.loads((out / "detections.json").read_text())
+    expected = keras_vit.detect(_model("owlv2"), photos, queries=QUERIES[0], query_images=paths[1], threshold=0.2)
+    for record, found in zip(records, expected):
+        assert [d["label"] for d in record["detections"]] == [d.label for d in found]
+        assert [d["score"] for d in record["detections"]] == pytest.approx([d.score for d in found], abs=1e-5)
+    assert {d.label for found in expected for d in found} == {"1.png", QUERIES[0]}
+
+
 def test_heads_round_trip_their_config():
     heads = _model("owlv2").heads
     again = type(heads).from_config(heads.get_config())

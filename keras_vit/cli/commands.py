@@ -204,7 +204,7 @@ def classify_command(args):
         _needs_preprocessing(model)
         check_positive_int(args.batch_size, "batch_size")
         for chunk in in_chunks(args.images, args.batch_size):
-            results = classify(model, chunk, top=args.top, batch_size=args.batch_size)
+            results = classify(model, chunk, top=args.top, batch_size=args.batch_size, verbose=0)
             width = max(len(str(p.index)) for predictions in results for p in predictions)
             for path, predictions in zip(chunk, results):
                 print(path)

@@ -35,7 +35,7 @@ def depth_command(args):
     try:
         model = load_model(args.model)
         for chunk in named_chunks(args.images, CHUNK):
-            results = estimate_depth(model, [path for path, _ in chunk])
+            results = estimate_depth(model, [path for path, _ in chunk], verbose=0)
             os.makedirs(args.out, exist_ok=True)
             for (path, stem), result in zip(chunk, results):
                 base = os.path.join(args.out, stem + "_depth")
@@ -57,7 +57,7 @@ def segment_command(args):
         options = {} if args.threshold is None else {"threshold": args.threshold}
         for chunk in named_chunks(args.images, CHUNK):
             images = _image_list([path for path, _ in chunk])
-            results = segment(model, images, task=args.task, **options)
+            results = segment(model, images, task=args.task, verbose=0, **options)
             os.makedirs(args.out, exist_ok=True)
             for (path, stem), image, result in zip(chunk, images, results):
                 base = os.path.join(args.out, stem + "_segments")

@@ -78,6 +78,10 @@ def _write_json(path, data):
     return path
 
 
+# Images read, detected and written at a time.
+CHUNK = 32
+
+
 def detect_command(args):
     """Runs `keras-vit detect`; returns the exit status (2 on unusable input)."""
     records, written = [], []
@@ -88,11 +92,11 @@ def detect_command(args):
         if not isinstance(model, detection.OpenVocabularyDetector):
             raise ValueError(f"The model {args.model!r} is not a detector (OWL-ViT, OWLv2): "
                              f"its class is {type(model).__name__}")
-        # The queries are embedded once a chunk: chunks of 32 images keep that small.
-        for chunk in named_chunks(args.images, 32):
+        model = model.with_queries(args.queries, query_images=args.query_images)  # embedded once
+        for chunk in named_chunks(args.images, CHUNK):
             images = read_images([path for path, _ in chunk])
-            results = detection.detect(model, images, queries=args.queries, query_images=args.query_images,
-                                       threshold=args.threshold, nms_threshold=args.nms, top_k=args.top_k)
+            results = detection.detect(model, images, threshold=args.threshold, nms_threshold=args.nms,
+                                       top_k=args.top_k, verbose=0)
             os.makedirs(args.out, exist_ok=True)
             for (path, stem), image, found in zip(chunk, images, results):
                 written.append(_draw_boxes(image, found, os.path.join(args.out, f"{stem}_detections.png")))

@@ -44,7 +44,7 @@ def zero_shot_command(args):
         model = ImageTextModel.from_preset(args.model)
         classifier = model.zero_shot_classifier(args.classes, templates=prompt_templates(args.templates))
         for chunk in in_chunks(args.images, 32):
-            results = classify(classifier, chunk, top=args.top or len(args.classes))
+            results = classify(classifier, chunk, top=args.top or len(args.classes), verbose=0)
             for path, predictions in zip(chunk, results):
                 print(path)
                 for prediction in predictions:

@@ -17,7 +17,7 @@ import keras
 import numpy as np
 
 from keras_vit import labels
-from keras_vit.tasks.images import image_batches, load_images
+from keras_vit.tasks.images import load_images, read_batches
 from keras_vit.validation import check_positive_int
 
 Prediction = collections.namedtuple("Prediction", ["index", "name", "probability"])
@@ -71,7 +71,7 @@ def _names(model, classes):
     return (None,) * classes
 
 
-def classify(model, images, top=5, preprocessing=None, batch_size=32):
+def classify(model, images, top=5, preprocessing=None, batch_size=32, verbose="auto"):
     """The most probable classes of each image, named.
 
     Args:
@@ -86,6 +86,9 @@ def classify(model, images, top=5, preprocessing=None, batch_size=32):
             ("inception", "imagenet") or a `Preprocessing` record, for
             models that carry none.
         batch_size: int, default 32: images per forward pass.
+        verbose: "auto" (default: a progress bar when the images make more
+            than one batch), 0 (silent), 1 (a progress bar) or 2 (one line
+            at the end), as Keras' `predict`.
 
     Returns:
         A list with, per image, a list of `min(top, classes)`
@@ -118,7 +121,7 @@ def classify(model, images, top=5, preprocessing=None, batch_size=32):
     if not getattr(model, "include_top", True):
         raise ValueError(f"Model {model.name!r} has no classifier head (include_top=False).")
     outputs = []
-    for batch in image_batches(images, batch_size):  # one batch of pixels in memory at a time
+    for batch in read_batches(images, batch_size, verbose):  # one batch of pixels in memory at a time
         _, inputs = load_images(batch, model, preprocessing)
         outputs.append(np.asarray(model.predict_on_batch(inputs)))
     outputs = np.concatenate(outputs)

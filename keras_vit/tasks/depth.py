@@ -308,12 +308,6 @@ class DepthEstimator(DenseTask):
         families.save_task_preset(self, directory, format)
 
 
-def _read_images(images):
-    from keras_vit.tasks.images import read_images
-
-    return read_images(images)
-
-
 def resize_depth(depth, size, mode="bicubic"):
     """A `(h, w)` depth map resized to `size`, as transformers' post-processing does.
 
@@ -341,7 +335,7 @@ def resize_depth(depth, size, mode="bicubic"):
 _POST_RESIZE = {"dpt": "bicubic", "depth_anything": "bicubic", "chmv2": "bilinear_corners"}
 
 
-def estimate_depth(model, images, preprocessing=None):
+def estimate_depth(model, images, preprocessing=None, verbose="auto"):
     """One depth map per image, at that image's own size.
 
     As transformers' `depth-estimation` pipeline: each image is prepared
@@ -357,6 +351,8 @@ def estimate_depth(model, images, preprocessing=None):
             (sizes may differ).
         preprocessing: None (default: the model's record) or a
             `DenseProcessing` record or its config.
+        verbose: "auto" (default: a progress bar for more than one image),
+            0 (silent), 1 (a progress bar) or 2 (one line at the end).
 
     Returns:
         A list with one dict per image: "predicted_depth", float32
@@ -376,13 +372,14 @@ def estimate_depth(model, images, preprocessing=None):
     ((30, 50), dtype('uint8'))
     """
     from keras_vit.presets.resolver import load_model
+    from keras_vit.tasks.images import read_batches
 
     model = load_model(model)
     if not isinstance(model, DepthEstimator):
         raise ValueError(f"`model` must be a DepthEstimator. Received: {type(model).__name__}")
     record = processing_record(model, preprocessing, "DenseProcessing")
     results = []
-    for image in _read_images(images):
+    for (image,) in read_batches(images, 1, verbose):  # one image in memory at a time
         prepared = prepare_image(image, record)
         predicted = np.asarray(model.predict_on_batch(prepared.pixels)[OUTPUT])[0]
         depth = resize_depth(predicted, prepared.image_size, _POST_RESIZE[model.style])

@@ -31,7 +31,7 @@ from keras_vit.families import owlvit
 from keras_vit.layers.detection_heads import DetectionHeads, QueryLogits
 from keras_vit.preprocessing import preprocess_input, resize_and_crop
 from keras_vit.tasks.base import ExportableTask, task_from_preset
-from keras_vit.tasks.images import read_images
+from keras_vit.tasks.images import read_batches, read_images
 from keras_vit.text.encoder import TextEncoder
 from keras_vit.text.tokenizer import check_texts, load_tokenizer
 from keras_vit.validation import check_bool, check_float, check_positive_int
@@ -194,22 +194,30 @@ class OpenVocabularyDetector(_DetectorBase):
                     for boxes, embeddings in zip(out["pred_boxes"], out["class_embeddings"])]
         return np.stack([out["class_embeddings"][i, j] for i, j in enumerate(best)]).astype("float32")
 
-    def with_queries(self, queries, names=None, name=None):
+    def with_queries(self, queries=None, names=None, name=None, query_images=None):
         """A detector of fixed classes: `FixedQueryDetector`, from images alone.
 
+        The queries are embedded once here; the returned detector then
+        runs on any number of images without embedding them again.
+
         Args:
-            queries: texts (embedded by the text tower) or query embeddings
-                `(queries, query_dim)`.
-            names: None (the texts, or "query 0", ...) or one name per query.
+            queries: None, texts (embedded by the text tower) or query
+                embeddings `(queries, query_dim)`.
+            names: None (the texts, the example images' file names, or
+                "query 0", ...) or one name per query.
             name: the model's name (default `<name>_fixed`).
+            query_images: None or example images (one-shot detection, as
+                `detect` takes them), queried after the texts.
 
         Returns:
             A `FixedQueryDetector` sharing this detector's layers.
         """
-        if isinstance(queries, str) or (isinstance(queries, (list, tuple)) and queries
-                                        and all(isinstance(q, str) for q in queries)):
-            texts = query_texts(queries)
-            embeddings, names = self.encode_texts(texts), names or texts
+        if queries is None or _are_texts(queries) or (isinstance(queries, (list, tuple)) and not queries):
+            labels, embeddings = _queries(self, queries, query_images)
+            names = names or labels
+        elif query_images is not None:
+            raise ValueError("`queries` given as embeddings takes no `query_images`: give texts with them, "
+                             "or embed the example images with `encode_image_queries` and pass all embeddings.")
         else:
             embeddings = np.asarray(queries, "float32")
         return FixedQueryDetector(self.image_encoder, self.heads, embeddings, names,
@@ -502,6 +510,11 @@ def query_texts(queries):
     return texts
 
 
+def _are_texts(queries):
+    return isinstance(queries, str) or (isinstance(queries, (list, tuple)) and bool(queries)
+                                        and all(isinstance(q, str) for q in queries))
+
+
 def _query_label(query, index):
     return os.path.basename(os.fspath(query)) if isinstance(query, (str, os.PathLike)) else f"image query {index}"
 
@@ -514,7 +527,7 @@ def _queries(model, queries, query_images):
                              "`queries` or `query_images`.")
         return list(model.query_names), None
     if queries is None and query_images is None:
-        raise ValueError("`detect` needs `queries` (texts), `query_images` (example images) or both.")
+        raise ValueError("Detection needs `queries` (texts), `query_images` (example images) or both.")
     labels, embeddings = [], []
     if queries is not None:
         if isinstance(queries, (list, tuple)) and not queries:
@@ -531,7 +544,7 @@ def _queries(model, queries, query_images):
 
 
 def detect(model, images, queries=None, query_images=None, threshold=0.1, nms_threshold=None, top_k=None,
-           batch_size=4):
+           batch_size=4, verbose="auto"):
     """Objects in images, found by text queries or example images.
 
     Args:
@@ -551,7 +564,11 @@ def detect(model, images, queries=None, query_images=None, threshold=0.1, nms_th
             boxes at this IoU (transformers' image-guided post-processing
             uses 0.3).
         top_k: None (default: all) or an int: the most detections per image.
-        batch_size: int, default 4: images per forward pass.
+        batch_size: int, default 4: images per forward pass (read and
+            prepared a batch at a time).
+        verbose: "auto" (default: a progress bar when the images make more
+            than one batch), 0 (silent), 1 (a progress bar) or 2 (one line
+            at the end).
 
     Returns:
         A list with, per image, a list of `Detection(label, score, box)`,
@@ -583,10 +600,10 @@ def detect(model, images, queries=None, query_images=None, threshold=0.1, nms_th
     top_k = check_positive_int(top_k, "top_k", allow_none=True)
     batch_size = check_positive_int(batch_size, "batch_size")
     labels, embeddings = _queries(model, queries, query_images)
-    inputs, sizes = prepare_images(model, images)
-    outputs = []
-    for start in range(0, len(inputs), batch_size):
-        batch = inputs[start:start + batch_size]
+    outputs, sizes = [], []
+    for images_read in read_batches(images, batch_size, verbose):
+        batch, batch_sizes = prepare_images(model, images_read)
+        sizes += batch_sizes
         if embeddings is None:
             outputs.append(model.predict_on_batch(batch))
         else:

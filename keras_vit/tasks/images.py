@@ -139,6 +139,27 @@ def _as_rgb(array, where):
     return array[..., :3]
 
 
+def _as_list(images):
+    """`images` as a sequence of single images, nothing read."""
+    import keras
+
+    if isinstance(images, (str, os.PathLike)) or _pil_image(images) is not None:
+        return [images]
+    if keras.ops.is_tensor(images):
+        images = keras.ops.convert_to_numpy(images)
+    if isinstance(images, np.ndarray):
+        return images if images.ndim == 4 else [images]
+    return images if isinstance(images, (list, tuple)) else list(images)
+
+
+def _read_one(image, index):
+    if isinstance(image, (str, os.PathLike)):
+        return _read(image)
+    if _pil_image(image) is not None:
+        return rgb_pixels(image, f"`images[{index}]`")
+    return _as_rgb(image, f"`images[{index}]`")
+
+
 def read_images(images):
     """`images` (a path, a PIL image, an array, a batch or a list of these) as a
     list of `(H, W, 3)` NumPy images in [0, 255], each at its own size.
@@ -152,22 +173,7 @@ def read_images(images):
     >>> [image.shape for image in read_images(np.zeros((2, 5, 7, 1), "uint8"))]
     [(5, 7, 3), (5, 7, 3)]
     """
-    import keras
-
-    if isinstance(images, (str, os.PathLike)) or _pil_image(images) is not None:
-        images = [images]
-    elif keras.ops.is_tensor(images):
-        images = keras.ops.convert_to_numpy(images)
-    if isinstance(images, np.ndarray) and images.ndim != 4:
-        images = [images]
-    out = []
-    for i, image in enumerate(images):
-        if isinstance(image, (str, os.PathLike)):
-            out.append(_read(image))
-        elif _pil_image(image) is not None:
-            out.append(rgb_pixels(image, f"`images[{i}]`"))
-        else:
-            out.append(_as_rgb(image, f"`images[{i}]`"))
+    out = [_read_one(image, i) for i, image in enumerate(_as_list(images))]
     if not out:
         raise ValueError("`images` is empty: give at least one image.")
     return out
@@ -183,19 +189,46 @@ def image_batches(images, size):
     >>> [len(part) for part in image_batches(np.zeros((5, 8, 8, 3), "uint8"), 2)]
     [2, 2, 1]
     """
-    import keras
-
-    if isinstance(images, (str, os.PathLike)) or _pil_image(images) is not None:
-        images = [images]
-    elif keras.ops.is_tensor(images):
-        images = keras.ops.convert_to_numpy(images)
-    if isinstance(images, np.ndarray):
-        images = images if images.ndim == 4 else [images]
-    elif not isinstance(images, (list, tuple)):
-        images = list(images)
+    images = _as_list(images)
     if not len(images):
         raise ValueError("`images` is empty: give at least one image.")
     return [images[i : i + size] for i in range(0, len(images), size)]
+
+
+def read_batches(images, size, verbose="auto"):
+    """Reads `images` (as `read_images` takes them) `size` at a time: a
+    generator of lists of `(H, W, 3)` images, for the one-call functions
+    that run a batch before reading the next, with a progress bar.
+
+    Args:
+        images: as `read_images` takes them.
+        size: int: images per batch.
+        verbose: "auto" (default: a progress bar when the images make more
+            than one batch), 0 (silent), 1 (a progress bar) or 2 (one line
+            at the end), as Keras' `predict`.
+
+    Example:
+
+    >>> [len(part) for part in read_batches(np.zeros((5, 8, 8, 3), "uint8"), 2, verbose=0)]
+    [2, 2, 1]
+    """
+    import keras
+
+    from keras_vit.validation import check_choice
+
+    check_choice(verbose, ("auto", 0, 1, 2), "verbose")
+    parts = image_batches(images, size)
+    if verbose == "auto":
+        verbose = 1 if len(parts) > 1 else 0
+    total = sum(len(part) for part in parts)
+    bar = keras.utils.Progbar(total, verbose=verbose, unit_name="image") if verbose else None
+    done = 0
+    for part in parts:
+        # Errors name an image by its place in `images`, not in its batch.
+        yield [_read_one(image, done + i) for i, image in enumerate(part)]
+        done += len(part)
+        if bar is not None:
+            bar.update(done)
 
 
 def _record(model, preprocessing):

@@ -397,7 +397,7 @@ def _outputs(model, pixels, batch_size):
 
 
 def segment(model, images, task="semantic", threshold=0.9, mask_threshold=0.5, overlap_mask_area_threshold=0.5,
-            stuff_classes=None, preprocessing=None, batch_size=8):
+            stuff_classes=None, preprocessing=None, batch_size=8, verbose="auto"):
     """Segments each image: a label map at its own size and its segments, named.
 
     As transformers' `image-segmentation` pipeline and EoMT's image
@@ -420,6 +420,8 @@ def segment(model, images, task="semantic", threshold=0.9, mask_threshold=0.5, o
         stuff_classes: None or class ids whose queries share one segment (panoptic).
         preprocessing: None (default: the model's record) or a `DenseProcessing`.
         batch_size: int, default 8: images (or squares) per forward pass.
+        verbose: "auto" (default: a progress bar for more than one image),
+            0 (silent), 1 (a progress bar) or 2 (one line at the end).
 
     Returns:
         A list with one dict per image: "segmentation", int32 `(height,
@@ -440,7 +442,7 @@ def segment(model, images, task="semantic", threshold=0.9, mask_threshold=0.5, o
     >>> result["segmentation"].shape, {s["label"] for s in result["segments"]} <= {"sea", "sky"}
     ((20, 30), True)
     """
-    from keras_vit.tasks.images import read_images as _image_list
+    from keras_vit.tasks.images import read_batches
     from keras_vit.presets.resolver import load_model
     from keras_vit.tasks import segmentation_outputs as post
     from keras_vit.preprocessing.dense import prepare_image
@@ -452,7 +454,7 @@ def segment(model, images, task="semantic", threshold=0.9, mask_threshold=0.5, o
     record = DenseProcessing.from_config(record)
     _check_subtask(model, task, record)
     results = []
-    for image in _image_list(images):
+    for (image,) in read_batches(images, 1, verbose):  # one image in memory at a time
         prepared = prepare_image(image, record)
         out = _outputs(model, prepared.pixels, batch_size)
         if model.head == "linear":
