@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import DEIT_NPZ, DEIT_SAFETENSORS, ROOT, requires_shared, runs_once
+from conftest import DEIT_NPZ, DEIT_SAFETENSORS, ROOT, TINY, requires_shared, runs_once
 from PIL import Image
 
 from keras_vit import architectures, export, presets, preprocessing
@@ -230,6 +230,29 @@ def _image(tmp_path):
     path = tmp_path / "photo.png"
     Image.fromarray(np.zeros((40, 40, 3), "uint8")).save(path)
     return str(path)
+
+
+def test_inspect_and_export_warn_that_an_architecture_name_has_random_weights(tmp_path, capsys):
+    """A bare constructor name is a fair input to inspect (the untrained
+    baseline) and export (a benchmark), but never silently: a warning says
+    its weights are random and which are registered; a preset does not warn."""
+    import keras_vit
+
+    out = str(tmp_path / "inspected")
+    assert run_cli(["inspect", _image(tmp_path), "--model", "ViTTi16", "--preprocessing", "imagenet",
+                    "--out", out]) == 0
+    err = capsys.readouterr().err
+    assert "keras-vit inspect: warning: 'ViTTi16' names an architecture" in err
+    assert "randomly initialised" in err and "augreg-i21k+imagenet2012" in err
+    assert os.path.isfile(os.path.join(out, "attention_rollout.png"))
+    # Export warns before its own checks (here: the output's extension).
+    assert run_cli(["export", "ViTTi16", "--format", "onnx", "--output", str(tmp_path / "m.pt2")]) == 2
+    err = capsys.readouterr().err
+    assert "keras-vit export: warning: 'ViTTi16' names an architecture" in err and "error:" in err
+    keras_vit.ViT(**{**TINY, "num_layers": 1}, classes=3).save_to_preset(tmp_path / "my_vit")
+    assert run_cli(["inspect", _image(tmp_path), "--model", str(tmp_path / "my_vit"), "--preprocessing",
+                    "imagenet", "--out", out]) == 0
+    assert "keras-vit inspect: warning" not in capsys.readouterr().err
 
 
 def _one_line_error(capsys, argv):

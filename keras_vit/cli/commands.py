@@ -146,6 +146,14 @@ def _summary(source, model, logits, distances, rollout_grid, similarity):
     return "\n".join(lines) + "\n"
 
 
+def _warn_untrained(command, source, weights):
+    """A model built from scratch is a fair input to inspect or export (the
+    untrained baseline, a benchmark), never one to mistake for a trained one."""
+    reason = untrained_reason(source, weights)
+    if reason is not None:
+        print(f"keras-vit {command}: warning: {reason}", file=sys.stderr, flush=True)
+
+
 def _model_and_image(args):
     if not os.path.isfile(args.image):
         raise FileNotFoundError(
@@ -153,6 +161,7 @@ def _model_and_image(args):
         )
     if args.preset and args.model:
         raise ValueError("Give --model or --preset, not both: each names the whole model.")
+    _warn_untrained("inspect", args.preset or args.model, args.weights)
     model = command_model(args, args.preset or args.model)
     if model.preprocessing is None and args.preprocessing is None:
         _needs_preprocessing(model)
@@ -279,6 +288,7 @@ def export_command(args):
     # graph; other formats export a Keras-quantized model.
     runtime_int8 = args.quantize == "int8" and args.format in ("onnx", "openvino")
     try:
+        _warn_untrained("export", args.model, args.weights)
         model = command_model(args)
         if args.quantize and not runtime_int8:
             model.quantize(args.quantize)

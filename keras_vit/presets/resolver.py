@@ -63,7 +63,8 @@ def untrained_reason(source, weights=None):
 
     A constructor, class or architecture name without `weights` builds a
     model from scratch: right for training, meaningless for predictions.
-    `keras_vit.classify` and `keras-vit classify` refuse it with this reason.
+    `keras_vit.classify` and `keras-vit classify` refuse it with this reason;
+    `keras-vit inspect` and `keras-vit export` warn with it.
 
     Example:
 
