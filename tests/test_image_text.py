@@ -214,6 +214,19 @@ def test_zero_shot_command_ranks_the_classes(tmp_path, capsys):
     assert [line.split() for line in lines[1:]] == [[f"{probabilities[i]:.4f}", CLASSES[i]] for i in best]
     assert commands.keras_vit(["zero-shot", str(tmp_path / "none.png"), "--preset", folder,
                                "--classes", "cat"]) == 2
+    capsys.readouterr()
+    # The same classes from a file, one a line.
+    names = tmp_path / "classes.txt"
+    names.write_text("# three of them\n" + "\n".join(CLASSES[:3]) + "\n\n", encoding="utf-8")
+    assert commands.keras_vit(["zero-shot", folder, str(photo), "--classes-file", str(names), "--top", "2"]) == 0
+    assert capsys.readouterr().out.splitlines() == lines
+    (tmp_path / "empty.txt").write_text("# nothing\n")
+    for given, message in ((tmp_path / "empty.txt", "names no class"), (tmp_path / "gone.txt", "No class names file")):
+        assert commands.keras_vit(["zero-shot", folder, str(photo), "--classes-file", str(given)]) == 2
+        assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        commands.keras_vit(["zero-shot", folder, str(photo), "--classes", "cat", "--classes-file", str(names)])
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
 GUIDE = "docs/guides/zero_shot.md"

@@ -7,8 +7,8 @@ Example:
 >>> commands = ArgumentParser().add_subparsers(dest="command")
 >>> parser = zero_shot_parser(commands)
 >>> args = parser.parse_args(["hf://org/clip", "cat.png", "--classes", "cat", "dog"])
->>> args.model, args.images, args.classes, args.templates, args.top
-('hf://org/clip', ['cat.png'], ['cat', 'dog'], None, None)
+>>> args.model, args.images, args.classes, args.classes_file, args.templates, args.top
+('hf://org/clip', ['cat.png'], ['cat', 'dog'], None, None, None)
 """
 
 try:
@@ -32,7 +32,12 @@ def zero_shot_parser(commands):
     parser.model_then_images(
         "model", "the image-text checkpoint: a preset folder or hf://org/name (keras_vit.ImageTextModel.from_preset)"
     )
-    parser.add_argument("--classes", nargs="+", required=True, help="class names, e.g. cat dog")
+    classes = parser.add_mutually_exclusive_group(required=True)
+    classes.add_argument("--classes", nargs="+", help="class names, e.g. cat dog")
+    classes.add_argument(
+        "--classes-file",
+        help="a UTF-8 text file of class names, one per line (blank lines and lines starting with # skipped)",
+    )
     parser.add_argument(
         "--templates", nargs="+", default=None,
         help="prompt templates with {} for the class name (default: 'a photo of a {}.'); "

@@ -1,19 +1,46 @@
 """The work of `keras-vit zero-shot` (parsed in `keras_vit_tools.commands`).
 
-`keras-vit zero-shot MODEL IMAGE [IMAGE ...] --classes NAME [NAME ...]`
-loads a two-tower checkpoint (`keras_vit.ImageTextModel`), builds
+`keras-vit zero-shot MODEL IMAGE [IMAGE ...] --classes NAME [NAME ...]` (or
+`--classes-file FILE`, one name a line) loads a two-tower checkpoint (`keras_vit.ImageTextModel`), builds
 its zero-shot classifier for the named classes (one prompt, or the CLIP
 paper's 80 ImageNet prompts with `--templates imagenet`), and prints each
 image's classes ranked, with their probabilities: a softmax over the classes
 for CLIP and MetaCLIP 2, a sigmoid per class for SigLIP and SigLIP 2.
 """
 
+import os
 import sys
 
 from keras_vit.cli.files import in_chunks
 from keras_vit.tasks.classification import classify
 from keras_vit.tasks.zero_shot import DEFAULT_TEMPLATES, ImageTextModel
 from keras_vit.text.templates import IMAGENET_TEMPLATES
+
+
+def class_names_file(path):
+    """The class names of a text file: one per line, stripped; blank lines
+    and lines starting with "#" skipped.
+
+    Example:
+
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "classes.txt")
+    >>> _ = open(path, "w").write(os.linesep.join(["# pets", "cat", "", "  golden retriever "]))
+    >>> class_names_file(path)
+    ['cat', 'golden retriever']
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"No class names file at --classes-file {path!r} "
+                                f"(resolved to {os.path.abspath(path)!r}).")
+    try:
+        with open(path, encoding="utf-8-sig") as handle:
+            lines = [line.strip() for line in handle]
+    except UnicodeDecodeError as error:
+        raise ValueError(f"--classes-file {path!r} is not UTF-8 text ({error.reason} at byte {error.start}).")
+    names = [line for line in lines if line and not line.startswith("#")]
+    if not names:
+        raise ValueError(f"--classes-file {path!r} names no class: give one class name per line.")
+    return names
 
 
 def prompt_templates(values):
@@ -41,10 +68,11 @@ def zero_shot_command(args):
     `keras-vit classify` does for any classifier.
     """
     try:
+        classes = args.classes or class_names_file(args.classes_file)
         model = ImageTextModel.from_preset(args.model)
-        classifier = model.zero_shot_classifier(args.classes, templates=prompt_templates(args.templates))
+        classifier = model.zero_shot_classifier(classes, templates=prompt_templates(args.templates))
         for chunk in in_chunks(args.images, 32):
-            results = classify(classifier, chunk, top=args.top or len(args.classes), verbose=0)
+            results = classify(classifier, chunk, top=args.top or len(classes), verbose=0)
             for path, predictions in zip(chunk, results):
                 print(path)
                 for prediction in predictions:
