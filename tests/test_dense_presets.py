@@ -215,6 +215,13 @@ def test_commands_take_folders_and_keep_every_images_outputs(tmp_path, capsys, m
     for stem, path in photos.items():
         expected = keras_vit.estimate_depth(model, path)[0]["predicted_depth"]
         np.testing.assert_allclose(np.load(out / f"{stem}_depth.npy"), expected, rtol=1e-5, atol=1e-6)
+    # Run again with the output inside the folder of photos: what a run
+    # writes there is no input of the next one.
+    inner = tmp_path / "photos" / "depth_maps"
+    for _ in range(2):
+        assert run_cli(["depth", str(tmp_path / "depth"), str(tmp_path / "photos"), "--out", str(inner)]) == 0
+        assert [line.split(":")[0] for line in capsys.readouterr().out.splitlines()] == printed
+    assert len(os.listdir(inner)) == 12
     (tmp_path / "empty").mkdir()
     assert run_cli(["depth", str(tmp_path / "depth"), str(tmp_path / "empty"), "--out", str(out)]) == 2
     assert "holds no image" in capsys.readouterr().err

@@ -343,7 +343,7 @@ def run(args):
     """Runs the command of parsed `keras-vit` arguments; returns the exit status."""
     if getattr(args, "images", None):
         try:
-            args.images = image_files(args.images)
+            args.images = image_files(args.images, output=getattr(args, "out", None))
         except ValueError as error:
             print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
             return 2

@@ -13,7 +13,7 @@ from keras_vit.tasks.images import IMAGE_SUFFIXES, URL_SCHEMES
 
 
 
-def image_files(arguments):
+def image_files(arguments, output=None):
     """`arguments` with each folder replaced by the image files in it.
 
     A folder's images (by `IMAGE_SUFFIXES`, sub-folders included) come
@@ -21,6 +21,9 @@ def image_files(arguments):
 
     Args:
         arguments: the paths given on the command line.
+        output: None or the command's output folder: where it lies inside
+            a given folder, that folder's images leave out what is in it
+            (the pictures an earlier run wrote there are no input of this one).
 
     Returns:
         A list of paths.
@@ -48,9 +51,13 @@ def image_files(arguments):
                 raise ValueError(f"No image file at {argument!r} (resolved to {os.path.abspath(argument)!r}).")
             files.append(argument)
             continue
+        # The output folder is left out when it lies inside the given one
+        # (not when it is that folder: then nothing would be left).
+        skip = output if output is not None and not _inside(argument, output) else None
         found = sorted(
             os.path.join(root, name)
             for root, _, names in os.walk(argument)
+            if not (skip is not None and _inside(root, skip))
             for name in names
             if name.lower().endswith(IMAGE_SUFFIXES) and not name.startswith(".")
         )
@@ -59,6 +66,11 @@ def image_files(arguments):
                              "sub-folders included.")
         files += found
     return files
+
+
+def _inside(folder, output):
+    folder, output = os.path.realpath(folder), os.path.realpath(output)
+    return os.path.commonpath([folder, output]) == output
 
 
 def output_stems(paths):
