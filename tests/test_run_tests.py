@@ -102,6 +102,12 @@ def test_jax_runs_share_a_fresh_compilation_cache(monkeypatch):
     assert not os.path.exists(first), "the run's cache is removed after it"
     env = run_tests.backend_env("jax", environ={}, cache_dir="/c")
     assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+    # No source locations in the jax job's programs, unless the caller asks for them.
+    assert env["JAX_TRACEBACK_IN_LOCATIONS_LIMIT"] == "0"
+    assert env["JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS"] == "false"
+    assert run_tests.backend_env("jax", environ={"JAX_TRACEBACK_IN_LOCATIONS_LIMIT": "10"})[
+        "JAX_TRACEBACK_IN_LOCATIONS_LIMIT"] == "10"
+    assert "JAX_TRACEBACK_IN_LOCATIONS_LIMIT" not in run_tests.backend_env("torch", environ={})
     # A folder the caller chose is kept.
     assert run_tests.backend_env("jax", environ={"JAX_COMPILATION_CACHE_DIR": "/mine"}, cache_dir="/c")[
         "JAX_COMPILATION_CACHE_DIR"] == "/mine"
