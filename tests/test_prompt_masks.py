@@ -163,7 +163,7 @@ def test_generate_masks_matches_mask_generation_pipeline():
 
 
 def test_nms_keeps_what_exhaustive_suppression_keeps():
-    from keras_vit.tasks.detection import nms
+    from keras_vit.tasks.detection_outputs import nms
 
     rng = np.random.default_rng(3)
     corners = rng.uniform(0, 50, size=(40, 2))

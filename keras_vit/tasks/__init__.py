@@ -18,7 +18,8 @@
 - `keras_vit.tasks.segmentation_outputs`, `keras_vit.tasks.pictures`: the
   segmentation post-processing; the pictures of depth maps and segments;
 - `keras_vit.tasks.detection`: open-vocabulary detection (OWL-ViT, OWLv2):
-  `OpenVocabularyDetector`, `keras_vit.detect`;
+  `OpenVocabularyDetector`, `keras_vit.detect`; its post-processing in
+  `keras_vit.tasks.detection_outputs`;
 - `keras_vit.tasks.prompt_masks`: promptable segmentation (SAM):
   `PromptableSegmenter` (its `ImageEmbedder` and `PromptDecoder`),
   `keras_vit.segment_prompts`;

@@ -12,7 +12,7 @@ Kirillov et al., "Segment Anything", ICCV 2023, arXiv:2304.02643.
 
 import numpy as np
 
-from keras_vit.tasks.detection import nms
+from keras_vit.tasks.detection_outputs import nms
 from keras_vit.tasks.prompt_masks import embed_image, decode_prompts, mask_resizer, prompt_points
 from keras_vit.validation import check_float, check_positive_int
 
