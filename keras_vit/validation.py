@@ -205,6 +205,22 @@ def check_choice(value, allowed, name):
     return value
 
 
+def check_verbose(verbose, steps):
+    """Keras' `verbose` of a call of `steps` steps: "auto" is a progress bar
+    (1) when there is more than one step, else silence (0); 0, 1 and 2 as
+    Keras' `predict` takes them.
+
+    Example:
+
+    >>> check_verbose("auto", 1), check_verbose("auto", 3), check_verbose(2, 1)
+    (0, 1, 2)
+    """
+    check_choice(verbose, ("auto", 0, 1, 2), "verbose")
+    if verbose == "auto":
+        return 1 if steps > 1 else 0
+    return int(verbose)
+
+
 class UnknownArgumentError(TypeError, ValueError):
     """A keyword argument that the called function does not take.
 

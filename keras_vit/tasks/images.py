@@ -214,12 +214,10 @@ def read_batches(images, size, verbose="auto"):
     """
     import keras
 
-    from keras_vit.validation import check_choice
+    from keras_vit.validation import check_verbose
 
-    check_choice(verbose, ("auto", 0, 1, 2), "verbose")
     parts = image_batches(images, size)
-    if verbose == "auto":
-        verbose = 1 if len(parts) > 1 else 0
+    verbose = check_verbose(verbose, len(parts))
     total = sum(len(part) for part in parts)
     bar = keras.utils.Progbar(total, verbose=verbose, unit_name="image") if verbose else None
     done = 0

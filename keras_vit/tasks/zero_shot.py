@@ -24,7 +24,7 @@ from keras_vit.presets import image_text as image_text_presets
 from keras_vit.text.encoder import TextEncoder
 from keras_vit.text.templates import prompts
 from keras_vit.text.tokenizer import Tokenizer, check_texts
-from keras_vit.validation import check_choice, check_positive_int
+from keras_vit.validation import check_choice, check_positive_int, check_verbose
 from keras_vit.weights.canonical import HEAD, Checkpoint
 from keras_vit.weights.loader import load_checkpoint
 from keras_vit.weights.mapping import model_variables
@@ -276,38 +276,44 @@ class ImageTextModel:
         """The image tower's `Preprocessing` record (None when unknown)."""
         return getattr(self.image_encoder, "preprocessing", None)
 
-    def encode_images(self, images, batch_size=32):
+    def encode_images(self, images, batch_size=32, verbose="auto"):
         """Unit-length image embeddings `(n, D)` (NumPy float32).
 
         Args:
             images: `(n, H, W, C)` preprocessed images.
             batch_size: int, default 32.
+            verbose: "auto" (default: Keras' progress bar when the images
+                make more than one batch), 0, 1 or 2 (as `predict`).
         """
         batch_size = check_positive_int(batch_size, "batch_size")
-        return _unit(self.image_encoder.predict(images, batch_size=batch_size, verbose=0))
+        verbose = check_verbose(verbose, -(-len(images) // batch_size))
+        return _unit(self.image_encoder.predict(images, batch_size=batch_size, verbose=verbose))
 
     def tokenize(self, texts):
         """`{"token_ids", "padding_mask"}` of `texts` (see `tokenizer`)."""
         return self.tokenizer(texts)
 
-    def encode_texts(self, texts, batch_size=32):
+    def encode_texts(self, texts, batch_size=32, verbose="auto"):
         """Unit-length text embeddings `(n, D)` (NumPy float32).
 
         Args:
             texts: a string or a sequence of strings.
             batch_size: int, default 32.
+            verbose: "auto" (default: Keras' progress bar when the texts
+                make more than one batch), 0, 1 or 2 (as `predict`).
         """
         batch_size = check_positive_int(batch_size, "batch_size")
         tokens = self.tokenizer(texts)
         inputs = [tokens["token_ids"], tokens["padding_mask"]]
-        return _unit(self.text_encoder.predict(inputs, batch_size=batch_size, verbose=0))
+        verbose = check_verbose(verbose, -(-len(tokens["token_ids"]) // batch_size))
+        return _unit(self.text_encoder.predict(inputs, batch_size=batch_size, verbose=verbose))
 
     def scores(self, image_embeddings, text_embeddings):
         """`logit_scale * cos + logit_bias` of unit-length embeddings,
         `(images, texts)`."""
         return self.logit_scale * (np.asarray(image_embeddings) @ np.asarray(text_embeddings).T) + self.logit_bias
 
-    def similarity(self, images, texts, batch_size=32):
+    def similarity(self, images, texts, batch_size=32, verbose="auto"):
         """The image-text scores `(n_images, n_texts)`: transformers'
         `logits_per_image` (NumPy float32).
 
@@ -315,22 +321,26 @@ class ImageTextModel:
             images: `(n, H, W, C)` preprocessed images.
             texts: a string or a sequence of strings.
             batch_size: int, default 32.
+            verbose: as `encode_images` and `encode_texts`.
         """
         texts = check_texts(texts)
-        return self.scores(self.encode_images(images, batch_size), self.encode_texts(texts, batch_size))
+        return self.scores(self.encode_images(images, batch_size, verbose),
+                           self.encode_texts(texts, batch_size, verbose))
 
-    def class_embeddings(self, class_names, templates=DEFAULT_TEMPLATES, batch_size=32):
+    def class_embeddings(self, class_names, templates=DEFAULT_TEMPLATES, batch_size=32, verbose="auto"):
         """One unit-length embedding per class `(classes, D)`: the mean of the
         unit-length embeddings of its prompts (each template with the class
-        name), scaled to unit length again (the CLIP paper's ensemble)."""
+        name), scaled to unit length again (the CLIP paper's ensemble).
+        `verbose` as `encode_texts` (a thousand classes of 80 prompts are
+        80,000 texts)."""
         names = check_texts(class_names)
         templates = list(templates) if not isinstance(templates, str) else [templates]
         texts = [text for name in names for text in prompts(name, templates)]
-        embeddings = self.encode_texts(texts, batch_size).reshape(len(names), len(templates), -1)
+        embeddings = self.encode_texts(texts, batch_size, verbose).reshape(len(names), len(templates), -1)
         return _unit(embeddings.mean(axis=1))
 
     def zero_shot_classifier(self, class_names, templates=DEFAULT_TEMPLATES, batch_size=32,
-                             name="zero_shot_classifier"):
+                             name="zero_shot_classifier", verbose="auto"):
         """An image classifier for classes named in words: a `keras_vit.ViT`.
 
         The image tower with a head whose kernel is the classes' embeddings
@@ -349,11 +359,13 @@ class ImageTextModel:
                 `keras_vit.text.IMAGENET_TEMPLATES` holds the CLIP paper's 80.
             batch_size: int, default 32: texts per text-tower call.
             name: the model's name.
+            verbose: "auto" (default: a progress bar when the prompts make
+                more than one batch), 0, 1 or 2 (as `predict`).
 
         Returns:
             A `keras_vit.ViT` (the image tower's class).
         """
-        embeddings = self.class_embeddings(class_names, templates, batch_size)
+        embeddings = self.class_embeddings(class_names, templates, batch_size, verbose)
         return zero_shot_classifier(
             self.image_encoder, embeddings, check_texts(class_names), self.logit_scale, self.logit_bias,
             self.activation, name=name,
