@@ -244,6 +244,13 @@ def test_zero_shot_command_ranks_the_classes(tmp_path, capsys):
     for given, message in ((tmp_path / "empty.txt", "names no class"), (tmp_path / "gone.txt", "No class names file")):
         assert commands.keras_vit(["zero-shot", folder, str(photo), "--classes-file", str(given)]) == 2
         assert message in capsys.readouterr().err
+    # Many prompts: their progress bar on the error stream, the results alone on the output.
+    assert commands.keras_vit(["zero-shot", folder, str(photo), "--classes-file", str(names), "--top", "2",
+                               "--templates", "imagenet"]) == 0
+    shown = capsys.readouterr()
+    out = shown.out.splitlines()
+    assert out[0] == str(photo) and len(out) == 3 and all(line.split(None, 1)[1] in CLASSES for line in out[1:]), out
+    assert "8/8" in shown.err  # 240 prompts, 32 a batch
     with pytest.raises(SystemExit):
         commands.keras_vit(["zero-shot", folder, str(photo), "--classes", "cat", "--classes-file", str(names)])
     assert "not allowed with argument" in capsys.readouterr().err

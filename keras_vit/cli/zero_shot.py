@@ -8,6 +8,7 @@ image's classes ranked, with their probabilities: a softmax over the classes
 for CLIP and MetaCLIP 2, a sigmoid per class for SigLIP and SigLIP 2.
 """
 
+import contextlib
 import os
 import sys
 
@@ -70,7 +71,10 @@ def zero_shot_command(args):
     try:
         classes = args.classes or class_names_file(args.classes_file)
         model = ImageTextModel.from_preset(args.model)
-        classifier = model.zero_shot_classifier(classes, templates=prompt_templates(args.templates))
+        # The prompts' progress bar (many classes, --templates imagenet) goes
+        # to the terminal's error stream: standard output holds the results.
+        with contextlib.redirect_stdout(sys.stderr):
+            classifier = model.zero_shot_classifier(classes, templates=prompt_templates(args.templates))
         for chunk in in_chunks(args.images, 32):
             results = classify(classifier, chunk, top=args.top or len(classes), verbose=0)
             for path, predictions in zip(chunk, results):
