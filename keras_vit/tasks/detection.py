@@ -207,7 +207,7 @@ class OpenVocabularyDetector(_DetectorBase):
         Returns:
             A `FixedQueryDetector` sharing this detector's layers.
         """
-        if queries is None or _are_texts(queries) or (isinstance(queries, (list, tuple)) and not queries):
+        if queries is None or _are_texts(queries):
             labels, embeddings = _queries(self, queries, query_images)
             names = names or labels
         elif query_images is not None:
@@ -411,7 +411,8 @@ def query_texts(queries):
 
 
 def _are_texts(queries):
-    return isinstance(queries, str) or (isinstance(queries, (list, tuple)) and bool(queries)
+    """Texts rather than embeddings (an empty list too: `_queries` refuses it by name)."""
+    return isinstance(queries, str) or (isinstance(queries, (list, tuple))
                                         and all(isinstance(q, str) for q in queries))
 
 
