@@ -136,7 +136,8 @@ def test_task_commands_take_the_model_first_or_as_preset(command, capsys):
     first = parser.parse_args([command, "hf://org/m", "a.jpg", *options])
     as_option = parser.parse_args([command, "a.jpg", "--preset", "hf://org/m", *options])
     assert vars(first) == vars(as_option) and first.model == "hf://org/m"
-    assert (first.image, "images" in vars(first)) == ("a.jpg", False) if command == "masks" else first.images == ["a.jpg"]
+    assert first.images == ["a.jpg"]
+    assert parser.parse_args([command, "hf://org/m", "a.jpg", "b", *options]).images == ["a.jpg", "b"]
     with pytest.raises(SystemExit) as exit:
         parser.parse_args([command, "a.jpg", *options])
     err = capsys.readouterr().err
@@ -145,13 +146,6 @@ def test_task_commands_take_the_model_first_or_as_preset(command, capsys):
     with pytest.raises(SystemExit) as exit:
         parser.parse_args([command, "--help"])
     assert exit.value.code == 0 and f"keras-vit {command} " in capsys.readouterr().out
-
-
-@runs_once("torch", "the parsers import nothing of Keras")
-def test_masks_takes_one_image(capsys):
-    with pytest.raises(SystemExit):
-        commands.keras_vit_parser().parse_args(["masks", "sam", "a.jpg", "b.jpg", "--out", "o"])
-    assert "keras-vit masks: error: takes one image; got 2: a.jpg b.jpg" in capsys.readouterr().err
 
 
 def test_threads_follow_the_flag_the_environment_or_the_cores(monkeypatch):

@@ -213,6 +213,9 @@ def test_layers_round_trip_their_config():
 
 
 def test_masks_command_writes_pictures_and_json(tmp_path, capsys):
+    """Each image's masks under its own name, the same prompt in each; a
+    prompt outside a later image is an error naming it, the earlier
+    images' files kept."""
     import json
 
     from PIL import Image
@@ -220,25 +223,39 @@ def test_masks_command_writes_pictures_and_json(tmp_path, capsys):
     from keras_vit_tools.commands import keras_vit as run_cli
     from keras_vit.cli.tasks import mask_rle
 
-    photo = tmp_path / "chelsea.png"
-    Image.fromarray(_photo()).save(photo)
+    photos = {"chelsea": _photo(), "corner": _photo()[:200, 150:].copy()}  # 300 x 451, 200 x 301
+    for name, pixels in photos.items():
+        Image.fromarray(pixels).save(tmp_path / f"{name}.png")
     out = tmp_path / "masks"
-    status = run_cli(["masks", sam_dir()[0], str(photo), "--points", "120,80", "300,200",
-                       "--labels", "1", "0", "--out", str(out)])
-    assert status == 0, capsys.readouterr().err
-    data = json.loads((out / "masks.json").read_text())
-    expected = keras_vit.segment_prompts(_model(), _photo(), points=[[120, 80], [300, 200]], labels=[1, 0])
-    best = np.argsort(-expected["iou_scores"][0])
-    assert [m["score"] for m in data["masks"]] == pytest.approx(expected["iou_scores"][0][best].tolist(), abs=1e-6)
-    assert data["masks"][0]["mask"] == mask_rle(expected["masks"][0][best[0]])
-    assert Image.open(out / "masks.png").size == (451, 300)
-    status = run_cli(["masks", str(photo), "--preset", sam_dir()[0], "--points", "900,80", "--out", str(out)])
-    assert status == 2 and "must lie in the image" in capsys.readouterr().err
+    model = _model()
+    for names in (["chelsea"], ["chelsea", "corner"]):
+        status = run_cli(["masks", sam_dir()[0], *(str(tmp_path / f"{n}.png") for n in names),
+                          "--points", "120,80", "300,150", "--labels", "1", "0", "--out", str(out)])
+        assert status == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    for name, pixels in photos.items():
+        data = json.loads((out / f"{name}_masks.json").read_text())
+        assert data["image"] == str(tmp_path / f"{name}.png") and data["size"] == list(pixels.shape[:2])
+        expected = keras_vit.segment_prompts(model, pixels, points=[[120, 80], [300, 150]], labels=[1, 0])
+        best = np.argsort(-expected["iou_scores"][0])
+        assert [m["score"] for m in data["masks"]] == pytest.approx(
+            expected["iou_scores"][0][best].tolist(), abs=1e-6)
+        assert data["masks"][0]["mask"] == mask_rle(expected["masks"][0][best[0]])
+        assert Image.open(out / f"{name}_masks.png").size == pixels.shape[1::-1]
+        assert f"{tmp_path / name}.png: 3 masks; wrote" in printed
+    assert sorted(f.name for f in out.iterdir()) == [
+        "chelsea_masks.json", "chelsea_masks.png", "corner_masks.json", "corner_masks.png"]
+    again = tmp_path / "again"
+    status = run_cli(["masks", str(tmp_path / "chelsea.png"), str(tmp_path / "corner.png"),
+                      "--preset", sam_dir()[0], "--points", "400,80", "--out", str(again)])
+    err = capsys.readouterr().err
+    assert status == 2 and f"{tmp_path / 'corner.png'}: " in err and "must lie in the image" in err, err
+    assert sorted(f.name for f in again.iterdir()) == ["chelsea_masks.json", "chelsea_masks.png"]
     # No prompt is a usage error named by the command's flags, before the model loads.
-    assert run_cli(["masks", str(tmp_path / "absent"), str(photo), "--out", str(out)]) == 2
+    assert run_cli(["masks", str(tmp_path / "absent"), str(tmp_path / "chelsea.png"), "--out", str(out)]) == 2
     assert "--points (with --labels), --box, both, or --automatic" in capsys.readouterr().err
-    assert run_cli(["masks", sam_dir()[0], str(photo), "--automatic", "--box", "1", "1", "9", "9",
-                    "--out", str(out)]) == 2
+    assert run_cli(["masks", sam_dir()[0], str(tmp_path / "chelsea.png"), "--automatic",
+                    "--box", "1", "1", "9", "9", "--out", str(out)]) == 2
     assert "--automatic segments everything" in capsys.readouterr().err
 
 

@@ -138,13 +138,13 @@ class ArgumentParser(argparse.ArgumentParser):
             self._take_model(namespace)
         return namespace, extras
 
-    def model_then_images(self, dest, model_help, single=False):
+    def model_then_images(self, dest, model_help):
         """Positionals `MODEL IMAGE...`, with `--preset MODEL` the model's other way in.
 
         The model comes first, as `keras-vit classify MODEL IMAGE...` takes
         it, or as `--preset`, and then every positional is an image. The
         parsed namespace holds the model in `dest` and the images in
-        `images` (with `single`: the one image in `image`).
+        `images`.
 
         Example:
 
@@ -156,34 +156,26 @@ class ArgumentParser(argparse.ArgumentParser):
         >>> parser.parse_args(["cat.jpg", "--preset", "owlv2"]).images
         ['cat.jpg']
         """
-        files = "the image file" if single else "image files"
-        self.add_argument("_first", metavar="MODEL", help=f"{model_help} (or --preset MODEL: then {files} only)")
+        self.add_argument("_first", metavar="MODEL", help=f"{model_help} (or --preset MODEL: then image files only)")
         self.add_argument("images", nargs="*", metavar="IMAGE",
-                          help=files if single else "image files, folders (a folder: the images in it) or http(s) URLs")
+                          help="image files, folders (a folder: the images in it) or http(s) URLs")
         self.add_argument("--preset", dest=dest, default=None, metavar="MODEL", help=f"{model_help}, as an option")
-        self._model_first = (dest, single)
+        self._model_first = dest
 
     def _take_model(self, namespace):
-        dest, single = self._model_first
+        dest = self._model_first
         images = list(namespace.images)
         first = vars(namespace).pop("_first")
         if getattr(namespace, dest) is None:
             if not images:
                 self.error(
-                    f"give the model and then the image{'' if single else 's'} "
-                    f"({self.prog} MODEL IMAGE{'' if single else ' ...'}), or the model as --preset MODEL; "
-                    f"got only {first!r}"
+                    f"give the model and then the images ({self.prog} MODEL IMAGE ...), "
+                    f"or the model as --preset MODEL; got only {first!r}"
                 )
             setattr(namespace, dest, first)
         else:
             images.insert(0, first)
-        if single:
-            if len(images) != 1:
-                self.error(f"takes one image; got {len(images)}: {' '.join(images)}")
-            namespace.image = images[0]
-            del namespace.images
-        else:
-            namespace.images = images
+        namespace.images = images
 
     def error(self, message):
         unknown = self.unknown_flag(getattr(self, "_argv", ()))

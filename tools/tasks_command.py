@@ -13,8 +13,8 @@ Example:
 >>> masks = masks_parser(commands)
 >>> args = masks.parse_args(["sam", "cat.jpg", "--points", "120,80", "300,200", "--labels", "1", "0",
 ...                          "--out", "masks"])
->>> args.model, args.image, args.points, args.labels, args.box
-('sam', 'cat.jpg', [(120.0, 80.0), (300.0, 200.0)], [1, 0], None)
+>>> args.model, args.images, args.points, args.labels, args.box
+('sam', ['cat.jpg'], [(120.0, 80.0), (300.0, 200.0)], [1, 0], None)
 """
 
 import argparse
@@ -66,18 +66,18 @@ def masks_parser(commands):
         "masks",
         help="segment what clicks or a box point at, or everything (SAM)",
         description=(
-            "Segments one image with a Segment Anything model (transformers' SamModel, "
+            "Segments images with a Segment Anything model (transformers' SamModel, "
             "keras-hub's SAM): the object that --points (with --labels) and --box point at, "
-            "or with --automatic every object (a grid of clicks, as transformers' "
-            "mask-generation pipeline). Writes the image with its masks (masks.png) and "
-            "masks.json (scores, boxes, run-length-encoded masks) to --out."
+            "the same prompt in each image, or with --automatic every object (a grid of "
+            "clicks, as transformers' mask-generation pipeline). Writes, per image, the "
+            "image with its masks (<image>_masks.png) and <image>_masks.json (scores, boxes, "
+            "run-length-encoded masks) to --out."
         ),
     )
     parser.model_then_images(
-        "model", "the SAM model: a preset folder (transformers' SamModel, keras-hub's SAM) or hf://org/name",
-        single=True,
+        "model", "the SAM model: a preset folder (transformers' SamModel, keras-hub's SAM) or hf://org/name"
     )
-    parser.add_argument("--points", nargs="+", type=parse_point, default=None, help="clicks as x,y pixels")
+    parser.add_argument("--points", nargs="+", type=parse_point, default=None, help="clicks as x,y pixels (of each image)")
     parser.add_argument("--labels", nargs="+", type=int, default=None,
                         help="1 (on the object) or 0 (off it) per click (default: all 1)")
     parser.add_argument("--box", nargs=4, type=float, default=None, metavar=("X0", "Y0", "X1", "Y1"),

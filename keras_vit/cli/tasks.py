@@ -4,11 +4,12 @@
 `keras-vit detect MODEL IMAGE... --queries TEXT... --out DIR` runs
 `keras_vit.detect` and writes each image with its labelled boxes
 (`<image>_detections.png`) and `detections.json`; `keras-vit masks MODEL
-IMAGE (--points X,Y... [--labels L...] [--box X0 Y0 X1 Y1] | --automatic)
+IMAGE... (--points X,Y... [--labels L...] [--box X0 Y0 X1 Y1] | --automatic)
 --out DIR` runs `keras_vit.segment_prompts` (or
-`keras_vit.generate_masks`) and writes `masks.png` and `masks.json`, the
-masks run-length encoded (COCO's uncompressed RLE, column by column, as
-transformers' mask-generation pipeline encodes them).
+`keras_vit.generate_masks`) on each image in turn and writes
+`<image>_masks.png` and `<image>_masks.json`, the masks run-length
+encoded (COCO's uncompressed RLE, column by column, as transformers'
+mask-generation pipeline encodes them).
 """
 
 import json
@@ -17,7 +18,7 @@ import sys
 
 import numpy as np
 
-from keras_vit.cli.files import named_chunks
+from keras_vit.cli.files import named_chunks, output_stems
 from keras_vit.tasks import detection, mask_generation, prompt_masks
 from keras_vit.tasks.images import read_images
 from keras_vit.presets import from_preset
@@ -136,25 +137,33 @@ def _segment(args, model, image):
 
 
 def masks_command(args):
-    """Runs `keras-vit masks`; returns the exit status (2 on unusable input)."""
+    """Runs `keras-vit masks`; returns the exit status (2 on unusable input).
+
+    The images are segmented one at a time, each written before the next is
+    read, so what was done before a failure is kept.
+    """
     try:
         _check_prompt(args)
         model = from_preset(args.model)
         if not isinstance(model, prompt_masks.PromptableSegmenter):
             raise ValueError(f"The model {args.model!r} is not a SAM model: its class is {type(model).__name__}")
-        image = read_images(args.image)[0]
-        masks, scores, boxes = _segment(args, model, image)
+        for path, stem in zip(args.images, output_stems(args.images)):
+            image = read_images(path)[0]
+            try:
+                masks, scores, boxes = _segment(args, model, image)
+            except ValueError as error:
+                raise ValueError(f"{path}: {error}") from None
+            os.makedirs(args.out, exist_ok=True)
+            base = os.path.join(args.out, stem + "_masks")
+            # One mask drawn for prompts (the best), every mask for --automatic.
+            picture = _draw_masks(image, masks if args.automatic else masks[:1], base + ".png")
+            records = [{"score": float(s), "box": [int(v) for v in b], "area": int(m.sum()), "mask": mask_rle(m)}
+                       for m, s, b in zip(masks, scores, boxes)]
+            data = {"image": path, "size": list(image.shape[:2]), "masks": records}
+            written = _write_json(base + ".json", data)
+            print(f"{path}: {len(records)} masks; wrote {picture}, {written}" + "".join(
+                f"\n  {r['score']:.3f}  area {r['area']}  box {r['box']}" for r in records[:10]), flush=True)
     except (ValueError, OSError, ImportError) as error:
         print(f"keras-vit masks: error: {error}", file=sys.stderr)
         return 2
-    os.makedirs(args.out, exist_ok=True)
-    # One mask drawn for prompts (the best), every mask for --automatic.
-    picture = _draw_masks(image, masks if args.automatic else masks[:1], os.path.join(args.out, "masks.png"))
-    records = [{"score": float(s), "box": [int(v) for v in b], "area": int(m.sum()), "mask": mask_rle(m)}
-               for m, s, b in zip(masks, scores, boxes)]
-    data = {"image": args.image, "size": list(image.shape[:2]), "masks": records}
-    written = _write_json(os.path.join(args.out, "masks.json"), data)
-    print(f"{args.image}: {len(records)} masks" + "".join(
-        f"\n  {r['score']:.3f}  area {r['area']}  box {r['box']}" for r in records[:10]))
-    print(f"wrote: {picture}, {written}")
     return 0
