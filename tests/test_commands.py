@@ -13,7 +13,6 @@ from conftest import DEIT_NPZ, DEIT_SAFETENSORS, ROOT, TINY, requires_shared, ru
 from PIL import Image
 
 from keras_vit import architectures, export, presets, preprocessing
-from keras_vit.cli import commands as cli
 from keras_vit_tools.commands import keras_vit as run_cli
 from keras_vit.export import serving
 from keras_vit.weights.describe import checkpoint_constructor

@@ -1,7 +1,6 @@
 """The converter tool: files written, reloaded outputs, exit codes."""
 
 import json
-import pathlib
 import subprocess
 import sys
 

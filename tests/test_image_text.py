@@ -273,7 +273,7 @@ def test_zero_shot_guide_runs(tmp_path, monkeypatch):
 
     text = (ROOT / GUIDE).read_text(encoding="utf-8")
     blocks = re.findall(r"(?:(<!-- docs-test: [^\n]*-->)\n)?```python\n(.*?)```", text, flags=re.S)
-    marker = f"<!-- docs-test: run by tests/test_image_text.py::test_zero_shot_guide_runs -->"
+    marker = "<!-- docs-test: run by tests/test_image_text.py::test_zero_shot_guide_runs -->"
     assert all(m == marker or m.startswith("<!-- docs-test: skip (") for m, _ in blocks)
     codes = [code for m, code in blocks if m == marker]
     assert len(codes) == 5

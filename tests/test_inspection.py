@@ -17,7 +17,6 @@ from PIL import Image
 
 import keras_vit
 from keras_vit import inspection
-from keras_vit.inspection import evaluation
 from keras_vit.inspection import plots
 
 # Where the 144x96 cat goes on the 224x224 background: (top, left), pixels

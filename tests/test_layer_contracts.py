@@ -33,7 +33,6 @@ from keras.src import testing
 import keras_vit.layers
 from harness import run_layer_test
 from keras_vit import layers
-from keras_vit.layers.attention_pool import AttentionPoolHead
 from keras_vit.layers.depth_head import DepthBins, DepthHead
 from keras_vit.layers.detection_heads import DetectionHeads, QueryLogits
 from keras_vit.layers.dpt import DptNeck, ResidualConvUnit

@@ -1,6 +1,5 @@
 """Layer tests: NumPy references, shapes, serialisation and argument checks."""
 
-import keras
 import numpy as np
 import pytest
 import scipy.ndimage

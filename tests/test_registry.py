@@ -9,11 +9,10 @@ import pytest
 import keras_vit
 from conftest import runs_once
 from keras_vit.architectures import ARCHITECTURE_CONFIGS
-from keras_vit.weights import download, registry
+from keras_vit.weights import registry
 from keras_vit.weights.registry import (
     WEIGHTS,
     UnknownWeightsError,
-    WeightsRecord,
     get_record,
     list_records,
     markdown_table,

@@ -10,7 +10,6 @@ and tools/ and examples/ use the package, never the reverse.
 
 import ast
 import json
-import pathlib
 import re
 import subprocess
 import sys

@@ -36,7 +36,6 @@ The processor (`EomtImageProcessor`) becomes a `DenseProcessing` record;
 import numpy as np
 
 from keras_vit.preprocessing.dense import from_transformers, to_transformers
-from keras_vit.weights import canonical as C
 from keras_vit.weights.formats.conventions import torch_linear, torch_norm
 from keras_vit.weights.formats.task_family import (
     TaskFamily,

@@ -31,7 +31,7 @@ from keras_vit.families import owlvit
 from keras_vit.layers.detection_heads import DetectionHeads, QueryLogits
 from keras_vit.preprocessing import preprocess_input, resize_and_crop
 from keras_vit.tasks.base import ExportableTask, task_from_preset
-from keras_vit.tasks.detection_outputs import Detection, corners, postprocess
+from keras_vit.tasks.detection_outputs import corners, postprocess
 from keras_vit.tasks.images import read_batches, read_images
 from keras_vit.text.encoder import TextEncoder
 from keras_vit.text.tokenizer import check_texts, load_tokenizer

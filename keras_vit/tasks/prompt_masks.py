@@ -32,7 +32,7 @@ from keras_vit.layers.prompt_encoder import PromptEncoder
 from keras_vit.preprocessing import Preprocessing, preprocess_input, resize_and_crop
 from keras_vit.tasks.base import ExportableTask, task_from_preset
 from keras_vit.tasks.images import read_images
-from keras_vit.validation import check_bool, check_float, check_positive_int
+from keras_vit.validation import check_bool, check_positive_int
 from keras_vit.weights import shards
 from keras_vit.weights.files import read_json
 from keras_vit.weights.loader import load_checkpoint
