@@ -174,7 +174,8 @@ def test_detect_command_embeds_the_queries_once(tmp_path, monkeypatch, capsys):
                       "--query-images", paths[1], "--threshold", "0.2", "--out", str(out)])
     assert status == 0, capsys.readouterr().err
     assert sorted(calls) == ["encode_image_queries", "encode_texts"]
-    records = json.loads((out / "detections.json").read_text())
+    records = [json.loads((out / f"{i}_detections.json").read_text()) for i in range(len(photos))]
+    assert [r["image"] for r in records] == paths
     expected = keras_vit.detect(_model("owlv2"), photos, queries=QUERIES[0], query_images=paths[1], threshold=0.2)
     for record, found in zip(records, expected):
         assert [d["label"] for d in record["detections"]] == [d.label for d in found]
@@ -203,10 +204,13 @@ def test_detect_command_writes_pictures_and_json(tmp_path, capsys):
     status = run_cli(["detect", detection_dir("owlv2")[0], str(photo), "--queries", *QUERIES[:2],
                        "--threshold", "0.5", "--top-k", "4", "--out", str(out)])
     assert status == 0, capsys.readouterr().err
-    records = json.loads((out / "detections.json").read_text())
+    record = json.loads((out / "coffee_detections.json").read_text())
     found = keras_vit.detect(_model("owlv2"), skimage_data.coffee(), queries=QUERIES[:2], threshold=0.5, top_k=4)[0]
-    assert [d["score"] for d in records[0]["detections"]] == pytest.approx([d.score for d in found], abs=1e-6)
+    assert record["image"] == str(photo) and record["size"] == [400, 600]
+    assert [d["score"] for d in record["detections"]] == pytest.approx([d.score for d in found], abs=1e-6)
+    np.testing.assert_allclose([d["box"] for d in record["detections"]], [d.box for d in found], atol=1e-3)
     assert Image.open(out / "coffee_detections.png").size == (600, 400)
+    assert sorted(f.name for f in out.iterdir()) == ["coffee_detections.json", "coffee_detections.png"]
     # A detector needs something to look for: a usage error, and an error from a non-detector.
     with pytest.raises(SystemExit):
         run_cli(["detect", str(photo), "--preset", detection_dir("owlv2")[0], "--queries", "--out", str(out)])

@@ -43,8 +43,8 @@ def detect_parser(commands):
             "Detects the objects that text queries name (or example images show) with an "
             "open-vocabulary detector (transformers' OWL-ViT or OWLv2), as transformers' "
             "zero-shot-object-detection pipeline: every box whose score passes --threshold. "
-            "Writes each image with its labelled boxes (<image>_detections.png) and "
-            "detections.json to --out."
+            "Writes, per image, the image with its labelled boxes (<image>_detections.png) "
+            "and <image>_detections.json (labels, scores, boxes in pixels) to --out."
         ),
     )
     parser.model_then_images("model", "the detector: a preset folder (transformers' OWL-ViT, OWLv2) or hf://org/name")

@@ -2,14 +2,14 @@
 `keras_vit_tools.tasks_command`, run by `keras_vit.cli.commands.run`).
 
 `keras-vit detect MODEL IMAGE... --queries TEXT... --out DIR` runs
-`keras_vit.detect` and writes each image with its labelled boxes
-(`<image>_detections.png`) and `detections.json`; `keras-vit masks MODEL
-IMAGE... (--points X,Y... [--labels L...] [--box X0 Y0 X1 Y1] | --automatic)
---out DIR` runs `keras_vit.segment_prompts` (or
-`keras_vit.generate_masks`) on each image in turn and writes
-`<image>_masks.png` and `<image>_masks.json`, the masks run-length
-encoded (COCO's uncompressed RLE, column by column, as transformers'
-mask-generation pipeline encodes them).
+`keras_vit.detect` and writes, per image, the image with its labelled
+boxes (`<image>_detections.png`) and its detections
+(`<image>_detections.json`); `keras-vit masks MODEL IMAGE... (--points
+X,Y... [--labels L...] [--box X0 Y0 X1 Y1] | --automatic) --out DIR` runs
+`keras_vit.segment_prompts` (or `keras_vit.generate_masks`) on each image
+in turn and writes `<image>_masks.png` and `<image>_masks.json`, the masks
+run-length encoded (COCO's uncompressed RLE, column by column, as
+transformers' mask-generation pipeline encodes them).
 """
 
 import json
@@ -84,8 +84,11 @@ CHUNK = 32
 
 
 def detect_command(args):
-    """Runs `keras-vit detect`; returns the exit status (2 on unusable input)."""
-    records, written = [], []
+    """Runs `keras-vit detect`; returns the exit status (2 on unusable input).
+
+    Each image's files are written as soon as its chunk is done, so what was
+    found before a failure is kept.
+    """
     try:
         if not args.queries and not args.query_images:
             raise ValueError("Give what to find: --queries (texts), --query-images (example images) or both.")
@@ -100,20 +103,18 @@ def detect_command(args):
                                        top_k=args.top_k, verbose=0)
             os.makedirs(args.out, exist_ok=True)
             for (path, stem), image, found in zip(chunk, images, results):
-                written.append(_draw_boxes(image, found, os.path.join(args.out, f"{stem}_detections.png")))
-                records.append({"image": path, "size": list(image.shape[:2]), "detections": [
-                    {"label": d.label, "score": d.score, "box": list(d.box)} for d in found]})
-                print(f"{path}: {len(found)} detections")
+                base = os.path.join(args.out, stem + "_detections")
+                picture = _draw_boxes(image, found, base + ".png")
+                written = _write_json(base + ".json", {
+                    "image": path, "size": list(image.shape[:2]),
+                    "detections": [{"label": d.label, "score": d.score, "box": list(d.box)} for d in found]})
+                print(f"{path}: {len(found)} detections; wrote {picture}, {written}")
                 for d in found[:10]:
                     print(f"  {d.score:.3f}  {d.label}  ({', '.join(f'{v:.0f}' for v in d.box)})")
             sys.stdout.flush()
     except (ValueError, OSError, ImportError) as error:
         print(f"keras-vit detect: error: {error}", file=sys.stderr)
         return 2
-    finally:
-        if records:  # what was found before a failure is kept
-            written.append(_write_json(os.path.join(args.out, "detections.json"), records))
-    print("wrote: " + ", ".join(written))
     return 0
 
 
