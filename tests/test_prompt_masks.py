@@ -162,6 +162,43 @@ def test_generate_masks_matches_mask_generation_pipeline():
     assert agreement >= 0.99, agreement
 
 
+def test_masks_at_the_image_size_are_made_a_group_at_a_time(monkeypatch):
+    """Masks made a few at a time equal those made all at once, and a grid of
+    clicks then holds a fraction of the float64 masks in memory."""
+    import tracemalloc
+
+    from keras_vit.tasks import mask_outputs
+
+    model = _model()
+    photo = np.repeat(np.repeat(_photo(), 2, axis=0), 2, axis=1)  # 600 x 902
+    options = dict(points_per_side=4, points_per_batch=16, pred_iou_threshold=0.0,
+                   stability_score_threshold=0.0, nms_threshold=1.0)  # every candidate: 48 a batch
+    keras_vit.generate_masks(model, photo, points_per_side=1)  # compiled before measuring
+    runs = {}
+    for masks_at_once in (None, 4):
+        if masks_at_once:
+            monkeypatch.setattr(mask_outputs, "MASK_GROUP_BYTES", masks_at_once * 8 * photo.shape[0] * photo.shape[1])
+        tracemalloc.start()
+        found = keras_vit.generate_masks(model, photo, **options)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        clicked = keras_vit.segment_prompts(model, photo, boxes=[[10, 20, 300, 400], [200, 100, 800, 590]],
+                                            multimask_output=True)
+        runs[masks_at_once] = found, clicked, peak
+    (whole, clicked_whole, peak_whole), (grouped, clicked_grouped, peak_grouped) = runs[None], runs[4]
+    assert len(whole["masks"]) == 48
+    for key in ("masks", "scores", "boxes"):
+        np.testing.assert_array_equal(grouped[key], whole[key])
+    for key in ("masks", "iou_scores", "low_res_masks"):
+        np.testing.assert_array_equal(clicked_grouped[key], clicked_whole[key])
+    # All at once: more than the 48 float64 masks. Four at a time: those
+    # four, the 48 boolean masks returned and the decoder's low-resolution
+    # logits (on this photo together 18 masks' bytes; at 12 megapixels,
+    # about the four and the booleans alone).
+    one_mask = 8 * photo.shape[0] * photo.shape[1]
+    assert peak_whole > 48 * one_mask and peak_grouped < peak_whole / 3, (peak_whole, peak_grouped, one_mask)
+
+
 def test_nms_keeps_what_exhaustive_suppression_keeps():
     from keras_vit.tasks.detection_outputs import nms
 

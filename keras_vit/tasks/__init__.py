@@ -22,7 +22,8 @@
   `keras_vit.tasks.detection_outputs`;
 - `keras_vit.tasks.prompt_masks`: promptable segmentation (SAM):
   `PromptableSegmenter` (its `ImageEmbedder` and `PromptDecoder`),
-  `keras_vit.segment_prompts`;
+  `keras_vit.segment_prompts`; the masks' post-processing in
+  `keras_vit.tasks.mask_outputs`;
 - `keras_vit.tasks.mask_generation`: every object of an image (SAM's
   automatic masks): `keras_vit.generate_masks`.
 

@@ -5,7 +5,10 @@ clicks, as transformers' `mask-generation` pipeline on the whole image.
 `image_embedder`), decodes a grid of single positive clicks in batches
 (`prompt_decoder`), three masks per click, keeps the masks whose predicted
 IoU and stability score pass their thresholds, and among overlapping ones
-(the IoU of their boxes) the best.
+(the IoU of their boxes) the best. The candidates are judged at the
+image's size a group at a time (`mask_outputs.MASK_GROUP_BYTES`) and only
+the survivors are made again at that size, so memory does not grow with
+the number of clicks.
 
 Kirillov et al., "Segment Anything", ICCV 2023, arXiv:2304.02643.
 """
@@ -13,7 +16,8 @@ Kirillov et al., "Segment Anything", ICCV 2023, arXiv:2304.02643.
 import numpy as np
 
 from keras_vit.tasks.detection_outputs import nms
-from keras_vit.tasks.prompt_masks import embed_image, decode_prompts, mask_resizer, prompt_points
+from keras_vit.tasks.mask_outputs import full_size_masks, mask_groups, mask_resizer
+from keras_vit.tasks.prompt_masks import decode_prompts, embed_image, prompt_points
 from keras_vit.validation import check_float, check_positive_int
 
 
@@ -40,8 +44,8 @@ def stability_scores(logits, threshold=0.0, offset=1.0):
     >>> stability_scores(np.array([[[2.0, 0.5], [-0.5, -3.0]]])).tolist()
     [0.3333333333333333]
     """
-    inside = (logits > threshold + offset).sum(axis=(-2, -1))
-    around = (logits > threshold - offset).sum(axis=(-2, -1))
+    inside = np.count_nonzero(logits > threshold + offset, axis=(-2, -1))
+    around = np.count_nonzero(logits > threshold - offset, axis=(-2, -1))
     return inside / np.maximum(around, 1)
 
 
@@ -98,22 +102,27 @@ def generate_masks(model, image, points_per_side=32, points_per_batch=64, pred_i
     model, embedding, size, shape = embed_image(model, image)
     clicks = point_grid(per_side) * np.array([size[1], size[0]])
     points, labels = prompt_points(size, shape, clicks[:, None])
-    rows, columns = mask_resizer(4 * np.array(model.image_encoder.grid_size), model.image_size, shape, size)
-    kept = {"masks": [], "scores": []}
+    low_res = tuple(4 * int(side) for side in model.image_encoder.grid_size)
+    resizer = mask_resizer(low_res, model.image_size, shape, size)
+    # Candidates are kept as their low-resolution logits: at the image's size
+    # they are judged a group at a time and dropped, and only the masks that
+    # survive the suppression are made again, as booleans.
+    kept = {"logits": [np.zeros((0,) + low_res, "float32")], "scores": [np.zeros(0, "float32")],
+            "boxes": [np.zeros((0, 4), "int64")]}
     for start in range(0, len(points), batch):
         out = decode_prompts(model, embedding, points[start:start + batch], labels[start:start + batch], batch)
         logits = out["pred_masks"][:, 1:].reshape((-1,) + out["pred_masks"].shape[-2:])
         scores = out["iou_scores"][:, 1:].reshape(-1)
         keep = scores > iou_threshold if iou_threshold > 0 else np.ones(len(scores), bool)
-        masks = rows @ logits[keep].astype("float64") @ columns.T
-        if stability > 0:
-            good = stability_scores(masks, mask_threshold, stability_score_offset) > stability
-            masks, scores = masks[good], scores[keep][good]
-        else:
-            scores = scores[keep]
-        kept["masks"].append(masks > mask_threshold)
-        kept["scores"].append(scores)
-    masks, scores = np.concatenate(kept["masks"]), np.concatenate(kept["scores"])
-    boxes = mask_boxes(masks)
-    order = nms(boxes.astype("float64"), scores, nms_threshold) if len(masks) else np.zeros(0, int)
-    return {"masks": masks[order], "scores": scores[order].astype("float32"), "boxes": boxes[order]}
+        logits, scores = logits[keep], scores[keep]
+        for group, maps in mask_groups(logits, resizer):
+            good = np.ones(len(maps), bool)
+            if stability > 0:
+                good = stability_scores(maps, mask_threshold, stability_score_offset) > stability
+            kept["logits"].append(logits[group][good])
+            kept["scores"].append(scores[group][good])
+            kept["boxes"].append(mask_boxes((maps > mask_threshold)[good]))
+    logits, scores, boxes = (np.concatenate(kept[key]) for key in ("logits", "scores", "boxes"))
+    order = nms(boxes.astype("float64"), scores, nms_threshold) if len(logits) else np.zeros(0, int)
+    masks = full_size_masks(logits[order], resizer, mask_threshold)
+    return {"masks": masks, "scores": scores[order].astype("float32"), "boxes": boxes[order]}

@@ -1,6 +1,7 @@
-"""Promptable segmentation (SAM): the task model, its one-call functions
-`keras_vit.segment_prompts` and `keras_vit.generate_masks`, and their
-post-processing.
+"""Promptable segmentation (SAM): the task model and its one-call function
+`keras_vit.segment_prompts` (`keras_vit.generate_masks` is in
+`keras_vit.tasks.mask_generation`, the masks' post-processing in
+`keras_vit.tasks.mask_outputs`).
 
 `PromptableSegmenter` holds SAM's two parts as separate models, as SAM is
 served: `image_embedder`, a `keras_vit.ViT` image encoder (windowed blocks
@@ -32,6 +33,7 @@ from keras_vit.layers.prompt_encoder import PromptEncoder
 from keras_vit.preprocessing import Preprocessing, preprocess_input, resize_and_crop
 from keras_vit.tasks.base import ExportableTask, task_from_preset
 from keras_vit.tasks.images import read_images
+from keras_vit.tasks.mask_outputs import postprocess_masks
 from keras_vit.validation import check_bool, check_positive_int
 from keras_vit.weights import shards
 from keras_vit.weights.files import read_json
@@ -449,54 +451,6 @@ def prompt_points(size, shape, points=None, labels=None, boxes=None):
         parts.append(np.zeros((count, 1, 2)))
         part_labels.append(np.full((count, 1), -1))
     return np.concatenate(parts, axis=1).astype("float32"), np.concatenate(part_labels, axis=1).astype("int32")
-
-
-# --- post-processing -----------------------------------------------------------
-
-
-def _resize_matrix(source, target):
-    """`(target, source)` matrix of a linear resize (half-pixel centres,
-    torch's `interpolate(mode="bilinear", align_corners=False)` per axis)."""
-    position = np.maximum((np.arange(target) + 0.5) * (source / target) - 0.5, 0.0)
-    first = np.minimum(np.floor(position).astype(int), source - 1)
-    second = np.minimum(first + 1, source - 1)
-    weight = position - first
-    matrix = np.zeros((target, source))
-    np.add.at(matrix, (np.arange(target), first), 1 - weight)
-    np.add.at(matrix, (np.arange(target), second), weight)
-    return matrix
-
-
-def mask_resizer(low_res, input_size, resized, original):
-    """The two matrices `(rows, columns)` that take low-resolution masks to
-    the original image: resize to the input size, cut the resized image out
-    of the padding, resize to the original size (`post_process_masks`),
-    composed per axis: `rows @ mask @ columns.T`."""
-    maps = []
-    for axis in range(2):
-        up = _resize_matrix(low_res[axis], input_size[axis])[: resized[axis]]
-        maps.append(_resize_matrix(resized[axis], original[axis]) @ up)
-    return maps
-
-
-def postprocess_masks(low_res_masks, input_size, resized, original, threshold=0.0, binarize=True):
-    """transformers' `SamImageProcessor.post_process_masks` of one image.
-
-    Args:
-        low_res_masks: `(..., h, w)` mask logits.
-        input_size: the model input's `(height, width)`.
-        resized: the resized image's `(height, width)` inside it.
-        original: the original image's `(height, width)`.
-        threshold: float, default 0: the logit above which a pixel is in.
-        binarize: bool, default True: booleans, else the logits.
-
-    Returns:
-        `(..., height, width)` masks at the original size.
-    """
-    logits = np.asarray(low_res_masks, "float64")
-    rows, columns = mask_resizer(logits.shape[-2:], input_size, resized, original)
-    out = rows @ logits @ columns.T
-    return out > threshold if binarize else out.astype("float32")
 
 
 def embed_image(model, image):
