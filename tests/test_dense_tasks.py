@@ -127,6 +127,25 @@ def test_semantic_split_matches_the_pipeline(eomt):
         assert agree >= 0.99
 
 
+def test_maps_at_the_image_size_are_made_a_few_at_a_time(eomt, monkeypatch):
+    """The label maps and segments of every subtask are the same when the
+    class and query maps are resized to the image two at a time, and then no
+    resize to the image's size takes more than two."""
+    folder, _, _ = eomt[False]
+    model, photo = keras_vit.from_preset(folder), _photo("chelsea")
+    options = {"semantic": {}, "panoptic": dict(threshold=0.3), "instance": dict(threshold=0.2)}
+    whole = {task: keras_vit.segment(model, photo, task=task, **kw)[0] for task, kw in options.items()}
+    sizes, resize = [], post._resize
+    monkeypatch.setattr(post, "_resize", lambda maps, size: sizes.append((len(maps), tuple(size))) or resize(maps, size))
+    monkeypatch.setattr(post, "MAP_GROUP_BYTES", 2 * 4 * photo.shape[0] * photo.shape[1])
+    for task, kw in options.items():
+        grouped = keras_vit.segment(model, photo, task=task, **kw)[0]
+        assert grouped["segments"] == whole[task]["segments"] and whole[task]["segments"], task
+        np.testing.assert_array_equal(grouped["segmentation"], whole[task]["segmentation"])
+    at_image_size = [n for n, size in sizes if size == photo.shape[:2]]
+    assert at_image_size and max(at_image_size) == 2 and len(at_image_size) > 3, sizes
+
+
 def test_post_processing_is_the_processors_on_its_own_pixels(eomt):
     """On the processor's own pixels and transformers' outputs, the label
     maps and segments are the processor's exactly (instance included, which
@@ -142,7 +161,8 @@ def test_post_processing_is_the_processors_on_its_own_pixels(eomt):
     classes, masks = out.class_queries_logits.numpy(), out.masks_queries_logits.numpy()
     sizes = [photo.shape[:2]]
     semantic = processor.post_process_semantic_segmentation(out, target_sizes=sizes)[0].numpy()
-    np.testing.assert_array_equal(post.semantic(post.semantic_scores(classes, masks, prepared, record))[0], semantic)
+    scores = post.semantic_scores(classes, masks, prepared, record)
+    np.testing.assert_array_equal(post.semantic(scores, photo.shape[:2])[0], semantic)
     for task, options in (("panoptic", dict(threshold=0.3, mask_threshold=0.5, overlap_mask_area_threshold=0.5)),
                           ("instance", dict(threshold=0.2))):
         expected = getattr(processor, f"post_process_{task}_segmentation")(out, target_sizes=sizes, **options)[0]

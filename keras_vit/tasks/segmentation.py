@@ -458,10 +458,10 @@ def segment(model, images, task="semantic", threshold=0.9, mask_threshold=0.5, o
         prepared = prepare_image(image, record)
         out = _outputs(model, prepared.pixels, batch_size)
         if model.head == "linear":
-            segmentation, segments = post.semantic(post.linear_scores(out[LOGITS], prepared))
+            segmentation, segments = post.semantic(post.linear_scores(out[LOGITS]), prepared.image_size)
         elif task == "semantic":
             scores = post.semantic_scores(out[CLASS_LOGITS], out[MASK_LOGITS], prepared, record)
-            segmentation, segments = post.semantic(scores)
+            segmentation, segments = post.semantic(scores, prepared.image_size)
         elif task == "panoptic":
             segmentation, segments = post.panoptic(
                 out[CLASS_LOGITS], out[MASK_LOGITS], prepared, record, threshold, mask_threshold,

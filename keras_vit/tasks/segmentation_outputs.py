@@ -9,7 +9,10 @@ and returns `(segmentation, segments)`: an int32 `(height, width)` map at
 the image's size (semantic: a class per pixel; panoptic and instance: a
 segment id per pixel, -1 where none) and a list of segment dicts (`id`,
 `label_id`, `score`). The resizes are torch's bilinear (half-pixel, no
-antialias: `keras_vit.layers.resize.resize_bilinear`), on the backend.
+antialias: `keras_vit.layers.resize.resize_bilinear`), on the backend. The
+maps at the image's size (a class's or a query's) are made a group at a
+time (`MAP_GROUP_BYTES`): at 12 megapixels each is 48 MB, and a model has
+hundreds of classes and queries.
 
 Where the processor does something odd, it is done here too, so that the
 results are the processor's: the semantic maps of a padded image are
@@ -35,6 +38,42 @@ def _resize(maps, size):
     return np.transpose(ops.convert_to_numpy(resize_bilinear(x, tuple(int(s) for s in size)))[0], (2, 0, 1))
 
 
+# The bytes of float32 maps at the image's size made at a time.
+MAP_GROUP_BYTES = 2 ** 28
+
+
+def _resized_groups(maps, size):
+    """`(slice, resized)` pairs: `(n, h, w)` maps resized to `size`, a group
+    of maps at a time (each group within `MAP_GROUP_BYTES`)."""
+    step = max(1, MAP_GROUP_BYTES // (4 * int(size[0]) * int(size[1])))
+    for start in range(0, len(maps), step):
+        group = slice(start, start + step)
+        yield group, _resize(maps[group], size)
+
+
+def _argmax_of_groups(groups):
+    """The index of the largest value per pixel over groups `(slice, values)`
+    of `(k, H, W)` maps, the first where values tie (`np.argmax` of them all).
+
+    Example:
+
+    >>> maps = np.array([[[1.0, 5.0]], [[3.0, 5.0]], [[2.0, 6.0]]])
+    >>> _argmax_of_groups((slice(i, i + 2), maps[i:i + 2]) for i in (0, 2)).tolist()
+    [[1, 2]]
+    """
+    index = best = None
+    for group, values in groups:
+        top = np.argmax(values, axis=0)
+        value = np.take_along_axis(values, top[None], axis=0)[0]
+        if index is None:
+            index, best = (top + group.start).astype("int32"), value
+            continue
+        better = value > best
+        index[better] = top[better] + group.start
+        best[better] = value[better]
+    return index
+
+
 def _softmax(x):
     x = np.asarray(x, "float64")
     e = np.exp(x - x.max(axis=-1, keepdims=True))
@@ -56,18 +95,20 @@ def _resized_size(image_size, record):
 
 
 def semantic_scores(class_logits, mask_logits, prepared, record):
-    """Per-class scores `(classes, H, W)` at the image's size (EoMT).
+    """Per-class scores `(classes, h, w)` of EoMT's outputs, which `semantic`
+    resizes to the image's size.
 
     The masks are resized to `target_size`, weighed by the classes'
     probabilities (without "no object") and summed over the queries; a
-    split image's squares are put back where they were cut, averaged where
-    they overlap, and the whole is resized to the image's size.
+    split image's squares are put back where they were cut and averaged
+    where they overlap (a padded image's scores are the whole padded
+    square's, as the processor resizes them).
     """
     masks = [_resize(m, target_size(record)) for m in mask_logits]
     scores = np.stack([np.einsum("qc,qhw->chw", _softmax(c)[..., :-1], _sigmoid(m))
                        for c, m in zip(class_logits, masks)])
     if prepared.offsets is None:
-        return _resize(scores[0], prepared.image_size)
+        return scores[0]
     height, width = _resized_size(prepared.image_size, record)
     total = np.zeros((scores.shape[1], height, width), "float32")
     count = np.zeros((1, height, width), "float32")
@@ -79,30 +120,33 @@ def semantic_scores(class_logits, mask_logits, prepared, record):
         else:
             total[:, :, start:end] += square
             count[:, :, start:end] += 1
-    return _resize(total / np.maximum(count, 1), prepared.image_size)
+    return total / np.maximum(count, 1)
 
 
-def linear_scores(logits, prepared):
-    """The linear head's logits `(h, w, classes)` resized to the image, `(classes, H, W)`."""
+def linear_scores(logits):
+    """The linear head's logits `(1, h, w, classes)` as the scores `(classes,
+    h, w)` that `semantic` resizes to the image's size."""
     logits = np.asarray(logits)
     if logits.shape[0] != 1:
         raise ValueError("The linear head's post-processing takes unsplit images.")
-    return _resize(np.transpose(logits[0], (2, 0, 1)), prepared.image_size)
+    return np.transpose(logits[0], (2, 0, 1))
 
 
-def semantic(scores):
-    """`(segmentation, segments)` of per-class scores `(classes, H, W)`:
-    the best class per pixel and one segment per class present (no score)."""
-    segmentation = np.argmax(scores, axis=0).astype("int32")
+def semantic(scores, size):
+    """`(segmentation, segments)` of per-class scores `(classes, h, w)`
+    resized to `size`: the best class per pixel (the first where classes
+    tie) and one segment per class present (no score)."""
+    segmentation = _argmax_of_groups(_resized_groups(scores, size))
     segments = [{"id": int(c), "label_id": int(c), "score": None} for c in np.unique(segmentation)]
     return segmentation, segments
 
 
 def _unpadded_masks(mask_logits, prepared, record):
-    """The masks resized to `target_size`, cut to the image part, resized to the image."""
+    """The masks resized to `target_size` and cut to the image part, which
+    `_resized_groups` resizes to the image's size."""
     masks = _resize(mask_logits[0], target_size(record))
     height, width = _resized_size(prepared.image_size, record)
-    return _resize(masks[:, :height, :width], prepared.image_size)
+    return masks[:, :height, :width]
 
 
 def panoptic(class_logits, mask_logits, prepared, record, threshold=0.9, mask_threshold=0.5,
@@ -123,12 +167,17 @@ def panoptic(class_logits, mask_logits, prepared, record, threshold=0.9, mask_th
     segmentation = np.full(prepared.image_size, -1, "int32")
     if not len(masks):
         return segmentation, []
-    masks = _sigmoid(masks)
-    winner = np.argmax(scores[:, None, None] * masks, axis=0)
+    # Two passes over the masks at the image's size: the query winning each
+    # pixel, then each query's segment.
+    winner = _argmax_of_groups((group, scores[group, None, None] * _sigmoid(resized))
+                               for group, resized in _resized_groups(masks, prepared.image_size))
     segments, stuff = [], {}
-    for k, label in enumerate(labels.tolist()):
+    resized_masks = ((k, _sigmoid(resized[k - group.start]))
+                     for group, resized in _resized_groups(masks, prepared.image_size)
+                     for k in range(group.start, group.start + len(resized)))
+    for (k, mask), label in zip(resized_masks, labels.tolist()):
         mine = winner == k
-        original = masks[k] >= mask_threshold
+        original = mask >= mask_threshold
         final = mine & original
         area, original_area, final_area = mine.sum(), original.sum(), final.sum()
         if not (area > 0 and original_area > 0 and final_area > 0 and area / original_area > overlap_mask_area_threshold):
@@ -153,17 +202,17 @@ def instance(class_logits, mask_logits, prepared, record, threshold=0.9):
     """
     probabilities = _softmax(class_logits[0])[..., :-1]
     scores, labels = probabilities.max(-1), probabilities.argmax(-1)
-    masks = _unpadded_masks(mask_logits, prepared, record)
-    binary = masks > 0
-    area = binary.reshape(len(binary), -1).sum(1)
-    mask_scores = (_sigmoid(masks) * binary).reshape(len(binary), -1).sum(1) / (area + 1e-6)
-    final = scores * mask_scores
     segmentation = np.full(prepared.image_size, -1, "int32")
     segments = []
-    for j in range(len(final)):
-        if area[j] > 0 and final[j] >= threshold:
-            segmentation[binary[j]] = len(segments)
-            segments.append({"id": len(segments), "label_id": int(labels[j]), "score": round(float(final[j]), 6)})
+    for group, masks in _resized_groups(_unpadded_masks(mask_logits, prepared, record), prepared.image_size):
+        binary = masks > 0
+        area = binary.reshape(len(binary), -1).sum(1)
+        mask_scores = (_sigmoid(masks) * binary).reshape(len(binary), -1).sum(1) / (area + 1e-6)
+        final = scores[group] * mask_scores
+        for i, j in enumerate(range(group.start, group.start + len(masks))):
+            if area[i] > 0 and final[i] >= threshold:
+                segmentation[binary[i]] = len(segments)
+                segments.append({"id": len(segments), "label_id": int(labels[j]), "score": round(float(final[i]), 6)})
     return segmentation, segments
 
 
