@@ -199,6 +199,30 @@ def test_masks_at_the_image_size_are_made_a_group_at_a_time(monkeypatch):
     assert peak_whole > 48 * one_mask and peak_grouped < peak_whole / 3, (peak_whole, peak_grouped, one_mask)
 
 
+def test_generate_masks_shows_its_progress_over_the_clicks(tmp_path, capsys):
+    """A bar over the clicks when they make several decoder batches (on the
+    error stream in `keras-vit masks --automatic`), none for one batch or
+    with verbose=0; the masks the same."""
+    from PIL import Image
+
+    from keras_vit_tools.commands import keras_vit as run_cli
+
+    model, photo = _model(), _photo()[:120, :160]
+    options = dict(points_per_side=4, pred_iou_threshold=0.0, stability_score_threshold=0.0)
+    shown = keras_vit.generate_masks(model, photo, points_per_batch=4, **options)
+    assert "16/16" in capsys.readouterr().out
+    for quiet in (dict(points_per_batch=16), dict(points_per_batch=4, verbose=0)):
+        again = keras_vit.generate_masks(model, photo, **options, **quiet)
+        assert capsys.readouterr().out == ""
+        np.testing.assert_array_equal(again["masks"], shown["masks"])
+    Image.fromarray(photo).save(tmp_path / "cat.png")
+    status = run_cli(["masks", sam_dir()[0], str(tmp_path / "cat.png"), "--automatic", "--points-per-side", "9",
+                      "--out", str(tmp_path / "out")])
+    printed = capsys.readouterr()
+    assert status == 0 and "81/81" in printed.err and "81/81" not in printed.out, printed
+    assert printed.out.startswith(f"{tmp_path / 'cat.png'}: "), printed.out
+
+
 def test_nms_keeps_what_exhaustive_suppression_keeps():
     from keras_vit.tasks.detection_outputs import nms
 

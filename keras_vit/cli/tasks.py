@@ -12,6 +12,7 @@ run-length encoded (COCO's uncompressed RLE, column by column, as
 transformers' mask-generation pipeline encodes them).
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -127,7 +128,8 @@ def _check_prompt(args):
 
 def _segment(args, model, image):
     if args.automatic:
-        out = mask_generation.generate_masks(model, image, points_per_side=args.points_per_side)
+        with contextlib.redirect_stdout(sys.stderr):  # the clicks' progress; the results on stdout
+            out = mask_generation.generate_masks(model, image, points_per_side=args.points_per_side)
         return out["masks"], out["scores"], out["boxes"]
     out = prompt_masks.segment_prompts(model, image, points=args.points, labels=args.labels, boxes=args.box,
                                        multimask_output=not args.single)

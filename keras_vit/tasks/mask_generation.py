@@ -13,12 +13,13 @@ the number of clicks.
 Kirillov et al., "Segment Anything", ICCV 2023, arXiv:2304.02643.
 """
 
+import keras
 import numpy as np
 
 from keras_vit.tasks.detection_outputs import nms
 from keras_vit.tasks.mask_outputs import full_size_masks, mask_groups, mask_resizer
 from keras_vit.tasks.prompt_masks import decode_prompts, embed_image, prompt_points
-from keras_vit.validation import check_float, check_positive_int
+from keras_vit.validation import check_float, check_positive_int, check_verbose
 
 
 def point_grid(per_side):
@@ -71,7 +72,7 @@ def mask_boxes(masks):
 
 def generate_masks(model, image, points_per_side=32, points_per_batch=64, pred_iou_threshold=0.88,
                    stability_score_threshold=0.95, stability_score_offset=1.0, mask_threshold=0.0,
-                   nms_threshold=0.7):
+                   nms_threshold=0.7, verbose="auto"):
     """Every object in an image: SAM's automatic mask generation (the
     `mask-generation` pipeline on the whole image).
 
@@ -90,6 +91,9 @@ def generate_masks(model, image, points_per_side=32, points_per_batch=64, pred_i
         stability_score_offset: float, default 1.
         mask_threshold: float, default 0.
         nms_threshold: float, default 0.7.
+        verbose: "auto" (default: a progress bar over the clicks when they
+            make more than one batch), 0 (silent), 1 (a progress bar) or 2
+            (one line at the end).
 
     Returns:
         A dict: "masks" `(n, height, width)` booleans, "scores" `(n,)`
@@ -99,6 +103,7 @@ def generate_masks(model, image, points_per_side=32, points_per_batch=64, pred_i
     batch = check_positive_int(points_per_batch, "points_per_batch")
     iou_threshold = check_float(pred_iou_threshold, "pred_iou_threshold", minimum=0.0, maximum=1.0)
     stability = check_float(stability_score_threshold, "stability_score_threshold", minimum=0.0, maximum=1.0)
+    verbose = check_verbose(verbose, -(-per_side ** 2 // batch))
     model, embedding, size, shape = embed_image(model, image)
     clicks = point_grid(per_side) * np.array([size[1], size[0]])
     points, labels = prompt_points(size, shape, clicks[:, None])
@@ -109,6 +114,7 @@ def generate_masks(model, image, points_per_side=32, points_per_batch=64, pred_i
     # survive the suppression are made again, as booleans.
     kept = {"logits": [np.zeros((0,) + low_res, "float32")], "scores": [np.zeros(0, "float32")],
             "boxes": [np.zeros((0, 4), "int64")]}
+    bar = keras.utils.Progbar(len(points), verbose=verbose, unit_name="click") if verbose else None
     for start in range(0, len(points), batch):
         out = decode_prompts(model, embedding, points[start:start + batch], labels[start:start + batch], batch)
         logits = out["pred_masks"][:, 1:].reshape((-1,) + out["pred_masks"].shape[-2:])
@@ -122,6 +128,8 @@ def generate_masks(model, image, points_per_side=32, points_per_batch=64, pred_i
             kept["logits"].append(logits[group][good])
             kept["scores"].append(scores[group][good])
             kept["boxes"].append(mask_boxes((maps > mask_threshold)[good]))
+        if bar is not None:
+            bar.update(min(start + batch, len(points)))
     logits, scores, boxes = (np.concatenate(kept[key]) for key in ("logits", "scores", "boxes"))
     order = nms(boxes.astype("float64"), scores, nms_threshold) if len(logits) else np.zeros(0, int)
     masks = full_size_masks(logits[order], resizer, mask_threshold)
