@@ -172,23 +172,23 @@ def panoptic(class_logits, mask_logits, prepared, record, threshold=0.9, mask_th
     winner = _argmax_of_groups((group, scores[group, None, None] * _sigmoid(resized))
                                for group, resized in _resized_groups(masks, prepared.image_size))
     segments, stuff = [], {}
-    resized_masks = ((k, _sigmoid(resized[k - group.start]))
-                     for group, resized in _resized_groups(masks, prepared.image_size)
-                     for k in range(group.start, group.start + len(resized)))
-    for (k, mask), label in zip(resized_masks, labels.tolist()):
-        mine = winner == k
-        original = mask >= mask_threshold
-        final = mine & original
-        area, original_area, final_area = mine.sum(), original.sum(), final.sum()
-        if not (area > 0 and original_area > 0 and final_area > 0 and area / original_area > overlap_mask_area_threshold):
-            continue
-        if stuff_classes and label in stuff_classes:
-            if label in stuff:
-                segmentation[final] = stuff[label]
+    for group, resized in _resized_groups(masks, prepared.image_size):
+        for i, k in enumerate(range(group.start, group.start + len(resized))):
+            label = int(labels[k])
+            mine = winner == k
+            original = _sigmoid(resized[i]) >= mask_threshold
+            final = mine & original
+            area, original_area, final_area = mine.sum(), original.sum(), final.sum()
+            if not (area > 0 and original_area > 0 and final_area > 0
+                    and area / original_area > overlap_mask_area_threshold):
                 continue
-            stuff[label] = len(segments)
-        segmentation[final] = len(segments)
-        segments.append({"id": len(segments), "label_id": int(label), "score": round(float(scores[k]), 6)})
+            if stuff_classes and label in stuff_classes:
+                if label in stuff:
+                    segmentation[final] = stuff[label]
+                    continue
+                stuff[label] = len(segments)
+            segmentation[final] = len(segments)
+            segments.append({"id": len(segments), "label_id": label, "score": round(float(scores[k]), 6)})
     return segmentation, segments
 
 
