@@ -163,7 +163,8 @@ def test_post_processing_is_the_processors_on_its_own_pixels(eomt):
     semantic = processor.post_process_semantic_segmentation(out, target_sizes=sizes)[0].numpy()
     scores = post.semantic_scores(classes, masks, prepared, record)
     np.testing.assert_array_equal(post.semantic(scores, photo.shape[:2])[0], semantic)
-    for task, options in (("panoptic", dict(threshold=0.3, mask_threshold=0.5, overlap_mask_area_threshold=0.5)),
+    panoptic = dict(threshold=0.3, mask_threshold=0.5, overlap_mask_area_threshold=0.5)
+    for task, options in (("panoptic", panoptic), ("panoptic", dict(panoptic, stuff_classes=[0, 1, 2])),
                           ("instance", dict(threshold=0.2))):
         expected = getattr(processor, f"post_process_{task}_segmentation")(out, target_sizes=sizes, **options)[0]
         segmentation, segments = getattr(post, task)(classes, masks, prepared, record, **options)
