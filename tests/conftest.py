@@ -46,39 +46,83 @@ TINY = dict(
     mlp_dim=32,
 )
 
+# Where a test runs. The suite runs once per backend (tools/run_tests.py), and
+# most checks do not depend on the backend: each runs where it can fail.
+#
+# - every backend (no mark): code that differs per backend (a kernel, a fast
+#   path, an execution mode, an export route, `fit` under each trainer, every
+#   layer's contract);
+# - `runs_once(backend, why)`: code that touches no backend, or whose calls
+#   are held on every backend by other tests (docs, tables, argument checks,
+#   files, the command line, post-processing in NumPy);
+# - `spread(why)`: cases of one code path (another checkpoint's names or
+#   sizes over the same layers) shared out over the backends' jobs, each
+#   case once;
+# - `every_backend(why)`: a test of a `runs_once` or `spread` module that
+#   is backend-specific after all.
+#
+# The mark closest to the test wins (the test's own over its class's over
+# its module's `pytestmark`). In the other jobs a test is deselected, not
+# skipped, and each job's summary counts them with their reasons.
+BACKENDS = ("jax", "tensorflow", "torch")
+# Set to 1, every case of a `spread` test runs in every backend's job.
+ALL_CASES = "KERAS_VIT_TEST_ALL_CASES"
+PLACEMENTS = ("runs_once", "spread", "every_backend")
+# Set to 1, tensorflow's predict is keras_vit's XLA predict function in every
+# test (`_tensorflow_predict_without_xla`).
+XLA_PREDICT = "KERAS_VIT_TEST_XLA_PREDICT"
+
+
 def runs_once(backend, what):
     """A mark for a test that runs in one backend's job only.
 
     `what` says why the backend does not matter to it (the calls it makes are
-    tested on every backend by other tests). In the other jobs the test is
-    deselected, not skipped, and the run's summary says how many and why
-    (`pytest_terminal_summary`).
+    tested on every backend by other tests).
 
-    Example: `@runs_once("torch", "docstring examples")`.
+    Example: `@runs_once("torch", "docstring examples")`, or a whole module:
+    `pytestmark = runs_once("torch", "the weights table is data")`.
     """
+    if backend not in BACKENDS:
+        raise ValueError(f"runs_once: backend must be one of {BACKENDS}, got {backend!r}")
     return pytest.mark.runs_once(backend=backend, what=what)
 
 
-BACKENDS = ("jax", "tensorflow", "torch")
-# Set to 1, every case of a `spread` test runs in every backend's job.
-ALL_CASES = "KERAS_VIT_TEST_ALL_CASES"
-
-
 def spread(what):
-    """A mark for a parametrized test whose cases are spread over the backends' jobs.
+    """A mark for checks whose cases are shared out over the backends' jobs.
 
-    Each case runs in one backend's job, the backends taking the cases in
-    turn (sorted by id, from a start that depends on the test's name), so
-    every case runs once and every backend runs about a third of them. For
-    tests whose cases vary what the backend does not touch (a checkpoint
-    layout, a family's key table, a file format's reader), while the
-    computation under them is held per backend by the layer and model
-    contracts. `what` says so; the summary of the other jobs counts it.
+    On a parametrized test its cases are spread; on a module (`pytestmark`)
+    or a class, its tests are. Each case runs in one backend's job, the
+    backends taking the cases in turn (sorted by id, from a start that
+    depends on the test's or module's name), so every case runs once and
+    every backend runs about a third of them. For cases that vary what the
+    backend does not touch (a checkpoint layout, a family's key table, a
+    file format's reader), while the computation under them is held per
+    backend by the layer and model contracts. `what` says so.
     `KERAS_VIT_TEST_ALL_CASES=1` runs every case in every job.
 
     Example: `@spread("the loader is NumPy; the layers are held per backend")`.
     """
     return pytest.mark.spread(what=what)
+
+
+def every_backend(why):
+    """A mark for a test of a `runs_once` or `spread` module that runs in
+    every backend's job: `why` names what differs per backend."""
+    return pytest.mark.every_backend(why=why)
+
+
+def per_backend(**choices):
+    """The current backend's choice of a case that each job runs one of.
+
+    For a check that needs one case per backend rather than every case on
+    each (one export runtime per backend, say), with every backend named so
+    that a change of backend cannot leave one out:
+
+    Example: `FORMAT = per_backend(jax="openvino", tensorflow="onnx", torch="litert")`.
+    """
+    if sorted(choices) != sorted(BACKENDS):
+        raise ValueError(f"per_backend needs a choice for each of {BACKENDS}, got {sorted(choices)}")
+    return choices[keras.backend.backend()]
 
 
 def spread_backend(test_name, case_ids, case_id):
@@ -94,56 +138,78 @@ def spread_backend(test_name, case_ids, case_id):
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "xla_predict: on tensorflow, predict is keras_vit's XLA predict function")
     config.addinivalue_line("markers", "runs_once(backend, what): the test runs in that backend's job only")
-    config.addinivalue_line("markers", "spread(what): each case of the test runs in one backend's job")
+    config.addinivalue_line("markers", "spread(what): each case of the test (or test of the module) runs in "
+                                       "one backend's job")
+    config.addinivalue_line("markers", "every_backend(why): runs in every job, whatever its module's mark")
+
+
+def placement(item):
+    """`(node, mark)` of the placement mark closest to `item` (None, None without one)."""
+    for node, mark in item.iter_markers_with_node():
+        if mark.name in PLACEMENTS:
+            return node, mark
+    return None, None
+
+
+def spread_case(item, node):
+    """`(group, case id)` of a spread item: a test's cases, or a module's or class's tests."""
+    if node is item:
+        return f"{item.path}::{item.originalname}", getattr(getattr(item, "callspec", None), "id", "")
+    return node.nodeid, item.nodeid[len(node.nodeid):]
 
 
 def _elsewhere(items):
     """`{item: (backend, why)}` of the items another backend's job runs."""
     here = keras.backend.backend()
+    placed = {item: placement(item) for item in items}
     cases = collections.defaultdict(list)
-    for item in items:
-        if item.get_closest_marker("spread") is not None and hasattr(item, "callspec"):
-            cases[(item.path, item.originalname)].append(item.callspec.id)
+    for item, (node, mark) in placed.items():
+        if mark is not None and mark.name == "spread":
+            group, case = spread_case(item, node)
+            cases[group].append(case)
     out = {}
-    for item in items:
-        once = item.get_closest_marker("runs_once")
-        if once is not None and once.kwargs["backend"] != here:
-            out[item] = (once.kwargs["backend"], once.kwargs["what"])
-        mark = item.get_closest_marker("spread")
-        if mark is None or not hasattr(item, "callspec") or os.environ.get(ALL_CASES) == "1":
+    for item, (node, mark) in placed.items():
+        if mark is None or mark.name == "every_backend":
             continue
-        owner = spread_backend(item.originalname, cases[(item.path, item.originalname)], item.callspec.id)
-        if owner != here:
+        if mark.name == "runs_once":
+            if mark.kwargs["backend"] != here:
+                out[item] = (mark.kwargs["backend"], mark.kwargs["what"])
+            continue
+        if os.environ.get(ALL_CASES) == "1":
+            continue
+        group, case = spread_case(item, node)
+        name = group.rsplit("::", 1)[-1] if node is item else group
+        if spread_backend(name, cases[group], case) != here:
             out[item] = ("other", f"cases spread over the backends: {mark.kwargs['what']}")
     return out
 
 
-# The files that take longest on some backend (40 s to 140 s of a 2-core
-# run's 700 to 900 s per backend), longest first. pytest-xdist hands whole
+# The files that take longest on some backend (20 s to 110 s of a 2-core
+# run's 340 to 540 s per backend), longest first. pytest-xdist hands whole
 # files to its workers in collection order (tools/run_tests.py turns off its
 # own order, most tests first, which put files of a few long tests last): a
 # long file handed out last kept one worker busy while the other stood idle.
 LONG_FILES = (
-    "test_export.py",
+    "test_layer_contracts.py",
+    "test_task_compile.py",
+    "test_mode_matrix.py",
     "test_benchmark.py",
     "test_training_multiprocess.py",
-    "test_mode_matrix.py",
-    "test_task_compile.py",
-    "test_model_contract.py",
-    "test_layer_contracts.py",
+    "test_export.py",
     "test_quantization.py",
-    "test_pretraining.py",
-    "test_fast_paths.py",
-    "test_image_text.py",
+    "test_model_contract.py",
+    "test_training_distribute.py",
     "test_failures.py",
-    "test_timm_zoo.py",
-    "test_models.py",
-    "test_dense_parity.py",
-    "test_dense_training.py",
-    "test_task_export.py",
+    "test_fast_paths.py",
     "test_docstrings.py",
-    "test_image_text_export.py",
+    "test_timm_zoo.py",
+    "test_docs.py",
+    "test_pretraining.py",
+    "test_kernels.py",
+    "test_training_example.py",
+    "test_task_export.py",
 )
 
 
@@ -239,6 +305,33 @@ def _fresh_keras_state():
     yield
     keras.config.set_dtype_policy("float32")
     keras.config.set_image_data_format("channels_last")
+
+
+@pytest.fixture(autouse=True)
+def _tensorflow_predict_without_xla(request):
+    """On tensorflow, `predict` runs in TensorFlow's graph runtime, as Keras'
+    own default does on a CPU, rather than through keras_vit's XLA predict
+    function (`keras_vit.execution.tf_xla`), except in tests marked
+    `@pytest.mark.xla_predict`: the tests that are about that function and
+    the mode matrix's default-mode cells.
+
+    XLA compiles each new model's predict function for seconds, and most
+    tests build new tiny models to compare with a reference, whatever
+    runtime computes them. `KERAS_VIT_TEST_XLA_PREDICT=1` keeps keras_vit's
+    choice in every test.
+    """
+    if (keras.backend.backend() != "tensorflow" or request.node.get_closest_marker("xla_predict")
+            or os.environ.get(XLA_PREDICT) == "1"):
+        yield
+        return
+    from keras_vit.execution import tf_xla
+
+    original = tf_xla.uses_xla
+    tf_xla.uses_xla = lambda model: False
+    try:
+        yield
+    finally:
+        tf_xla.uses_xla = original
 
 
 @pytest.fixture

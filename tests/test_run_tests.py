@@ -3,6 +3,9 @@
 import os
 
 from tools.run_tests import summary_counts
+from conftest import runs_once
+
+pytestmark = runs_once("torch", "the test runner is plain Python")
 
 
 def test_summary_counts_skip_trailing_log_lines():
@@ -158,3 +161,155 @@ def test_long_files_go_out_first_in_collection_order(monkeypatch):
     assert run_tests.main(["--backends", "torch", "--workers", "2"]) == 0
     if run_tests.importlib.util.find_spec("xdist") is not None:
         assert "--no-loadscope-reorder" in seen[0] and "loadfile" in seen[0]
+
+
+def test_each_job_lists_its_slowest_tests_unless_asked_otherwise(monkeypatch):
+    import subprocess
+
+    from tools import run_tests
+
+    seen = []
+    monkeypatch.setattr(run_tests.subprocess, "run", lambda cmd, env, **k: seen.append(cmd) or
+                        subprocess.CompletedProcess(cmd, 0, stdout="1 passed in 0.1s\n"))
+    monkeypatch.setattr(run_tests, "matmul_probe", lambda: 1.0)
+    assert run_tests.main(["--backends", "torch", "--workers", "1"]) == 0
+    assert f"--durations={run_tests.DURATIONS}" in seen[0] and run_tests.DURATIONS == 15
+    seen.clear()
+    assert run_tests.main(["--backends", "torch", "--workers", "1", "--durations=0"]) == 0
+    assert [a for a in seen[0] if a.startswith("--durations")] == ["--durations=0"]
+
+
+def test_a_backend_that_does_not_exist_is_named(capsys):
+    import pytest
+
+    from tools import run_tests
+
+    with pytest.raises(SystemExit):
+        run_tests.main(["--backends", "jax,pytorch"])
+    assert "--backends takes jax, tensorflow, torch; got pytorch" in capsys.readouterr().err
+
+
+def test_the_cpu_is_described_by_model_family_and_the_flags_that_matter():
+    from tools.run_tests import cpu_description
+
+    cpuinfo = "\n".join([
+        "processor\t: 0", "cpu family\t: 23", "model\t\t: 1", "model name\t: AMD EPYC 7551",
+        "flags\t\t: fpu sse2 avx2 fma", "", "processor\t: 1", "cpu family\t: 23", "model\t\t: 1",
+        "model name\t: AMD EPYC 7551", "flags\t\t: fpu sse2 avx2 fma",
+    ])
+    assert cpu_description(cpuinfo) == "AMD EPYC 7551 (family 23 model 1, 2 cores; flags: avx2 fma)"
+    amx = cpuinfo.replace("avx2 fma", "avx2 fma avx512f avx512_bf16 amx_tile amx_bf16")
+    assert cpu_description(amx).endswith("flags: avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile)")
+
+
+def test_coverage_runs_every_job_under_coverage_and_reports_lines_and_branches(monkeypatch, tmp_path):
+    """`--coverage`: each job under `coverage run` with the same settings
+    (branches, subprocesses, keras_vit only), the jobs' data combined, and
+    line and branch coverage printed apart."""
+    import subprocess
+
+    from tools import run_tests
+
+    jobs, combined = [], []
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(run_tests, "matmul_probe", lambda: 1.0)
+    monkeypatch.setattr(run_tests.importlib.util, "find_spec", lambda name: object())
+
+    def fake_run(cmd, env=None, **kwargs):
+        jobs.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout="1 passed in 0.1s\n")
+
+    def fake_combine(folder, rcfile, data_file):
+        with open(rcfile, encoding="utf-8") as f:
+            combined.append((f.read(), data_file))
+        return run_tests.coverage_totals({"totals": {
+            "covered_lines": 90, "num_statements": 100, "covered_branches": 30, "num_branches": 40,
+            "percent_covered": 85.71}})
+
+    monkeypatch.setattr(run_tests.subprocess, "run", fake_run)
+    monkeypatch.setattr(run_tests, "combine_coverage", fake_combine)
+    assert run_tests.main(["--coverage", "--backends", "jax,torch", "--workers", "1"]) == 0
+    assert len(jobs) == 2 and all(cmd[1:4] == ["-m", "coverage", "run"] and "pytest" in cmd for cmd in jobs)
+    ((settings, data_file),) = combined
+    for line in ("branch = True", "parallel = True", "source_pkgs = keras_vit", "patch = subprocess"):
+        assert line in settings
+    assert data_file == str(tmp_path / ".coverage")
+    lines, branches, text = run_tests.coverage_totals({"totals": {
+        "covered_lines": 90, "num_statements": 100, "covered_branches": 30, "num_branches": 40,
+        "percent_covered": 85.71}})
+    assert (lines, branches) == (90.0, 75.0)
+    assert "lines 90.00 % (90 of 100), branches 75.00 % (30 of 40)" in text
+
+
+# ------------------------------------------------ where each test runs --
+def _items(module_mark=None, marks_by_name=None, params=None):
+    """Fake pytest items of one module: `(name, callspec id)` pairs, the
+    module's mark and each test's own."""
+    import pathlib
+    import types
+
+    module = types.SimpleNamespace(nodeid="tests/test_x.py", mark=module_mark)
+    class Item:  # hashable, as pytest's items are
+        pass
+
+    items = []
+    for name, case in params:
+        own = (marks_by_name or {}).get(name)
+        item = Item()
+        item.path, item.originalname = pathlib.Path("tests/test_x.py"), name
+        item.nodeid = f"tests/test_x.py::{name}" + (f"[{case}]" if case else "")
+        if case:
+            item.callspec = types.SimpleNamespace(id=case)
+        chain = [(item, own)] if own is not None else []
+        if module_mark is not None:
+            chain.append((module, module_mark))
+        item.iter_markers_with_node = lambda chain=chain: iter(chain)
+        items.append(item)
+    return items
+
+
+def test_a_spread_module_runs_each_of_its_tests_in_one_job_and_every_backend_overrides(monkeypatch):
+    import conftest
+
+    module = conftest.spread("shared path")
+    tests = [("test_a", None), ("test_b", None), ("test_c", "x"), ("test_c", "y"), ("test_d", None)]
+    owners = {}
+    for backend in conftest.BACKENDS:
+        monkeypatch.setattr(conftest.keras.backend, "backend", lambda b=backend: b)
+        items = _items(module.mark, {"test_d": conftest.every_backend("per backend").mark}, tests)
+        elsewhere = conftest._elsewhere(items)
+        for item in items:
+            if item not in elsewhere:
+                owners.setdefault(item.nodeid, []).append(backend)
+        assert all(why[1].startswith("cases spread over the backends: shared path") for why in elsewhere.values())
+    assert owners.pop("tests/test_x.py::test_d") == list(conftest.BACKENDS)
+    assert sorted(len(b) for b in owners.values()) == [1, 1, 1, 1]  # each once
+    assert len({b[0] for b in owners.values()}) == 3  # every job runs some
+
+
+def test_a_test_s_own_mark_wins_over_its_module_s(monkeypatch):
+    import conftest
+
+    monkeypatch.setattr(conftest.keras.backend, "backend", lambda: "jax")
+    once = conftest.runs_once("torch", "files")
+    items = _items(conftest.spread("x").mark, {"test_a": conftest.runs_once("jax", "mine").mark},
+                   [("test_a", None), ("test_b", None)])
+    assert items[0] not in conftest._elsewhere(items)
+    items = _items(once.mark, None, [("test_a", None)])
+    assert conftest._elsewhere(items) == {items[0]: ("torch", "files")}
+    monkeypatch.setenv(conftest.ALL_CASES, "1")
+    items = _items(conftest.spread("x").mark, None, [("test_a", None), ("test_b", None), ("test_c", None)])
+    assert conftest._elsewhere(items) == {}
+
+
+def test_per_backend_names_every_backend(monkeypatch):
+    import pytest
+
+    import conftest
+
+    monkeypatch.setattr(conftest.keras.backend, "backend", lambda: "tensorflow")
+    assert conftest.per_backend(jax="a", tensorflow="b", torch="c") == "b"
+    with pytest.raises(ValueError, match="a choice for each of"):
+        conftest.per_backend(jax="a", torch="c")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        conftest.runs_once("pytorch", "why")

@@ -1,6 +1,7 @@
 """Runs the test suite once per Keras backend and fails if any run fails.
 
-Usage: python tools/run_tests.py [--backends jax,tensorflow,torch] [--workers N] [--quick] [pytest args]
+Usage: python tools/run_tests.py [--backends jax,tensorflow,torch] [--workers N] [--quick]
+                                 [--coverage] [pytest args]
 
 Each backend's run uses pytest-xdist with `--workers` processes (default: one
 per CPU core, at most 4) when it is installed, and lists the reason of every
@@ -44,6 +45,17 @@ starts empty, so each distinct program is still compiled, once.
 (torch unless `--backends` names one), for a check between edits; the
 whole suite remains the test of a change.
 
+Each job prints its 15 slowest tests (pytest's `--durations=15`, unless
+the arguments name `--durations`), and the run starts and ends with the
+CPU's model and flags and a float32 matrix-product probe (NumPy, GFLOP/s):
+a time means something only beside the machine that took it.
+
+`--coverage` runs every job under coverage.py (branches measured, the
+processes the tests start included) and ends with keras_vit's line and
+branch coverage over the jobs combined; the combined data stays in
+`.coverage` at the checkout's root for `coverage report -m` or
+`coverage html`.
+
 The jax run also leaves Python's source locations out of the programs it
 lowers (`JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS=false`,
 `JAX_TRACEBACK_IN_LOCATIONS_LIMIT=0`, unless the caller set them): jax
@@ -62,6 +74,7 @@ which use their own pools, ran as fast either way.
 
 import argparse
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -107,17 +120,16 @@ XLA_TEST_FLAGS = {
 JAX_TEST_ENV = (("JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS", "false"), ("JAX_TRACEBACK_IN_LOCATIONS_LIMIT", "0"))
 
 
-# The quick tier, on one backend: the layers, the model contract, loading,
+# The quick tier, on one backend: the layers and their contracts, loading,
 # the package's structure (which imports every module on its own) and the
 # command line, and a file of each task, of zero-shot with its text tower,
-# of presets written out, of training presets and of inspection.
+# of presets written out, of training presets and of inspection (the model
+# contract, a minute on its own, is the whole suite's).
 QUICK = (
     "tests/test_layers.py",
     "tests/test_layer_contracts.py",
-    "tests/test_model_contract.py",
     "tests/test_loading.py",
     "tests/test_readers.py",
-    "tests/test_read_once.py",
     "tests/test_structure.py",
     "tests/test_registry.py",
     "tests/test_cli.py",
@@ -129,6 +141,92 @@ QUICK = (
     "tests/test_training_presets.py",
     "tests/test_inspection.py",
 )
+
+
+# The slowest tests each job lists.
+DURATIONS = 15
+
+# coverage.py's settings for `--coverage`: keras_vit's lines and branches,
+# a data file per process (the workers and the processes tests start),
+# combined at the end.
+COVERAGE_RC = """\
+[run]
+branch = True
+parallel = True
+source_pkgs = keras_vit
+data_file = {data_file}
+patch = subprocess
+"""
+
+# The CPU flags a time depends on most.
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
+
+
+def cpu_description(cpuinfo=None):
+    """The CPU's model, family and the flags of `CPU_FLAGS` it has, in one line.
+
+    `cpuinfo`: the text of /proc/cpuinfo (read when None; "unknown CPU"
+    where there is none).
+    """
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return "unknown CPU"
+    fields = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    cores = cpuinfo.count("processor\t:") or os.cpu_count()
+    return (f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')} "
+            f"model {fields.get('model', '?')}, {cores} cores; flags: "
+            f"{' '.join(f for f in CPU_FLAGS if f in flags) or 'none of ' + ' '.join(CPU_FLAGS)})")
+
+
+def matmul_probe(n=2048, reps=5):
+    """GFLOP/s of NumPy's float32 product of two n x n matrices (median of `reps`)."""
+    import numpy as np
+
+    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
+    a @ a
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        a @ a
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / sorted(times)[reps // 2] / 1e9
+
+
+def machine_line():
+    return f"CPU: {cpu_description()}; NumPy float32 matmul {matmul_probe():.0f} GFLOP/s"
+
+
+def coverage_totals(report):
+    """`(line %, branch %, text)` from coverage.py's JSON report (a dict)."""
+    totals = report["totals"]
+    lines = 100 * totals["covered_lines"] / max(totals["num_statements"], 1)
+    branches = 100 * totals["covered_branches"] / max(totals["num_branches"], 1)
+    text = (f"keras_vit coverage, the jobs combined: lines {lines:.2f} % "
+            f"({totals['covered_lines']} of {totals['num_statements']}), branches {branches:.2f} % "
+            f"({totals['covered_branches']} of {totals['num_branches']}), "
+            f"both {totals['percent_covered']:.2f} %")
+    return lines, branches, text
+
+
+def combine_coverage(folder, rcfile, data_file):
+    """Combines the jobs' data files of `folder` into `data_file`; returns `coverage_totals`."""
+    run = lambda command, *args: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "coverage", command, f"--rcfile={rcfile}", f"--data-file={data_file}", *args],
+        check=True, capture_output=True, text=True)
+    if os.path.exists(data_file):
+        os.remove(data_file)  # an earlier run's
+    run("combine", "--quiet", folder)
+    report = os.path.join(folder, "coverage.json")
+    run("json", "--quiet", "-o", report)
+    with open(report, encoding="utf-8") as f:
+        return coverage_totals(json.load(f))
 
 
 def backend_env(backend, optimize_xla=False, environ=None, threads=None, cache_dir=None):
@@ -154,75 +252,98 @@ def backend_env(backend, optimize_xla=False, environ=None, threads=None, cache_d
     return env
 
 
-def main(argv=None):
+def parse_args(argv):
+    """`(args, backends, pytest arguments)` of the command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--backends",
-        default=",".join(BACKENDS),
-        help="comma-separated Keras backends to test (default: all three)",
-    )
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=min(os.cpu_count() or 1, 4),
-        help="pytest-xdist worker processes per backend (default: CPU cores, "
-        "at most 4; 1 runs in a single process)",
-    )
-    parser.add_argument(
-        "--xla-optimize",
-        action="store_true",
-        help="compile XLA's programs (jax, tensorflow) with XLA's default options "
-        "(LLVM's optimisations, the fusion emitters), as a user's run does (slower to compile)",
-    )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="run the quick tier (QUICK's files) on one backend: torch unless --backends names one",
-    )
+    parser.add_argument("--backends", default=",".join(BACKENDS),
+                        help="comma-separated Keras backends to test (default: all three)")
+    parser.add_argument("--workers", type=int, default=min(os.cpu_count() or 1, 4),
+                        help="pytest-xdist worker processes per backend (default: CPU cores, "
+                        "at most 4; 1 runs in a single process)")
+    parser.add_argument("--xla-optimize", action="store_true",
+                        help="compile XLA's programs (jax, tensorflow) with XLA's default options "
+                        "(LLVM's optimisations, the fusion emitters), as a user's run does (slower to compile)")
+    parser.add_argument("--quick", action="store_true",
+                        help="run the quick tier (QUICK's files) on one backend: torch unless --backends names one")
+    parser.add_argument("--coverage", action="store_true",
+                        help="measure keras_vit's line and branch coverage (coverage.py) over the jobs "
+                        "combined; the data stays in .coverage")
     args, pytest_args = parser.parse_known_args(argv)
     backends = args.backends.split(",")
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        parser.error(f"--backends takes {', '.join(BACKENDS)}; got {', '.join(unknown)}")
     if args.quick:
         if args.backends == parser.get_default("backends"):
             backends = ["torch"]
         pytest_args = [*QUICK, *pytest_args]
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
-    options = ["-q", "-rs"]
-    threads = None
-    if args.workers > 1 and importlib.util.find_spec("xdist") is not None:
+    if args.coverage and importlib.util.find_spec("coverage") is None:
+        parser.error("--coverage needs coverage.py: pip install -e \".[test]\"")
+    return args, backends, pytest_args
+
+
+def pytest_options(workers, pytest_args):
+    """`(pytest's options, OpenMP threads per worker or None)`."""
+    options = ["-q", "-rfEs"]
+    if not any(a.startswith("--durations") for a in pytest_args):
+        options.append(f"--durations={DURATIONS}")
+    if workers > 1 and importlib.util.find_spec("xdist") is not None:
         # Whole files per worker: module-scoped fixtures are built once. The
         # files go out in collection order, longest first (tests/conftest.py:
         # LONG_FILES), not pytest-xdist's order by number of tests.
-        options += ["-n", str(args.workers), "--dist", "loadfile", "--no-loadscope-reorder"]
-        threads = max(1, (os.cpu_count() or 1) // args.workers)
+        options += ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"]
+        return options, max(1, (os.cpu_count() or 1) // workers)
+    return options, None
+
+
+def run_job(backend, command, args, threads):
+    """Runs one backend's job; returns `(exit code, its output)` and prints the output."""
+    print(f"\n===== KERAS_BACKEND={backend} =====", flush=True)
+    with tempfile.TemporaryDirectory(prefix=f"keras_vit_{backend}_cache_") as cache_dir:
+        env = backend_env(backend, args.xla_optimize, threads=threads, cache_dir=cache_dir)
+        proc = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sys.stdout.write(proc.stdout)
+    return proc.returncode, proc.stdout
+
+
+def main(argv=None):
+    args, backends, pytest_args = parse_args(argv)
+    options, threads = pytest_options(args.workers, pytest_args)
+    print(machine_line(), flush=True)
     totals = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
-    failed_backends = []
-    for backend in backends:
-        print(f"\n===== KERAS_BACKEND={backend} =====", flush=True)
-        start = time.time()
-        with tempfile.TemporaryDirectory(prefix=f"keras_vit_{backend}_cache_") as cache_dir:
-            env = backend_env(backend, args.xla_optimize, threads=threads, cache_dir=cache_dir)
-            proc = subprocess.run(
-                [sys.executable, "-m", "pytest", *options, *pytest_args],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        sys.stdout.write(proc.stdout)
-        for key, count in summary_counts(proc.stdout).items():
-            totals[key] += count
-        print(f"[{backend}] exit code {proc.returncode} in {time.time() - start:.0f}s")
-        if proc.returncode != 0:
-            failed_backends.append(backend)
+    failed_backends, times, coverage_text = [], {}, None
+    with tempfile.TemporaryDirectory(prefix="keras_vit_coverage_") as coverage_dir:
+        runner = [sys.executable, "-m", "pytest"]
+        rcfile = os.path.join(coverage_dir, "coveragerc")
+        if args.coverage:
+            with open(rcfile, "w", encoding="utf-8") as f:
+                f.write(COVERAGE_RC.format(data_file=os.path.join(coverage_dir, ".coverage")))
+            runner = [sys.executable, "-m", "coverage", "run", f"--rcfile={rcfile}", "-m", "pytest"]
+        for backend in backends:
+            start = time.time()
+            code, output = run_job(backend, [*runner, *options, *pytest_args], args, threads)
+            for key, count in summary_counts(output).items():
+                totals[key] += count
+            times[backend] = time.time() - start
+            print(f"[{backend}] exit code {code} in {times[backend]:.0f}s")
+            if code != 0:
+                failed_backends.append(backend)
+        if args.coverage:
+            coverage_text = combine_coverage(coverage_dir, rcfile, os.path.abspath(".coverage"))[2]
     failed = totals["failed"] + totals["errors"]
     if failed_backends and not failed:
         failed = len(failed_backends)
     print(
         f"\nbackends with failures: {', '.join(failed_backends) or 'none'}"
         f"\ntotal: {totals['passed']} passed, {failed} failed, "
-        f"{totals['skipped']} skipped"
+        f"{totals['skipped']} skipped in {sum(times.values()):.0f}s "
+        f"({', '.join(f'{b} {t:.0f}s' for b, t in times.items())})"
     )
+    if coverage_text:
+        print(coverage_text)
+    print(machine_line())
     return 1 if failed_backends else 0
 
 
