@@ -5,7 +5,8 @@ its special tokens moved to the end of the vocabulary as in OpenAI's; SigLIP:
 a SentencePiece model from `sentencepiece`'s trainer), image converter and
 preprocessor, saved with `save_to_preset` into one folder.
 
-`keras_hub_image_text_dir(family)` builds each folder once per process."""
+`keras_hub_image_text_dir(family)` builds each folder once per process;
+`keras_hub_preprocessor(family)` loads its preprocessor afresh."""
 
 import atexit
 import functools
@@ -105,3 +106,15 @@ def keras_hub_image_text_dir(family):
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     backbone, preprocessor = build(family, folder, 10 + FAMILIES.index(family))
     return folder, backbone, preprocessor
+
+
+def keras_hub_preprocessor(family):
+    """keras-hub's preprocessor of `family`, loaded from its folder.
+
+    A fresh one for each test: on tensorflow, SigLIP's SentencePiece
+    tokenizer holds a TensorFlow resource that the `clear_session` between
+    tests frees, so the preprocessor built with the folder fails in a later
+    test.
+    """
+    folder, _, built = keras_hub_image_text_dir(family)
+    return type(built).from_preset(folder)

@@ -14,10 +14,12 @@ import pytest
 import families_2025 as fam
 import keras_vit
 import reference_families as ref
-from conftest import to_numpy
+from conftest import spread, to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit import export
 from keras_vit.layers import AttentionPoolHead
+
+pytestmark = spread("AIMv2's parity: its layers are held on every backend by their contracts; each case once")
 
 transformers = pytest.importorskip("transformers", reason="transformers makes the AIMv2 references")
 torch = pytest.importorskip("torch")

@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import TINY, to_numpy
+from conftest import TINY, runs_once, to_numpy
 from keras_vit.architectures import CONSTRUCTORS, VARIANTS
 from keras_vit.pretraining import MaskedPatchPrediction
 from keras_vit.training import recipes
 from keras_vit.validation import UnknownArgumentError
+
+pytestmark = runs_once("torch", "the keyword checks are keras_vit's Python, before any backend computes")
 
 HYBRID = dict(resnet_layers=(), resnet_width=0.5, image_size=32, patch_size=1, hidden_size=16,
               num_layers=1, num_heads=2, mlp_dim=32)

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import TINY, to_numpy
+from conftest import TINY, runs_once, to_numpy
 from keras_vit import layers, presets
 from keras_vit.layers.config import RECORDS, BlockConfig, EncoderConfig
+
+pytestmark = runs_once("torch", "the option records are Python dataclasses")
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ import os
 import keras
 import numpy as np
 import pytest
-from conftest import TINY, to_numpy
+from conftest import spread, TINY, to_numpy
 
 import keras_vit
 from keras_vit import export
@@ -23,6 +23,9 @@ from keras_vit.layers.interpolation import interpolate_position_embedding
 from keras_vit.layers.map_head import MapHead
 from keras_vit.layers.sincos import sincos_position_embedding
 from keras_vit.layers.swiglu import SwiGluMlp
+
+pytestmark = spread("each option is a layer held on every backend by its layer contract; the options together, "
+                    "each case once")
 
 ALL_OPTIONS = dict(
     classifier="map", mlp_kind="swiglu", qk_norm=True, position_embedding="sincos",

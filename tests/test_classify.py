@@ -9,10 +9,13 @@ import pytest
 from PIL import Image
 
 import keras_vit
-from conftest import DEIT_NPZ, TINY, requires_shared, runs_once, to_numpy
+from conftest import DEIT_NPZ, TINY, requires_shared, runs_once, spread, to_numpy
 from keras_vit.preprocessing import Preprocessing, resize_and_crop
 from keras_vit.presets import PresetDownloadError
 from synthetic import official_params
+
+pytestmark = spread("the resolver and the one-call classification over models held on every backend; each "
+                    "case once")
 
 CAT_CLASSES = {281, 282, 285}  # tabby, tiger cat, Egyptian cat
 

@@ -2,11 +2,13 @@
 
 import numpy as np
 import pytest
-from conftest import DEIT_NPZ, requires_shared, runs_once
+from conftest import DEIT_NPZ, requires_shared, runs_once, spread
 from PIL import Image
 
 from keras_vit.cli import commands as cli
 from keras_vit_tools.commands import keras_vit as run_cli
+
+pytestmark = spread("the command line over the library's calls, held on every backend; each case once")
 
 CAT_CLASSES = {281, 282, 285}  # tabby, tiger cat, Egyptian cat
 

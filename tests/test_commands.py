@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import DEIT_NPZ, DEIT_SAFETENSORS, ROOT, TINY, requires_shared, runs_once
+from conftest import DEIT_NPZ, DEIT_SAFETENSORS, ROOT, TINY, every_backend, requires_shared, runs_once
 from PIL import Image
 
 from keras_vit import architectures, export, presets, preprocessing
@@ -17,6 +17,10 @@ from keras_vit_tools.commands import keras_vit as run_cli
 from keras_vit.export import serving
 from keras_vit.weights.describe import checkpoint_constructor
 from keras_vit_tools import commands
+
+pytestmark = runs_once("torch", "the console scripts' parsers, files and messages; the library calls behind "
+                                "them are tested on every backend, and each backend's banners by the "
+                                "every_backend test below")
 
 HEAVY = ("keras", "tensorflow", "jax", "torch", "keras_vit")
 # Runs an entry point as the console script does, then lists the heavy
@@ -313,6 +317,7 @@ def test_classify_names_the_classes_of_a_preset(tmp_path, capsys):
     assert "No file or folder" in capsys.readouterr().err
 
 
+@every_backend("each backend prints banners of its own")
 def test_commands_keep_library_banners_out_of_the_terminal(tmp_path):
     """`keras-vit export` of a preset folder (what fine-tuning writes), as the
     console script runs it: TensorFlow's, CUDA's and the exporters' start-up

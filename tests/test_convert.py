@@ -9,10 +9,13 @@ import numpy as np
 import pytest
 
 import reference
-from conftest import DEIT_NPZ, DEIT_SAFETENSORS, ROOT, TINY, requires_shared, runs_once, to_numpy
+from conftest import DEIT_NPZ, DEIT_SAFETENSORS, ROOT, TINY, requires_shared, runs_once, spread, to_numpy
 from synthetic import images, official_params
 
 from keras_vit_tools.convert import main
+
+pytestmark = spread("the converter reads and writes NumPy arrays; the models it reloads are held on every "
+                    "backend; each case once")
 
 TINY_ARCH = json.dumps({k: v for k, v in TINY.items() if k != "image_size"})
 

@@ -21,6 +21,10 @@ from dense_dirs import (
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.tasks.depth import DepthEstimator
 from keras_vit.tasks.segmentation import Segmenter
+from conftest import spread
+
+pytestmark = spread("checkpoint parity: the heads' layers are held on every backend by their contracts; each "
+                    "checkpoint once")
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("torch")

@@ -10,11 +10,14 @@ import os
 import keras
 import numpy as np
 import pytest
-from conftest import runs_once
+from conftest import runs_once, spread
 
 import keras_vit
 from keras_vit.preprocessing.dense import DenseProcessing
 from keras_vit_tools.commands import keras_vit as run_cli
+
+pytestmark = spread("the task models' presets and files over layers held on every backend by their "
+                    "contracts; each case once")
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -191,6 +194,7 @@ def test_commands_write_pictures(tmp_path, capsys):
     assert "must be a DepthEstimator" in capsys.readouterr().err
 
 
+@runs_once("torch", "the commands' folders and files; segmentation is held on every backend by test_dense_parity")
 def test_commands_take_folders_and_keep_every_images_outputs(tmp_path, capsys, monkeypatch):
     """A folder stands for the images in it, read a chunk at a time; images
     of the same name in two folders write two sets of files."""

@@ -9,10 +9,13 @@ import pytest
 
 import keras_vit
 from dense_dirs import chmv2_config, depth_anything_config, eomt_config, save_random
-from conftest import runs_once
+from conftest import runs_once, spread
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.tasks import segmentation_outputs as post
 from keras_vit.preprocessing.dense import DenseProcessing, from_transformers, prepare_image, to_transformers
+
+pytestmark = spread("depth and segmentation of real photos over models held on every backend by "
+                    "test_dense_parity; each case once")
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")

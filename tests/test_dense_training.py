@@ -19,6 +19,10 @@ from keras_vit.tasks.dense_training import (
     SiLogLoss,
     sliding_window,
 )
+from conftest import spread
+
+pytestmark = spread("the dense tasks' data, losses and fit over Keras' trainers, which the classifiers' "
+                    "training tests hold on every backend; each case once")
 
 Image = pytest.importorskip("PIL.Image")
 

@@ -16,6 +16,10 @@ from detection_dirs import FAMILIES, IMAGE_SIZE, detection_dir
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.tasks import detection
 from sam_dirs import sam_dir
+from conftest import spread
+
+pytestmark = spread("OWL-ViT's parity and post-processing: its layers are held on every backend by their "
+                    "contracts; each case once")
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

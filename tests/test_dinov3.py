@@ -16,11 +16,14 @@ import pytest
 
 import families_2025 as fam
 import keras_vit
-from conftest import inference, to_numpy
+from conftest import inference, spread, to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit import export
 from keras_vit.layers import SimpleFeaturePyramid
 from keras_vit.models.features import feature_model
+
+pytestmark = spread("DINOv3's parity: its layers are held on every backend by their contracts; each case "
+                    "once")
 
 transformers = pytest.importorskip("transformers", reason="transformers makes the reference models")
 torch = pytest.importorskip("torch")

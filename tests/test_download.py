@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 
-from conftest import DEIT_NPZ, requires_shared
+from conftest import DEIT_NPZ, requires_shared, runs_once
 from keras_vit.weights import download
 from keras_vit.weights.download import (
     WeightsDownloadError,
@@ -20,6 +20,8 @@ from keras_vit.weights.download import (
     fetch,
 )
 from keras_vit.weights.registry import get_record
+
+pytestmark = runs_once("torch", "downloads are Python's urllib and files")
 
 # A few chunks, so progress and resuming have something to do.
 PAYLOAD = np.random.default_rng(0).integers(0, 256, 3 * (1 << 20) + 12345, np.uint8).tobytes()

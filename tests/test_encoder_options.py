@@ -12,10 +12,12 @@ import pytest
 
 import keras_vit
 import reference
-from conftest import TINY, to_numpy
+from conftest import TINY, spread, to_numpy
 from families import make_model
 from keras_vit import export, pretraining
 from keras_vit.weights.mapping import model_state
+
+pytestmark = spread("CLIP's options are layers held on every backend by their contracts; each case once")
 
 OPTIONS = {
     "pre_norm": dict(pre_norm=True),

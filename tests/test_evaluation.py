@@ -7,11 +7,14 @@ import sys
 import keras
 import numpy as np
 import pytest
-from conftest import DEIT_NPZ, IMAGENET_MEAN as MEAN, IMAGENET_STD as STD, ROOT, requires_shared, runs_once
+from conftest import DEIT_NPZ, IMAGENET_MEAN as MEAN, IMAGENET_STD as STD, ROOT, requires_shared, runs_once, spread
 from PIL import Image
 
 import keras_vit
 from keras_vit.inspection.evaluation import few_shot_linear, fit_least_squares
+
+pytestmark = spread("the few-shot probe is NumPy over features of models held on every backend; each case "
+                    "once")
 
 
 

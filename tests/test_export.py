@@ -4,6 +4,13 @@ Artifacts are written by `model.export` (Keras' method, which keras_vit's
 models route to `keras_vit.export.export_model`) once per module (the
 exporters take seconds each) and compared with `model.predict` at two batch
 sizes.
+
+Where it runs: each export route (a backend's exporter of a format) in its
+backend's job, with one of the three test models per route, the models
+taking turns over the routes (`ROUTE_FAMILY`): the exporter does not change
+with the layers inside, which the model contract exports on every backend.
+What is no route's (the command line, the module's imports, argument
+checks) runs once.
 """
 
 import importlib
@@ -14,7 +21,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared, to_numpy
+from conftest import BACKENDS, DEIT_NPZ, TINY, imagenet_preprocess, per_backend, requires_shared, runs_once, to_numpy
 from families import BASE, OPTIONS, make_model
 
 import keras_vit
@@ -84,8 +91,18 @@ def artifacts(models, tmp_path_factory):
 # exports every model to them, so here one model (with its class names and
 # preprocessing) holds the hand-off.
 THROUGH_TENSORFLOW = ("tf_saved_model", "litert") if BACKEND == "torch" else ()
-CASES = [(family, format) for format in FORMATS for family in FAMILIES
-         if not (format in THROUGH_TENSORFLOW and family != "vit")]
+
+
+def route_family(backend, format):
+    """The test model a route exports: the families take turns over the
+    backends for each format, and over the formats for each backend."""
+    if BACKEND == "torch" and format in THROUGH_TENSORFLOW:
+        return "vit"
+    shift = BACKENDS.index(backend) + sorted(export.FORMATS).index(format)
+    return FAMILIES[shift % len(FAMILIES)]
+
+
+CASES = [(route_family(BACKEND, format), format) for format in FORMATS]
 
 
 @pytest.mark.parametrize("family, format", CASES)
@@ -106,7 +123,7 @@ def test_every_artifact_carries_class_names_and_preprocessing(format, models, ar
     images, which the runtime then refuses uint8 pixels for."""
     from keras_vit.preprocessing import Preprocessing
 
-    path = artifacts("vit", format)
+    path = artifacts("vit", format)  # the model with class names and a record
     meta = export.read_metadata(path, format)
     assert meta["class_names"] == CLASS_NAMES
     assert Preprocessing.from_config(meta["preprocessing"]) == Preprocessing.from_mode(**RECORD)
@@ -133,11 +150,9 @@ def test_every_artifact_carries_class_names_and_preprocessing(format, models, ar
 
 def test_onnx_projection_weights_are_initializers(artifacts):
     """Every projection is a MatMul on a 2D initializer (what ONNX Runtime's int8 tools need)."""
-    if "onnx" not in FORMATS:
-        pytest.skip(f"no ONNX export on {BACKEND}")
     import onnx
 
-    graph = onnx.load(artifacts("options", "onnx")).graph
+    graph = onnx.load(artifacts(route_family(BACKEND, "onnx"), "onnx")).graph
     weights = {init.name: tuple(init.dims) for init in graph.initializer}
     reshaped = [n.name for n in graph.node if n.op_type == "Reshape" and n.input[0] in weights]
     assert not reshaped, reshaped
@@ -147,8 +162,7 @@ def test_onnx_projection_weights_are_initializers(artifacts):
     assert len(on_weights) >= 4 * BASE["num_layers"] + 2, len(on_weights)
 
 
-@pytest.mark.parametrize("format", [f for f in ("onnx", "openvino") if f in FORMATS])
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family, format", [c for c in CASES if c[1] in ("onnx", "openvino")])
 def test_graphs_name_their_input_and_output(family, format, artifacts):
     """`images` in, `logits` out (these heads have no activation), one
     output: not the exporter's last operation (`add_1741`)."""
@@ -172,9 +186,8 @@ def test_output_names_say_what_the_output_holds():
     assert export.output_name(keras_vit.ViT(**TINY, include_top=False, pooling="token")) == "features"
 
 
-@pytest.mark.parametrize("format", FORMATS)
-def test_batch_axis_is_dynamic(format, artifacts):
-    family = "options" if ("options", format) in CASES else "vit"
+@pytest.mark.parametrize("family, format", CASES)
+def test_batch_axis_is_dynamic(family, format, artifacts):
     run, batch, _ = getattr(serving, f"_load_{format}")(artifacts(family, format))
     assert batch is None, batch
 
@@ -197,6 +210,7 @@ def test_model_export_keeps_keras_signature(tmp_path, models, images):
         model.export(str(tmp_path / "m"), input_signature=[keras.InputSpec(shape=(None, 32, 32, 1))])
 
 
+@runs_once("torch", "the task model is refused before any exporter runs")
 def test_training_task_is_not_exported(tmp_path):
     encoder = keras_vit.ViT(**TINY, include_top=False)
     task = keras_vit.pretraining.MaskedPatchPrediction(encoder)
@@ -204,6 +218,7 @@ def test_training_task_is_not_exported(tmp_path):
         task.export(str(tmp_path / "task"))
 
 
+@runs_once("torch", "what `import keras_vit` loads is the same under every backend")
 def test_export_module_is_an_attribute_and_imports_no_exporter():
     code = (
         "import sys, keras_vit\n"
@@ -224,9 +239,10 @@ def test_openvino_runs_in_float32_unless_asked(models, images, artifacts):
     """`run_exported` compiles for float32; bfloat16 is an explicit option."""
     import openvino as ov
 
-    path = artifacts("options", "openvino")
+    family = route_family(BACKEND, "openvino")
+    path = artifacts(family, "openvino")
     compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    expected = models["options"].predict(images, verbose=0)
+    expected = models[family].predict(images, verbose=0)
     assert np.abs(export.run_exported(path, "openvino", images) - expected).max() <= ATOL
     assert str(compiled.get_property("INFERENCE_PRECISION_HINT")) == "<Type: 'float32'>"
     capabilities = ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
@@ -241,37 +257,32 @@ def test_openvino_runs_in_float32_unless_asked(models, images, artifacts):
         export.run_exported(path, "tf_saved_model", images, precision="bf16")
 
 
-def test_export_at_another_image_size(tmp_path):
-    model = _model("vit")
-    path = export.export_model(model, str(tmp_path / "vit48"), "tf_saved_model", image_size=48)
-    x = np.random.default_rng(2).normal(size=(2, 48, 48, 3)).astype("float32")
+# The backend's own route where it has one (torch's SavedModel is written by
+# a tensorflow process, whose hand-off the runtime test above holds).
+RESIZED_FORMAT = per_backend(jax="tf_saved_model", tensorflow="tf_saved_model", torch="onnx")
+
+
+def test_export_at_another_image_size_and_a_fixed_batch(tmp_path, models):
+    model, format = models["vit"], RESIZED_FORMAT
+    path = export.export_model(model, str(tmp_path / f"vit48{export.SUFFIXES[format]}"), format, image_size=48,
+                               batch_size=2)
+    assert getattr(serving, f"_load_{format}")(path)[1] == 2
+    x = np.random.default_rng(2).normal(size=(3, 48, 48, 3)).astype("float32")
     # The model resizes its position embedding on the fly; the artifact was
-    # built with it resized once.
-    diff, outputs, _ = export.verify_export(path, "tf_saved_model", model, x)
-    assert outputs.shape == (2, 10) and diff <= ATOL
-
-
-def test_fixed_batch_size(tmp_path, images):
-    model = _model("vit")
-    path = export.export_model(model, str(tmp_path / "b2"), "tf_saved_model", batch_size=2)
-    assert serving._load_tf_saved_model(path)[1] == 2
-    diff, outputs, _ = export.verify_export(path, "tf_saved_model", model, images)  # fed 2 + 1 (padded)
+    # built with it resized once. Three images are fed as 2 + 1 (padded).
+    diff, outputs, _ = export.verify_export(path, format, model, x)
     assert outputs.shape == (3, 10) and diff <= ATOL
 
 
-# The real weights through one more exporter per backend: its own runtime's
-# format where it has one. The README's deployment example (test_readme.py,
-# every backend) exports them to ONNX and a SavedModel; the tiny models above
-# cover every format.
-REAL_WEIGHTS_FORMAT = {"jax": "openvino", "tensorflow": "litert", "torch": "torch"}
-
-
+# The real weights through one exporter: the tiny models above take every
+# route; this holds a full-size graph (224 px, 12 blocks) and the real
+# classes.
 @requires_shared
-@pytest.mark.skipif(BACKEND not in REAL_WEIGHTS_FORMAT, reason=f"no export on the {BACKEND} backend")
+@runs_once("torch", "the routes are held by the tiny models in every job; one full-size export is enough")
 def test_real_weights_export(tmp_path):
     import skimage.data
 
-    format = REAL_WEIGHTS_FORMAT[BACKEND]
+    format = "torch"
 
     model = keras_vit.ViTTi16(weights=str(DEIT_NPZ), mlp_activation="gelu", classifier_activation=None)
     x = np.stack([imagenet_preprocess(skimage.data.chelsea()), imagenet_preprocess(skimage.data.coffee())])
@@ -282,7 +293,7 @@ def test_real_weights_export(tmp_path):
 
 
 # ------------------------------------------------------------ export mode --
-def test_export_mode_paths_equal_the_ordinary_ones(rng):
+def test_export_mode_paths_equal_the_ordinary_ones(rng):  # every backend: the kernels' export forms
     x = rng.normal(size=(2, 5, 3, 4)).astype("float32")
     kernel = rng.normal(size=(4, 6)).astype("float32")
     bias = rng.normal(size=(6,)).astype("float32")
@@ -329,6 +340,7 @@ def test_group_norm_and_max_pool_export_forms(rng, size):
 
 
 # -------------------------------------------------------------- bad input --
+@runs_once("torch", "the format is checked before any exporter runs")
 def test_unknown_format(tmp_path, models):
     with pytest.raises(ValueError, match=r"`format` must be one of .*Received: format='onxx'"):
         export.export_model(models["options"], str(tmp_path / "m.onnx"), "onxx")
@@ -338,7 +350,7 @@ def test_unknown_format(tmp_path, models):
     "format, backend, names",
     [("litert", "jax", "tensorflow or torch"), ("torch", "tensorflow", "torch")],
 )
-def test_format_the_backend_cannot_produce(format, backend, names):
+def test_format_the_backend_cannot_produce(format, backend, names):  # every backend: its own refusals
     with pytest.raises(ValueError, match=f"KERAS_BACKEND={names}"):
         export.check_format(format, backend=backend)
     if BACKEND == backend:
@@ -362,6 +374,7 @@ def test_missing_exporter_package_names_what_to_install(tmp_path, models, monkey
         export.export_model(models["options"], str(tmp_path / "m.onnx"), "onnx")
 
 
+@runs_once("torch", "paths and sizes are checked before any exporter runs")
 def test_bad_paths_and_sizes(tmp_path, models):
     with pytest.raises(ValueError, match=r"must end with '.onnx'"):
         export.export_model(models["options"], str(tmp_path / "m.tflite"), "onnx")
@@ -387,6 +400,7 @@ def test_quantized_model_to_a_format_that_mishandles_int8(tmp_path):
 
 
 # -------------------------------------------------------------------- CLI --
+@runs_once("jax", "the command's flags and report; the ONNX route is held in every job above")
 def test_cli_exports_and_reports(tmp_path, capsys, models):
     saved = str(tmp_path / "tiny.keras")
     models["options"].save(saved)

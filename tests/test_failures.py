@@ -1,8 +1,11 @@
 """Nothing lost when a call fails: fault injection, input checks, random streams, atomic saving.
 
-Every test runs on the backend of the suite; the jax trainer is the one that
-detaches variables while it runs (`keras_vit.execution.jax_state`), the others
-must keep the same guarantees.
+What a trainer does when a call fails runs on every backend: the jax trainer
+is the one that detaches variables while it runs
+(`keras_vit.execution.jax_state`), the others must keep the same guarantees.
+The model under each trainer is one of `FAMILIES`, a different one per job
+(`FAMILY`); the input checks, warnings, seeds' bookkeeping and atomic files
+are keras_vit's own Python and run once.
 """
 
 import contextlib
@@ -21,12 +24,14 @@ import pytest
 
 import keras_vit
 import keras_vit.training
-from conftest import ROOT, TINY, runs_once, to_numpy
+from conftest import ROOT, TINY, per_backend, runs_once, spread, to_numpy
 from families import make_model
 from keras_vit import saving
 
-# The model families these tests run on (tests/families.py).
+# The model families these tests run on (tests/families.py): the trainers'
+# tests take one per job, so that each family meets some trainer.
 FAMILIES = ("hybrid", "vit")
+FAMILY = per_backend(jax="hybrid", tensorflow="vit", torch="hybrid")
 
 
 def _weights(model):
@@ -79,7 +84,7 @@ def _still_works(model, tmp_path, x, batch_size=None):
     model.save_weights(tmp_path / "after.weights.h5")
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", [FAMILY])
 @pytest.mark.parametrize("method", ["predict", "evaluate"])
 def test_interrupt_during_inference_keeps_the_weights(tmp_path, family, method):
     model = _compiled_model(family)
@@ -94,7 +99,7 @@ def test_interrupt_during_inference_keeps_the_weights(tmp_path, family, method):
     _still_works(model, tmp_path, x, batch_size=2)
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", [FAMILY])
 def test_interrupt_during_fit_keeps_the_last_completed_step(tmp_path, family):
     model = _compiled_model(family)
     x, y = _data()
@@ -117,7 +122,7 @@ def _bad_batches(x, channels=1):
     return generate()
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", [FAMILY])
 def test_failure_in_the_first_step_keeps_the_weights(tmp_path, family):
     model = _compiled_model(family)
     x, y = _data()
@@ -230,6 +235,7 @@ def test_pre_training_keeps_the_encoder_when_fit_is_interrupted_or_fails(tmp_pat
 # Input checks, before any work.
 
 
+@spread("keras_vit's input checks run before the backend's step; each family once")
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_input_checks_name_what_the_model_takes(family):
     model = _compiled_model(family)
@@ -250,6 +256,7 @@ def test_input_checks_name_what_the_model_takes(family):
         model.fit(x, np.zeros(2), validation_data=(gray, np.zeros(2)), verbose=0)
 
 
+@runs_once("torch", "keras_vit reads the tf.data spec and warns before the backend's step")
 def test_input_checks_read_a_tf_data_spec_and_warn_on_integer_pixels():
     tf = pytest.importorskip("tensorflow")
     model = _compiled_model()
@@ -268,6 +275,7 @@ def test_input_checks_read_a_tf_data_spec_and_warn_on_integer_pixels():
     assert [str(w.message).split(":")[0] for w in caught if "uint8" in str(w.message)] == ["`x` holds uint8 values"]
 
 
+@runs_once("torch", "the warning is keras_vit's, said before the backend's step")
 def test_raw_float_pixels_get_a_warning_once_per_model():
     """Float images in [0, 255] fed straight to a model (the scaling forgotten)
     are said once, as integer pixels are; scaled images are not."""
@@ -291,6 +299,7 @@ def test_raw_float_pixels_get_a_warning_once_per_model():
         unscaled.predict(raw, verbose=0)
 
 
+@runs_once("tensorflow", "the check is NumPy's; tensors of every backend pass through in test_preprocessing")
 def test_preprocess_input_rejects_nan_and_passes_tensors_through():
     images = np.full((2, 4, 4, 3), 128.0, "float32")
     images[1, 2, 3, 0] = np.nan
@@ -317,6 +326,7 @@ def test_stochastic_depth_draws_independent_masks_per_block():
     assert not np.array_equal(masks[0], masks[1])
 
 
+@runs_once("torch", "the seeds' bookkeeping in the config is keras_vit's")
 def test_seeds_are_in_the_config_and_derive_per_layer():
     model = keras_vit.ViT(**TINY, dropout_rate=0.1, stochastic_depth_rate=0.2, seed=7)
     assert model.get_config()["seed"] == 7
@@ -366,6 +376,7 @@ def test_seeded_runs_are_reproducible(backend):
     assert any(not np.array_equal(a, b) for a, b in zip(first, other))
 
 
+@runs_once("torch", "the pipeline is tf.data under every backend")
 def test_the_training_pipeline_runs_under_op_determinism():
     tf = pytest.importorskip("tensorflow")
     from keras_vit.training import data
@@ -385,6 +396,7 @@ def test_the_training_pipeline_runs_under_op_determinism():
 # Atomic checkpoints.
 
 
+@runs_once("torch", "the write and rename are keras_vit.saving's")
 def test_a_failure_between_write_and_rename_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     model = _compiled_model()
     x, _ = _data(2)
@@ -409,6 +421,7 @@ def test_a_failure_between_write_and_rename_keeps_the_previous_checkpoint(tmp_pa
     np.testing.assert_allclose(restored.predict(x, verbose=0), expected, atol=1e-6)
 
 
+@runs_once("torch", "the write and rename are keras_vit.saving's")
 def test_final_weights_callback_is_atomic(tmp_path, monkeypatch):
     model = _compiled_model()
     x, y = _data(4)

@@ -13,10 +13,12 @@ import pytest
 
 import families_2025 as fam
 import reference_families as ref
-from conftest import to_numpy
+from conftest import runs_once, to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.layers.sincos import sincos_position_embedding
 from keras_vit.preprocessing.naflex import naflex_inputs
+
+pytestmark = runs_once("torch", "NumPy references against transformers' torch models")
 
 transformers = pytest.importorskip("transformers", reason="transformers makes the reference models")
 torch = pytest.importorskip("torch")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared, to_numpy
+from conftest import DEIT_NPZ, TINY, imagenet_preprocess, requires_shared, spread, to_numpy
 from kernel_helpers import BACKEND, taken
 from keras_vit import kernels
 from keras_vit.execution import tf_xla
@@ -148,6 +148,7 @@ def test_attention_path_at_high_resolution_token_counts(rng, tokens, dtype):
     np.testing.assert_allclose(got, expected, atol=tol)
 
 
+@pytest.mark.xla_predict
 def test_tensorflow_predicts_bfloat16_outside_xla():
     """tensorflow compiles float32 inference with XLA but runs bfloat16 in
     the graph runtime (oneDNN's bfloat16 matmuls); the other backends have
@@ -176,6 +177,8 @@ def test_bfloat16_model_close_to_float32(rng, policy):
 
 
 @requires_shared
+@spread("the real weights' top-1 under each policy once; the paths' bfloat16 numerics are held on every "
+        "backend by test_bfloat16_model_close_to_float32 and the paths' own cases")
 @pytest.mark.parametrize("policy", ["bfloat16", "mixed_bfloat16"])
 def test_real_weights_keep_their_top1_in_bfloat16_predict(policy):
     import skimage.data

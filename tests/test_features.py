@@ -6,9 +6,12 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import TINY, to_numpy
+from conftest import TINY, spread, to_numpy
 from keras_vit import export
 from keras_vit.models.features import feature_model
+
+pytestmark = spread("feature maps are the blocks' outputs reshaped, over layers held on every backend; each "
+                    "case once")
 
 FAMILIES = {
     "plain": lambda: keras_vit.ViT(**dict(TINY, num_layers=4), include_top=False),

@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import ROOT, to_numpy
+from conftest import ROOT, spread, to_numpy
 from keras_vit.preprocessing import Preprocessing
+
+pytestmark = spread("the example's folder pipeline is tf.data under every backend and its training the "
+                    "library's; each case once")
 
 pytest.importorskip("tensorflow", reason="the example's input pipeline needs TensorFlow")
 

@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import TINY, inference, to_numpy
+from conftest import TINY, inference, spread, to_numpy
 from keras_vit.layers.pooling import TokenGrid
 from keras_vit.models import forward
+
+pytestmark = spread("the forward pass's bookkeeping over layers held on every backend by their contracts; "
+                    "each case once")
 
 MODELS = {
     "plain": lambda: keras_vit.ViT(**TINY, classes=5),

@@ -8,9 +8,12 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import TINY, to_numpy
+from conftest import TINY, every_backend, spread, to_numpy
 from keras_vit.layers import TransformerBlock
 from keras_vit.models import forward
+
+pytestmark = spread("the cut last block is the same layers held on every backend by their contracts; each "
+                    "case once, its gradients in every job (every_backend)")
 
 # name: (constructor, tokens the head reads)
 MODELS = {
@@ -119,6 +122,7 @@ def test_layer_outputs_keep_every_token():
     assert tuple(features.shape) == (3, 17, 16)
 
 
+@every_backend("the gradients of the cut block under each backend's autodiff")
 @pytest.mark.parametrize("kind", ["class-token", "distilled-registers"])
 def test_training_step_equals_the_whole_graph(kind):
     """One SGD step through the shortened last block moves every weight as

@@ -11,6 +11,10 @@ import reference_resnet
 import synthetic
 from keras_vit.models import ARCHITECTURE_CONFIGS, CONSTRUCTORS, ViTHybrid
 from keras_vit.architectures import architecture_name
+from conftest import spread
+
+pytestmark = spread("the hybrids' sizes, parity and files: the ResNet layers are held on every backend by "
+                    "test_resnet_layers and the model contract; each case once")
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
 HYBRIDS = sorted(n for n, a in CONSTRUCTORS.items() if "resnet_layers" in ARCHITECTURE_CONFIGS[a])

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import runs_once
+from conftest import runs_once, spread
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from image_text_dirs import (
     FAMILIES,
@@ -22,6 +22,9 @@ from image_text_dirs import (
     pipeline_pixels,
     pipeline_text_options,
 )
+
+pytestmark = spread("each family's towers are ViT and text layers held on every backend by their contracts; "
+                    "each family's parity once")
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")

@@ -12,6 +12,9 @@ import keras_vit
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from image_text_dirs import image_text_dir
 from keras_vit import export
+from conftest import spread
+
+pytestmark = spread("the export routes are held on every backend by test_export; each model and runtime once")
 
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")

@@ -14,9 +14,12 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import to_numpy
+from conftest import spread, to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
-from keras_hub_image_text_dirs import FAMILIES, IMAGE_SIZE, keras_hub_image_text_dir
+from keras_hub_image_text_dirs import FAMILIES, IMAGE_SIZE, keras_hub_image_text_dir, keras_hub_preprocessor
+
+pytestmark = spread("keras-hub's towers against keras_vit's, whose layers are held on every backend by their "
+                    "contracts; each case once")
 
 pytest.importorskip("keras_hub")
 pytest.importorskip("tokenizers")
@@ -44,7 +47,7 @@ def _images(seed=0):
 
 def _keras_hub(family, images, texts):
     """keras-hub's token ids, unit-length image and text embeddings, and vision_logits."""
-    _, backbone, preprocessor = keras_hub_image_text_dir(family)
+    backbone, preprocessor = keras_hub_image_text_dir(family)[1], keras_hub_preprocessor(family)
     tokens = preprocessor({"images": images, "prompts": texts})["token_ids"]
     images = keras.ops.convert_to_tensor(images)
     out = backbone({"images": images, "token_ids": tokens})
@@ -55,7 +58,7 @@ def _keras_hub(family, images, texts):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_tokenizer_gives_keras_hubs_ids(family):
-    preprocessor = keras_hub_image_text_dir(family)[2]
+    preprocessor = keras_hub_preprocessor(family)
     reference = preprocessor({"images": _images()[:1], "prompts": TEXTS})
     ours = _model(family).tokenize(TEXTS)
     np.testing.assert_array_equal(ours["token_ids"], to_numpy(reference["token_ids"]))

@@ -12,12 +12,14 @@ import keras
 import numpy as np
 import pytest
 import reference
-from conftest import DEIT_NPZ, IMAGENET_MEAN as MEAN, IMAGENET_STD as STD, TINY, requires_shared
+from conftest import DEIT_NPZ, IMAGENET_MEAN as MEAN, IMAGENET_STD as STD, TINY, requires_shared, spread
 from PIL import Image
 
 import keras_vit
 from keras_vit import inspection
 from keras_vit.inspection import plots
+
+pytestmark = spread("the inspection functions over models held on every backend; each case once")
 
 # Where the 144x96 cat goes on the 224x224 background: (top, left), pixels
 # of the model input. Both boxes are patch-aligned and off-centre.

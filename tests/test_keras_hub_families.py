@@ -11,12 +11,15 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import to_numpy
+from conftest import spread, to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.weights import canonical as C
 from keras_vit.families import keras_hub_source as keras_hub_format
 from keras_vit.families.dinov2 import KerasHubDinov2
 from keras_vit.weights.mapping import model_variables
+
+pytestmark = spread("keras-hub's presets: the layers are held on every backend by their contracts; each case "
+                    "once")
 
 keras_hub = pytest.importorskip("keras_hub")
 

@@ -322,6 +322,7 @@ def test_xla_attention_takes_a_head_queries_a_chunk_at_a_time_on_jax(rng, monkey
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
 
 
+@pytest.mark.xla_predict
 def test_predict_groups_heads_where_xla_compiles_it(rng, monkeypatch):
     """Tensorflow's XLA predict function traces inside `xla_compiled` (grouped
     heads), its eager call and torch do not; the predictions are the call's."""

@@ -7,9 +7,11 @@ import pytest
 
 import keras
 import keras_vit
-from conftest import TINY, to_numpy
+from conftest import TINY, spread, to_numpy
 from keras_vit.training import compile_for_finetuning
 from keras_vit.training.layer_decay import layer_decay_multipliers, layer_decay_optimizer
+
+pytestmark = spread("the decay is a table of learning rates over Keras' optimizers; each case once")
 
 DECAY = 0.5
 L = TINY["num_layers"]

@@ -6,9 +6,11 @@ import scipy.ndimage
 
 import keras_vit
 import reference
-from conftest import DEIT_NPZ, DEIT_SAFETENSORS, TINY, imagenet_preprocess, requires_shared, to_numpy
+from conftest import DEIT_NPZ, DEIT_SAFETENSORS, TINY, imagenet_preprocess, requires_shared, spread, to_numpy
 from keras_vit.weights import load_weights
 from synthetic import POSEMB, images, official_params, tiny_model, to_big_vision, to_timm
+
+pytestmark = spread("strict loading reads NumPy arrays into models held on every backend; each case once")
 
 
 

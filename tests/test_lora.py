@@ -5,9 +5,12 @@ import pytest
 
 import keras
 import keras_vit
-from conftest import TINY, to_numpy
+from conftest import TINY, spread, to_numpy
 from keras_vit.models import lora
 from keras_vit.training import compile_for_finetuning
+
+pytestmark = spread("LoRA's adapters are Keras layers held on every backend by the model contract; each case "
+                    "once")
 
 CLASSES = 3
 D, H, MLP, L = TINY["hidden_size"], TINY["num_heads"], TINY["mlp_dim"], TINY["num_layers"]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import DEIT_NPZ, TINY, imagenet_preprocess, inference, requires_shared, to_numpy
+from conftest import DEIT_NPZ, TINY, imagenet_preprocess, inference, requires_shared, spread, to_numpy
 
 # Tolerances on softmax probabilities: bfloat16 keeps 8 mantissa bits.
 POLICIES = {"mixed_bfloat16": 3e-2, "mixed_float16": 5e-3}
@@ -57,6 +57,8 @@ def test_layer_norm_statistics_in_float32(rng, policy):
 
 
 @requires_shared
+@spread("the real weights' top-1 under each policy once; the policies' numerics are held on every backend "
+        "by the tests above and the model contract")
 @pytest.mark.parametrize("policy", POLICIES)
 def test_real_weights_keep_their_top1_under_mixed_precision(policy):
     import skimage.data

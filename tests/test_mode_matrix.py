@@ -17,6 +17,9 @@ from mode_matrix import (
     compiled_graphs, distinct, expected_paths, make_model, paths, records_paths, reference, train,
 )
 
+# Keras' default mode on tensorflow is keras_vit's XLA predict function (conftest).
+pytestmark = pytest.mark.xla_predict
+
 # The reference is the "eager" "portable" cell itself. A path set whose
 # cell would run the same paths as an earlier one in that mode is not run
 # again (on torch, "second" inside torch.compile: there the oneDNN

@@ -23,6 +23,9 @@ from mode_matrix import (
     portable_predictions, reference, train,
 )
 
+# Keras' default mode on tensorflow is keras_vit's XLA predict function (conftest).
+pytestmark = pytest.mark.xla_predict
+
 VARIANTS = ("int8", "lora")
 # The "portable" cell is the reference itself.
 CELLS = [(variant, path_set) for variant in VARIANTS

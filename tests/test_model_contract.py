@@ -1,4 +1,11 @@
-"""Every family of tests/families.py through the model contract, on the backend of the suite.
+"""Every family of tests/families.py through the model contract.
+
+Where it runs: the families whose quantized models are exported
+(`model_contract.QUANTIZED_EXPORT`) in every backend's job, the others
+spread over the jobs, each once: what a family adds is a combination of
+layers, each of which passes its layer contract on every backend
+(test_layer_contracts.py), and the every-job families hold the contract's
+backend-specific parts (export, precision policies, quantized layers).
 
 - keras_vit's contract (tests/model_contract.py, `run_model_test`): build,
   config round trips, `.keras` files, the NumPy reference, a channels-first
@@ -28,14 +35,20 @@ import keras_vit
 from conftest import spread
 from families import FAMILIES, images, make_model
 from keras_vit.pretraining import MaskedPatchPrediction
-from model_contract import QUANTIZATION_ERROR, contract_modes, run_model_test, run_quantization_test
+from model_contract import QUANTIZATION_ERROR, QUANTIZED_EXPORT, contract_modes, run_model_test, run_quantization_test
 
 # keras-hub's harness repeats much of the contract at several times its
 # cost: it runs on a plain model.
 KERAS_HUB_FAMILIES = ("vit",)
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+EVERY_JOB_FAMILIES = sorted(set(QUANTIZED_EXPORT.values()))
+SPREAD_FAMILY = spread("a family is a combination of layers, each held on every backend by its layer contract; "
+                       "the families of QUANTIZED_EXPORT hold the rest of the contract in every job")
+
+
+@pytest.mark.parametrize("family", [f if f in EVERY_JOB_FAMILIES else pytest.param(f, marks=SPREAD_FAMILY)
+                                    for f in sorted(FAMILIES)])
 def test_model_contract(family):
     run_model_test(family)
 

@@ -12,10 +12,12 @@ import pytest
 
 import keras_vit
 import reference
-from conftest import TINY, to_numpy
+from conftest import TINY, spread, to_numpy
 from families import make_model
 from keras_vit import inspection
 from keras_vit.weights.mapping import model_state
+
+pytestmark = spread("the options are layers held on every backend by their contracts; each case once")
 
 OPTIONS = {
     "distilled": dict(distillation_token=True),

@@ -8,10 +8,13 @@ import pytest
 import scipy.ndimage
 
 import keras_vit
-from conftest import TINY, inference, to_numpy
+from conftest import TINY, every_backend, inference, spread, to_numpy
 from keras_vit.execution import tf_xla
 from keras_vit.models import ARCHITECTURE_CONFIGS, CONSTRUCTORS
 from model_contract import outputs_of
+
+pytestmark = spread("the variants are rows of one table over the same layers, each held on every backend by "
+                    "its contract; each case once")
 
 # Official parameter counts, 1000-way head, no pre-logits (vit_jax
 # models_test.py MODEL_SIZES at 224; at 384 counted from the official Flax
@@ -295,6 +298,8 @@ def _jit_flags_of_predict_function(model, monkeypatch):
     return flags
 
 
+@every_backend("which predict function each backend compiles")
+@pytest.mark.xla_predict
 def test_inference_is_xla_compiled_on_a_tensorflow_cpu(rng, backend, monkeypatch):
     """jit_compile="auto": XLA for predict on a tensorflow CPU, Keras' choice elsewhere."""
     keras.utils.set_random_seed(0)
@@ -358,6 +363,7 @@ def test_constructor_docstring_example_uses_a_two_by_two_grid(constructor):
     assert size == 2 * effective_patch_size(row["patch_size"], row.get("resnet_layers"))[0]
 
 
+@every_backend("each backend's trainer traces its steps")
 def test_first_fit_and_evaluate_trace_their_step_once(rng, backend):
     """The optimizer's and the metrics' variables exist before the first step
     is traced (on tensorflow, a variable made while tracing makes it trace

@@ -13,10 +13,12 @@ import pytest
 
 import families_2025 as fam
 import keras_vit
-from conftest import TINY, inference
+from conftest import TINY, inference, spread
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit import export
 from keras_vit.preprocessing import naflex_inputs
+
+pytestmark = spread("SigLIP 2's parity: its layers (test_naflex) are held on every backend; each case once")
 
 transformers = pytest.importorskip("transformers", reason="transformers' SigLIP 2 is the reference")
 torch = pytest.importorskip("torch")

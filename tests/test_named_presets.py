@@ -10,6 +10,9 @@ import keras_vit
 from hub_dirs import populate_hf_cache
 from keras_vit.presets import PresetDownloadError, named
 from keras_vit.presets.named import FAMILIES, NAMED_PRESETS
+from conftest import runs_once
+
+pytestmark = runs_once("torch", "the table of names and its resolution are Python")
 
 TINY_DEIT = dict(image_size=32, patch_size=8, hidden_size=16, num_hidden_layers=2,
                  num_attention_heads=2, intermediate_size=32, num_labels=3)

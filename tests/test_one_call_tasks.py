@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 import keras_vit
-from conftest import TINY
+from conftest import TINY, spread
 from keras_vit.layers.detection_heads import DetectionHeads
 from keras_vit.preprocessing import Preprocessing
 from keras_vit.preprocessing.dense import DenseProcessing
@@ -15,6 +15,9 @@ from keras_vit.tasks import images as images_module
 from keras_vit.tasks.depth import DepthEstimator
 from keras_vit.tasks.detection import OpenVocabularyDetector
 from keras_vit.tasks.segmentation import Segmenter
+
+pytestmark = spread("the one-call functions' reading, batching and progress over models held on every "
+                    "backend; each case once")
 
 
 def _classifier():

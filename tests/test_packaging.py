@@ -6,6 +6,8 @@ import setuptools
 
 from conftest import ROOT, runs_once
 
+pytestmark = runs_once("torch", "setup.cfg and the files it declares")
+
 
 def test_every_package_is_declared():
     config = configparser.ConfigParser()

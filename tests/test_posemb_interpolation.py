@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 import pytest
-from conftest import inference
+from conftest import inference, spread
 
 from keras_vit.layers.interpolation import (
     POSITION_INTERPOLATIONS,
@@ -11,6 +11,9 @@ from keras_vit.layers.interpolation import (
     resize_grid,
     resize_matrix,
 )
+
+pytestmark = spread("the resize of position tables against transformers, over keras.ops held by the layer "
+                    "contracts; each case once")
 
 torch = pytest.importorskip("torch", reason="transformers' interpolation is the reference")
 

@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import DEIT_NPZ, SHARED, requires_shared, to_numpy
+from conftest import DEIT_NPZ, SHARED, requires_shared, spread, to_numpy
 from keras_vit import labels, preprocessing
 from keras_vit.preprocessing import center_crop, preprocess_input
 from keras_vit.tasks.classification import decode_predictions
 from keras_vit.weights.registry import get_record
+
+pytestmark = spread("preprocessing is NumPy and keras.ops arithmetic; each case once")
 
 LABELS = SHARED / "labels"
 requires_labels = pytest.mark.skipif(

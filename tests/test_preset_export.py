@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import to_numpy
+from conftest import spread, to_numpy
 from families import make_model
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.preprocessing import Preprocessing
+
+pytestmark = spread("presets are files of NumPy arrays and configs; each case once")
 
 NAMES = ("cat", "dog", "eel")
 PREP = Preprocessing.from_mode("imagenet", image_size=32, crop_fraction=0.875).get_config()

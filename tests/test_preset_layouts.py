@@ -18,6 +18,9 @@ from keras_vit.weights.formats import timm as timm_format
 from keras_vit.families import transformers_source as hf_format
 from keras_vit.weights.formats import transformers_processor
 from keras_vit.families.vit import TransformersViT
+from conftest import runs_once
+
+pytestmark = runs_once("torch", "layouts are read from files and tables, no model is built")
 
 TINY_HF = dict(image_size=32, patch_size=8, hidden_size=16, num_hidden_layers=2,
                num_attention_heads=2, intermediate_size=32, num_labels=3)

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import DEIT_NPZ, TINY, requires_shared, to_numpy
+from conftest import DEIT_NPZ, TINY, requires_shared, spread, to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.preprocessing import Preprocessing
+
+pytestmark = spread("the transformers writer is a table over NumPy arrays; each case once")
 
 transformers = pytest.importorskip("transformers")
 NAMES = ("red", "green", "blue")

@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import to_numpy
+from conftest import spread, to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from hub_dirs import populate_hf_cache, random_timm_state, timm_forward, write_timm_hub
+
+pytestmark = spread("each layout's reader and key table over layers held on every backend; each case once")
 
 TINY_HF = dict(image_size=32, patch_size=8, hidden_size=16, num_hidden_layers=2,
                num_attention_heads=2, intermediate_size=32)

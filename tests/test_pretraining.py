@@ -7,9 +7,12 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import TINY, inference, to_numpy
+from conftest import TINY, every_backend, inference, spread, to_numpy
 from keras_vit import pretraining, training
 from keras_vit.pretraining import KEPT, MASKED, REPLACED, UNTOUCHED
+
+pytestmark = spread("the task is Keras layers and losses over keras.ops, each case once; its training under each "
+                    "backend's trainer, seeds and fine-tuning run in every job (every_backend)")
 
 # TINY at 32 px, patch 8: a 4x4 grid.
 GRID = 16
@@ -347,6 +350,7 @@ def test_corruption_is_applied_before_the_position_embedding(rng, monkeypatch):
     np.testing.assert_array_equal(to_numpy(out["plan"]), plan)
 
 
+@every_backend("fit and the fine-tuning after it under each backend's trainer")
 def test_fit_trains_the_encoder_in_place_and_it_fine_tunes(rng, tmp_path):
     encoder = tiny_encoder(name="encoder")
     before = [to_numpy(w).copy() for w in encoder.weights]
@@ -390,6 +394,7 @@ def test_evaluate_returns_the_masked_prediction_loss(rng):
     np.testing.assert_allclose(loss, expected, rtol=1e-5)
 
 
+@every_backend("the corruption draws from each backend's random generator")
 def test_seeded_runs_reproduce(rng):
     images = random_images(rng, n=8)
 

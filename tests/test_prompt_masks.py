@@ -14,6 +14,10 @@ import keras_vit
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.tasks import prompt_masks
 from sam_dirs import IMAGE_SIZE, keras_hub_sam_dir, sam_dir
+from conftest import spread
+
+pytestmark = spread("SAM's parity, prompts and post-processing: its layers are held on every backend by "
+                    "their contracts; each case once")
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

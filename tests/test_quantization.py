@@ -2,14 +2,18 @@
 takes it, and the one-call int8 export quantized by the runtime's own tool.
 
 Every model family is quantized, saved, reloaded and exported in
-test_model_contract.py (`model_contract.run_quantization_test`)."""
+test_model_contract.py (`model_contract.run_quantization_test`).
+
+Where it runs: the quantized model's export routes in every job; the
+runtimes' int8 quantizers on one ONNX or OpenVINO route per job; the real
+weights' accuracy and the command line once."""
 
 import warnings
 
 import keras
 import numpy as np
 import pytest
-from conftest import DEIT_NPZ, imagenet_preprocess, requires_shared
+from conftest import DEIT_NPZ, imagenet_preprocess, per_backend, requires_shared, runs_once
 from families import OPTIONS, make_model
 
 import keras_vit
@@ -24,6 +28,8 @@ PHOTOS = ("chelsea", "coffee", "astronaut", "rocket", "retina", "immunohistochem
 
 
 @requires_shared
+@runs_once("torch", "the accuracy of the real weights in int8; Keras' int8 layers are held on every "
+                    "backend by the model contract")
 def test_int8_keeps_the_real_weights_top1():
     import skimage.data
 
@@ -67,9 +73,6 @@ def test_quantized_model_exports(format, tmp_path):
 
 
 # ------------------------------------------- int8 by the runtime's own tool --
-INT8_FORMATS = [f for f in ("onnx", "openvino") if f in export.BACKEND_FORMATS.get(BACKEND, ())]
-
-
 def _int8_operations(path, format):
     """The int8 operations of an artifact: ONNX Runtime's quantized MatMuls, or
     OpenVINO's int8/uint8 weight constants."""
@@ -85,13 +88,13 @@ def _int8_operations(path, format):
 
 
 # The one-call int8 export of the tiny model: one runtime per backend's job.
-# With the command line's ONNX int8 export below (every backend) and the real
-# weights' export further down (OpenVINO on jax), each backend's job
-# quantizes with both runtimes' tools.
-ONE_CALL_INT8_FORMAT = {"jax": "onnx", "tensorflow": "openvino", "torch": "openvino"}
+# With the real weights' exports further down (ONNX on torch, OpenVINO on
+# jax), ONNX Runtime's quantizer takes the ONNX graph of every backend's
+# exporter, and NNCF the OpenVINO graphs of jax and torch.
+ONE_CALL_INT8_FORMAT = per_backend(jax="onnx", tensorflow="onnx", torch="openvino")
 
 
-@pytest.mark.parametrize("format", [f for f in INT8_FORMATS if f == ONE_CALL_INT8_FORMAT.get(BACKEND)])
+@pytest.mark.parametrize("format", [ONE_CALL_INT8_FORMAT])
 def test_one_call_int8_export(format, tmp_path):
     """The float graph quantized by ONNX Runtime / NNCF; the report is recomputed
     from the float32 and int8 artifacts run in the runtime."""
@@ -117,6 +120,7 @@ def test_one_call_int8_export(format, tmp_path):
     assert f"top-1 agrees with float32 on {agreeing} of 6 given images" in path.summary()
 
 
+@runs_once("jax", "the arguments are checked before any exporter runs")
 def test_one_call_int8_refusals(tmp_path):
     model = make_model("deit", **OPTIONS)
     with pytest.raises(ValueError, match=r"drives for \('onnx', 'openvino'\)"):
@@ -145,6 +149,7 @@ def test_one_call_int8_refusals(tmp_path):
             export.export_model(model, str(tmp_path / "m.xml"), "openvino")
 
 
+@runs_once("jax", "the command's flags and report; the quantizers are held by the tests above")
 def test_cli_int8_export_reports_agreement(tmp_path, capsys):
     saved = str(tmp_path / "tiny.keras")
     make_model("deit", **OPTIONS).save(saved)
@@ -167,10 +172,10 @@ REAL_INT8_BACKEND = {"onnx": "torch", "openvino": "jax"}
 
 
 @requires_shared
-@pytest.mark.parametrize("format", sorted(REAL_INT8_BACKEND))
+@pytest.mark.parametrize("format", [pytest.param(f, marks=runs_once(b, "the int8 artifacts of the real weights, "
+                                                                    "each runtime once"))
+                                    for f, b in sorted(REAL_INT8_BACKEND.items())])
 def test_one_call_int8_keeps_the_real_weights_top1(format, tmp_path):
-    if BACKEND != REAL_INT8_BACKEND[format]:
-        pytest.skip(f"the real weights' {format} int8 export is checked on {REAL_INT8_BACKEND[format]}")
     import skimage.data
 
     x = np.stack([imagenet_preprocess(getattr(skimage.data, name)()) for name in PHOTOS])

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 import keras_vit
-from conftest import TINY
+from conftest import TINY, runs_once
 from keras_vit import export, training
 from keras_vit.preprocessing import Preprocessing
 from keras_vit_tools.commands import keras_vit as run_cli
@@ -106,6 +106,7 @@ def test_raw_image_artifact_names_and_scores_photos_as_classify(format, preset, 
         ({}, dict(raw_images="yes"), "`raw_images` must be True or False"),
     ],
 )
+@runs_once("torch", "refused before any exporter runs")
 def test_what_cannot_take_raw_images_is_refused_before_any_work(change, options, message, tmp_path):
     model = keras_vit.ViT(**TINY, classes=3, preprocessing=RECORD)
     for key, value in change.items():

@@ -9,9 +9,12 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import TINY
+from conftest import TINY, every_backend, spread
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.weights import files
+
+pytestmark = spread("what a load reads is keras_vit's readers, each case once; the peak memory of creating "
+                    "the variables differs per backend (every_backend)")
 
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -162,6 +165,7 @@ print(weights, mib("VmHWM") - before)
 """
 
 
+@every_backend("each backend creates and fills its variables its own way")
 def test_loading_a_b16_preset_peaks_under_1_3x_its_weights(tmp_path, backend):
     import os
     import subprocess

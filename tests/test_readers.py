@@ -5,11 +5,13 @@ import pathlib
 import numpy as np
 import pytest
 
-from conftest import DEIT_NPZ, DEIT_SAFETENSORS, TINY, requires_shared
+from conftest import DEIT_NPZ, DEIT_SAFETENSORS, TINY, requires_shared, runs_once
 from keras_vit.weights import describe_weights, readers
 from keras_vit.weights.formats import timm as timm_format
 from keras_vit.weights.mapping import checkpoint_key, model_state
 from synthetic import POSEMB, official_params, tiny_model, to_big_vision, to_timm
+
+pytestmark = runs_once("torch", "the readers turn files into NumPy arrays")
 
 ARCH = {k: v for k, v in TINY.items() if k != "image_size"}
 

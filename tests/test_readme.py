@@ -4,8 +4,11 @@ its links resolving."""
 
 import re
 
-from conftest import ROOT, requires_shared
+from conftest import ROOT, requires_shared, runs_once
 from docs_blocks import first_table, python_blocks, run_blocks, workspace
+
+pytestmark = runs_once("torch", "the README's text and its quickstart; the calls it makes are tested on "
+                                "every backend")
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 

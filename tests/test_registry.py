@@ -19,6 +19,9 @@ from keras_vit.weights.registry import (
     weights_names,
 )
 
+pytestmark = runs_once("jax", "the weights table is data; its parameter counts are the layers' shapes, the "
+                              "same under every backend")
+
 RECORDS = list(WEIGHTS.values())
 IDS = [f"{r.architecture}:{r.name}" for r in RECORDS]
 _COUNTS = {}

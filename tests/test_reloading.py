@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import TINY, to_numpy
+from conftest import TINY, spread, to_numpy
 from keras_vit.preprocessing import Preprocessing
 from synthetic import images, official_params, to_timm
+
+pytestmark = spread("reloading reads files into models held on every backend; each case once")
 
 CLASSES = 7
 NAMES = tuple(f"kind_{i}" for i in range(CLASSES))

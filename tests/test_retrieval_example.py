@@ -6,7 +6,10 @@ import importlib.util
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, spread
+
+pytestmark = spread("the example's flags and files over the image-text model, held on every backend; each "
+                    "case once")
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("skimage")

@@ -16,7 +16,10 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, runs_once
+
+pytestmark = runs_once("torch", "the code base's imports, sizes and names are read from the source, whatever "
+                                "the backend")
 
 PACKAGE = ROOT / "keras_vit"
 # Functions longer than this many lines of code (docstring excluded) are hard

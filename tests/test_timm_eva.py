@@ -18,6 +18,9 @@ from conftest import inference, spread
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.families import eva as timm_eva
 
+pytestmark = spread("timm's Eva layouts: the layers are held on every backend by their contracts; each case "
+                    "once")
+
 SIZES = [(28, 28), (35, 42)]  # the checkpoint's, and larger and non-square
 ATOL = 1e-4
 EVA = sorted(a for a in fam.TIMM_ARCHITECTURES if not a.startswith("aimv2"))

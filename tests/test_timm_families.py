@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import inference, to_numpy
+from conftest import inference, spread, to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from hub_dirs import (
     populate_hf_cache,
@@ -27,6 +27,9 @@ from hub_dirs import (
     write_timm_hub,
 )
 from keras_vit.weights.formats import timm as timm_format
+
+pytestmark = spread("timm's CLIP and SigLIP layouts: the layers are held on every backend by their "
+                    "contracts; each case once")
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")

@@ -12,6 +12,9 @@ from timm_models import import_timm
 
 from keras_vit.weights.formats import timm_architectures as table
 from keras_vit_tools import timm_table
+from conftest import runs_once
+
+pytestmark = runs_once("torch", "the table is data read from timm's source")
 
 timm = import_timm()
 

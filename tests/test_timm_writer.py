@@ -12,11 +12,13 @@ import os
 
 import numpy as np
 import pytest
-from conftest import to_numpy
+from conftest import spread, to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from timm_models import images, import_timm, make, outputs
 
 import keras_vit
+
+pytestmark = spread("the timm writer is a table over NumPy arrays; each case once")
 
 timm = import_timm()
 TINY = dict(image_size=32, patch_size=8, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32, classes=5,

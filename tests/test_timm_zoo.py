@@ -13,12 +13,15 @@ import json
 
 import numpy as np
 import pytest
-from conftest import inference, to_numpy
+from conftest import inference, spread, to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from timm_models import IMAGE_SIZE, images, import_timm, make, outputs
 
 import keras_vit
 from keras_vit.families import timm_zoo
+
+pytestmark = spread("every timm family is ViT layers held on every backend by their contracts; each family's "
+                    "parity once")
 
 timm = import_timm()
 ATOL = 1e-4

@@ -8,6 +8,9 @@ import pytest
 tf = pytest.importorskip("tensorflow", reason="the input pipelines need TensorFlow")
 
 from keras_vit.training import data, datasets  # noqa: E402
+from conftest import spread
+
+pytestmark = spread("the pipelines are tf.data under every backend; each case once")
 
 
 def _dataset(n=5, size=(20, 28), seed=0):

@@ -20,7 +20,7 @@ import pytest
 import keras_vit
 from keras_vit import training
 from keras_vit.training import distribute
-from tests.conftest import ROOT, TINY
+from tests.conftest import ROOT, TINY, runs_once
 
 pytest.importorskip("tensorflow", reason="the subprocess runs need TensorFlow")
 pytest.importorskip("jax", reason="the subprocess runs need jax")
@@ -106,9 +106,7 @@ def _falls(loss):
 
 
 def _only_under(backend):
-    return pytest.mark.skipif(
-        keras.backend.backend() != backend, reason=f"runs under the {backend} backend job"
-    )
+    return runs_once(backend, f"the {backend} backend's own distribution over several devices")
 
 
 @_only_under("tensorflow")

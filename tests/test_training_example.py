@@ -12,6 +12,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, TINY, runs_once
+from conftest import spread
+
+pytestmark = spread("the example's flags, defaults and runs over the library's training, held on every "
+                    "backend by the training tests; each case once")
 
 pytest.importorskip("tensorflow", reason="the example's input pipeline needs TensorFlow")
 pytest.importorskip("sklearn", reason="the example's offline dataset comes from scikit-learn")

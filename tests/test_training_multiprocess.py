@@ -5,7 +5,10 @@ chosen at run time, a hard timeout, the launcher stopping by process id
 only what it started) and judges them by the files they write: a jax
 process may exit non-zero after success, when its peer shuts the
 coordinator down first. Each runs once, in its own backend's test job,
-against a one-process run of the same task in the test process.
+against a one-process run of the same task in the test process: one run per
+kind (jax's recovery from a lost process, tensorflow's multi-worker
+strategy, torch's refusal, the example's flags), each costing a few
+seconds of two processes' start-up.
 """
 
 import io
@@ -22,7 +25,7 @@ import pytest
 
 from keras_vit.execution.processes import torch_process_group_size
 from keras_vit.training import multiprocess
-from tests.conftest import ROOT
+from tests.conftest import ROOT, runs_once
 
 sys.path.insert(0, str(ROOT / "tools"))
 import launch_local  # noqa: E402
@@ -91,7 +94,7 @@ print("DONE", json.dumps({"process": cluster.process_id, "processes": cluster.nu
 
 
 def _only_under(backend):
-    return pytest.mark.skipif(BACKEND != backend, reason=f"runs in the {backend} backend's test job")
+    return runs_once(backend, f"training over processes with the {backend} backend's own distribution")
 
 
 @pytest.fixture(scope="module")
@@ -145,11 +148,11 @@ def _initial_weights():
     return [keras.ops.convert_to_numpy(w) for w in model.weights]
 
 
-# data parallel: one CPU device per process (the batch is split over the
-# processes); model parallel: one device per process, a (1, 2) mesh whose
-# model axis spans the processes, so every sharded weight is split between
-# them and each process feeds the whole batch.
-LAYOUTS = {"data_parallel": 4, "model_parallel": 8}  # per-process batch
+# Model parallel: one device per process, a (1, 2) mesh whose model axis
+# spans the processes, so every sharded weight is split between them and
+# each process feeds the whole batch. Data parallel over processes (the
+# batch split between them) is held by the example's run below.
+LAYOUTS = {"model_parallel": 8}  # per-process batch
 
 
 @_only_under("jax")
@@ -245,7 +248,7 @@ def test_torch_fit_under_a_process_group_is_refused(tmp_path):
     assert "process group of 2" in refused[0] and "KERAS_BACKEND=jax" in refused[0]
 
 
-@pytest.mark.skipif(BACKEND != "torch", reason="the refusal concerns the torch backend")
+@_only_under("torch")
 def test_torch_refuses_several_processes(monkeypatch):
     with pytest.raises(RuntimeError, match="torch backend"):
         multiprocess.initialize("127.0.0.1:1234", num_processes=2, process_id=0)
@@ -253,6 +256,7 @@ def test_torch_refuses_several_processes(monkeypatch):
     assert torch_process_group_size() == 1
 
 
+@runs_once("jax", "the sharding of NumPy arrays is the same under every backend")
 def test_shard_arrays_in_one_process():
     x, y = np.arange(20).reshape(10, 2), np.arange(10)
     xs, ys, batch = multiprocess.shard_arrays(x, y, batch_size=4)
@@ -263,9 +267,8 @@ def test_shard_arrays_in_one_process():
         multiprocess.shard_arrays(x, y[:5], batch_size=2)
 
 
+@runs_once("jax", "the places are checked before any backend's initialisation (torch refuses before, above)")
 def test_bad_places_are_named(monkeypatch):
-    if BACKEND == "torch":
-        pytest.skip("torch refuses several processes before checking them (test above)")
     for name in ("KERAS_VIT_COORDINATOR", "JAX_COORDINATOR_ADDRESS", "TF_CONFIG"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(ValueError, match="process_id"):
@@ -278,6 +281,7 @@ def test_bad_places_are_named(monkeypatch):
     }
 
 
+@runs_once("tensorflow", "the environment is read with os.environ alone")
 def test_environment_gives_the_place(monkeypatch):
     for names in multiprocess.ENVIRONMENT:
         for name in names:
@@ -292,6 +296,7 @@ def test_environment_gives_the_place(monkeypatch):
     assert multiprocess._from_environment(None, None, 0) == ("127.0.0.1:99", 2, 0)
 
 
+@runs_once("tensorflow", "the launcher starts plain Python processes, no Keras backend")
 def test_launcher_stops_the_others_when_one_fails(tmp_path):
     """Process 1 fails at once; process 0 (sleeping 60 s) is stopped, by its id."""
     script = (
@@ -310,10 +315,12 @@ def test_launcher_stops_the_others_when_one_fails(tmp_path):
     assert failure == 124
 
 
-@pytest.mark.skipif(BACKEND == "torch", reason="torch refuses several processes (test above)")
+@runs_once("jax", "the example's flags and files; tensorflow's multi-worker training is held by "
+                  "test_tensorflow_multi_worker_equals_one_process")
 def test_example_over_two_processes(tmp_path):
-    """examples/finetune.py under the launcher: its tf.data input sharded by Keras
-    (jax) or tf.distribute (tensorflow, where "data" means multi_worker)."""
+    """examples/finetune.py under the launcher: its tf.data input sharded by
+    Keras over two processes (jax's data parallelism; under tensorflow "data"
+    means multi_worker)."""
     command = [sys.executable, str(ROOT / "examples" / "finetune.py"), "--smoke", "--distribution", "data",
                "--run-dir", str(tmp_path / "run"), "--verbose", "0", "--init-timeout", "60",
                "--heartbeat-timeout", "10"]

@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import TINY, to_numpy
+from conftest import TINY, spread, to_numpy
 from keras_vit import training
+
+pytestmark = spread("a trained model's preset is files of NumPy arrays and configs; each case once")
 
 
 def _trained(steps=2, **compile_options):

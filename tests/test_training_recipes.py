@@ -9,6 +9,10 @@ import pytest
 import keras_vit
 from keras_vit import training
 from tests.conftest import TINY, to_numpy
+from conftest import spread
+
+pytestmark = spread("schedules, losses and accumulation are keras.ops and Keras' optimizers over every "
+                    "backend's trainer, held by the training tests; each case once")
 
 
 def reference_lr(step, base, total, warmup, decay, end=0.0):

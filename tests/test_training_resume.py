@@ -10,6 +10,10 @@ import pytest
 import keras_vit
 from keras_vit import training
 from tests.conftest import TINY, to_numpy
+from conftest import spread
+
+pytestmark = spread("the run's callbacks and files over Keras' trainers, held on every backend by the "
+                    "training tests; each case once")
 
 EPOCHS, STEPS, MICRO = 4, 3, 4  # 3 updates of 2 accumulated micro-batches per epoch
 

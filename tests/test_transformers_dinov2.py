@@ -13,11 +13,14 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import to_numpy
+from conftest import spread, to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from hub_dirs import randomise_torch
 from keras_vit import export
 from keras_vit.layers import TokenPooling
+
+pytestmark = spread("DINOv2's parity: the layers are held on every backend by their contracts; each case "
+                    "once")
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")

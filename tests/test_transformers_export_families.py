@@ -22,6 +22,9 @@ from keras_vit.preprocessing import Preprocessing
 from keras_vit.weights import shards
 from keras_vit.families import transformers_source as hf_format
 from transformers_cases import Case, assert_outputs_equal, keep_mae_table, keras_outputs, mae_noise, make, reference
+from conftest import spread
+
+pytestmark = spread("the writers are tables over NumPy arrays; each case once")
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")

@@ -9,9 +9,12 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import to_numpy
+from conftest import spread, to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from transformers_cases import Case, assert_outputs_equal, keep_mae_table, keras_outputs, mae_noise, make, reference
+
+pytestmark = spread("transformers' families: the layers are held on every backend by their contracts; each "
+                    "case once")
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")

@@ -5,7 +5,7 @@ import ast
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, runs_once
 from hub_dirs import random_timm_state
 from keras_vit.layers.config import RECORDS, training_fields
 from keras_vit.weights import canonical as C
@@ -15,6 +15,8 @@ from keras_vit.families import transformers_source as hf
 from keras_vit.families.vit import TransformersViT
 from keras_vit.weights.mapping import TABLE as KERAS_VIT_TABLE
 from keras_vit.weights.rules import RuleTable
+
+pytestmark = runs_once("torch", "the rules are tables over names and NumPy arrays")
 
 
 def _assert_same(a, b):
