@@ -281,11 +281,11 @@ def _freeze_long_lived_objects():
     """Moves what outlives a test module (imported libraries, caches) out of
     the garbage collector's reach.
 
-    Keras runs a full collection in `clear_session` and whenever a layer
-    drops a variable (`quantize`); with TensorFlow, torch and JAX imported
-    each one walks about 600,000 objects (0.5 s). Frozen, a collection walks
-    only what the current module made. Collected first, so only live objects
-    are frozen.
+    Keras runs a full collection whenever a layer drops a variable
+    (`quantize`), and Python's own collections come as objects pile up;
+    with TensorFlow, torch and JAX imported each one walks about 600,000
+    objects (0.5 s). Frozen, a collection walks only what the current module
+    made. Collected first, so only live objects are frozen.
     """
     gc.collect()
     gc.freeze()
@@ -294,7 +294,12 @@ def _freeze_long_lived_objects():
 
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():
-    keras.utils.clear_session()
+    # Keras' global state afresh, without the full garbage collection that
+    # `clear_session` runs by default: even frozen (above), the objects a
+    # module's cached models and TensorFlow's late import (by
+    # `set_random_seed`) leave made it 0.1 s a test; Python collects them
+    # as they pile up.
+    keras.utils.clear_session(free_memory=False)
     keras.config.set_dtype_policy("float32")
     keras.config.set_image_data_format("channels_last")
     # Every test starts from the same seed (Keras initialisers, NumPy,

@@ -29,9 +29,10 @@ import reference
 @pytest.fixture(autouse=True)
 def light_keras_state():
     """Replaces conftest's `_fresh_keras_state` in the preset tests (import
-    it as that name): the tiny models there share no state, and
-    `clear_session`'s full garbage collection costs about a second per test
-    once torch and transformers are loaded."""
+    it as that name): the tiny models there share no state, and their
+    modules keep the models and reference directories they build for every
+    test (`functools.lru_cache`), which `clear_session` would leave holding
+    TensorFlow resources it freed."""
     keras.config.set_dtype_policy("float32")
     yield
     keras.config.set_dtype_policy("float32")
