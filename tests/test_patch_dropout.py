@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import TINY, to_numpy
+from conftest import TINY, spread, to_numpy
 from keras_vit.layers import PatchDropout
 
 
@@ -46,6 +46,7 @@ def test_seeded_draws_repeat_and_config_round_trips():
     np.testing.assert_array_equal(to_numpy(a(x, training=True)), to_numpy(b(x, training=True)))
 
 
+@spread("the option over each token prefix once; the layer is held on every backend above")
 @pytest.mark.parametrize(
     "options", [dict(), dict(distillation_token=True, num_register_tokens=2), dict(classifier="gap")]
 )

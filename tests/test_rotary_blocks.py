@@ -19,7 +19,7 @@ import pytest
 
 import keras_vit
 import reference_families as ref
-from conftest import to_numpy
+from conftest import spread, to_numpy
 from harness import run_layer_test
 from keras_vit.layers import MultiHeadSelfAttention, SwiGluMlp
 from keras_vit.layers.config import BlockConfig, EncoderConfig
@@ -131,6 +131,8 @@ def timm_arch(model, rope_case):
     )
 
 
+@spread("each rotary variant's model against NumPy once; the rotary layers are held on every backend by "
+        "test_rotary and the layer contracts")
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_rotary_models_equal_numpy_eva(case):
     model = _randomise(keras_vit.ViT(**SMALL, include_top=False, mlp_activation="gelu", seed=1, **CASES[case]))

@@ -13,7 +13,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import inference, spread, to_numpy
+from conftest import inference, runs_once, spread, to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from timm_models import IMAGE_SIZE, images, import_timm, make, outputs
 
@@ -64,7 +64,15 @@ def _reference(tmp_path, name):
     return (str(tmp_path), x, *outputs(model, x))
 
 
-@pytest.mark.parametrize("name", sorted(FAMILY_CASES))
+# The convolution stems compile for seconds on jax (one program per layer
+# shape) and run in a fraction of one on tensorflow: these run there.
+CONVOLUTION_STEMS = ("vit_base_mci_224", "vit_small_r26_s32_224")
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=runs_once("tensorflow", "a convolution stem's parity; the stems' layers are held on "
+                                    "every backend by the model contract")) if n in CONVOLUTION_STEMS else n
+    for n in sorted(FAMILY_CASES)])
 def test_family_reproduces_timm(tmp_path, name):
     folder, x, expected, features = _reference(tmp_path, name)
     model = keras_vit.from_preset(folder)
