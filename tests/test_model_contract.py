@@ -1,11 +1,13 @@
 """Every family of tests/families.py through the model contract.
 
-Where it runs: the families whose quantized models are exported
+Where it runs: the family whose int8 model is exported
 (`model_contract.QUANTIZED_EXPORT`) in every backend's job, the others
 spread over the jobs, each once: what a family adds is a combination of
 layers, each of which passes its layer contract on every backend
-(test_layer_contracts.py), and the every-job families hold the contract's
+(test_layer_contracts.py), and the every-job family holds the contract's
 backend-specific parts (export, precision policies, quantized layers).
+The other modes' cases likewise: the exported family's in every job, the
+others spread.
 
 - keras_vit's contract (tests/model_contract.py, `run_model_test`): build,
   config round trips, `.keras` files, the NumPy reference, a channels-first
@@ -35,16 +37,16 @@ import keras_vit
 from conftest import spread
 from families import FAMILIES, images, make_model
 from keras_vit.pretraining import MaskedPatchPrediction
-from model_contract import QUANTIZATION_ERROR, QUANTIZED_EXPORT, contract_modes, run_model_test, run_quantization_test
+from model_contract import CONTRACT_MODES, QUANTIZATION_ERROR, QUANTIZED_EXPORT, run_model_test, run_quantization_test
 
 # keras-hub's harness repeats much of the contract at several times its
 # cost: it runs on a plain model.
 KERAS_HUB_FAMILIES = ("vit",)
 
 
-EVERY_JOB_FAMILIES = sorted(set(QUANTIZED_EXPORT.values()))
+EVERY_JOB_FAMILIES = sorted({QUANTIZED_EXPORT[mode] for mode in CONTRACT_MODES})
 SPREAD_FAMILY = spread("a family is a combination of layers, each held on every backend by its layer contract; "
-                       "the families of QUANTIZED_EXPORT hold the rest of the contract in every job")
+                       "the family whose int8 model is exported holds the rest of the contract in every job")
 
 
 @pytest.mark.parametrize("family", [f if f in EVERY_JOB_FAMILIES else pytest.param(f, marks=SPREAD_FAMILY)
@@ -53,14 +55,16 @@ def test_model_contract(family):
     run_model_test(family)
 
 
-# The other modes' cases of the families `run_model_test` does not quantize in them.
-SPREAD_MODES = [(mode, family) for mode in QUANTIZATION_ERROR for family in sorted(FAMILIES)
-                if mode not in contract_modes(family)]
+SPREAD_MODE = spread("which layers a family quantizes and how they save are the family's; Keras' quantized "
+                     "layers and their export are held on every backend by the exported family's case")
 
 
-@spread("which layers a family quantizes and how they save are the family's; Keras' quantized "
-        "layers are held on every backend by the exported family's case of the model contract")
-@pytest.mark.parametrize("mode, family", SPREAD_MODES)
+# The modes the model contract leaves out, on every family: the exported
+# family's case in every job (its export routes are the backends'), the
+# others spread.
+@pytest.mark.parametrize("mode, family", [
+    (mode, family) if QUANTIZED_EXPORT[mode] == family else pytest.param(mode, family, marks=SPREAD_MODE)
+    for mode in QUANTIZATION_ERROR if mode not in CONTRACT_MODES for family in sorted(FAMILIES)])
 def test_quantization_contract(mode, family):
     run_quantization_test(family, mode)
 
