@@ -272,7 +272,7 @@ def test_a_spread_module_runs_each_of_its_tests_in_one_job_and_every_backend_ove
     import conftest
 
     module = conftest.spread("shared path")
-    tests = [("test_a", None), ("test_b", None), ("test_c", "x"), ("test_c", "y"), ("test_d", None)]
+    tests = [("test_a", None), ("test_b", None), ("test_c", "x"), ("test_c", "y"), ("test_d", None), ("test_e", None)]
     owners = {}
     for backend in conftest.BACKENDS:
         monkeypatch.setattr(conftest.keras.backend, "backend", lambda b=backend: b)
@@ -283,8 +283,9 @@ def test_a_spread_module_runs_each_of_its_tests_in_one_job_and_every_backend_ove
                 owners.setdefault(item.nodeid, []).append(backend)
         assert all(why[1].startswith("cases spread over the backends: shared path") for why in elsewhere.values())
     assert owners.pop("tests/test_x.py::test_d") == list(conftest.BACKENDS)
-    assert sorted(len(b) for b in owners.values()) == [1, 1, 1, 1]  # each once
-    assert len({b[0] for b in owners.values()}) == 3  # every job runs some
+    assert sorted(len(b) for b in owners.values()) == [1, 1, 1, 1, 1]  # each once
+    # Every job runs some; torch's, where a tiny model compiles nothing, most.
+    assert sorted(b[0] for b in owners.values()) == ["jax", "tensorflow", "torch", "torch", "torch"]
 
 
 def test_a_test_s_own_mark_wins_over_its_module_s(monkeypatch):
