@@ -16,7 +16,7 @@ import pytest
 
 import families_2025 as fam
 import keras_vit
-from conftest import inference, spread, to_numpy
+from conftest import every_backend, inference, per_backend, spread, to_numpy
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit import export
 from keras_vit.layers import SimpleFeaturePyramid
@@ -183,10 +183,8 @@ def test_keras_hub_dinov3_loads(hub_dinov3, name):
 # One runtime per backend's job, both over the three: the rotary tables are
 # the same Keras code on each backend, and tests/test_export.py runs every
 # format of every backend.
-DINOV3_FORMATS = {"jax": "onnx", "tensorflow": "onnx", "torch": "openvino"}
-
-
-@pytest.mark.parametrize("format", [DINOV3_FORMATS[keras.backend.backend()]])
+@every_backend("one export runtime per backend's job")
+@pytest.mark.parametrize("format", [per_backend(jax="onnx", tensorflow="onnx", torch="openvino")])
 def test_dinov3_exports(hf_dinov3, tmp_path, format):
     model = keras_vit.from_preset(str(hf_dinov3["plain"][0]))
     path = model.export(str(tmp_path / f"dinov3{export.SUFFIXES[format]}"), format=format)

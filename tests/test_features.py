@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import TINY, spread, to_numpy
+from conftest import TINY, every_backend, per_backend, spread, to_numpy
 from keras_vit import export
 from keras_vit.models.features import feature_model
 
@@ -112,14 +112,12 @@ def test_bad_options():
 # One family per backend's job, both over the three: the feature model adds
 # outputs, not operations, and tests/test_export.py exports both families'
 # whole models from every backend.
-ONNX_FEATURE_FAMILY = {"jax": "hybrid", "tensorflow": "plain", "torch": "plain"}
-
-
+@every_backend("one family's ONNX export per backend's job")
 @pytest.mark.skipif(
     "onnx" not in export.BACKEND_FORMATS.get(keras.backend.backend(), ()),
     reason=f"the {keras.backend.backend()} backend has no ONNX exporter here",
 )
-@pytest.mark.parametrize("family", [ONNX_FEATURE_FAMILY.get(keras.backend.backend(), "plain")])
+@pytest.mark.parametrize("family", [per_backend(jax="hybrid", tensorflow="plain", torch="plain")])
 def test_onnx_export_parity(tmp_path, family):
     import onnxruntime
 

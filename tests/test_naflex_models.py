@@ -13,7 +13,7 @@ import pytest
 
 import families_2025 as fam
 import keras_vit
-from conftest import TINY, inference, spread
+from conftest import TINY, every_backend, inference, per_backend, spread
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit import export
 from keras_vit.preprocessing import naflex_inputs
@@ -106,10 +106,8 @@ def test_compiled_predict_takes_every_grid_at_a_fixed_length(siglip2):
 
 # One runtime per backend's job, each way of giving the patch dict over the
 # three: tests/test_export.py runs every format of every backend.
-PATCH_DICT_FORMATS = {"jax": "onnx", "tensorflow": "openvino", "torch": "onnx"}
-
-
-@pytest.mark.parametrize("format", [PATCH_DICT_FORMATS[BACKEND]])
+@every_backend("one export runtime per backend's job")
+@pytest.mark.parametrize("format", [per_backend(jax="onnx", tensorflow="openvino", torch="onnx")])
 def test_export_takes_the_patch_dict(siglip2, tmp_path, format):
     """`model.export` with a dict `input_signature` (ONNX) or `naflex_length`
     (OpenVINO): a fixed n, a dynamic batch; the artifact's inputs are the
