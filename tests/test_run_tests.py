@@ -314,3 +314,18 @@ def test_per_backend_names_every_backend(monkeypatch):
         conftest.per_backend(jax="a", torch="c")
     with pytest.raises(ValueError, match="backend must be one of"):
         conftest.runs_once("pytorch", "why")
+
+
+def test_placement_lists_the_tests_no_job_runs(monkeypatch, capsys):
+    """`--placement` collects each job as it runs and with every case, and
+    names what no job runs."""
+    from tools import run_tests
+
+    jobs = {("jax", False): {"t.py::a", "t.py::s[1]"}, ("torch", False): {"t.py::a"},
+            ("jax", True): {"t.py::a", "t.py::s[1]"}, ("torch", True): {"t.py::a", "t.py::s[2]"}}
+    monkeypatch.setattr(run_tests, "collected", lambda backend, all_cases, args: jobs[(backend, all_cases)])
+    assert run_tests.main(["--placement", "--backends", "jax,torch"]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "no job runs t.py::s[2]" and "3 tests over 2 jobs; 1 that no job runs" in out
+    jobs[("torch", False)] = {"t.py::a", "t.py::s[2]"}
+    assert run_tests.main(["--placement", "--backends", "jax,torch"]) == 0

@@ -1,7 +1,7 @@
 """Runs the test suite once per Keras backend and fails if any run fails.
 
 Usage: python tools/run_tests.py [--backends jax,tensorflow,torch] [--workers N] [--quick]
-                                 [--coverage] [pytest args]
+                                 [--coverage] [--placement] [pytest args]
 
 Each backend's run uses pytest-xdist with `--workers` processes (default: one
 per CPU core, at most 4) when it is installed, and lists the reason of every
@@ -55,6 +55,11 @@ processes the tests start included) and ends with keras_vit's line and
 branch coverage over the jobs combined; the combined data stays in
 `.coverage` at the checkout's root for `coverage report -m` or
 `coverage html`.
+
+`--placement` collects the suite under each backend, as its job selects
+it and with every case (`KERAS_VIT_TEST_ALL_CASES=1`), and lists the tests
+that no job runs (a spread case that only one job collects, say); it runs
+no test, and exits 1 when it finds one.
 
 The jax run also leaves Python's source locations out of the programs it
 lowers (`JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS=false`,
@@ -265,6 +270,8 @@ def parse_args(argv):
                         "(LLVM's optimisations, the fusion emitters), as a user's run does (slower to compile)")
     parser.add_argument("--quick", action="store_true",
                         help="run the quick tier (QUICK's files) on one backend: torch unless --backends names one")
+    parser.add_argument("--placement", action="store_true",
+                        help="run no test: list the tests that no backend's job runs (exit 1 if any)")
     parser.add_argument("--coverage", action="store_true",
                         help="measure keras_vit's line and branch coverage (coverage.py) over the jobs "
                         "combined; the data stays in .coverage")
@@ -298,6 +305,43 @@ def pytest_options(workers, pytest_args):
     return options, None
 
 
+def collected(backend, all_cases, pytest_args=()):
+    """The test ids pytest collects and keeps under `backend` (every spread
+    case in every job where `all_cases`)."""
+    env = dict(os.environ, KERAS_BACKEND=backend)
+    if all_cases:
+        env["KERAS_VIT_TEST_ALL_CASES"] = "1"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           *pytest_args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if proc.returncode not in (0, 5):  # 5: nothing collected
+        raise RuntimeError(f"collecting the {backend} job failed:\n{proc.stdout[-3000:]}")
+    return {line.strip() for line in proc.stdout.splitlines() if "::" in line and not line.startswith(" ")}
+
+
+def unplaced(selected, every_case):
+    """The ids of `every_case` (`{backend: ids}`) that no job's `selected`
+    (`{backend: ids}`) holds, sorted.
+
+    Example:
+
+    >>> unplaced({"jax": {"a"}, "torch": {"b"}}, {"jax": {"a", "c"}, "torch": {"b"}})
+    ['c']
+    """
+    ran = set().union(*selected.values())
+    return sorted(set().union(*every_case.values()) - ran)
+
+
+def check_placement(backends, pytest_args):
+    """Prints the tests no job runs; returns the exit code (1 if any)."""
+    selected = {b: collected(b, False, pytest_args) for b in backends}
+    every_case = {b: collected(b, True, pytest_args) for b in backends}
+    missing = unplaced(selected, every_case)
+    for test in missing:
+        print(f"no job runs {test}")
+    print(f"{sum(map(len, selected.values()))} tests over {len(backends)} jobs; {len(missing)} that no job runs")
+    return 1 if missing else 0
+
+
 def run_job(backend, command, args, threads):
     """Runs one backend's job; returns `(exit code, its output)` and prints the output."""
     print(f"\n===== KERAS_BACKEND={backend} =====", flush=True)
@@ -310,6 +354,8 @@ def run_job(backend, command, args, threads):
 
 def main(argv=None):
     args, backends, pytest_args = parse_args(argv)
+    if args.placement:
+        return check_placement(backends, pytest_args)
     options, threads = pytest_options(args.workers, pytest_args)
     print(machine_line(), flush=True)
     totals = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
