@@ -17,10 +17,11 @@ import keras_vit
 from keras_vit import export
 from keras_vit.export import serving
 from keras_vit.export.pipeline import _exporter_modules
+from conftest import per_backend
 
 BACKEND = keras.backend.backend()
-SEGMENTER_FORMATS = {"jax": "openvino", "tensorflow": "litert", "torch": "torch"}
-DEPTH_FORMATS = {"jax": "tf_saved_model", "tensorflow": "onnx", "torch": "openvino"}
+SEGMENTER_FORMAT = per_backend(jax="openvino", tensorflow="litert", torch="torch")
+DEPTH_FORMAT = per_backend(jax="tf_saved_model", tensorflow="onnx", torch="openvino")
 
 
 def _encoder():
@@ -40,7 +41,7 @@ def _runtime_ready(format):
         pytest.skip(f"{format}: {error}")
 
 
-@pytest.mark.parametrize("format", [SEGMENTER_FORMATS[BACKEND]])
+@pytest.mark.parametrize("format", [SEGMENTER_FORMAT])
 def test_segmenter_exports_its_named_outputs(format, tmp_path):
     """EoMT with masked attention (the random model's), two named outputs."""
     _runtime_ready(format)
@@ -57,7 +58,7 @@ def test_segmenter_exports_its_named_outputs(format, tmp_path):
         assert sorted(names) == ["class_queries_logits", "masks_queries_logits"]
 
 
-@pytest.mark.parametrize("format", [DEPTH_FORMATS[BACKEND]])
+@pytest.mark.parametrize("format", [DEPTH_FORMAT])
 def test_depth_estimator_exports(format, tmp_path):
     _runtime_ready(format)
     model = keras_vit.DepthEstimator(_encoder(), (0, 1), (8, 16), (2, 0.5), fusion_size=8, head_size=4)

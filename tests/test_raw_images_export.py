@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 import keras_vit
-from conftest import TINY, runs_once
+from conftest import TINY, per_backend, runs_once
 from keras_vit import export, training
 from keras_vit.preprocessing import Preprocessing
 from keras_vit_tools.commands import keras_vit as run_cli
@@ -19,8 +19,8 @@ BACKEND = keras.backend.backend()
 # One runtime per backend, both runtimes over the three jobs: the raw-image
 # graph is the same Keras code on each backend, and tests/test_export.py runs
 # every format of every backend.
-RAW_FORMATS = {"jax": "openvino", "tensorflow": "onnx", "torch": "onnx"}
-FORMATS = [f for f in (RAW_FORMATS.get(BACKEND),) if f in export.BACKEND_FORMATS.get(BACKEND, ())]
+RAW_FORMAT = per_backend(jax="openvino", tensorflow="onnx", torch="onnx")
+FORMATS = [f for f in (RAW_FORMAT,) if f in export.BACKEND_FORMATS.get(BACKEND, ())]
 NAMES = ["cat", "coffee", "rocket"]
 # DeiT's evaluation: shorter side to 256/224 of the crop (bicubic), ImageNet statistics.
 RECORD = Preprocessing.from_mode("imagenet", image_size=32, crop_fraction=0.875)
