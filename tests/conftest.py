@@ -254,6 +254,22 @@ _RUN_ELSEWHERE = collections.Counter()
 def pytest_sessionfinish(session):
     if hasattr(session.config, "workeroutput"):  # a pytest-xdist worker: tell the controller
         session.config.workeroutput["run_elsewhere"] = json.dumps([[*k, n] for k, n in _RUN_ELSEWHERE.items()])
+        _save_coverage()
+
+
+def _save_coverage():
+    """Writes the coverage data of this process now, under `run_tests.py --coverage`.
+
+    A pytest-xdist worker whose session does not end within 15 s of the
+    controller's shutdown (a library's threads still running) is ended with
+    `os._exit`, and coverage.py's own save at exit never runs: one worker's
+    share of a job went missing that way.
+    """
+    coverage = sys.modules.get("coverage")
+    current = coverage.Coverage.current() if coverage is not None else None
+    if current is not None:
+        current.stop()
+        current.save()
 
 
 @pytest.hookimpl(optionalhook=True)

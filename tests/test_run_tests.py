@@ -329,3 +329,22 @@ def test_placement_lists_the_tests_no_job_runs(monkeypatch, capsys):
     assert out.splitlines()[0] == "no job runs t.py::s[2]" and "3 tests over 2 jobs; 1 that no job runs" in out
     jobs[("torch", False)] = {"t.py::a", "t.py::s[2]"}
     assert run_tests.main(["--placement", "--backends", "jax,torch"]) == 0
+
+
+def test_a_worker_writes_its_coverage_data_as_its_session_ends(monkeypatch):
+    """An xdist worker may be ended with os._exit, before coverage.py's save at exit."""
+    import sys
+    import types
+
+    import conftest
+
+    calls = []
+    current = types.SimpleNamespace(stop=lambda: calls.append("stop"), save=lambda: calls.append("save"))
+    fake = types.SimpleNamespace(Coverage=types.SimpleNamespace(current=lambda: current))
+    monkeypatch.setitem(sys.modules, "coverage", fake)
+    session = types.SimpleNamespace(config=types.SimpleNamespace(workeroutput={}))
+    conftest.pytest_sessionfinish(session)
+    assert calls == ["stop", "save"] and "run_elsewhere" in session.config.workeroutput
+    fake.Coverage.current = lambda: None  # not under coverage: nothing to write
+    conftest.pytest_sessionfinish(session)
+    assert calls == ["stop", "save"]
