@@ -95,10 +95,10 @@ def spread(what):
     backends taking the cases in turn (sorted by id, from a start that
     depends on the test's or module's name; `SPREAD_TURNS`), so every case
     runs once, torch's job runs three in five and jax's and tensorflow's one
-    in five each. For cases that vary what the
-    backend does not touch (a checkpoint layout, a family's key table, a
-    file format's reader), while the computation under them is held per
-    backend by the layer and model contracts. `what` says so.
+    in five each. For cases that vary what the backend does not touch (a
+    checkpoint layout, a family's key table, a file format's reader), while
+    the computation under them is held per backend by the layer and model
+    contracts. `what` says so.
     `KERAS_VIT_TEST_ALL_CASES=1` runs every case in every job.
 
     Example: `@spread("the loader is NumPy; the layers are held per backend")`.
