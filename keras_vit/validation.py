@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import inspect
 import math
+import numbers
 
 
 def _fail(name, allowed, value):
@@ -22,7 +23,8 @@ def _is_int(value):
 
 
 def _is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    # NumPy's scalars too (np.float32(0.5)); never a bool, a string or an array.
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def pair(value, name):
@@ -125,6 +127,30 @@ def check_float(value, name, minimum=None, maximum=None):
     if not ok:
         _fail(name, allowed, value)
     return float(value)
+
+
+def check_ids(values, name, count, allow_none=True):
+    """Checks that `values` is a list of ints in `[0, count)` (class ids,
+    say), or None when allowed; returns them as a tuple.
+
+    Example:
+
+    >>> check_ids([0, 2], "stuff_classes", 3)
+    (0, 2)
+    >>> check_ids([7], "stuff_classes", 3)
+    Traceback (most recent call last):
+    ...
+    ValueError: `stuff_classes` must be None or a list of ints in [0, 2]. Received: stuff_classes=[7]
+    """
+    if values is None and allow_none:
+        return None
+    allowed = ("None or " if allow_none else "") + f"a list of ints in [0, {count - 1}]"
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        _fail(name, allowed, values)
+    items = tuple(values)
+    if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and 0 <= v < count for v in items):
+        _fail(name, allowed, values)
+    return tuple(int(v) for v in items)
 
 
 def check_fraction(value, name, allow_none=False):

@@ -253,7 +253,7 @@ def test_zero_shot_command_ranks_the_classes(tmp_path, capsys):
     shown = capsys.readouterr()
     out = shown.out.splitlines()
     assert out[0] == str(photo) and len(out) == 3 and all(line.split(None, 1)[1] in CLASSES for line in out[1:]), out
-    assert "8/8" in shown.err  # 240 prompts, 32 a batch
+    assert "8/8" in shown.err and "\x1b" not in shown.err  # 240 prompts, 32 a batch; no terminal: a plain line
     with pytest.raises(SystemExit):
         commands.keras_vit(["zero-shot", folder, str(photo), "--classes", "cat", "--classes-file", str(names)])
     assert "not allowed with argument" in capsys.readouterr().err

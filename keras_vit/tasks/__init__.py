@@ -1,6 +1,9 @@
 """Tasks: one module each, holding its task model, its one-call function and its post-processing.
 
-- `keras_vit.tasks.images`: reading and preparing images, shared by every task;
+- `keras_vit.tasks.images`: reading and preparing images, shared by every
+  task (one contract: grey, RGBA, channels-first, 16-bit, [0, 1] floats);
+  `keras_vit.tasks.progress`: their progress over many images (Keras' bar
+  on a terminal, plain lines in a log);
 - `keras_vit.tasks.base`: what the task models share: `DenseTask` (the
   depth and segmentation models' base), `ExportableTask` (`model.export`
   of a functional task model) and `task_from_preset`;

@@ -18,7 +18,7 @@ import numpy as np
 
 from keras_vit import labels
 from keras_vit.tasks.images import load_images, read_batches
-from keras_vit.validation import check_positive_int
+from keras_vit.validation import check_positive_int, check_verbose
 
 Prediction = collections.namedtuple("Prediction", ["index", "name", "probability"])
 Prediction.__doc__ = """One class of a `classify` result: `(index, name, probability)`.
@@ -79,16 +79,18 @@ def classify(model, images, top=5, preprocessing=None, batch_size=32, verbose="a
             takes (a preset folder, an `hf://` handle, a file, a short name;
             a bare architecture name is refused: its weights would be
             random).
-        images: file paths, http(s) URLs, PIL images or arrays in [0, 255], one or a
-            list (see `load_images`).
-        top: int, default 5: classes per image (at most the model's).
+        images: file paths, http(s) URLs, PIL images or arrays in [0, 255]
+            (or [0, 1], multiplied by 255 with a warning; grey, RGBA,
+            channels-first: as every task reads them, see `load_images`),
+            one or a list.
+        top: int >= 1, default 5: classes per image (at most the model's).
         preprocessing: None (default: the model's record), a mode
             ("inception", "imagenet") or a `Preprocessing` record, for
             models that carry none.
-        batch_size: int, default 32: images per forward pass.
-        verbose: "auto" (default: a progress bar when the images make more
-            than one batch), 0 (silent), 1 (a progress bar) or 2 (one line
-            at the end), as Keras' `predict`.
+        batch_size: int >= 1, default 32: images per forward pass.
+        verbose: "auto" (default: progress when the images make more than
+            one batch), 0 (silent), 1 (progress: a bar on a terminal, plain
+            lines in a log) or 2 (one line at the end), as Keras' `predict`.
 
     Returns:
         A list with, per image, a list of `min(top, classes)`
@@ -112,12 +114,13 @@ def classify(model, images, top=5, preprocessing=None, batch_size=32, verbose="a
     """
     from keras_vit.presets.resolver import load_model, untrained_reason
 
+    check_positive_int(top, "top")
+    check_positive_int(batch_size, "batch_size")
+    check_verbose(verbose, 1)
     reason = untrained_reason(model)
     if reason is not None:
         raise ValueError(reason)
     model = load_model(model)
-    check_positive_int(top, "top")
-    check_positive_int(batch_size, "batch_size")
     if not getattr(model, "include_top", True):
         raise ValueError(f"Model {model.name!r} has no classifier head (include_top=False).")
     outputs = []

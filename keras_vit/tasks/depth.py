@@ -347,12 +347,16 @@ def estimate_depth(model, images, preprocessing=None, verbose="auto"):
     Args:
         model: a `DepthEstimator`, or anything `keras_vit.load_model` takes
             that is one (a preset folder, an `hf://` handle).
-        images: file paths, http(s) URLs, PIL images or arrays in [0, 255], one or a list
-            (sizes may differ).
+        images: file paths, http(s) URLs, PIL images or arrays in [0, 255]
+            (or [0, 1], multiplied by 255 with a warning; grey, RGBA,
+            channels-first: as every task reads them,
+            `keras_vit.tasks.images.read_images`), one or a list (sizes may
+            differ).
         preprocessing: None (default: the model's record) or a
             `DenseProcessing` record or its config.
-        verbose: "auto" (default: a progress bar for more than one image),
-            0 (silent), 1 (a progress bar) or 2 (one line at the end).
+        verbose: "auto" (default: progress for more than one image), 0
+            (silent), 1 (progress: a bar on a terminal, plain lines in a
+            log) or 2 (one line at the end).
 
     Returns:
         A list with one dict per image: "predicted_depth", float32
@@ -373,7 +377,9 @@ def estimate_depth(model, images, preprocessing=None, verbose="auto"):
     """
     from keras_vit.presets.resolver import load_model
     from keras_vit.tasks.images import read_batches
+    from keras_vit.validation import check_verbose
 
+    check_verbose(verbose, 1)  # before the model loads
     model = load_model(model)
     if not isinstance(model, DepthEstimator):
         raise ValueError(f"`model` must be a DepthEstimator. Received: {type(model).__name__}")

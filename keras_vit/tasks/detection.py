@@ -35,7 +35,7 @@ from keras_vit.tasks.detection_outputs import corners, postprocess
 from keras_vit.tasks.images import read_batches, read_images
 from keras_vit.text.encoder import TextEncoder
 from keras_vit.text.tokenizer import check_texts, load_tokenizer
-from keras_vit.validation import check_bool, check_float, check_positive_int
+from keras_vit.validation import check_bool, check_float, check_positive_int, check_verbose
 from keras_vit.weights import shards
 from keras_vit.weights.files import read_json
 from keras_vit.weights.loader import load_checkpoint
@@ -387,8 +387,7 @@ def prepare_images(model, images):
         if model.pad_to_square:
             pixels = pad_and_resize(image, model.image_size) * 255.0
         else:
-            pixels = np.asarray(resize_and_crop(image if image.dtype == np.uint8 else np.asarray(image, "float32"),
-                                                record, model.image_size), "float32")
+            pixels = resize_and_crop(image, record, model.image_size)  # uint8, or float32 in [0, 255]
         inputs.append(preprocess_input(pixels, preprocessing=record))
     return np.stack(inputs).astype("float32"), sizes
 
@@ -452,32 +451,36 @@ def detect(model, images, queries=None, query_images=None, threshold=0.1, nms_th
         model: an `OpenVocabularyDetector`, a `FixedQueryDetector`, or a
             directory or `hf://` handle of a transformers OWL-ViT / OWLv2
             detector.
-        images: file paths, http(s) URLs, PIL images or `[0, 255]` arrays, one or a list
+        images: file paths, http(s) URLs, PIL images or `[0, 255]` arrays
+            (or `[0, 1]`, multiplied by 255 with a warning), one or a list
             (sizes may differ). A grayscale image is repeated to RGB; an
-            alpha channel is dropped (as transformers' `load_image`).
+            alpha channel is dropped (as transformers' `load_image`); a
+            channels-first array is turned channels-last
+            (`keras_vit.tasks.images.read_images`, as every task reads).
         queries: None, a text or a non-empty list of texts.
         query_images: None, an example image or a list of them (one-shot
             detection); each becomes a query labelled by its file name (or
             "image query i").
         threshold: float in [0, 1], default 0.1: the least score kept.
         nms_threshold: None (default: no suppression, as transformers'
-            pipeline) or a float: non-maximum suppression among each query's
-            boxes at this IoU (transformers' image-guided post-processing
-            uses 0.3).
-        top_k: None (default: all) or an int: the most detections per image.
-        batch_size: int, default 4: images per forward pass (read and
+            pipeline) or a float in [0, 1]: non-maximum suppression among
+            each query's boxes at this IoU (transformers' image-guided
+            post-processing uses 0.3).
+        top_k: None (default: all) or an int >= 1: the most detections per image.
+        batch_size: int >= 1, default 4: images per forward pass (read and
             prepared a batch at a time).
-        verbose: "auto" (default: a progress bar when the images make more
-            than one batch), 0 (silent), 1 (a progress bar) or 2 (one line
-            at the end).
+        verbose: "auto" (default: progress when the images make more than
+            one batch), 0 (silent), 1 (progress: a bar on a terminal, plain
+            lines in a log) or 2 (one line at the end).
 
     Returns:
         A list with, per image, a list of `Detection(label, score, box)`,
         best first; `box` is `(x0, y0, x1, y1)` in the image's pixels.
 
     Raises:
-        ValueError: an empty query list or a blank query, a threshold outside [0, 1], images
-            that cannot be read.
+        ValueError: an empty query list or a blank query, an argument out of
+            its range or of the wrong type (named, before the model loads),
+            images that cannot be read.
 
     Example:
 
@@ -491,15 +494,16 @@ def detect(model, images, queries=None, query_images=None, threshold=0.1, nms_th
     >>> len(found[0]), found[0][0].label in ("cat", "dog")
     (32, True)
     """
-    if isinstance(model, (str, os.PathLike)):
-        model = OpenVocabularyDetector.from_preset(model)
-    if not isinstance(model, _DetectorBase):
-        raise ValueError(f"`model` must be an OpenVocabularyDetector or FixedQueryDetector. Received: {model!r}")
     threshold = check_float(threshold, "threshold", minimum=0.0, maximum=1.0)
     if nms_threshold is not None:
         nms_threshold = check_float(nms_threshold, "nms_threshold", minimum=0.0, maximum=1.0)
     top_k = check_positive_int(top_k, "top_k", allow_none=True)
     batch_size = check_positive_int(batch_size, "batch_size")
+    check_verbose(verbose, 1)
+    if isinstance(model, (str, os.PathLike)):
+        model = OpenVocabularyDetector.from_preset(model)
+    if not isinstance(model, _DetectorBase):
+        raise ValueError(f"`model` must be an OpenVocabularyDetector or FixedQueryDetector. Received: {model!r}")
     labels, embeddings = _queries(model, queries, query_images)
     outputs, sizes = [], []
     for images_read in read_batches(images, batch_size, verbose):

@@ -1,11 +1,18 @@
 """Images read and prepared as a model's checkpoint expects, for every task.
 
-`load_images(images, model)` reads file paths, http(s) URLs, PIL images or arrays (in
-[0, 255], any sizes), converts them to RGB (`rgb_pixels`), resizes and centre-crops them as
-the model's `Preprocessing` record says (`keras_vit.preprocessing.resize_and_crop`)
+Every task reads its images here, by one contract (`read_images`, a batch
+at a time `read_batches`): file paths and http(s) URLs (turned upright as
+their EXIF orientation says), PIL images (turned upright too) and arrays,
+converted to RGB pixels in [0, 255] (`image_pixels`): grey levels repeated,
+an alpha channel dropped, 16-bit levels kept to their high byte,
+channels-first arrays `(C, H, W)` turned channels-last, and float arrays in
+[0, 1] multiplied by 255 with a warning (a float array is taken as [0, 255]
+otherwise; values outside [0, 255] are refused).
+`load_images(images, model)` then resizes and centre-crops them as the
+model's `Preprocessing` record says (`keras_vit.preprocessing.resize_and_crop`)
 and scales them (`preprocess_input`). The one-call functions of the tasks
-(`keras_vit.classify`, ...) start with it; `read_images` is its first step
-alone, for tasks that keep each image at its own size.
+(`keras_vit.classify`, `estimate_depth`, `segment`, `detect`,
+`segment_prompts`, `generate_masks`) start with it.
 """
 
 import os
@@ -96,47 +103,137 @@ def _fetch(url):
     return data
 
 
+def _decoded(opener, path):
+    """The upright PIL image `opener()` opens, decoded: any failure of the
+    decoder (an unknown or truncated file, a broken EXIF block) is a
+    ValueError naming `path`."""
+    from PIL import ImageOps
+
+    try:
+        with opener() as image:
+            upright = ImageOps.exif_transpose(image)  # phone photos store their orientation apart
+            upright.load()
+            return upright
+    except Exception as error:  # noqa: BLE001 - whatever the decoder raises, named by the file
+        reason = str(error) or type(error).__name__
+        raise ValueError(f"Cannot read the image {path!r}: {reason}") from None
+
+
 def _read(path):
     try:
-        from PIL import Image, ImageOps
+        from PIL import Image
     except ImportError as error:
         raise ImportError("Reading image files needs Pillow: pip install pillow") from error
     path = os.fspath(path)
     if path.startswith(URL_SCHEMES):
         import io
 
-        try:
-            with Image.open(io.BytesIO(_fetch(path))) as image:
-                return rgb_pixels(ImageOps.exif_transpose(image), f"The image {path!r}")
-        except OSError as error:
-            raise ValueError(f"Cannot read the image {path!r}: {error}") from None
+        data = _fetch(path)
+        return rgb_pixels(_decoded(lambda: Image.open(io.BytesIO(data)), path), f"The image {path!r}")
     if os.path.isdir(path):
         raise ValueError(f"{path!r} is a folder, not an image file: give the images in it "
                          "(the keras-vit commands take a folder for the images it holds).")
     if not os.path.isfile(path):
         raise ValueError(f"No image file at {path!r} (resolved to {os.path.abspath(path)!r}).")
-    try:
-        with Image.open(path) as image:
-            # Phone photos store their orientation apart from the pixels.
-            return rgb_pixels(ImageOps.exif_transpose(image), f"The image {path!r}")
-    except OSError as error:
-        raise ValueError(f"Cannot read the image {path!r}: {error}") from None
+    return rgb_pixels(_decoded(lambda: Image.open(path), path), f"The image {path!r}")
 
 
-def _as_rgb(array, where):
+# The channel counts of an image: grey, RGB, RGBA.
+CHANNELS = (1, 3, 4)
+
+
+def _levels(array, where):
+    """`array`'s pixels as uint8, or float32 in [0, 255]; `(pixels, scaled)`,
+    `scaled` True where float pixels in [0, 1] were multiplied by 255."""
+    if array.dtype == np.uint8:
+        return array, False
+    if array.dtype == np.uint16:  # 16-bit levels, read as 16-bit image files are
+        return _high_byte(array, where), False
+    kind = array.dtype.kind
+    if not array.size:
+        raise ValueError(f"{where} is empty. Received: shape {array.shape}")
+    if kind not in "iuf":
+        raise ValueError(f"{where} must hold pixel values: uint8 levels, or floats in [0, 255] or [0, 1]. "
+                         f"Received: dtype {array.dtype}, shape {array.shape}")
+    if kind == "f" and not np.isfinite(array).all():
+        raise ValueError(f"{where} holds {int((~np.isfinite(array)).sum())} NaN or infinite value(s): "
+                         "pixels must be finite.")
+    low, high = array.min(), array.max()
+    if low < 0 or high > 255:
+        raise ValueError(
+            f"{where} holds values from {low:.4g} to {high:.4g}: pixels must be in [0, 255] (uint8, or floats "
+            "in [0, 255]; floats in [0, 1] are multiplied by 255). An image scaled for a model already goes "
+            "to the model, not to the task's function; an image resized as floats may need np.clip(x, 0, 255)."
+        )
+    if kind != "f":
+        return array.astype("uint8"), False
+    if 0 < high <= 1:  # [0, 1], as skimage and torchvision hold images: to [0, 255]
+        return (np.asarray(array, "float64") * 255).astype("float32"), True
+    return np.asarray(array, "float32"), False
+
+
+def image_pixels(array, where="The image", scaled=None):
+    """One image array as `(H, W, 3)` RGB pixels in [0, 255], the contract
+    every task reads arrays by.
+
+    - shape: `(H, W)` grey, `(H, W, C)`, or channels-first `(C, H, W)`
+      (C 1, 3 or 4, where the last axis cannot be channels, as torch holds
+      images); grey is repeated to RGB, an alpha channel dropped;
+    - values: uint8; uint16, read as 16-bit levels (their high byte, as a
+      16-bit file is); other integers and floats in [0, 255]; floats in
+      [0, 1] (not all zero), multiplied by 255, with a warning (or, given
+      a list `scaled`, `where` appended to it for the caller to warn once).
+      NaN, infinities and values outside [0, 255] are refused.
+
+    Args:
+        array: the image, NumPy or anything `np.asarray` takes.
+        where: how the image is named in messages.
+        scaled: None, or a list that collects the names of images scaled
+            from [0, 1].
+
+    Returns:
+        uint8 (for uint8 and integer input) or float32 `(H, W, 3)`.
+
+    Example:
+
+    >>> image_pixels(np.zeros((3, 5, 7), "uint8")).shape  # channels first
+    (5, 7, 3)
+    >>> image_pixels(np.full((2, 2), 0.5), scaled=[])[0, 0].tolist()  # [0, 1] floats
+    [127.5, 127.5, 127.5]
+    """
     array = np.asarray(array)
     if array.ndim == 2:
         array = array[..., None]
-    if array.ndim != 3 or array.shape[-1] not in (1, 3, 4):
+    if array.ndim == 3 and array.shape[0] in CHANNELS and array.shape[-1] not in CHANNELS:
+        array = np.moveaxis(array, 0, -1)
+    if array.ndim != 3 or array.shape[-1] not in CHANNELS:
         raise ValueError(
-            f"{where} must be an (height, width), (height, width, 1 | 3 | 4) image. "
-            f"Received: shape {array.shape}"
+            f"{where} must be an (height, width), (height, width, 1 | 3 | 4) or channels-first "
+            f"(1 | 3 | 4, height, width) image. Received: shape {array.shape}"
         )
-    if array.dtype == np.uint16:  # 16-bit levels, read as 16-bit image files are
-        array = _high_byte(array, where)
+    array, was_scaled = _levels(array, where)
+    if was_scaled:
+        if scaled is None:
+            warn_scaled([where])
+        else:
+            scaled.append(where)
     if array.shape[-1] == 1:
         array = np.repeat(array, 3, axis=-1)
     return array[..., :3]
+
+
+def warn_scaled(names):
+    """The warning, once per call of a task, that images (`names`, the
+    first named) held floats in [0, 1] and were multiplied by 255."""
+    import warnings
+
+    warnings.warn(
+        f"{names[0]} holds floats in [0, 1]: read as a [0, 1] image, multiplied by 255, as is every such image "
+        "of this call (the tasks take pixels in [0, 255], uint8 or float). Pass uint8 images, or floats in "
+        "[0, 255], to read images without this warning.",
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 def _as_list(images):
@@ -152,30 +249,37 @@ def _as_list(images):
     return images if isinstance(images, (list, tuple)) else list(images)
 
 
-def _read_one(image, index):
+def _read_one(image, index, scaled=None):
     if isinstance(image, (str, os.PathLike)):
         return _read(image)
     if _pil_image(image) is not None:
-        return rgb_pixels(image, f"`images[{index}]`")
-    return _as_rgb(image, f"`images[{index}]`")
+        from PIL import ImageOps
+
+        # Upright as a file's pixels are: a PIL image opened by the caller keeps its EXIF orientation.
+        return rgb_pixels(ImageOps.exif_transpose(image), f"`images[{index}]`")
+    return image_pixels(image, f"`images[{index}]`", scaled)
 
 
 def read_images(images):
     """`images` (a path, a PIL image, an array, a batch or a list of these) as a
     list of `(H, W, 3)` NumPy images in [0, 255], each at its own size.
 
-    Files and http(s) URLs (turned upright as their EXIF orientation says)
-    and PIL images are converted by `rgb_pixels`; a uint16 array holds 16-bit levels, read as a
-    16-bit file is.
+    Files and http(s) URLs and PIL images are turned upright (their EXIF
+    orientation) and converted by `rgb_pixels`; arrays by `image_pixels`
+    (grey, RGBA, channels-first, 16-bit, float images in [0, 1] multiplied
+    by 255 with one warning for the call).
 
     Example:
 
     >>> [image.shape for image in read_images(np.zeros((2, 5, 7, 1), "uint8"))]
     [(5, 7, 3), (5, 7, 3)]
     """
-    out = [_read_one(image, i) for i, image in enumerate(_as_list(images))]
+    scaled = []
+    out = [_read_one(image, i, scaled) for i, image in enumerate(_as_list(images))]
     if not out:
         raise ValueError("`images` is empty: give at least one image.")
+    if scaled:
+        warn_scaled(scaled)
     return out
 
 
@@ -198,35 +302,45 @@ def image_batches(images, size):
 def read_batches(images, size, verbose="auto"):
     """Reads `images` (as `read_images` takes them) `size` at a time: a
     generator of lists of `(H, W, 3)` images, for the one-call functions
-    that run a batch before reading the next, with a progress bar.
+    that run a batch before reading the next, with their progress
+    (`keras_vit.tasks.progress.Progress`: Keras' bar on a terminal, plain
+    lines in a log). `size` and `verbose` are checked at the call, before
+    anything is read.
 
     Args:
         images: as `read_images` takes them.
         size: int: images per batch.
-        verbose: "auto" (default: a progress bar when the images make more
-            than one batch), 0 (silent), 1 (a progress bar) or 2 (one line
-            at the end), as Keras' `predict`.
+        verbose: "auto" (default: progress when the images make more than
+            one batch), 0 (silent), 1 (progress) or 2 (one line at the
+            end), as Keras' `predict`.
 
     Example:
 
     >>> [len(part) for part in read_batches(np.zeros((5, 8, 8, 3), "uint8"), 2, verbose=0)]
     [2, 2, 1]
     """
-    import keras
+    from keras_vit.validation import check_positive_int, check_verbose
 
-    from keras_vit.validation import check_verbose
-
-    parts = image_batches(images, size)
+    parts = image_batches(images, check_positive_int(size, "batch_size"))
     verbose = check_verbose(verbose, len(parts))
-    total = sum(len(part) for part in parts)
-    bar = keras.utils.Progbar(total, verbose=verbose, unit_name="image") if verbose else None
-    done = 0
+    return _batches(parts, verbose)
+
+
+def _batches(parts, verbose):
+    from keras_vit.tasks.progress import Progress
+
+    progress = Progress(sum(len(part) for part in parts), verbose, "image")
+    done, warned = 0, False
     for part in parts:
         # Errors name an image by its place in `images`, not in its batch.
-        yield [_read_one(image, done + i) for i, image in enumerate(part)]
+        scaled = []
+        batch = [_read_one(image, done + i, scaled) for i, image in enumerate(part)]
+        if scaled and not warned:  # once per call
+            warn_scaled(scaled)
+            warned = True
+        yield batch
         done += len(part)
-        if bar is not None:
-            bar.update(done)
+        progress.update(done)
 
 
 def _record(model, preprocessing):
@@ -253,9 +367,10 @@ def load_images(images, model, preprocessing=None):
     """Reads images and prepares them as `model`'s checkpoint expects.
 
     Args:
-        images: a file path or http(s) URL, a PIL image, an `(H, W, C)` array in [0, 255],
-            a batch `(N, H, W, C)`, or a list of any of these (sizes may
-            differ).
+        images: a file path or http(s) URL, a PIL image, an `(H, W, C)` array in [0, 255]
+            (or [0, 1], multiplied by 255 with a warning; grey, RGBA and
+            channels-first too: `image_pixels`), a batch `(N, H, W, C)`, or
+            a list of any of these (sizes may differ).
         model: the keras_vit model the images are for.
         preprocessing: None (default: `model.preprocessing`), a mode
             ("inception", "imagenet") or a `Preprocessing` record.
@@ -277,10 +392,9 @@ def load_images(images, model, preprocessing=None):
     """
     record = _record(model, preprocessing)
     display, inputs = [], []
-    for image in read_images(images):
-        if image.dtype != np.uint8:
-            image = np.asarray(image, "float32")
+    for image in read_images(images):  # uint8, or float32 in [0, 255]
         resized = resize_and_crop(image, record)
         display.append(np.clip(np.round(resized), 0, 255).astype("uint8"))
-        inputs.append(preprocess_input(np.asarray(resized, "float32"), preprocessing=record))
+        # uint8 as it is: `preprocess_input` questions the range of floats only, which were read already.
+        inputs.append(preprocess_input(resized, preprocessing=record))
     return np.stack(display), np.stack(inputs).astype("float32")

@@ -13,11 +13,11 @@ the number of clicks.
 Kirillov et al., "Segment Anything", ICCV 2023, arXiv:2304.02643.
 """
 
-import keras
 import numpy as np
 
 from keras_vit.tasks.detection_outputs import nms
 from keras_vit.tasks.mask_outputs import full_size_masks, mask_groups, mask_resizer
+from keras_vit.tasks.progress import Progress
 from keras_vit.tasks.prompt_masks import decode_prompts, embed_image, prompt_points
 from keras_vit.validation import check_float, check_positive_int, check_verbose
 
@@ -84,25 +84,33 @@ def generate_masks(model, image, points_per_side=32, points_per_batch=64, pred_i
     Args:
         model: a `PromptableSegmenter` or a `SamModel` directory.
         image: one image (as `segment_prompts`).
-        points_per_side: int, default 32: the grid's points a side.
-        points_per_batch: int, default 64: clicks per decoder call.
-        pred_iou_threshold: float, default 0.88.
-        stability_score_threshold: float, default 0.95.
-        stability_score_offset: float, default 1.
-        mask_threshold: float, default 0.
-        nms_threshold: float, default 0.7.
-        verbose: "auto" (default: a progress bar over the clicks when they
-            make more than one batch), 0 (silent), 1 (a progress bar) or 2
-            (one line at the end).
+        points_per_side: int >= 1, default 32: the grid's points a side.
+        points_per_batch: int >= 1, default 64: clicks per decoder call.
+        pred_iou_threshold: float in [0, 1], default 0.88.
+        stability_score_threshold: float in [0, 1], default 0.95.
+        stability_score_offset: float >= 0, default 1: the logits' margin
+            around `mask_threshold` of the stability score.
+        mask_threshold: float, default 0: the logit above which a pixel is in.
+        nms_threshold: float in [0, 1], default 0.7.
+        verbose: "auto" (default: progress over the clicks when they make
+            more than one batch), 0 (silent), 1 (progress: a bar on a
+            terminal, plain lines in a log) or 2 (one line at the end).
 
     Returns:
         A dict: "masks" `(n, height, width)` booleans, "scores" `(n,)`
         predicted IoUs, "boxes" `(n, 4)` `(x0, y0, x1, y1)`, best first.
+
+    Raises:
+        ValueError: an argument out of its range or of the wrong type,
+            named before the image is read.
     """
     per_side = check_positive_int(points_per_side, "points_per_side")
     batch = check_positive_int(points_per_batch, "points_per_batch")
     iou_threshold = check_float(pred_iou_threshold, "pred_iou_threshold", minimum=0.0, maximum=1.0)
     stability = check_float(stability_score_threshold, "stability_score_threshold", minimum=0.0, maximum=1.0)
+    stability_score_offset = check_float(stability_score_offset, "stability_score_offset", minimum=0.0)
+    mask_threshold = check_float(mask_threshold, "mask_threshold")
+    nms_threshold = check_float(nms_threshold, "nms_threshold", minimum=0.0, maximum=1.0)
     verbose = check_verbose(verbose, -(-per_side ** 2 // batch))
     model, embedding, size, shape = embed_image(model, image)
     clicks = point_grid(per_side) * np.array([size[1], size[0]])
@@ -114,7 +122,7 @@ def generate_masks(model, image, points_per_side=32, points_per_batch=64, pred_i
     # survive the suppression are made again, as booleans.
     kept = {"logits": [np.zeros((0,) + low_res, "float32")], "scores": [np.zeros(0, "float32")],
             "boxes": [np.zeros((0, 4), "int64")]}
-    bar = keras.utils.Progbar(len(points), verbose=verbose, unit_name="click") if verbose else None
+    progress = Progress(len(points), verbose, "click")
     for start in range(0, len(points), batch):
         out = decode_prompts(model, embedding, points[start:start + batch], labels[start:start + batch], batch)
         logits = out["pred_masks"][:, 1:].reshape((-1,) + out["pred_masks"].shape[-2:])
@@ -128,8 +136,7 @@ def generate_masks(model, image, points_per_side=32, points_per_batch=64, pred_i
             kept["logits"].append(logits[group][good])
             kept["scores"].append(scores[group][good])
             kept["boxes"].append(mask_boxes((maps > mask_threshold)[good]))
-        if bar is not None:
-            bar.update(min(start + batch, len(points)))
+        progress.update(min(start + batch, len(points)))
     logits, scores, boxes = (np.concatenate(kept[key]) for key in ("logits", "scores", "boxes"))
     order = nms(boxes.astype("float64"), scores, nms_threshold) if len(logits) else np.zeros(0, int)
     masks = full_size_masks(logits[order], resizer, mask_threshold)

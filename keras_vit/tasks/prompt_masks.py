@@ -34,7 +34,7 @@ from keras_vit.preprocessing import Preprocessing, preprocess_input, resize_and_
 from keras_vit.tasks.base import ExportableTask, task_from_preset
 from keras_vit.tasks.images import read_images
 from keras_vit.tasks.mask_outputs import postprocess_masks
-from keras_vit.validation import check_bool, check_positive_int
+from keras_vit.validation import check_bool, check_float, check_positive_int
 from keras_vit.weights import shards
 from keras_vit.weights.files import read_json
 from keras_vit.weights.loader import load_checkpoint
@@ -363,8 +363,8 @@ def prepare_image(model, image):
     shape = resized_shape(size, model.longest_edge)
     record = model.preprocessing
     straight = Preprocessing(mean=record.mean, std=record.std, image_size=shape, interpolation=record.interpolation)
-    resized = resize_and_crop(pixels if pixels.dtype == np.uint8 else np.asarray(pixels, "float32"), straight)
-    x = preprocess_input(np.asarray(resized, "float32"), preprocessing=record)
+    resized = resize_and_crop(pixels, straight)  # uint8, or float32 in [0, 255] (`read_images`)
+    x = preprocess_input(resized, preprocessing=record)
     height, width = model.image_size
     padded = np.zeros((1, height, width, 3), "float32")
     padded[0, : shape[0], : shape[1]] = x
@@ -372,12 +372,17 @@ def prepare_image(model, image):
 
 
 def _as_array(value, name, last, rank):
-    array = np.asarray(value, "float64")
+    shape = ("prompts", "n", 2)[3 - rank:][:-1] + (last,)
+    allowed = (f"`{name}` must be finite numbers with shape {shape} (one prompt may leave out the first "
+               "axis) in the image's pixels")
+    try:
+        array = np.asarray(value, "float64")
+    except (TypeError, ValueError):
+        raise ValueError(f"{allowed}. Received: {name}={value!r}") from None
     if array.ndim == rank - 1:
         array = array[None]
     if array.ndim != rank or array.shape[-1] != last or not np.all(np.isfinite(array)):
-        raise ValueError(f"`{name}` must be finite with shape {('prompts', 'n', 2)[3 - rank:][:-1] + (last,)} "
-                         f"(one prompt may leave out the first axis). Received: shape {np.asarray(value).shape}")
+        raise ValueError(f"{allowed}. Received: shape {np.asarray(value).shape}, {name}={value!r}")
     return array
 
 
@@ -389,10 +394,12 @@ def _check_points(points, labels, size):
         first = points[np.nonzero(outside)][0].tolist()
         raise ValueError(f"`points` must lie in the image (x in [0, {width}], y in [0, {height}]). "
                          f"Received: {int(outside.sum())} points outside, the first {first}")
-    labels = np.ones(points.shape[:2], "int64") if labels is None else np.asarray(labels)
+    labels = np.ones(points.shape[:2], "int64") if labels is None else np.asarray(labels, dtype=object)
     if labels.ndim == 1:
         labels = labels[None]
-    if labels.shape != points.shape[:2] or not np.isin(labels, (0, 1)).all():
+    numbers = all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+                  for v in labels.reshape(-1))
+    if labels.shape != points.shape[:2] or not numbers or not np.isin(labels.astype("float64"), (0, 1)).all():
         raise ValueError(f"`labels` must be one 0 (background) or 1 (object) per point, shape {points.shape[:2]}. "
                          f"Received: {np.asarray(labels).tolist()!r}")
     return points, labels.astype("int32")
@@ -500,16 +507,20 @@ def segment_prompts(model, image, points=None, labels=None, boxes=None, multimas
     Args:
         model: a `PromptableSegmenter`, or a transformers `SamModel`
             directory or `hf://` handle.
-        image: a file path, PIL image or `[0, 255]` array (grayscale is
-            repeated to RGB; an alpha channel is dropped).
+        image: a file path, http(s) URL, PIL image or `[0, 255]` array (or
+            `[0, 1]`, multiplied by 255 with a warning; grayscale is
+            repeated to RGB, an alpha channel dropped, a channels-first
+            array turned channels-last: as every task reads images,
+            `keras_vit.tasks.images.read_images`).
         points: None, `(n, 2)` (one prompt) or `(prompts, n, 2)` `(x, y)` in
             the image's pixels.
         labels: None (every point on the object) or one 0 / 1 per point.
         boxes: None, `(4,)` or `(prompts, 4)` `(x0, y0, x1, y1)` pixels.
         multimask_output: bool, default True: three masks per prompt (for
             an ambiguous click), else SAM's single mask.
-        batch_size: int, default 16: prompts per decoder call.
-        mask_threshold: float, default 0: the logit above which a pixel is in.
+        batch_size: int >= 1, default 16: prompts per decoder call.
+        mask_threshold: float (finite), default 0: the logit above which a
+            pixel is in.
 
     Returns:
         A dict: "masks" `(prompts, masks, height, width)` booleans,
@@ -518,12 +529,17 @@ def segment_prompts(model, image, points=None, labels=None, boxes=None, multimas
 
     Raises:
         ValueError: no prompt, a point or box outside the image, a box with
-            x1 < x0 or y1 < y0, labels other than 0 and 1.
+            x1 < x0 or y1 < y0, labels other than 0 and 1, an argument of
+            the wrong type or out of its range (named).
     """
     check_bool(multimask_output, "multimask_output")
+    batch_size = check_positive_int(batch_size, "batch_size")
+    mask_threshold = check_float(mask_threshold, "mask_threshold")
+    if points is None and boxes is None:  # before the image is embedded
+        raise ValueError("Give a prompt: `points` (with `labels`), `boxes` or both.")
     model, embedding, size, shape = embed_image(model, image)
     points, labels = prompt_points(size, shape, points, labels, boxes)
-    out = decode_prompts(model, embedding, points, labels, check_positive_int(batch_size, "batch_size"))
+    out = decode_prompts(model, embedding, points, labels, batch_size)
     chosen = _selected(model, multimask_output)
     low_res, iou = out["pred_masks"][:, chosen], out["iou_scores"][:, chosen]
     masks = postprocess_masks(low_res, model.image_size, shape, size, threshold=mask_threshold)

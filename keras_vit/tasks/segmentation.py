@@ -31,7 +31,7 @@ from keras_vit.models import forward
 from keras_vit.models.features import check_feature_blocks
 from keras_vit.tasks.base import DenseTask, check_encoder, processing_record
 from keras_vit.preprocessing.dense import DenseProcessing
-from keras_vit.validation import check_choice, check_int, check_positive_int
+from keras_vit.validation import check_choice, check_float, check_ids, check_int, check_positive_int, check_verbose
 
 HEADS = ("eomt", "linear")
 CLASS_LOGITS = "class_queries_logits"
@@ -379,9 +379,6 @@ class _LinearHead(keras.layers.Layer):
 
 
 def _check_subtask(model, task, record):
-    from keras_vit.tasks.segmentation_outputs import SUBTASKS
-
-    check_choice(task, SUBTASKS, "task")
     if task != "semantic" and model.head != "eomt":
         raise ValueError(f"The linear head labels pixels, not segments: it takes task='semantic'. Received: task={task!r}")
     if task != "semantic" and record.split:
@@ -389,6 +386,19 @@ def _check_subtask(model, task, record):
             f"task={task!r} reads whole images, and this checkpoint's processing cuts them into squares "
             "(split=True, a semantic checkpoint's): pass preprocessing=DenseProcessing(..., split=False, pad='end')."
         )
+
+
+def check_segment_arguments(task, threshold, mask_threshold, overlap_mask_area_threshold, batch_size, verbose):
+    """`segment`'s arguments that need no model, checked by name: `(threshold,
+    mask_threshold, overlap_mask_area_threshold)` as floats."""
+    from keras_vit.tasks.segmentation_outputs import SUBTASKS
+
+    check_choice(task, SUBTASKS, "task")
+    check_positive_int(batch_size, "batch_size")
+    check_verbose(verbose, 1)
+    return tuple(check_float(value, name, minimum=0.0, maximum=1.0) for value, name in (
+        (threshold, "threshold"), (mask_threshold, "mask_threshold"),
+        (overlap_mask_area_threshold, "overlap_mask_area_threshold")))
 
 
 def _outputs(model, pixels, batch_size):
@@ -408,20 +418,26 @@ def segment(model, images, task="semantic", threshold=0.9, mask_threshold=0.5, o
 
     Args:
         model: a `Segmenter`, or anything `keras_vit.load_model` takes that is one.
-        images: file paths, http(s) URLs, PIL images or arrays in [0, 255], one or a list.
+        images: file paths, http(s) URLs, PIL images or arrays in [0, 255]
+            (or [0, 1]; grey, RGBA, channels-first: as every task reads
+            them, `keras_vit.tasks.images.read_images`), one or a list.
         task: "semantic" (default: a class per pixel), "panoptic" or
             "instance" (EoMT only: segments of things and stuff, or of
             object instances).
-        threshold: float, default 0.9 (the pipeline's): the smallest class
-            probability (panoptic) or score (instance) of a segment.
-        mask_threshold: float, default 0.5: a mask's pixels (panoptic).
-        overlap_mask_area_threshold: float, default 0.5: the share of its
-            mask a segment must keep after overlaps (panoptic).
-        stuff_classes: None or class ids whose queries share one segment (panoptic).
+        threshold: float in [0, 1], default 0.9 (the pipeline's): the
+            smallest class probability (panoptic) or score (instance) of a
+            segment.
+        mask_threshold: float in [0, 1], default 0.5: a mask's pixels
+            (panoptic).
+        overlap_mask_area_threshold: float in [0, 1], default 0.5: the
+            share of its mask a segment must keep after overlaps (panoptic).
+        stuff_classes: None or class ids of the model (in `[0, classes)`)
+            whose queries share one segment (panoptic).
         preprocessing: None (default: the model's record) or a `DenseProcessing`.
-        batch_size: int, default 8: images (or squares) per forward pass.
-        verbose: "auto" (default: a progress bar for more than one image),
-            0 (silent), 1 (a progress bar) or 2 (one line at the end).
+        batch_size: int >= 1, default 8: images (or squares) per forward pass.
+        verbose: "auto" (default: progress for more than one image), 0
+            (silent), 1 (progress: a bar on a terminal, plain lines in a
+            log) or 2 (one line at the end).
 
     Returns:
         A list with one dict per image: "segmentation", int32 `(height,
@@ -430,6 +446,11 @@ def segment(model, images, task="semantic", threshold=0.9, mask_threshold=0.5, o
         and "segments", a list of dicts with "id", "label_id", "label" (the
         class name, or None for a model without names) and "score" (None
         for semantic segments).
+
+    Raises:
+        ValueError: an argument out of its range or of the wrong type
+            (named, before the model loads or any image is read), an
+            image that cannot be read (named by its place in `images`).
 
     Example:
 
@@ -447,9 +468,12 @@ def segment(model, images, task="semantic", threshold=0.9, mask_threshold=0.5, o
     from keras_vit.tasks import segmentation_outputs as post
     from keras_vit.preprocessing.dense import prepare_image
 
+    threshold, mask_threshold, overlap_mask_area_threshold = check_segment_arguments(
+        task, threshold, mask_threshold, overlap_mask_area_threshold, batch_size, verbose)
     model = load_model(model)
     if not isinstance(model, Segmenter):
         raise ValueError(f"`model` must be a Segmenter. Received: {type(model).__name__}")
+    stuff_classes = check_ids(stuff_classes, "stuff_classes", model.classes)
     record = processing_record(model, preprocessing, "DenseProcessing")
     record = DenseProcessing.from_config(record)
     _check_subtask(model, task, record)

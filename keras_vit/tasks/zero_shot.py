@@ -21,10 +21,11 @@ import keras
 import numpy as np
 
 from keras_vit.presets import image_text as image_text_presets
+from keras_vit.tasks.progress import predict_verbose
 from keras_vit.text.encoder import TextEncoder
 from keras_vit.text.templates import prompts
 from keras_vit.text.tokenizer import Tokenizer, check_texts
-from keras_vit.validation import check_choice, check_positive_int, check_verbose
+from keras_vit.validation import check_choice, check_positive_int
 from keras_vit.weights.canonical import HEAD, Checkpoint
 from keras_vit.weights.loader import load_checkpoint
 from keras_vit.weights.mapping import model_variables
@@ -283,10 +284,11 @@ class ImageTextModel:
             images: `(n, H, W, C)` preprocessed images.
             batch_size: int, default 32.
             verbose: "auto" (default: Keras' progress bar when the images
-                make more than one batch), 0, 1 or 2 (as `predict`).
+                make more than one batch; where standard output is no
+                terminal, one plain line at the end), 0, 1 or 2 (as `predict`).
         """
         batch_size = check_positive_int(batch_size, "batch_size")
-        verbose = check_verbose(verbose, -(-len(images) // batch_size))
+        verbose = predict_verbose(verbose, -(-len(images) // batch_size))
         return _unit(self.image_encoder.predict(images, batch_size=batch_size, verbose=verbose))
 
     def tokenize(self, texts):
@@ -300,12 +302,13 @@ class ImageTextModel:
             texts: a string or a sequence of strings.
             batch_size: int, default 32.
             verbose: "auto" (default: Keras' progress bar when the texts
-                make more than one batch), 0, 1 or 2 (as `predict`).
+                make more than one batch; where standard output is no
+                terminal, one plain line at the end), 0, 1 or 2 (as `predict`).
         """
         batch_size = check_positive_int(batch_size, "batch_size")
         tokens = self.tokenizer(texts)
         inputs = [tokens["token_ids"], tokens["padding_mask"]]
-        verbose = check_verbose(verbose, -(-len(tokens["token_ids"]) // batch_size))
+        verbose = predict_verbose(verbose, -(-len(tokens["token_ids"]) // batch_size))
         return _unit(self.text_encoder.predict(inputs, batch_size=batch_size, verbose=verbose))
 
     def scores(self, image_embeddings, text_embeddings):
