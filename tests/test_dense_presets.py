@@ -197,7 +197,8 @@ def test_commands_write_pictures(tmp_path, capsys):
 @runs_once("torch", "the commands' folders and files; segmentation is held on every backend by test_dense_parity")
 def test_commands_take_folders_and_keep_every_images_outputs(tmp_path, capsys, monkeypatch):
     """A folder stands for the images in it, read a chunk at a time; images
-    of the same name in two folders write two sets of files."""
+    of the same name in two folders write two sets of files; a broken file
+    stops nothing."""
     from keras_vit.cli import dense as cli_dense
 
     rng = np.random.default_rng(0)
@@ -226,6 +227,16 @@ def test_commands_take_folders_and_keep_every_images_outputs(tmp_path, capsys, m
         assert run_cli(["depth", str(tmp_path / "depth"), str(tmp_path / "photos"), "--out", str(inner)]) == 0
         assert [line.split(":")[0] for line in capsys.readouterr().out.splitlines()] == printed
     assert len(os.listdir(inner)) == 12
+    # A file that cannot be read is named and passed over: the others' files
+    # are written, the broken one named again at the end, the status 1.
+    broken = tmp_path / "photos" / "cats" / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n and then nothing")
+    assert run_cli(["depth", str(tmp_path / "depth"), str(tmp_path / "photos"), "--out", str(inner)]) == 1
+    captured = capsys.readouterr()
+    assert [line.split(":")[0] for line in captured.out.splitlines()] == printed
+    assert len(os.listdir(inner)) == 12
+    assert f"keras-vit depth: skipped: Cannot read the image '{broken}'" in captured.err
+    assert captured.err.endswith(f"error: 1 of 7 images failed (the results of the others are written):\n  {broken}\n")
     (tmp_path / "empty").mkdir()
     assert run_cli(["depth", str(tmp_path / "depth"), str(tmp_path / "empty"), "--out", str(out)]) == 2
     assert "holds no image" in capsys.readouterr().err

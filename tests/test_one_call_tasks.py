@@ -1,17 +1,24 @@
 """What the one-call functions (`classify`, `estimate_depth`, `segment`,
-`detect`) share: they read the images a batch at a time, show progress over
-many images, and name a bad image by its place in the list."""
+`detect`) share: they read the images a batch at a time by one contract
+(float images in [0, 1], channels-first arrays), show progress over many
+images (plain lines where standard output is no terminal), name a bad image
+by its place in the list, and name a bad argument before anything runs
+(`segment_prompts` and `generate_masks` too)."""
+
+import math
+import re
 
 import numpy as np
 import pytest
 from PIL import Image
 
 import keras_vit
-from conftest import TINY, spread
+from conftest import TINY, runs_once, spread
 from keras_vit.layers.detection_heads import DetectionHeads
 from keras_vit.preprocessing import Preprocessing
 from keras_vit.preprocessing.dense import DenseProcessing
 from keras_vit.tasks import images as images_module
+from keras_vit.tasks import prompt_masks
 from keras_vit.tasks.depth import DepthEstimator
 from keras_vit.tasks.detection import OpenVocabularyDetector
 from keras_vit.tasks.segmentation import Segmenter
@@ -92,9 +99,11 @@ def test_images_are_read_a_batch_at_a_time_with_progress(task, tmp_path, monkeyp
     run = model.predict_on_batch
     monkeypatch.setattr(images_module, "_read", lambda *a: events.append("read") or read(*a))
     monkeypatch.setattr(model, "predict_on_batch", lambda *a: events.append("run") or run(*a))
-    shown = call(model, photos)  # "auto": more than one pass, a progress bar
+    shown = call(model, photos)  # "auto": more than one pass, progress
     _same(shown, quiet)
-    assert "5/5" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    # Standard output is no terminal here: plain lines, no bar redrawn with escape codes.
+    assert "5/5 images" in printed and not re.search("[\x1b\r\b]", printed), repr(printed)
     # Each pass's files are read just before it: never all five first.
     passes = -(-5 // per_pass)
     expected = []
@@ -116,3 +125,114 @@ def test_a_bad_image_is_named_by_its_place_in_the_list(task):
         call(model, photos, verbose=0)
     with pytest.raises(ValueError, match="verbose.*'loud'"):
         call(model, photos[:1], verbose="loud")
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_float_images_in_0_1_give_what_their_uint8_images_give(task):
+    """Every task reads images by one contract (`keras_vit.tasks.images`): a
+    float image in [0, 1] is its uint8 image multiplied by 255, with a
+    warning; a channels-first array is its channels-last one; floats outside
+    [0, 255] (an image scaled for a model already) are refused by name."""
+    build, call, _ = TASKS[task]
+    model = build()
+    photo = np.random.default_rng(0).integers(0, 256, (32, 32, 3)).astype("uint8")  # the model's size
+    expected = call(model, photo, verbose=0)
+    with pytest.warns(UserWarning, match=r"`images\[0\]` holds floats in \[0, 1\]: .* multiplied by 255"):
+        _same(call(model, photo / 255.0, verbose=0), expected)
+    _same(call(model, np.moveaxis(photo, -1, 0), verbose=0), expected)
+    with pytest.raises(ValueError, match=r"`images\[0\]` holds values from -1 to 1: pixels must be in \[0, 255\]"):
+        call(model, photo / 127.5 - 1.0, verbose=0)
+
+
+IMAGE = np.zeros((20, 30, 3), "uint8")
+
+
+def _cli(*argv):
+    from keras_vit_tools.commands import keras_vit as run_cli
+
+    return lambda: run_cli(list(argv))
+
+
+def _read(image):
+    return lambda: images_module.read_images(image)
+
+
+# id: (a call that must refuse an argument, what its message must say). The
+# functions check before they load a model ("unused" is never read) or read
+# an image; the commands' parsers before anything loads.
+BAD_ARGUMENTS = {
+    "segment-threshold-negative": (lambda: keras_vit.segment("unused", IMAGE, threshold=-1),
+                                   r"`threshold` must be a number in \[0.0, 1.0\]. Received: threshold=-1"),
+    "segment-threshold-above-1": (lambda: keras_vit.segment("unused", IMAGE, task="instance", threshold=1.5),
+                                  r"Received: threshold=1.5"),
+    "segment-threshold-text": (lambda: keras_vit.segment("unused", IMAGE, threshold="0.5"),
+                               r"`threshold` must be a number .* Received: threshold='0.5'"),
+    "segment-mask-threshold": (lambda: keras_vit.segment("unused", IMAGE, mask_threshold=-3),
+                               r"`mask_threshold` must be a number in \[0.0, 1.0\]. Received: mask_threshold=-3"),
+    "segment-overlap": (lambda: keras_vit.segment("unused", IMAGE, overlap_mask_area_threshold=math.nan),
+                        r"Received: overlap_mask_area_threshold=nan"),
+    "segment-stuff-classes": (lambda: keras_vit.segment(_segmenter(), IMAGE, task="panoptic", stuff_classes=[7]),
+                              r"`stuff_classes` must be None or a list of ints in \[0, 1\]. "
+                              r"Received: stuff_classes=\[7\]"),
+    "segment-batch-size": (lambda: keras_vit.segment("unused", IMAGE, batch_size=0), r"Received: batch_size=0"),
+    "segment-task": (lambda: keras_vit.segment("unused", IMAGE, task="panoptics"), r"Received: task='panoptics'"),
+    "classify-top": (lambda: keras_vit.classify("unused", IMAGE, top=0), r"`top` must be a positive int"),
+    "classify-batch-size": (lambda: keras_vit.classify("unused", IMAGE, batch_size=2.5), r"Received: batch_size=2.5"),
+    "depth-verbose": (lambda: keras_vit.estimate_depth("unused", IMAGE, verbose=3), r"Received: verbose=3"),
+    "detect-threshold-text": (lambda: keras_vit.detect("unused", IMAGE, threshold="0.1"),
+                              r"Received: threshold='0.1'"),
+    "detect-nms": (lambda: keras_vit.detect("unused", IMAGE, nms_threshold=2), r"Received: nms_threshold=2"),
+    "detect-top-k": (lambda: keras_vit.detect("unused", IMAGE, top_k=0), r"Received: top_k=0"),
+    "prompts-mask-threshold": (lambda: keras_vit.segment_prompts("unused", IMAGE, points=[[1, 1]],
+                                                                 mask_threshold=math.inf),
+                               r"`mask_threshold` must be a finite number. Received: mask_threshold=inf"),
+    "prompts-batch-size": (lambda: keras_vit.segment_prompts("unused", IMAGE, points=[[1, 1]], batch_size=0),
+                           r"Received: batch_size=0"),
+    "prompts-points-text": (lambda: prompt_masks.prompt_points((20, 30), (40, 60), points="here"),
+                            r"`points` must be finite numbers .* Received: points='here'"),
+    "prompts-labels": (lambda: prompt_masks.prompt_points((20, 30), (40, 60), points=[[1, 1]], labels=["1"]),
+                       r"`labels` must be one 0 \(background\) or 1"),
+    "masks-points-per-side": (lambda: keras_vit.generate_masks("unused", IMAGE, points_per_side=0),
+                              r"Received: points_per_side=0"),
+    "masks-offset": (lambda: keras_vit.generate_masks("unused", IMAGE, stability_score_offset=-1),
+                     r"`stability_score_offset` must be a number >= 0.0. Received: stability_score_offset=-1"),
+    "masks-nms": (lambda: keras_vit.generate_masks("unused", IMAGE, nms_threshold=1.5), r"Received: nms_threshold=1.5"),
+    "image-scaled-already": (_read(np.full((4, 4, 3), -0.5)), r"`images\[0\]` holds values from -0.5 to -0.5"),
+    "image-nan": (_read(np.full((4, 4, 3), np.nan)), r"`images\[0\]` holds 48 NaN or infinite value\(s\)"),
+    "image-int-above-255": (_read(np.full((4, 4), 300)), r"holds values from 300 to 300: pixels must be in \[0, 255\]"),
+    "image-bool": (_read(np.ones((4, 4), bool)), r"must hold pixel values: .* Received: dtype bool"),
+    "image-shape": (_read(np.zeros((5, 4, 2))), r"channels-first \(1 \| 3 \| 4, height, width\) image"),
+    "cli-detect-threshold": (_cli("detect", "m", "a.png", "--queries", "a cat", "--threshold", "1.5", "--out", "o"),
+                             r"argument --threshold: must be a number in \[0, 1\]; got '1.5'"),
+    "cli-segment-threshold": (_cli("segment", "m", "a.png", "--threshold", "-1", "--out", "o"),
+                              r"argument --threshold: must be a number in \[0, 1\]; got '-1'"),
+    "cli-classify-top": (_cli("classify", "m", "a.png", "--top", "0"), r"argument --top: must be an int >= 1; got '0'"),
+    "cli-classify-batch-size": (_cli("classify", "m", "a.png", "--batch-size", "two"),
+                                r"argument --batch-size: must be an int >= 1; got 'two'"),
+    "cli-masks-labels": (_cli("masks", "m", "a.png", "--points", "1,1", "--labels", "2", "--out", "o"),
+                         r"argument --labels: invalid choice: 2"),
+    "cli-masks-points": (_cli("masks", "m", "a.png", "--points", "1,nan", "--out", "o"),
+                         r"argument --points: must be x,y in pixels \(numbers >= 0\); got '1,nan'"),
+    "cli-masks-grid": (_cli("masks", "m", "a.png", "--automatic", "--points-per-side", "0", "--out", "o"),
+                       r"argument --points-per-side: must be an int >= 1"),
+    "cli-zero-shot-top": (_cli("zero-shot", "m", "a.png", "--classes", "cat", "--top", "-2"), r"argument --top"),
+    "cli-depth-threads": (_cli("depth", "m", "a.png", "--threads", "0", "--out", "o"), r"argument --threads"),
+    "cli-export-agreement": (_cli("export", "m", "--format", "onnx", "--output", "m.onnx", "--min-agreement", "2"),
+                             r"argument --min-agreement: must be a number in \[0, 1\]; got '2'"),
+}
+
+
+@runs_once("torch", "the argument checks are keras_vit's Python and the parsers', before any backend computes")
+@pytest.mark.parametrize("case", BAD_ARGUMENTS)
+def test_bad_arguments_are_named_with_what_is_allowed(case, capsys):
+    call, message = BAD_ARGUMENTS[case]
+    try:
+        call()
+    except ValueError as error:
+        said = str(error)
+    except SystemExit as exit:
+        assert exit.code == 2
+        said = capsys.readouterr().err
+    else:
+        pytest.fail(f"{case}: accepted")
+    assert re.search(message, said), said

@@ -227,6 +227,23 @@ def test_generate_masks_shows_its_progress_over_the_clicks(tmp_path, capsys):
     assert printed.out.startswith(f"{tmp_path / 'cat.png'}: "), printed.out
 
 
+def test_float_images_in_0_1_give_what_their_uint8_images_give():
+    """`segment_prompts` and `generate_masks` read images by the contract of
+    every task: a float image in [0, 1] is its uint8 image multiplied by 255
+    (with a warning), a channels-first array its channels-last one."""
+    model, photo = _model(), _photo()[:IMAGE_SIZE, :IMAGE_SIZE].copy()  # the model's size: nothing resized
+    calls = (lambda image: keras_vit.segment_prompts(model, image, points=[[20, 30]]),
+             lambda image: keras_vit.generate_masks(model, image, points_per_side=2, pred_iou_threshold=0.0,
+                                                    stability_score_threshold=0.0))
+    for call in calls:
+        expected = call(photo)
+        with pytest.warns(UserWarning, match=r"holds floats in \[0, 1\]: .* multiplied by 255"):
+            scaled = call(photo / 255.0)
+        for image_out in (scaled, call(np.moveaxis(photo, -1, 0))):
+            for key, value in expected.items():
+                np.testing.assert_array_equal(image_out[key], value)
+
+
 def test_nms_keeps_what_exhaustive_suppression_keeps():
     from keras_vit.tasks.detection_outputs import nms
 
@@ -279,8 +296,8 @@ def test_layers_round_trip_their_config():
 
 def test_masks_command_writes_pictures_and_json(tmp_path, capsys):
     """Each image's masks under its own name, the same prompt in each; a
-    prompt outside a later image is an error naming it, the earlier
-    images' files kept."""
+    prompt outside one image names it and passes over it, the other
+    images' files written."""
     import json
 
     from PIL import Image
@@ -311,10 +328,12 @@ def test_masks_command_writes_pictures_and_json(tmp_path, capsys):
     assert sorted(f.name for f in out.iterdir()) == [
         "chelsea_masks.json", "chelsea_masks.png", "corner_masks.json", "corner_masks.png"]
     again = tmp_path / "again"
-    status = run_cli(["masks", str(tmp_path / "chelsea.png"), str(tmp_path / "corner.png"),
+    status = run_cli(["masks", str(tmp_path / "corner.png"), str(tmp_path / "chelsea.png"),
                       "--preset", sam_dir()[0], "--points", "400,80", "--out", str(again)])
     err = capsys.readouterr().err
-    assert status == 2 and f"{tmp_path / 'corner.png'}: " in err and "must lie in the image" in err, err
+    # An image that the prompt does not fit is named and passed over; the others' files are written.
+    assert status == 1 and f"skipped {tmp_path / 'corner.png'}: " in err and "must lie in the image" in err, err
+    assert err.endswith(f"1 of 2 images failed (the results of the others are written):\n  {tmp_path / 'corner.png'}\n")
     assert sorted(f.name for f in again.iterdir()) == ["chelsea_masks.json", "chelsea_masks.png"]
     # No prompt is a usage error named by the command's flags, before the model loads.
     assert run_cli(["masks", str(tmp_path / "absent"), str(tmp_path / "chelsea.png"), "--out", str(out)]) == 2

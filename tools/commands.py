@@ -47,7 +47,10 @@ except ImportError:  # run from a checkout as a script: tools/ is sys.path[0]
 
 try:
     from keras_vit_tools.front_end import (
+        COUNT,
         EXPORT_FORMATS,
+        FRACTION,
+        NON_NEGATIVE,
         GELU_FLAVOURS,
         NORMALIZATIONS,
         OPENVINO_PRECISIONS,
@@ -55,13 +58,17 @@ try:
         QUANTIZATIONS,
         THREADS_HELP,
         ArgumentParser,
+        bounded,
         configure_threads,
         parse_size,
         quiet_imports,
     )
 except ImportError:  # run from a checkout as a script: tools/ is sys.path[0]
     from front_end import (
+        COUNT,
         EXPORT_FORMATS,
+        FRACTION,
+        NON_NEGATIVE,
         GELU_FLAVOURS,
         NORMALIZATIONS,
         OPENVINO_PRECISIONS,
@@ -69,6 +76,7 @@ except ImportError:  # run from a checkout as a script: tools/ is sys.path[0]
         QUANTIZATIONS,
         THREADS_HELP,
         ArgumentParser,
+        bounded,
         configure_threads,
         parse_size,
         quiet_imports,
@@ -101,7 +109,7 @@ def _model_options(parser):
         help="the head's class names where the model records none: imagenet1k, imagenet21k "
         "(weights trained on ImageNet, such as DeiT's .npz) or a text file with one name per line",
     )
-    parser.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
+    parser.add_argument("--threads", type=COUNT, default=None, help=THREADS_HELP)
 
 
 def _inspect_parser(commands):
@@ -127,7 +135,7 @@ def _inspect_parser(commands):
     )
     _model_options(inspect)
     inspect.add_argument(
-        "--crop-fraction", type=float, default=0.875,
+        "--crop-fraction", type=bounded(float, maximum=1, above=0), default=0.875,
         help="centre-crop fraction after resizing, for a model without a preprocessing "
         "record (default 0.875)",
     )
@@ -149,8 +157,8 @@ def _classify_parser(commands):
     parser.add_argument("model", help=MODEL_HELP)
     parser.add_argument("images", nargs="+", help="image files, folders (a folder: the images in it) or http(s) URLs")
     _model_options(parser)
-    parser.add_argument("--top", type=int, default=5, help="classes per image (default 5)")
-    parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")
+    parser.add_argument("--top", type=COUNT, default=5, help="classes per image (default 5)")
+    parser.add_argument("--batch-size", type=COUNT, default=32, help="images per forward pass (default 32)")
     parser.set_defaults(command="classify")
 
 
@@ -180,7 +188,7 @@ def _export_parser(commands):
     _model_options(parser)
     parser.add_argument("--image-size", type=parse_size, help="N or HxW; default: the model's")
     parser.add_argument(
-        "--batch-size", type=int, help="fixed batch size; default: dynamic where the format allows"
+        "--batch-size", type=COUNT, help="fixed batch size; default: dynamic where the format allows"
     )
     parser.add_argument(
         "--quantize", choices=QUANTIZATIONS,
@@ -201,14 +209,14 @@ def _export_parser(commands):
     parser.add_argument(
         "--images", nargs="+", help="image files or folders to check on (default: random images)"
     )
-    parser.add_argument("--samples", type=int, default=3, help="random test images (default 3)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the test images (default 0)")
+    parser.add_argument("--samples", type=COUNT, default=3, help="random test images (default 3)")
+    parser.add_argument("--seed", type=bounded(int, minimum=0), default=0, help="seed of the test images (default 0)")
     parser.add_argument(
-        "--tolerance", type=float, default=1e-4,
+        "--tolerance", type=NON_NEGATIVE, default=1e-4,
         help="largest max |difference| accepted (default 1e-4)",
     )
     parser.add_argument(
-        "--min-agreement", type=float, default=0.5,
+        "--min-agreement", type=FRACTION, default=0.5,
         help="with --quantize int8 (onnx, openvino): the smallest top-1 agreement "
         "with float32 accepted (default 0.5)",
     )
@@ -226,9 +234,9 @@ def keras_vit_parser():
     _classify_parser(commands)
     _export_parser(commands)
     for add in (zero_shot_parser, detect_parser, masks_parser):
-        add(commands).add_argument("--threads", type=int, default=None, help=THREADS_HELP)
+        add(commands).add_argument("--threads", type=COUNT, default=None, help=THREADS_HELP)
     for dense in dense_parsers(commands):
-        dense.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
+        dense.add_argument("--threads", type=COUNT, default=None, help=THREADS_HELP)
     return parser
 
 

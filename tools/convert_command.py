@@ -15,9 +15,11 @@ import json
 import os
 
 try:
-    from keras_vit_tools.front_end import GELU_FLAVOURS, PRESET_FORMATS, THREADS_HELP, ArgumentParser, parse_size
+    from keras_vit_tools.front_end import (COUNT, GELU_FLAVOURS, NON_NEGATIVE, PRESET_FORMATS, THREADS_HELP,
+                                           ArgumentParser, bounded, parse_size)
 except ImportError:  # run from a checkout as a script: tools/ is sys.path[0]
-    from front_end import GELU_FLAVOURS, PRESET_FORMATS, THREADS_HELP, ArgumentParser, parse_size
+    from front_end import (COUNT, GELU_FLAVOURS, NON_NEGATIVE, PRESET_FORMATS, THREADS_HELP, ArgumentParser, bounded,
+                           parse_size)
 
 
 def _convert_docstring():
@@ -64,10 +66,11 @@ def convert_parser():
     )
     parser.add_argument("--image-size", type=parse_size, help="N or HxW; default: the checkpoint's resolution")
     parser.add_argument(
-        "--classes", type=int, help="head size; default: the checkpoint's; 0 writes the model without a head"
+        "--classes", type=bounded(int, minimum=0),
+        help="head size; default: the checkpoint's; 0 writes the model without a head",
     )
     parser.add_argument(
-        "--representation-size", type=int,
+        "--representation-size", type=bounded(int, minimum=0),
         help="pre-logits width; default: the checkpoint's (kept when present); 0 drops them",
     )
     parser.add_argument(
@@ -86,8 +89,10 @@ def convert_parser():
         "per line; default: the source's. A transformers preset needs them",
     )
     parser.add_argument("--keras", action="store_true", help="also write a whole .keras model beside --output")
-    parser.add_argument("--tolerance", type=float, default=1e-4, help="largest max |difference| accepted (default 1e-4)")
-    parser.add_argument("--batch-size", type=int, default=2, help="images in the random test batch (default 2)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random test batch (default 0)")
-    parser.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
+    parser.add_argument("--tolerance", type=NON_NEGATIVE, default=1e-4,
+                        help="largest max |difference| accepted (default 1e-4)")
+    parser.add_argument("--batch-size", type=COUNT, default=2, help="images in the random test batch (default 2)")
+    parser.add_argument("--seed", type=bounded(int, minimum=0), default=0,
+                        help="seed of the random test batch (default 0)")
+    parser.add_argument("--threads", type=COUNT, default=None, help=THREADS_HELP)
     return parser

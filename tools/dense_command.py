@@ -12,9 +12,9 @@ Example:
 """
 
 try:
-    from keras_vit_tools.front_end import ArgumentParser
+    from keras_vit_tools.front_end import FRACTION, ArgumentParser
 except ImportError:  # run from a checkout as a script: tools/ is sys.path[0]
-    from front_end import ArgumentParser
+    from front_end import FRACTION, ArgumentParser
 
 SEGMENTATION_TASKS = ("semantic", "panoptic", "instance")  # keras_vit.tasks.segmentation_outputs.SUBTASKS
 DENSE_MODEL_HELP = (
@@ -49,8 +49,8 @@ def dense_parsers(commands):
     segment.model_then_images("model", DENSE_MODEL_HELP)
     segment.add_argument("--task", choices=SEGMENTATION_TASKS, default="semantic", help="default: semantic")
     segment.add_argument(
-        "--threshold", type=float, default=None,
-        help="smallest score of a panoptic or instance segment (default 0.9, the pipeline's)",
+        "--threshold", type=FRACTION, default=None,
+        help="smallest score of a panoptic or instance segment, in [0, 1] (default 0.9, the pipeline's)",
     )
     segment.add_argument("--out", required=True, help="output directory")
     segment.set_defaults(command="segment")

@@ -11,6 +11,10 @@
   tf.data input pipeline and any other job for the same cores.
 - `quiet_imports`: the C++ start-up banners of TensorFlow, XLA and CUDA
   (oneDNN notices, "Could not find cuda drivers") kept out of the terminal.
+- `bounded` (and `COUNT`, `FRACTION`, `NON_NEGATIVE`, `FINITE`): the
+  `type` of a numeric flag, which refuses a value of the wrong kind or out
+  of its range as a usage error naming the flag, the value and what is
+  allowed, before anything loads.
 
 The examples (`examples/*.py`) and the console scripts
 (`keras_vit.cli.parsers`) call these; `import keras_vit` alone changes
@@ -21,6 +25,7 @@ import argparse
 import contextlib
 import difflib
 import importlib.util
+import math
 import os
 import sys
 
@@ -300,3 +305,47 @@ def parse_size(text):
     if len(values) not in (1, 2) or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}")
     return values[0] if len(values) == 1 else values
+
+
+def bounded(kind, minimum=None, maximum=None, above=None):
+    """An argparse `type`: a number of `kind` (int or float, finite) within
+    `[minimum, maximum]` (and `> above`), else a usage error that says so.
+
+    Example:
+
+    >>> FRACTION("0.5"), COUNT("3")
+    (0.5, 3)
+    >>> FRACTION("1.5")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be a number in [0, 1]; got '1.5'
+    """
+    what = "an int" if kind is int else "a number"
+    if above is not None:
+        allowed = f"{what} in ({above:g}, {maximum:g}]" if maximum is not None else f"{what} > {above:g}"
+    elif minimum is not None and maximum is not None:
+        allowed = f"{what} in [{minimum:g}, {maximum:g}]"
+    elif minimum is not None:
+        allowed = f"{what} >= {minimum:g}"
+    else:
+        allowed = what if kind is int else "a finite number"
+
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        ok = (value is not None and math.isfinite(value) and (minimum is None or value >= minimum)
+              and (maximum is None or value <= maximum) and (above is None or value > above))
+        if not ok:
+            raise argparse.ArgumentTypeError(f"must be {allowed}; got {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+COUNT = bounded(int, minimum=1)  # batch sizes, top-k, samples, threads
+FRACTION = bounded(float, minimum=0, maximum=1)  # scores, IoUs, agreement
+NON_NEGATIVE = bounded(float, minimum=0)  # tolerances, pixel coordinates
+FINITE = bounded(float)

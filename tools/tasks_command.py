@@ -20,17 +20,17 @@ Example:
 import argparse
 
 try:
-    from keras_vit_tools.front_end import ArgumentParser
+    from keras_vit_tools.front_end import COUNT, FRACTION, NON_NEGATIVE, ArgumentParser
 except ImportError:  # run from a checkout as a script: tools/ is sys.path[0]
-    from front_end import ArgumentParser
+    from front_end import COUNT, FRACTION, NON_NEGATIVE, ArgumentParser
 
 
 def parse_point(text):
-    """`x,y` as a point `(x, y)` of floats."""
+    """`x,y` as a point `(x, y)` of floats (pixels: finite, not negative)."""
     try:
-        x, y = (float(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected x,y (pixels), got {text!r}") from None
+        x, y = (NON_NEGATIVE(v) for v in text.split(","))
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(f"must be x,y in pixels (numbers >= 0); got {text!r}") from None
     return x, y
 
 
@@ -51,10 +51,10 @@ def detect_parser(commands):
     parser.add_argument("--queries", nargs="+", default=None, help="what to look for, e.g. 'a cat' 'a remote'")
     parser.add_argument("--query-images", nargs="+", default=None,
                         help="example images of what to look for (one-shot detection)")
-    parser.add_argument("--threshold", type=float, default=0.1, help="the least score kept (default 0.1)")
-    parser.add_argument("--nms", type=float, default=None,
+    parser.add_argument("--threshold", type=FRACTION, default=0.1, help="the least score kept, in [0, 1] (default 0.1)")
+    parser.add_argument("--nms", type=FRACTION, default=None,
                         help="non-maximum suppression at this IoU among each query's boxes (default: none)")
-    parser.add_argument("--top-k", type=int, default=None, help="the most detections per image")
+    parser.add_argument("--top-k", type=COUNT, default=None, help="the most detections per image")
     parser.add_argument("--out", required=True, help="output directory")
     parser.set_defaults(command="detect")
     return parser
@@ -78,13 +78,13 @@ def masks_parser(commands):
         "model", "the SAM model: a preset folder (transformers' SamModel, keras-hub's SAM) or hf://org/name"
     )
     parser.add_argument("--points", nargs="+", type=parse_point, default=None, help="clicks as x,y pixels (of each image)")
-    parser.add_argument("--labels", nargs="+", type=int, default=None,
+    parser.add_argument("--labels", nargs="+", type=int, choices=(0, 1), default=None,
                         help="1 (on the object) or 0 (off it) per click (default: all 1)")
-    parser.add_argument("--box", nargs=4, type=float, default=None, metavar=("X0", "Y0", "X1", "Y1"),
+    parser.add_argument("--box", nargs=4, type=NON_NEGATIVE, default=None, metavar=("X0", "Y0", "X1", "Y1"),
                         help="a box around the object, in pixels")
     parser.add_argument("--single", action="store_true", help="SAM's single mask instead of three")
     parser.add_argument("--automatic", action="store_true", help="every object: automatic mask generation")
-    parser.add_argument("--points-per-side", type=int, default=32,
+    parser.add_argument("--points-per-side", type=COUNT, default=32,
                         help="with --automatic, the grid's clicks per side (default 32)")
     parser.add_argument("--out", required=True, help="output directory")
     parser.set_defaults(command="masks")

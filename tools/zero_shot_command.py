@@ -12,9 +12,9 @@ Example:
 """
 
 try:
-    from keras_vit_tools.front_end import ArgumentParser
+    from keras_vit_tools.front_end import COUNT, ArgumentParser
 except ImportError:  # run from a checkout as a script: tools/ is sys.path[0]
-    from front_end import ArgumentParser
+    from front_end import COUNT, ArgumentParser
 
 
 def zero_shot_parser(commands):
@@ -43,6 +43,6 @@ def zero_shot_parser(commands):
         help="prompt templates with {} for the class name (default: 'a photo of a {}.'); "
         "'imagenet' for the CLIP paper's 80 ImageNet prompts",
     )
-    parser.add_argument("--top", type=int, default=None, help="print the N most probable classes")
+    parser.add_argument("--top", type=COUNT, default=None, help="print the N most probable classes")
     parser.set_defaults(command="zero-shot")
     return parser

@@ -11,7 +11,8 @@ analyses (§4.5, Fig. 6-7) on one image and writes `attention_rollout.png`,
 `embedding_filters.png` (plain ViTs only) and `summary.txt` to DIR.
 
 `keras-vit classify M IMAGE...` prints each image's most probable classes
-(`keras_vit.classify`).
+(`keras_vit.classify`); an image that cannot be read is named and passed
+over, and the command exits with status 1 (`keras_vit.cli.files.Failures`).
 
 `keras-vit export M --format F --output PATH` writes the model as a serving
 artifact (`keras_vit.export`), runs it in its runtime on random images,
@@ -31,8 +32,7 @@ from keras_vit.inspection import plots
 from keras_vit.presets.resolver import load_model, untrained_reason
 from keras_vit.preprocessing import Preprocessing
 from keras_vit.tasks.classification import classify
-from keras_vit.validation import check_positive_int
-from keras_vit.cli.files import image_files, in_chunks
+from keras_vit.cli.files import Failures, image_files, readable_chunks
 from keras_vit.tasks.images import load_images, read_images
 
 
@@ -204,18 +204,21 @@ def inspect_command(args):
 
 
 def classify_command(args):
-    """Prints each image's most probable classes, one line per class."""
+    """Prints each image's most probable classes, one line per class;
+    returns the exit status (1 when some images could not be read, 2 on
+    unusable input)."""
+    failures = Failures("classify")
     try:
         reason = untrained_reason(args.model, args.weights)
         if reason is not None:
             raise ValueError(reason)
         model = command_model(args)
         _needs_preprocessing(model)
-        check_positive_int(args.batch_size, "batch_size")
-        for chunk in in_chunks(args.images, args.batch_size):
-            results = classify(model, chunk, top=args.top, batch_size=args.batch_size, verbose=0)
+        for chunk in readable_chunks(args.images, args.batch_size, failures):
+            results = classify(model, [image for _, _, image in chunk], top=args.top, batch_size=args.batch_size,
+                               verbose=0)
             width = max(len(str(p.index)) for predictions in results for p in predictions)
-            for path, predictions in zip(chunk, results):
+            for (path, _, _), predictions in zip(chunk, results):
                 print(path)
                 for prediction in predictions:
                     name = prediction.name if prediction.name is not None else "(unnamed)"
@@ -224,7 +227,7 @@ def classify_command(args):
     except (ValueError, OSError, ImportError) as error:
         print(f"keras-vit classify: error: {error}", file=sys.stderr)
         return 2
-    return 0
+    return failures.status(len(args.images))
 
 
 def report(differences, tolerance):

@@ -11,14 +11,15 @@ segments over the photo with a legend) and `<name>_segments.json` (each
 segment's id, class and score), and prints the segments. MODEL is anything
 `keras_vit.load_model` takes that holds a depth or segmentation model: a
 preset folder (transformers, keras-hub, keras_vit) or an `hf://` handle.
+An image that cannot be read is named and passed over; the command writes
+the others' results and exits with status 1 (`keras_vit.cli.files.Failures`).
 """
 
 import json
 import os
 import sys
 
-from keras_vit.cli.files import named_chunks
-from keras_vit.tasks.images import read_images as _image_list
+from keras_vit.cli.files import Failures, readable_chunks
 from keras_vit.presets.resolver import load_model
 from keras_vit.tasks import pictures
 from keras_vit.tasks.depth import estimate_depth
@@ -29,15 +30,17 @@ CHUNK = 8
 
 
 def depth_command(args):
-    """Runs `keras-vit depth`; returns the exit status (2 on unusable input)."""
+    """Runs `keras-vit depth`; returns the exit status (1 when some images
+    could not be read, 2 on unusable input)."""
     import numpy as np
 
+    failures = Failures("depth")
     try:
         model = load_model(args.model)
-        for chunk in named_chunks(args.images, CHUNK):
-            results = estimate_depth(model, [path for path, _ in chunk], verbose=0)
+        for chunk in readable_chunks(args.images, CHUNK, failures):
+            results = estimate_depth(model, [image for _, _, image in chunk], verbose=0)
             os.makedirs(args.out, exist_ok=True)
-            for (path, stem), result in zip(chunk, results):
+            for (path, stem, _), result in zip(chunk, results):
                 base = os.path.join(args.out, stem + "_depth")
                 pictures.save_png(pictures.depth_picture(result["predicted_depth"]), base + ".png")
                 np.save(base + ".npy", result["predicted_depth"])
@@ -47,19 +50,20 @@ def depth_command(args):
     except (ValueError, OSError, ImportError) as error:
         print(f"keras-vit depth: error: {error}", file=sys.stderr)
         return 2
-    return 0
+    return failures.status(len(args.images))
 
 
 def segment_command(args):
-    """Runs `keras-vit segment`; returns the exit status (2 on unusable input)."""
+    """Runs `keras-vit segment`; returns the exit status (1 when some images
+    could not be read, 2 on unusable input)."""
+    failures = Failures("segment")
     try:
         model = load_model(args.model)
         options = {} if args.threshold is None else {"threshold": args.threshold}
-        for chunk in named_chunks(args.images, CHUNK):
-            images = _image_list([path for path, _ in chunk])
-            results = segment(model, images, task=args.task, verbose=0, **options)
+        for chunk in readable_chunks(args.images, CHUNK, failures):
+            results = segment(model, [image for _, _, image in chunk], task=args.task, verbose=0, **options)
             os.makedirs(args.out, exist_ok=True)
-            for (path, stem), image, result in zip(chunk, images, results):
+            for (path, stem, image), result in zip(chunk, results):
                 base = os.path.join(args.out, stem + "_segments")
                 picture = pictures.segments_picture(image, result["segmentation"], result["segments"])
                 pictures.save_png(picture, base + ".png")
@@ -74,4 +78,4 @@ def segment_command(args):
     except (ValueError, OSError, ImportError) as error:
         print(f"keras-vit segment: error: {error}", file=sys.stderr)
         return 2
-    return 0
+    return failures.status(len(args.images))

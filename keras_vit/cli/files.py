@@ -4,12 +4,17 @@
 images in it; `output_stems` names each image's outputs, the file's name
 without its extension, or more of its path where two images share a name
 (`cats/1.jpg` and `dogs/1.jpg` would otherwise write the same file).
+`readable_chunks` reads them a chunk at a time and passes over a file that
+cannot be read (`Failures` names it at once and again at the end), so that
+one broken file of a folder stops nothing: the commands write the others'
+results and exit with status 1 (`Failures.status`).
 """
 
 import os
+import sys
 import urllib.parse
 
-from keras_vit.tasks.images import IMAGE_SUFFIXES, URL_SCHEMES
+from keras_vit.tasks.images import IMAGE_SUFFIXES, URL_SCHEMES, read_images
 
 
 
@@ -127,3 +132,75 @@ def named_chunks(paths, size):
     [[('a/cat.jpg', 'a_cat'), ('b/cat.jpg', 'b_cat')], [('dog.png', 'dog')]]
     """
     return in_chunks(list(zip(paths, output_stems(paths))), size)
+
+
+class Failures:
+    """The images a command could not read or run, named as they happen (a
+    line on the error stream) and together at the end (`status`).
+
+    Example:
+
+    >>> import contextlib, io
+    >>> failures = Failures("depth")
+    >>> with contextlib.redirect_stderr(io.StringIO()) as err:
+    ...     failures.add("a.png", "Cannot read the image 'a.png': truncated")
+    ...     status = failures.status(total=3)
+    >>> status, err.getvalue().splitlines()[-2:]
+    (1, ['keras-vit depth: error: 1 of 3 images failed (the results of the others are written):', '  a.png'])
+    """
+
+    def __init__(self, command):
+        self.command = command
+        self.paths = []
+
+    def add(self, path, reason):
+        """Records that `path` failed, and says so with `reason`."""
+        self.paths.append(path)
+        reason = str(reason)
+        said = f": {reason}" if str(path) in reason else f" {path}: {reason}"  # read errors name their file
+        print(f"keras-vit {self.command}: skipped{said}", file=sys.stderr, flush=True)
+
+    def status(self, total):
+        """0 when every image of `total` went through; else 1, the failed
+        images named on the error stream."""
+        if not self.paths:
+            return 0
+        print(f"keras-vit {self.command}: error: {len(self.paths)} of {total} images failed "
+              "(the results of the others are written):", file=sys.stderr)
+        for path in self.paths:
+            print(f"  {path}", file=sys.stderr)
+        sys.stderr.flush()
+        return 1
+
+
+def readable_chunks(paths, size, failures):
+    """The images of `paths` read a chunk of at most `size` at a time: lists
+    of `(path, output name, pixels)` (`output_stems`, `read_images`) of the
+    files that could be read; each one that cannot (a broken or unknown
+    file, an unreachable URL) goes to `failures` and the run goes on.
+
+    Example:
+
+    >>> import tempfile
+    >>> from PIL import Image
+    >>> folder = tempfile.mkdtemp()
+    >>> Image.new("RGB", (4, 3)).save(os.path.join(folder, "good.png"))
+    >>> _ = open(os.path.join(folder, "bad.png"), "w").write("not an image")
+    >>> import contextlib, io
+    >>> failures = Failures("depth")
+    >>> with contextlib.redirect_stderr(io.StringIO()) as err:
+    ...     chunks = list(readable_chunks([os.path.join(folder, n) for n in ("bad.png", "good.png")], 8, failures))
+    >>> [(stem, image.shape) for _, stem, image in chunks[0]], [os.path.basename(p) for p in failures.paths]
+    ([('good', (3, 4, 3))], ['bad.png'])
+    >>> "keras-vit depth: skipped: Cannot read the image" in err.getvalue()
+    True
+    """
+    for chunk in named_chunks(paths, size):
+        read = []
+        for path, stem in chunk:
+            try:
+                read.append((path, stem, read_images(path)[0]))
+            except ValueError as error:
+                failures.add(path, error)
+        if read:
+            yield read

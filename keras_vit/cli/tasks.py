@@ -9,7 +9,10 @@ X,Y... [--labels L...] [--box X0 Y0 X1 Y1] | --automatic) --out DIR` runs
 `keras_vit.segment_prompts` (or `keras_vit.generate_masks`) on each image
 in turn and writes `<image>_masks.png` and `<image>_masks.json`, the masks
 run-length encoded (COCO's uncompressed RLE, column by column, as
-transformers' mask-generation pipeline encodes them).
+transformers' mask-generation pipeline encodes them). An image that cannot
+be read (or, for `masks`, that its prompt does not fit) is named and passed
+over; the command writes the others' results and exits with status 1
+(`keras_vit.cli.files.Failures`).
 """
 
 import contextlib
@@ -19,9 +22,8 @@ import sys
 
 import numpy as np
 
-from keras_vit.cli.files import named_chunks, output_stems
+from keras_vit.cli.files import Failures, readable_chunks
 from keras_vit.tasks import detection, mask_generation, prompt_masks
-from keras_vit.tasks.images import read_images
 from keras_vit.presets import from_preset
 
 # Colours of the drawn boxes and masks, in turn.
@@ -85,11 +87,13 @@ CHUNK = 32
 
 
 def detect_command(args):
-    """Runs `keras-vit detect`; returns the exit status (2 on unusable input).
+    """Runs `keras-vit detect`; returns the exit status (1 when some images
+    could not be read, 2 on unusable input).
 
     Each image's files are written as soon as its chunk is done, so what was
     found before a failure is kept.
     """
+    failures = Failures("detect")
     try:
         if not args.queries and not args.query_images:
             raise ValueError("Give what to find: --queries (texts), --query-images (example images) or both.")
@@ -98,12 +102,11 @@ def detect_command(args):
             raise ValueError(f"The model {args.model!r} is not a detector (OWL-ViT, OWLv2): "
                              f"its class is {type(model).__name__}")
         model = model.with_queries(args.queries, query_images=args.query_images)  # embedded once
-        for chunk in named_chunks(args.images, CHUNK):
-            images = read_images([path for path, _ in chunk])
-            results = detection.detect(model, images, threshold=args.threshold, nms_threshold=args.nms,
-                                       top_k=args.top_k, verbose=0)
+        for chunk in readable_chunks(args.images, CHUNK, failures):
+            results = detection.detect(model, [image for _, _, image in chunk], threshold=args.threshold,
+                                       nms_threshold=args.nms, top_k=args.top_k, verbose=0)
             os.makedirs(args.out, exist_ok=True)
-            for (path, stem), image, found in zip(chunk, images, results):
+            for (path, stem, image), found in zip(chunk, results):
                 base = os.path.join(args.out, stem + "_detections")
                 picture = _draw_boxes(image, found, base + ".png")
                 written = _write_json(base + ".json", {
@@ -116,7 +119,7 @@ def detect_command(args):
     except (ValueError, OSError, ImportError) as error:
         print(f"keras-vit detect: error: {error}", file=sys.stderr)
         return 2
-    return 0
+    return failures.status(len(args.images))
 
 
 def _check_prompt(args):
@@ -140,22 +143,25 @@ def _segment(args, model, image):
 
 
 def masks_command(args):
-    """Runs `keras-vit masks`; returns the exit status (2 on unusable input).
+    """Runs `keras-vit masks`; returns the exit status (1 when some images
+    could not be read or their prompt does not fit them, 2 on unusable
+    input).
 
     The images are segmented one at a time, each written before the next is
     read, so what was done before a failure is kept.
     """
+    failures = Failures("masks")
     try:
         _check_prompt(args)
         model = from_preset(args.model)
         if not isinstance(model, prompt_masks.PromptableSegmenter):
             raise ValueError(f"The model {args.model!r} is not a SAM model: its class is {type(model).__name__}")
-        for path, stem in zip(args.images, output_stems(args.images)):
-            image = read_images(path)[0]
-            try:
+        for ((path, stem, image),) in readable_chunks(args.images, 1, failures):
+            try:  # the prompt's pixels may lie outside this image
                 masks, scores, boxes = _segment(args, model, image)
             except ValueError as error:
-                raise ValueError(f"{path}: {error}") from None
+                failures.add(path, error)
+                continue
             os.makedirs(args.out, exist_ok=True)
             base = os.path.join(args.out, stem + "_masks")
             # One mask drawn for prompts (the best), every mask for --automatic.
@@ -169,4 +175,4 @@ def masks_command(args):
     except (ValueError, OSError, ImportError) as error:
         print(f"keras-vit masks: error: {error}", file=sys.stderr)
         return 2
-    return 0
+    return failures.status(len(args.images))

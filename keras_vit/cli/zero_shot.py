@@ -5,14 +5,16 @@
 its zero-shot classifier for the named classes (one prompt, or the CLIP
 paper's 80 ImageNet prompts with `--templates imagenet`), and prints each
 image's classes ranked, with their probabilities: a softmax over the classes
-for CLIP and MetaCLIP 2, a sigmoid per class for SigLIP and SigLIP 2.
+for CLIP and MetaCLIP 2, a sigmoid per class for SigLIP and SigLIP 2. An
+image that cannot be read is named and passed over; the command exits with
+status 1 (`keras_vit.cli.files.Failures`).
 """
 
 import contextlib
 import os
 import sys
 
-from keras_vit.cli.files import in_chunks
+from keras_vit.cli.files import Failures, readable_chunks
 from keras_vit.tasks.classification import classify
 from keras_vit.tasks.zero_shot import DEFAULT_TEMPLATES, ImageTextModel
 from keras_vit.text.templates import IMAGENET_TEMPLATES
@@ -63,11 +65,13 @@ def prompt_templates(values):
 
 
 def zero_shot_command(args):
-    """Runs `keras-vit zero-shot`; returns the exit status (2 on unusable input).
+    """Runs `keras-vit zero-shot`; returns the exit status (1 when some
+    images could not be read, 2 on unusable input).
 
     The images are read, prepared and ranked by `keras_vit.classify`, as
     `keras-vit classify` does for any classifier.
     """
+    failures = Failures("zero-shot")
     try:
         classes = args.classes or class_names_file(args.classes_file)
         model = ImageTextModel.from_preset(args.model)
@@ -75,9 +79,9 @@ def zero_shot_command(args):
         # to the terminal's error stream: standard output holds the results.
         with contextlib.redirect_stdout(sys.stderr):
             classifier = model.zero_shot_classifier(classes, templates=prompt_templates(args.templates))
-        for chunk in in_chunks(args.images, 32):
-            results = classify(classifier, chunk, top=args.top or len(classes), verbose=0)
-            for path, predictions in zip(chunk, results):
+        for chunk in readable_chunks(args.images, 32, failures):
+            results = classify(classifier, [image for _, _, image in chunk], top=args.top or len(classes), verbose=0)
+            for (path, _, _), predictions in zip(chunk, results):
                 print(path)
                 for prediction in predictions:
                     print(f"  {prediction.probability:.4f}  {prediction.name}")
@@ -85,4 +89,4 @@ def zero_shot_command(args):
     except (ValueError, OSError, ImportError) as error:
         print(f"keras-vit zero-shot: error: {error}", file=sys.stderr)
         return 2
-    return 0
+    return failures.status(len(args.images))
