@@ -71,6 +71,9 @@ PLACEMENTS = ("runs_once", "spread", "every_backend")
 # Set to 1, tensorflow's predict is keras_vit's XLA predict function in every
 # test (`_tensorflow_predict_without_xla`).
 XLA_PREDICT = "KERAS_VIT_TEST_XLA_PREDICT"
+# A folder that every job of a `tools/run_tests.py` run shares (unset: one
+# folder per test process).
+SHARED_DIR = "KERAS_VIT_TEST_SHARED_DIR"
 
 
 def runs_once(backend, what):
@@ -397,6 +400,42 @@ def inference(fn, *args):
         # the weights a trace holds as constants may have changed since.
         return keras.tree.map_structure(np.asarray, jax.jit(lambda *a: fn(*a))(*args))
     return keras.tree.map_structure(to_numpy, fn(*args))
+
+
+_PROCESS_SHARED_DIR = []
+
+
+def shared_files(name, write):
+    """The folder `name` of files written by `write(folder)` once per run.
+
+    For the files a test writes the same way under every backend (a
+    full-size preset, say): the first process of a run to ask writes them,
+    into a folder of its own that it then renames, so that another process
+    sees either nothing or the whole folder; the others, the other backends'
+    jobs included, read them. Under `tools/run_tests.py` the run's jobs
+    share `KERAS_VIT_TEST_SHARED_DIR`; otherwise each test process keeps its own.
+    """
+    import shutil
+    import tempfile
+
+    root = os.environ.get(SHARED_DIR)
+    if not root:
+        if not _PROCESS_SHARED_DIR:
+            _PROCESS_SHARED_DIR.append(tempfile.mkdtemp(prefix="keras_vit_shared_"))
+        root = _PROCESS_SHARED_DIR[0]
+    folder = pathlib.Path(root) / name
+    if folder.is_dir():
+        return folder
+    partial = pathlib.Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+    try:
+        write(partial)
+        os.rename(partial, folder)
+    except OSError:
+        if not folder.is_dir():  # not another process's folder that came first
+            raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return folder
 
 
 def pytest_report_header(config):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import TINY, every_backend, spread
+from conftest import TINY, every_backend, shared_files, spread
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.weights import files
 
@@ -171,13 +171,16 @@ def test_loading_a_b16_preset_peaks_under_1_3x_its_weights(tmp_path, backend):
     import subprocess
     import sys
 
-    model = keras_vit.ViTB16(
-        classes=1000, preprocessing=keras_vit.preprocessing.Preprocessing.from_mode("imagenet", image_size=224),
-        class_names=[str(i) for i in range(1000)])
-    model.save_to_preset(tmp_path, format="transformers")
-    del model
+    def write(folder):
+        model = keras_vit.ViTB16(
+            classes=1000, preprocessing=keras_vit.preprocessing.Preprocessing.from_mode("imagenet", image_size=224),
+            class_names=[str(i) for i in range(1000)])
+        model.save_to_preset(folder, format="transformers")
+
+    # The preset's files are the same whichever backend wrote them.
+    preset = shared_files("b16_transformers_preset", write)
     env = dict(os.environ, KERAS_BACKEND=backend, MALLOC_MMAP_THRESHOLD_="131072")
-    result = subprocess.run([sys.executable, "-c", MEMORY_PROBE, str(tmp_path)], env=env, capture_output=True,
+    result = subprocess.run([sys.executable, "-c", MEMORY_PROBE, str(preset)], env=env, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     if "NO_RESET" in result.stdout:

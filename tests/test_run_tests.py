@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 from tools.run_tests import summary_counts
 from conftest import runs_once
 
@@ -348,3 +350,45 @@ def test_a_worker_writes_its_coverage_data_as_its_session_ends(monkeypatch):
     fake.Coverage.current = lambda: None  # not under coverage: nothing to write
     conftest.pytest_sessionfinish(session)
     assert calls == ["stop", "save"]
+
+
+def test_the_jobs_of_a_run_share_one_folder_of_files_written_once(monkeypatch, tmp_path):
+    import subprocess
+
+    from tools import run_tests
+
+    import conftest
+
+    seen = []
+
+    def fake_run(cmd, env, **kwargs):
+        seen.append(env.get(run_tests.SHARED_DIR))
+        return subprocess.CompletedProcess(cmd, 0, stdout="1 passed in 0.1s\n")
+
+    monkeypatch.setattr(run_tests.subprocess, "run", fake_run)
+    monkeypatch.delenv(run_tests.SHARED_DIR, raising=False)
+    assert run_tests.main(["--backends", "jax,torch", "--workers", "1"]) == 0
+    assert seen[0] is not None and seen[0] == seen[1]
+    assert not os.path.exists(seen[0]), "the run's folder is removed after it"
+    assert conftest.SHARED_DIR == run_tests.SHARED_DIR
+
+    monkeypatch.setenv(conftest.SHARED_DIR, str(tmp_path))
+    writes = []
+
+    def write(folder):
+        writes.append(folder)
+        (folder / "weights.bin").write_bytes(b"1234")
+
+    first = conftest.shared_files("preset", write)
+    assert conftest.shared_files("preset", write) == first == tmp_path / "preset"
+    assert len(writes) == 1 and (first / "weights.bin").read_bytes() == b"1234"
+    # A write that fails leaves nothing behind, and the next one writes again.
+
+    def broken(folder):
+        (folder / "half").write_bytes(b"1")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        conftest.shared_files("other", broken)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["preset"]
+    assert (conftest.shared_files("other", write) / "weights.bin").exists()

@@ -340,7 +340,7 @@ def test_jax_lone_process_fails_within_its_timeout():
     """Process 1 of 2 with no process 0: a failure after `timeout`, not jax's 5 minutes."""
     script = (
         "from keras_vit.training import multiprocess\n"
-        f"multiprocess.initialize('127.0.0.1:{multiprocess.free_port()}', 2, 1, timeout=5)\n"
+        f"multiprocess.initialize('127.0.0.1:{multiprocess.free_port()}', 2, 1, timeout=2)\n"
         "print('JOINED', flush=True)\n"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")

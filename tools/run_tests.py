@@ -234,6 +234,11 @@ def combine_coverage(folder, rcfile, data_file):
         return coverage_totals(json.load(f))
 
 
+# The environment variable naming a folder that every job of a run shares,
+# for the files a test writes the same way under every backend.
+SHARED_DIR = "KERAS_VIT_TEST_SHARED_DIR"
+
+
 def backend_env(backend, optimize_xla=False, environ=None, threads=None, cache_dir=None):
     """The environment a backend's test run gets (see the module docstring).
 
@@ -342,11 +347,17 @@ def check_placement(backends, pytest_args):
     return 1 if missing else 0
 
 
-def run_job(backend, command, args, threads):
-    """Runs one backend's job; returns `(exit code, its output)` and prints the output."""
+def run_job(backend, command, args, threads, shared_dir=None):
+    """Runs one backend's job; returns `(exit code, its output)` and prints the output.
+
+    `shared_dir`: the run's folder of backend-free test files
+    (`KERAS_VIT_TEST_SHARED_DIR`, `conftest.shared_files`), or None.
+    """
     print(f"\n===== KERAS_BACKEND={backend} =====", flush=True)
     with tempfile.TemporaryDirectory(prefix=f"keras_vit_{backend}_cache_") as cache_dir:
         env = backend_env(backend, args.xla_optimize, threads=threads, cache_dir=cache_dir)
+        if shared_dir is not None:
+            env.setdefault(SHARED_DIR, shared_dir)
         proc = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     sys.stdout.write(proc.stdout)
     return proc.returncode, proc.stdout
@@ -360,7 +371,8 @@ def main(argv=None):
     print(machine_line(), flush=True)
     totals = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     failed_backends, times, coverage_text = [], {}, None
-    with tempfile.TemporaryDirectory(prefix="keras_vit_coverage_") as coverage_dir:
+    with (tempfile.TemporaryDirectory(prefix="keras_vit_coverage_") as coverage_dir,
+          tempfile.TemporaryDirectory(prefix="keras_vit_shared_") as shared_dir):
         runner = [sys.executable, "-m", "pytest"]
         rcfile = os.path.join(coverage_dir, "coveragerc")
         if args.coverage:
@@ -369,7 +381,7 @@ def main(argv=None):
             runner = [sys.executable, "-m", "coverage", "run", f"--rcfile={rcfile}", "-m", "pytest"]
         for backend in backends:
             start = time.time()
-            code, output = run_job(backend, [*runner, *options, *pytest_args], args, threads)
+            code, output = run_job(backend, [*runner, *options, *pytest_args], args, threads, shared_dir)
             for key, count in summary_counts(output).items():
                 totals[key] += count
             times[backend] = time.time() - start
