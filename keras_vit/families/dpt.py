@@ -43,11 +43,11 @@ from keras_vit.preprocessing.dense import from_transformers, to_transformers
 from keras_vit.weights.formats.conventions import torch_linear
 from keras_vit.weights.formats.task_family import (
     TaskFamily,
-    check_fields,
     merge,
     read_head,
     refuse,
     split_prefix,
+    undeclared_fields,
 )
 from keras_vit.weights.rules import RuleTable
 from keras_vit.families.bit import BIT_DEFAULTS, bit_rules
@@ -245,7 +245,7 @@ class TransformersDepthAnything(DptTaskFamily):
     ))
 
     def arguments(self, config, state=None):
-        check_fields(config, self.FIELDS, self.NAME)
+        undeclared_fields(config, self.FIELDS, self.NAME)
         self.check_class(config, ("DepthAnythingForDepthEstimation",))
         if config.get("backbone") or config.get("use_timm_backbone"):
             raise self.unsupported("the backbone must be given by `backbone_config`, not by name.")
@@ -370,7 +370,7 @@ class TransformersDpt(DptTaskFamily):
         return args
 
     def arguments(self, config, state=None):
-        check_fields(config, self.FIELDS, self.NAME)
+        undeclared_fields(config, self.FIELDS, self.NAME)
         self.check_class(config, ("DPTForDepthEstimation",))
         if config.get("backbone") or config.get("use_timm_backbone"):
             raise self.unsupported("the backbone must be given by `backbone_config`, not by name.")
