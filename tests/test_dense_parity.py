@@ -125,6 +125,24 @@ def test_keras_hub_depth_anything_matches(tmp_path):
     np.testing.assert_allclose(outputs, reference, atol=TOLERANCE, rtol=TOLERANCE)
 
 
+def test_keras_hub_depth_anything_saved_as_a_backbone_alone_loads(tmp_path):
+    """A keras-hub Depth Anything backbone saved with `save_to_preset` (no
+    image converter, no task) loads as the relative-depth model keras-hub
+    builds around it, with a warning that its preprocessing is unknown."""
+    keras_hub = pytest.importorskip("keras_hub")
+    import keras
+
+    task = keras_hub_depth_anything(keras_hub, keras, str(tmp_path / "task"))
+    task.backbone.save_to_preset(str(tmp_path / "alone"))
+    images = _images((2, 56, 56, 3), seed=4)
+    reference = keras.ops.convert_to_numpy(task(images)["depths"])[..., 0]
+    with pytest.warns(UserWarning, match=r"has no image converter .*preprocessing=keras_vit\.DenseProcessing"):
+        model = keras_vit.from_preset(str(tmp_path / "alone"))
+    assert model.preprocessing is None and model.depth == "relative"
+    outputs = model.predict(images, verbose=0)["predicted_depth"]
+    np.testing.assert_allclose(outputs, reference, atol=TOLERANCE, rtol=TOLERANCE)
+
+
 def test_config_keys_transformers_does_not_declare_are_ignored(checkpoints, tmp_path, caplog):
     """A config.json key the transformers config class does not declare
     changes nothing there and is ignored here, listed at debug level; a
