@@ -19,8 +19,10 @@ declares and the card's address.
 - transformers: the checkpoints of `TRANSFORMERS_CHECKPOINTS`, named by their
   Hub repository (`org/name`, as `from_pretrained` takes them). The names
   come from transformers' own sources (its docstrings, conversion scripts
-  and tests: the comment above each group says which); the sizes from the
-  same conversion scripts, and the parameter count is that of the
+  and tests) and, for the rest of a release they name part of, from the
+  same release as keras-hub or timm convert it: the comment above each group
+  says which. The sizes come from the conversion scripts (or the timm and
+  keras-hub conversions), and the parameter count is that of the
   transformers class built from them on the meta device.
 - keras-hub: the presets of the families keras_vit reads from keras-hub
   (`KERAS_HUB_PRESETS`), as keras-hub's `presets` tables name them, with
@@ -296,9 +298,9 @@ def _sizes_of(names, sizes):
 
 
 TRANSFORMERS_CHECKPOINTS = (
-    # ViT (google/vit-*): the Google checkpoints as transformers published them
-    # (transformers' docstrings name google/vit-base-patch16-224 and -in21k;
-    # keras-hub's `vit` presets are conversions of these eleven).
+    # ViT (google/vit-*): transformers' docstrings name google/vit-base-patch16-224
+    # and -in21k; the other nine are the same release at the sizes and
+    # resolutions of keras-hub's eleven `vit` presets, converted from it.
     *[_hf(f"google/vit-{size}-patch{patch}-{image}", "vit", "classification",
           lambda t, s=size, p=patch, i=image: _vit(t, s, i, p, "classifier"), image, "apache-2.0")
       for size, patch, image in (("base", 16, 224), ("base", 16, 384), ("base", 32, 384), ("large", 16, 224),
@@ -306,8 +308,9 @@ TRANSFORMERS_CHECKPOINTS = (
     *[_hf(f"google/vit-{size}-patch{patch}-224-in21k", "vit", "features",
           lambda t, s=size, p=patch: _vit(t, s, 224, p, "features"), 224, "apache-2.0")
       for size, patch in (("base", 16), ("base", 32), ("large", 16), ("large", 32), ("huge", 14))],
-    # DeiT (facebook/deit-*; transformers' docstrings name
-    # facebook/deit-base-distilled-patch16-224; keras_vit's short name deit_tiny).
+    # DeiT (facebook/deit-*): transformers' docstrings name
+    # facebook/deit-base-distilled-patch16-224, keras_vit's short name deit_tiny
+    # the tiny one; the rest of the release as timm's `deit_*` tags have it.
     *[_hf(f"facebook/deit-{size}-{'distilled-' if distilled else ''}patch16-{image}", "deit", "classification",
           lambda t, s=size, i=image, d=distilled: _deit(t, s, i, d), image, "apache-2.0")
       for size, image, distilled in (("tiny", 224, False), ("small", 224, False), ("base", 224, False),
@@ -322,7 +325,8 @@ TRANSFORMERS_CHECKPOINTS = (
     # DINOv3 (transformers' convert_dinov3_vit_to_hf.py, HUB_MODELS): gated.
     *[_hf(f"facebook/dinov3-{size}-pretrain-lvd1689m", "dinov3", "features",
           lambda t, s=size: _dinov3(t, s), 224, "dinov3-license", gated=True) for size in DINOV3_SIZES],
-    # CLIP (openai/clip-*: transformers' docstrings and tests); both towers.
+    # CLIP (openai/clip-*): transformers' docstrings name base-patch32; the other
+    # three as keras-hub's OpenAI `clip_*` presets, converted from them. Both towers.
     *[_hf(f"openai/clip-vit-{size}-patch{patch}{suffix}", "clip", "zero-shot",
           lambda t, s=size, p=patch, i=image: _clip(t, s, p, i), image, None)
       for size, patch, suffix, image in (("base", 32, "", 224), ("base", 16, "", 224), ("large", 14, "", 224),
@@ -336,9 +340,10 @@ TRANSFORMERS_CHECKPOINTS = (
           ("base", 16, 512, "", 32000, 64), ("large", 16, 256, "", 32000, 64), ("large", 16, 384, "", 32000, 64),
           ("base", 16, 256, "-multilingual", 250000, 64), ("so400m", 14, 224, "", 32000, 16),
           ("so400m", 14, 384, "", 32000, 64), ("so400m", 16, 256, "-i18n", 250000, 64))],
-    # SigLIP 2 (google/siglip2-*: transformers' docstrings name
-    # google/siglip2-base-patch16-224 and -naflex; the sizes as keras-hub's
-    # `siglip2_*` presets, converted from them).
+    # SigLIP 2 (google/siglip2-*): transformers' docstrings name
+    # google/siglip2-base-patch16-224 and -naflex; the fixed-size ones as
+    # keras-hub's `siglip2_*` presets, converted from them; so400m NaFlex as
+    # Google's release.
     *[_hf(f"google/siglip2-{size}-patch{patch}-{image}", "siglip2", "zero-shot",
           lambda t, s=size, p=patch, i=image: _siglip2(t, s, p, i), image, "apache-2.0")
       for size, patch, image in (("base", 16, 224), ("base", 16, 256), ("base", 16, 384), ("base", 16, 512),
@@ -348,16 +353,19 @@ TRANSFORMERS_CHECKPOINTS = (
                                  ("giant-opt", 16, 384))],
     *[_hf(f"google/siglip2-{size}-patch16-naflex", "siglip2", "zero-shot",
           lambda t, s=size: _siglip2(t, s, 16, None), None, "apache-2.0") for size in ("base", "so400m")],
-    # AIMv2 image encoders (apple/aimv2-*: transformers' docstrings name
-    # apple/aimv2-large-patch14-224-lit; the sizes and resolutions as timm's `aimv2_*`).
+    # AIMv2 image encoders (apple/aimv2-*): transformers' docstrings name
+    # apple/aimv2-large-patch14-224-lit (two towers, which keras_vit does not
+    # read); the image encoders at the sizes and resolutions of timm's
+    # `aimv2_*` tags, and Apple's two distilled ones.
     *[_hf(f"apple/aimv2-{size}-patch14-{image}", "aimv2", "features",
           lambda t, s=size, i=image: _aimv2(t, s, i), image, "apple-amlr")
       for size in AIMV2_SIZES for image in (224, 336, 448)],
     *[_hf(f"apple/aimv2-large-patch14-{image}-distilled", "aimv2", "features",
           lambda t, i=image: _aimv2(t, "large", i), image, "apple-amlr") for image in (224, 336)],
-    # Depth Anything (transformers' convert_depth_anything_to_hf.py: V1
-    # LiheYoung/depth-anything-*-hf, V2 depth-anything/Depth-Anything-V2-*-hf,
-    # relative and metric; the metric models' max_depth 20 indoors, 80 outdoors).
+    # Depth Anything (transformers' convert_depth_anything_to_hf.py lists the
+    # sizes, V2 relative and metric; its docstrings and tests name
+    # LiheYoung/depth-anything-small-hf and the V2 -hf repositories; the
+    # metric models' max_depth 20 indoors, 80 outdoors).
     *[_hf(f"LiheYoung/depth-anything-{size}-hf", "depth_anything", "depth",
           lambda t, s=size: _depth_anything(t, s), 518, "apache-2.0") for size in DEPTH_ANYTHING],
     *[_hf(f"depth-anything/Depth-Anything-V2-{size.title()}-hf", "depth_anything", "depth",
@@ -368,7 +376,7 @@ TRANSFORMERS_CHECKPOINTS = (
           "apache-2.0" if size == "small" else "cc-by-nc-4.0")
       for place, depth in (("Indoor", 20), ("Outdoor", 80)) for size in DEPTH_ANYTHING],
     # DPT (Intel/dpt-large: transformers' docstrings; Intel/dpt-hybrid-midas:
-    # transformers' convert_dpt_hybrid_to_pytorch.py).
+    # the hybrid of the same release, transformers' convert_dpt_hybrid_to_pytorch.py).
     _hf("Intel/dpt-large", "dpt", "depth", lambda t: _dpt(t, False), 384, "apache-2.0"),
     _hf("Intel/dpt-hybrid-midas", "dpt", "depth", lambda t: _dpt(t, True), 384, "apache-2.0"),
     # CHMv2 (transformers' docstrings).
@@ -386,8 +394,9 @@ TRANSFORMERS_CHECKPOINTS = (
     *[_hf(f"tue-mps/coco_panoptic_eomt_{size}_640_dinov3", "eomt", "segmentation",
           lambda t, s=dinov3: _eomt_dinov3(t, s, 640), 640, "mit")
       for size, dinov3 in (("small", "vits16"), ("large", "vitl16"))],
-    # OWL-ViT and OWLv2 (google/owlvit-*, google/owlv2-*: transformers'
-    # docstrings and convert_owlv2_to_hf.py).
+    # OWL-ViT and OWLv2 (google/owlvit-*, google/owlv2-*): transformers'
+    # docstrings name owlvit-base-patch32/16 and owlv2-base-patch16(-ensemble);
+    # the large and fine-tuned ones are the rest of Google's release.
     *[_hf(f"google/owlvit-{size}-patch{patch}", "owlvit", "detection",
           lambda t, s=size, p=patch, i=image: _owl(t, 1, s, p, i), image, "apache-2.0")
       for size, patch, image in (("base", 32, 768), ("base", 16, 768), ("large", 14, 840))],
@@ -395,7 +404,8 @@ TRANSFORMERS_CHECKPOINTS = (
           lambda t, s=size, p=patch, i=image: _owl(t, 2, s, p, i), image, "apache-2.0")
       for size, patch, image in (("base", 16, 960), ("large", 14, 1008))
       for suffix in ("", "-ensemble", "-finetuned")],
-    # SAM (facebook/sam-vit-*: transformers' docstrings and convert_sam_to_hf.py).
+    # SAM (facebook/sam-vit-*): transformers' docstrings name base and huge; large
+    # is the third size of the release (keras-hub's `sam_*_sa1b` presets).
     *[_hf(f"facebook/sam-vit-{size}", "sam", "promptable-masks", lambda t, s=size: _sam(t, s), 1024, "apache-2.0")
       for size in SAM_GLOBAL],
 )
