@@ -269,7 +269,7 @@ def test_classify_refuses_an_architecture_name_without_weights(name, tmp_path, c
     with pytest.raises(ValueError, match=message):
         keras_vit.classify(name, "never-read.jpg", preprocessing="imagenet")
     photo = Image.new("RGB", (8, 8))
-    with pytest.raises(ValueError, match="augreg-i21k" if name != "ViT" else "short name"):
+    with pytest.raises(ValueError, match="augreg-i21k" if name != "ViT" else "preset name"):
         keras_vit.classify(name, photo, preprocessing="imagenet")
     photo.save(tmp_path / "photo.png")
     assert run_cli(["classify", name, "--preprocessing", "imagenet", str(tmp_path / "photo.png")]) == 2

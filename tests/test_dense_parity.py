@@ -5,6 +5,8 @@ Anything), loaded with `keras_vit.from_preset`: the outputs of `predict`,
 keyed as transformers names them, equal the reference's on the same
 pixels within 1e-4, on every backend."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -121,3 +123,70 @@ def test_keras_hub_depth_anything_matches(tmp_path):
     assert (model.depth, model.max_depth) == ("metric", 20.0)
     outputs = model.predict(images, verbose=0)["predicted_depth"]
     np.testing.assert_allclose(outputs, reference, atol=TOLERANCE, rtol=TOLERANCE)
+
+
+def test_keras_hub_depth_anything_saved_as_a_backbone_alone_loads(tmp_path):
+    """A keras-hub Depth Anything backbone saved with `save_to_preset` (no
+    image converter, no task) loads as the relative-depth model keras-hub
+    builds around it, with a warning that its preprocessing is unknown."""
+    keras_hub = pytest.importorskip("keras_hub")
+    import keras
+
+    task = keras_hub_depth_anything(keras_hub, keras, str(tmp_path / "task"))
+    task.backbone.save_to_preset(str(tmp_path / "alone"))
+    images = _images((2, 56, 56, 3), seed=4)
+    reference = keras.ops.convert_to_numpy(task(images)["depths"])[..., 0]
+    with pytest.warns(UserWarning, match=r"has no image converter .*preprocessing=keras_vit\.DenseProcessing"):
+        model = keras_vit.from_preset(str(tmp_path / "alone"))
+    assert model.preprocessing is None and model.depth == "relative"
+    outputs = model.predict(images, verbose=0)["predicted_depth"]
+    np.testing.assert_allclose(outputs, reference, atol=TOLERANCE, rtol=TOLERANCE)
+
+
+def test_config_keys_transformers_does_not_declare_are_ignored(checkpoints, tmp_path, caplog):
+    """A config.json key the transformers config class does not declare
+    changes nothing there and is ignored here, listed at debug level; a
+    declared key keras_vit cannot honour still refuses the checkpoint."""
+    import json
+    import logging
+    import shutil
+
+    folder, images, reference = checkpoints["depth_anything"]
+    extra = str(tmp_path / "extra")
+    shutil.copytree(folder, extra)
+    path = os.path.join(extra, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    with open(path, "w") as f:
+        json.dump(dict(config, trained_by="someone", future_option=3), f)
+    with caplog.at_level(logging.DEBUG, logger="keras_vit"):
+        model = keras_vit.from_preset(extra)
+    assert "['future_option', 'trained_by'] ignored" in caplog.text
+    outputs = model.predict(images, verbose=0)["predicted_depth"]
+    np.testing.assert_allclose(outputs, reference["predicted_depth"], atol=TOLERANCE, rtol=TOLERANCE)
+    with open(path, "w") as f:
+        json.dump(dict(config, head_in_index=0), f)
+    with pytest.raises(ValueError, match="head_in_index must be -1"):
+        keras_vit.from_preset(extra)
+
+
+@pytest.mark.parametrize("family, reference", [
+    ("dpt.TransformersDepthAnything", "DepthAnythingConfig"), ("dpt.TransformersDpt", "DPTConfig"),
+    ("chmv2.TransformersChmv2", "CHMv2Config"), ("eomt.TransformersEomt", "EomtConfig"),
+    ("eomt.TransformersEomtDinov3", "EomtDinov3Config"),
+])
+def test_each_task_family_reads_or_refuses_every_key_its_config_class_declares(family, reference):
+    """Only undeclared keys are ignored: every key transformers' config class
+    declares is one of the family's `FIELDS` (read, or refused where keras_vit
+    cannot honour its value)."""
+    import importlib
+    import inspect
+
+    from keras_vit.weights.formats.task_family import GENERIC_FIELDS
+
+    module, name = family.split(".")
+    fields = getattr(importlib.import_module(f"keras_vit.families.{module}"), name).FIELDS
+    config_class = getattr(transformers, reference)
+    declared = set(inspect.signature(config_class.__init__).parameters) | set(config_class().to_dict())
+    declared -= {"self", "kwargs", "model_type", "_name_or_path", "output_attentions", "transformers_version"}
+    assert declared - fields - GENERIC_FIELDS == set()

@@ -31,6 +31,8 @@ WITHOUT_EXAMPLES = {
     "keras_vit.execution": "a package: its modules have the examples",
     "keras_vit.families": "a package: its modules have the examples",
     "keras_vit.weights.formats.timm_architectures": "data generated from timm by tools/timm_table.py",
+    "keras_vit.presets.catalogue_data": "data generated from timm, transformers and keras-hub by "
+    "tools/preset_catalogue.py",
     "keras_vit.execution.jax_state": "trainer internals, tested by fault injection in test_failures.py",
     "keras_vit.training.datasets": "needs datasets; tested in test_training_data.py",
     "keras_vit.export": "re-exports",

@@ -265,3 +265,19 @@ def test_a_task_on_a_family_backbone_is_refused(dinov2_presets, tmp_path):
     (tmp_path / "task.json").write_text(json.dumps({"registered_name": "keras_hub>ImageClassifier"}))
     with pytest.raises(ValueError, match="backbone alone"):
         keras_hub_format.model_arguments(folder)
+
+
+def test_a_backbone_saved_alone_loads_with_its_preprocessing_unknown(dinov2_presets, tmp_path):
+    """`backbone.save_to_preset` writes no image converter: the preset loads,
+    reproduces keras-hub, carries no preprocessing record and a warning says
+    so and how to give one."""
+    folder, expected, _ = dinov2_presets["plain"]
+    backbone = keras_hub.models.DINOV2Backbone.from_preset(folder)
+    backbone.save_to_preset(str(tmp_path / "alone"))
+    assert not {"image_converter.json", "preprocessor.json"} & set(
+        p.name for p in (tmp_path / "alone").iterdir())
+    with pytest.warns(UserWarning, match=r"has no image converter .*preprocessing is unknown.*"
+                                         r"model\.preprocessing = keras_vit\.preprocessing\.Preprocessing"):
+        model = keras_vit.from_preset(str(tmp_path / "alone"))
+    assert model.preprocessing is None
+    np.testing.assert_allclose(_pooled_and_tokens(model, _images(SIZE))[1], expected, rtol=0, atol=1e-4)

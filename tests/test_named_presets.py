@@ -1,5 +1,6 @@
-"""Short names (`keras_vit.presets.named`): the table, `list_presets`, and
-`from_preset` / `load_model` resolving a name to its handle, offline."""
+"""Short names (`keras_vit.presets.named`): the table, its place in the
+catalogue, and `from_preset` / `load_model` resolving a name to its handle,
+offline."""
 
 import os
 
@@ -8,8 +9,8 @@ import pytest
 
 import keras_vit
 from hub_dirs import populate_hf_cache
-from keras_vit.presets import PresetDownloadError, named
-from keras_vit.presets.named import FAMILIES, NAMED_PRESETS
+from keras_vit.presets import PresetDownloadError, catalogue
+from keras_vit.presets.named import NAMED_PRESETS
 from conftest import runs_once
 
 pytestmark = runs_once("torch", "the table of names and its resolution are Python")
@@ -56,25 +57,26 @@ def deit_folder(tmp_path_factory):
 def test_every_row_is_a_valid_model_handle():
     huggingface_hub = pytest.importorskip("huggingface_hub")
     for name, row in NAMED_PRESETS.items():
-        assert row.name == name and named.is_short_name(name) and name == name.lower()
-        assert row.family in FAMILIES
+        assert row.name == name and name == name.lower() and not any(c in name for c in "/.:")
         uri = huggingface_hub.parse_hf_uri(row.handle)
         assert uri.type == "model" and uri.id == row.repo_id and not uri.path_in_repo, row
         assert row.card == "https://huggingface.co/" + row.repo_id
         assert row.licence is None or row.licence.strip()
         assert row.description.endswith(".") and row.preprocessing
-    assert set(FAMILIES) == {row.family for row in NAMED_PRESETS.values()}
 
 
-def test_list_presets_all_and_by_family():
+def test_short_names_are_catalogue_rows_of_their_handles():
+    """Each short name lists first, as the catalogue row of the checkpoint
+    its handle names, in the same family."""
     names = keras_vit.list_presets()
-    assert names == list(NAMED_PRESETS)
-    assert "dinov3_vits16" in names and "siglip2_b16_naflex" in names
-    dinov3 = keras_vit.list_presets("dinov3")
-    assert dinov3 and all(NAMED_PRESETS[n].family == "dinov3" for n in dinov3)
-    assert sum(len(keras_vit.list_presets(f)) for f in FAMILIES) == len(names)
-    with pytest.raises(ValueError, match="family"):
-        keras_vit.list_presets("dino")
+    assert names[:len(NAMED_PRESETS)] == list(NAMED_PRESETS)
+    for name, short in NAMED_PRESETS.items():
+        row = catalogue.PRESETS[name]
+        target = catalogue.PRESETS[row.alias_of]
+        assert row.handle == target.handle == short.handle and row.source == "keras_vit"
+        assert row.family == short.family == target.family
+        assert (row.task, row.parameters, row.licence) == (target.task, target.parameters, target.licence)
+    assert keras_vit.list_presets("dinov3_vit?16") == ["dinov3_vits16", "dinov3_vitb16", "dinov3_vitl16"]
 
 
 def test_unknown_short_name_names_the_closest(offline_hub):
@@ -82,7 +84,7 @@ def test_unknown_short_name_names_the_closest(offline_hub):
         keras_vit.from_preset("dinov3_vit_s16")
     assert "list_presets" in str(info.value)
     with pytest.raises(ValueError, match="dinov2_small"):
-        keras_vit.load_model("dinov2-smal")
+        keras_vit.load_model("dinov2_smal")
 
 
 def test_short_name_offline_names_the_handle_and_how_to_fetch_it(offline_hub):
@@ -92,6 +94,7 @@ def test_short_name_offline_names_the_handle_and_how_to_fetch_it(offline_hub):
     message = str(info.value)
     assert "'dinov3_vits16'" in message and row.handle in message
     assert f"hf download {row.repo_id}" in message and "gated" in message
+    assert "HF_HUB_OFFLINE is set" in message and "The network is the cause" in message
     assert info.value.cache_path == os.path.join(offline_hub, "models--facebook--dinov3-vits16-pretrain-lvd1689m")
     # The two-tower names resolve the same way in ImageTextModel.from_preset.
     with pytest.raises(PresetDownloadError, match="'siglip_b16_224' is hf://google/siglip-base-patch16-224"):

@@ -16,6 +16,7 @@ The task commands (`zero-shot`, `detect`, `masks`, `depth`, `segment`) take
 their model first too (`keras-vit detect MODEL IMAGE...`), or as `--preset
 MODEL` before or after the images (`ArgumentParser.model_then_images`);
 `inspect` takes its image, and its model as `--model` or `--preset`.
+`presets` lists the names they take (`keras_vit.list_presets`).
 
 This module imports nothing of keras_vit: the few lists its parsers offer as
 choices are copies in `keras_vit_tools.front_end`, checked against keras_vit's
@@ -223,9 +224,34 @@ def _export_parser(commands):
     parser.set_defaults(command="export")
 
 
+def _presets_parser(commands):
+    parser = commands.add_parser(
+        "presets",
+        help="the preset names every command takes, with their task, size and licence",
+        description=(
+            "Lists the names of every checkpoint keras_vit loads (keras_vit.list_presets): timm's "
+            "pretrained tags (vit_base_patch16_224.augreg2_in21k_ft_in1k), transformers' Hub repositories "
+            "(facebook/dinov2-small), keras-hub's presets (sam_base_sa1b) and keras_vit's short names "
+            "(dinov3_vits16), one line each with its task, family, parameters, image size and licence. "
+            "Every command and keras_vit.from_preset take these names."
+        ),
+    )
+    parser.add_argument(
+        "patterns", nargs="*",
+        help="shell-style patterns of names, regardless of case ('vit_base_*', 'facebook/*'); one "
+        "without wildcards matches the names containing it; default: every name",
+    )
+    parser.add_argument("--task", help="only this task's (classification, features, zero-shot, depth, "
+                        "segmentation, detection, promptable-masks)")
+    parser.add_argument("--family", help="only this family's (dinov2, siglip2, depth_anything, eomt, ...)")
+    parser.add_argument("--long", action="store_true", help="add each name's handle and model card")
+    parser.add_argument("--json", action="store_true", help="every field of each name, as JSON")
+    parser.set_defaults(command="presets")
+
+
 def keras_vit_parser():
     """The parser of `keras-vit` (`inspect`, `classify`, `export`, `zero-shot`, `detect`, `masks`, `depth`,
-    `segment`)."""
+    `segment`, `presets`)."""
     parser = ArgumentParser(
         prog="keras-vit", description="Vision Transformer tools for Keras 3."
     )
@@ -237,6 +263,7 @@ def keras_vit_parser():
         add(commands).add_argument("--threads", type=COUNT, default=None, help=THREADS_HELP)
     for dense in dense_parsers(commands):
         dense.add_argument("--threads", type=COUNT, default=None, help=THREADS_HELP)
+    _presets_parser(commands)
     return parser
 
 
@@ -253,7 +280,7 @@ def keras_vit(argv=None):
     """Entry point of `keras-vit`; returns the exit status."""
     args = keras_vit_parser().parse_args(argv)
     # Exports trace through TensorFlow on every backend.
-    prepare(args.threads, ("tensorflow", "keras_vit") if args.command == "export" else ("keras_vit",))
+    prepare(getattr(args, "threads", None), ("tensorflow", "keras_vit") if args.command == "export" else ("keras_vit",))
     from keras_vit.cli import commands
 
     return commands.run(args)

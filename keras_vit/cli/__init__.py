@@ -1,5 +1,6 @@
 """The work of the `keras-vit` commands: `inspect`, `classify`, `export` (`commands`), `zero-shot`,
-`detect` and `masks` (`tasks`), `depth` and `segment` (`dense`); `files` turns the command
+`detect` and `masks` (`tasks`), `depth` and `segment` (`dense`), `presets` (`presets`: the names
+every command takes); `files` turns the command
 line's images (files and folders) into files, in chunks, and names each image's outputs.
 
 The console script's front end (`tools/commands.py`, installed as

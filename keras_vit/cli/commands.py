@@ -57,7 +57,7 @@ def command_model(args, source=None):
             what = "" if weights is None else f": the weights name {weights!r} is registered per architecture"
             raise ValueError(
                 f"--model is needed{what}. Give --model: a constructor name (ViTTi16, ViTB16, ...) "
-                "with --weights, a short name (keras_vit.list_presets()), a checkpoint or .keras file, "
+                "with --weights, a preset name (keras_vit.list_presets(), keras-vit presets), a checkpoint or .keras file, "
                 "a preset folder or an hf:// handle."
             )
         source, weights = args.weights, None
@@ -358,6 +358,10 @@ def run(args):
         from keras_vit.cli.zero_shot import zero_shot_command
 
         return zero_shot_command(args)
+    if args.command == "presets":
+        from keras_vit.cli.presets import presets_command
+
+        return presets_command(args)
     if args.command in ("detect", "masks"):
         from keras_vit.cli import tasks
 

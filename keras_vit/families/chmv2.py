@@ -4,7 +4,7 @@ from and to transformers directories, on the DPT family's reader
 
 from keras_vit.families.dinov3 import TransformersDinov3 as Dinov3Family
 from keras_vit.families.dpt import DptTaskFamily, stage_blocks
-from keras_vit.weights.formats.task_family import check_fields, refuse
+from keras_vit.weights.formats.task_family import refuse, undeclared_fields
 
 
 class TransformersChmv2(DptTaskFamily):
@@ -31,7 +31,7 @@ class TransformersChmv2(DptTaskFamily):
     ))
 
     def arguments(self, config, state=None):
-        check_fields(config, self.FIELDS, self.NAME)
+        undeclared_fields(config, self.FIELDS, self.NAME)
         self.check_class(config, ("CHMv2ForDepthEstimation",))
         encoder_class, encoder, backbone = self.backbone_arguments(config)
         blocks = stage_blocks(backbone, self)

@@ -43,11 +43,11 @@ from keras_vit.preprocessing.dense import from_transformers, to_transformers
 from keras_vit.weights.formats.conventions import torch_linear
 from keras_vit.weights.formats.task_family import (
     TaskFamily,
-    check_fields,
     merge,
     read_head,
     refuse,
     split_prefix,
+    undeclared_fields,
 )
 from keras_vit.weights.rules import RuleTable
 from keras_vit.families.bit import BIT_DEFAULTS, bit_rules
@@ -245,7 +245,7 @@ class TransformersDepthAnything(DptTaskFamily):
     ))
 
     def arguments(self, config, state=None):
-        check_fields(config, self.FIELDS, self.NAME)
+        undeclared_fields(config, self.FIELDS, self.NAME)
         self.check_class(config, ("DepthAnythingForDepthEstimation",))
         if config.get("backbone") or config.get("use_timm_backbone"):
             raise self.unsupported("the backbone must be given by `backbone_config`, not by name.")
@@ -370,7 +370,7 @@ class TransformersDpt(DptTaskFamily):
         return args
 
     def arguments(self, config, state=None):
-        check_fields(config, self.FIELDS, self.NAME)
+        undeclared_fields(config, self.FIELDS, self.NAME)
         self.check_class(config, ("DPTForDepthEstimation",))
         if config.get("backbone") or config.get("use_timm_backbone"):
             raise self.unsupported("the backbone must be given by `backbone_config`, not by name.")
@@ -534,6 +534,12 @@ class KerasHubDepthAnything:
         prep = _keras_hub_processing(directory)
         if prep is not None:
             task_args["preprocessing"] = prep.get_config()
+        else:
+            from keras_vit.weights.formats.keras_hub_family import warn_unknown_preprocessing
+
+            warn_unknown_preprocessing(directory, "Give it before estimating depth: `preprocessing="
+                                       "keras_vit.DenseProcessing(...)` to keras_vit.estimate_depth, or set "
+                                       "`model.preprocessing`.")
         return "ViT", args, task_args
 
     def read(self, directory, num_heads):
@@ -549,9 +555,16 @@ class KerasHubDepthAnything:
         except ImportError:
             raise ImportError(f"Reading the keras-hub preset {directory!r} needs keras-hub (`pip install keras-hub`).") from None
         config, task_config = self._configs(directory)
-        # keras-hub rebuilds the task from its preset given the task's own settings.
+        # keras-hub rebuilds the task from its preset given the task's own
+        # settings; a preset without an image converter (a backbone saved
+        # alone) has no preprocessor to load, so the task is built around
+        # its backbone.
         settings = {k: task_config[k] for k in ("depth_estimation_type", "max_depth", "min_depth") if k in task_config}
-        task = keras_hub.models.DepthEstimator.from_preset(directory, **settings)
+        if _keras_hub_processing(directory) is None:
+            backbone = keras_hub.models.Backbone.from_preset(directory)
+            task = keras_hub.models.DepthEstimator(backbone=backbone, preprocessor=None, **settings)
+        else:
+            task = keras_hub.models.DepthEstimator.from_preset(directory, **settings)
         variables = {v.path: keras.ops.convert_to_numpy(v) for v in task.weights}
         path = f"{directory}/{WEIGHTS_FILE}"
         head = {k: v for k, v in variables.items() if k.startswith(("neck/", "head/"))}

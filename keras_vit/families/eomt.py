@@ -39,10 +39,10 @@ from keras_vit.preprocessing.dense import from_transformers, to_transformers
 from keras_vit.weights.formats.conventions import torch_linear, torch_norm
 from keras_vit.weights.formats.task_family import (
     TaskFamily,
-    check_fields,
     merge,
     read_head,
     refuse,
+    undeclared_fields,
 )
 from keras_vit.families.dinov2 import TransformersDinov2 as Dinov2Family
 from keras_vit.families.dinov3 import TransformersDinov3 as Dinov3Family
@@ -108,7 +108,7 @@ class _EomtFamily(TaskFamily):
         )
 
     def arguments(self, config, state=None):
-        check_fields(config, self.FIELDS, self.NAME)
+        undeclared_fields(config, self.FIELDS, self.NAME)
         self.check_class(config, (self.CLASS,))
         family, backbone = self.backbone(config)
         args = dict(family.model_arguments(backbone), include_top=False, pooling=None, classifier="token")

@@ -325,6 +325,8 @@ def read(state, config, path):
     return C.Checkpoint(os.fspath(path), "timm", fold_prefix_rows(params, no_embed_class), {})
 
 
-def preset_source(directory):
-    """A `PresetSource` for a timm Hub directory of an Eva model."""
-    return hub_source(directory, model_arguments, lambda state, path, config, args, _: read(state, config, path))
+def preset_source(directory, config=None):
+    """A `PresetSource` for a timm Hub directory of an Eva model (`config`:
+    its `config.json` dict, None: read here)."""
+    return hub_source(directory, model_arguments, lambda state, path, config, args, _: read(state, config, path),
+                      config=config)

@@ -58,6 +58,11 @@ def preset_source(directory, variables=None):
     prep = keras_hub_family.preprocessing(directory)
     if prep is not None:
         args["preprocessing"] = prep.get_config()
+    else:
+        keras_hub_family.warn_unknown_preprocessing(
+            directory, "Give it before predicting on images: `model.preprocessing = "
+            "keras_vit.preprocessing.Preprocessing.from_mode('imagenet', image_size=...)` (or the checkpoint's own mean and "
+            "std), or `preprocessing=` to keras_vit.classify.")
     with_task = os.path.isfile(os.path.join(directory, "task.json"))
     backbone = keras_hub_family.read_json(directory, "config.json")
     family = KERAS_HUB_FAMILIES.find(backbone)

@@ -515,8 +515,9 @@ def read_timm(state, path, config, args, _layout=None):
     return C.Checkpoint(str(path), "timm", params)
 
 
-def timm_preset_source(directory):
-    """A `PresetSource` for a timm Hub directory of a `samvit_*` model."""
+def timm_preset_source(directory, config=None):
+    """A `PresetSource` for a timm Hub directory of a `samvit_*` model
+    (`config`: its `config.json` dict, None: read here)."""
     from keras_vit.weights.formats import timm
 
-    return timm.hub_source(directory, timm_arguments, read_timm)
+    return timm.hub_source(directory, timm_arguments, read_timm, config=config)

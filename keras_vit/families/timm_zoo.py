@@ -124,10 +124,17 @@ def model_arguments(config):
     return reader(timm.split_config(config)[0]).model_arguments(config)
 
 
-def preset_source(directory):
-    """A `PresetSource` for a timm Hub directory, read by its class's module."""
+def preset_source(directory, architecture=None):
+    """A `PresetSource` for a timm Hub directory, read by its class's module.
+
+    `architecture`: None (the one `config.json` names), or the timm
+    architecture to build from the directory's weights, as timm does for a
+    tag stored in another architecture's repository (the QuickGELU CLIPs).
+    """
     config = read_json(os.path.join(directory, "config.json"))
-    return reader(timm.split_config(config)[0]).preset_source(directory)
+    if architecture is not None:
+        config["architecture"] = architecture
+    return reader(timm.split_config(config)[0]).preset_source(directory, config)
 
 
 @functools.lru_cache(maxsize=None)

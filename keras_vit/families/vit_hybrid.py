@@ -148,10 +148,11 @@ def read(state, path, config, args, layout):
     return checkpoint
 
 
-def preset_source(directory):
-    """A `PresetSource` (`ViTHybrid`, or `ViTConvStem`) for a timm Hub directory of a hybrid."""
-    config = timm.read_json(os.path.join(directory, "config.json"))
+def preset_source(directory, config=None):
+    """A `PresetSource` (`ViTHybrid`, or `ViTConvStem`) for a timm Hub directory
+    of a hybrid (`config`: its `config.json` dict, None: read here)."""
+    config = timm.read_json(os.path.join(directory, "config.json")) if config is None else config
     _, layout = model_arguments(config)
-    return timm.hub_source(directory, model_arguments, read, model_class=layout["model_class"])
+    return timm.hub_source(directory, model_arguments, read, model_class=layout["model_class"], config=config)
 
 

@@ -79,6 +79,7 @@ def model_arguments(config):
     return out, dict(no_embed_class=False, table="plain", heads=args["num_heads"], parallel=False)
 
 
-def preset_source(directory):
-    """A `PresetSource` for a timm Hub directory of a relative-position ViT."""
-    return timm.hub_source(directory, model_arguments, timm.read_hub_state)
+def preset_source(directory, config=None):
+    """A `PresetSource` for a timm Hub directory of a relative-position ViT
+    (`config`: its `config.json` dict, None: read here)."""
+    return timm.hub_source(directory, model_arguments, timm.read_hub_state, config=config)

@@ -5,8 +5,11 @@
   describes);
 - `keras_vit.presets.image_text`: the two-tower directories of
   `keras_vit.ImageTextModel`;
-- `keras_vit.presets.named`: the short names of the families' published
-  checkpoints (`list_presets`, `NAMED_PRESETS`);
+- `keras_vit.presets.catalogue`: every checkpoint keras_vit loads, by name
+  (`list_presets`, `get_preset`, `PRESETS`; the rows generated into
+  `keras_vit.presets.catalogue_data`);
+- `keras_vit.presets.named`: keras_vit's short names of the families'
+  published checkpoints (`NAMED_PRESETS`);
 - `keras_vit.presets.tasks`: the directories of task models (depth,
   segmentation: transformers', keras-hub's, keras_vit's);
 - `keras_vit.presets.resolver`: `load_model`, a model from whatever names one
@@ -26,5 +29,6 @@ from keras_vit.presets.loading import (
     preset_directory,
     save_to_preset,
 )
-from keras_vit.presets.named import NAMED_PRESETS, NamedPreset, get_named_preset, list_presets
+from keras_vit.presets.catalogue import PRESETS, Preset, get_preset, list_presets
+from keras_vit.presets.named import NAMED_PRESETS, NamedPreset, get_named_preset
 from keras_vit.presets.resolver import load_model

@@ -34,7 +34,7 @@ from keras_vit.families.writers import KERAS_WEIGHTS, PRESET_FORMATS, save_to_pr
 from keras_vit.layers.config import training_fields
 from keras_vit.models import ViT, ViTConvStem, ViTHybrid
 from keras_vit.models.arguments import OTHER_NAMES
-from keras_vit.presets.named import NAMED_PRESETS, closest_names, get_named_preset, is_short_name
+from keras_vit.presets import catalogue
 from keras_vit.validation import check_keywords
 from keras_vit.weights import loader, shards
 from keras_vit.weights.canonical import PresetSource
@@ -112,17 +112,7 @@ def _download(handle):
                 uri.id, revision=uri.revision, allow_patterns=[prefix + p for p in patterns]
             )
         except LocalEntryNotFoundError as error:
-            offline = " (HF_HUB_OFFLINE is set)" if huggingface_hub.constants.HF_HUB_OFFLINE else ""
-            raise PresetDownloadError(
-                f"Cannot get {uri.id!r} (revision {uri.revision or 'main'}){offline}: it "
-                f"could not be downloaded and no complete cached copy is in {cache}. "
-                f"Fetch it once where the Hub is reachable: `hf download {uri.id}"
-                + (f" --revision {uri.revision}" if uri.revision else "")
-                + "` (huggingface_hub's command) fills that cache; or "
-                f"`hf download {uri.id} --local-dir DIR` and give DIR instead of the handle.",
-                uri.id,
-                cache,
-            ) from error
+            raise PresetDownloadError(_unreachable(uri, cache), uri.id, cache) from error
 
     folder = os.path.join(fetch(_HUB_FILES), sub)
     if shards.weights_file(folder) is None and not os.path.isfile(os.path.join(folder, KERAS_WEIGHTS)):
@@ -155,28 +145,64 @@ def _download_kaggle(handle):
         ) from error
 
 
-def _named_directory(name):
-    # A short name is its handle; offline, the error says both and how to fetch it.
-    row = get_named_preset(name)
+def _unreachable(uri, cache):
+    """The message of an `hf://` repository neither downloaded nor cached:
+    the network is the cause (no connection, or `HF_HUB_OFFLINE`), then how to
+    fetch the files where the Hub is reachable (for a gated repository, with
+    its licence accepted and a login first)."""
+    import huggingface_hub
+
+    cause = ("HF_HUB_OFFLINE is set, so huggingface_hub does not connect" if huggingface_hub.constants.HF_HUB_OFFLINE
+             else "the Hugging Face Hub could not be reached (no network connection)")
+    revision = f" --revision {uri.revision}" if uri.revision else ""
+    row = next((r for r in catalogue.PRESETS.values() if r.repo_id == uri.id), None)
+    gated = ""
+    if row is not None and row.gated:
+        gated = (f"The repository is gated, so on that machine first accept its licence on {row.card} and log in "
+                 "(`hf auth login`; or set HF_TOKEN). ")
+    return (
+        f"Cannot get {uri.id!r} (revision {uri.revision or 'main'}): {cause}, and no complete copy is in "
+        f"huggingface_hub's cache ({cache}). The network is the cause, not the repository or its access. "
+        f"Fetch the files once where the Hub is reachable: {gated}`hf download {uri.id}{revision}` "
+        "(huggingface_hub's command) fills that cache, which can then be copied here; or "
+        f"`hf download {uri.id}{revision} --local-dir DIR` and give DIR instead of the handle."
+    )
+
+
+def _named_directory(row):
+    # A name is its handle; when that cannot be fetched, the error says both.
+    if not row.downloadable:
+        raise ValueError(
+            f"{row.name!r} is published at {row.handle}, a file outside the Hugging Face Hub in its authors' own "
+            f"layout, not a {row.source} Hub directory, so keras_vit cannot load it by name "
+            "(keras_vit.list_presets() lists it so that every published name is accounted for)."
+        )
     try:
-        return _download(row.handle)
+        return _download_kaggle(row.handle) if row.handle.startswith(KAGGLE_SCHEME) else _download(row.handle)
     except PresetDownloadError as error:
-        gated = (" The repository is gated: accept its licence on its Hub page and log in "
-                 "(`hf auth login`) before downloading." if row.gated else "")
         raise PresetDownloadError(
-            f"The named preset {name!r} is {row.handle} ({row.card}; licence: "
-            f"{row.licence or 'none declared on its model card'}).{gated} {error}",
+            f"The preset name {row.name!r} is {row.handle} ({row.card}; licence: "
+            f"{row.licence or 'none declared on its model card'}). {error}",
             error.repo_id,
             error.cache_path,
         ) from error
+
+
+def preset_row(handle):
+    """The catalogue's `Preset` a `from_preset` handle names, or None (a
+    folder, an `hf://` or `kaggle://` handle, an existing path)."""
+    if not isinstance(handle, str) or handle.startswith(HANDLE_SCHEMES) or os.path.exists(handle):
+        return None
+    return catalogue.find_preset(handle)
 
 
 def preset_directory(handle):
     """The local directory of a preset handle (downloading `hf://` and `kaggle://` ones).
 
     Args:
-        handle: a directory, a short name (`keras_vit.list_presets()`:
-            "dinov3_vits16" stands for its `hf://` handle),
+        handle: a directory, a preset name (`keras_vit.list_presets()`:
+            "dinov3_vits16" or "facebook/dinov2-small" stands for its
+            `hf://` handle, "sam_base_sa1b" for its `kaggle://` one),
             `"hf://org/name[@revision][/subfolder]"` or
             `"kaggle://owner/model/framework/variation[/version]"`.
 
@@ -184,11 +210,13 @@ def preset_directory(handle):
         The directory's path.
 
     Raises:
-        PresetDownloadError: an `hf://` or `kaggle://` handle (or a short
+        PresetDownloadError: an `hf://` or `kaggle://` handle (or a
             name's) that can be neither downloaded nor found in its library's
-            cache; the message names the handle and `hf download` fetches it.
+            cache; the message says the network is the cause, names the
+            handle and how to fetch it (`hf download`).
         ValueError: for anything else that is not a preset directory (an
-            unknown short name: the closest ones).
+            unknown name: the closest ones; a name published outside the
+            Hub: where).
 
     Example:
 
@@ -210,24 +238,18 @@ def preset_directory(handle):
         return _download_kaggle(handle)
     if os.path.isdir(handle):
         return handle
-    if is_short_name(handle) and not os.path.exists(handle):
-        if handle not in NAMED_PRESETS:
-            close = closest_names(handle)
-            raise ValueError(
-                "`handle` must be an existing directory, a short name (keras_vit.list_presets()), "
-                f"or an 'hf://org/name[@revision]' or 'kaggle://...' handle. Received: handle={handle!r} "
-                f"(no directory {os.path.abspath(handle)!r}, no named preset"
-                + (f"; closest names: {', '.join(close)}" if close else "") + ")"
-            )
-        return _named_directory(handle)
+    row = preset_row(handle)
+    if row is not None:
+        return _named_directory(row)
     if os.path.exists(handle):
         raise ValueError(
             f"`handle` must be a preset directory; {handle!r} is a file. "
             "Checkpoint files load with the constructors' `weights=` argument."
         )
     raise ValueError(
-        "`handle` must be an existing directory, an 'hf://org/name[@revision]' or a "
-        f"'kaggle://...' handle. Received: handle={handle!r} (no such directory)"
+        "`handle` must be an existing directory, a preset name, or an 'hf://org/name[@revision]' or "
+        f"'kaggle://...' handle. Received: handle={handle!r} (no such directory: {os.path.abspath(handle)!r}; "
+        f"no preset of that name).{catalogue.unknown_name_hint(handle)}"
     )
 
 
@@ -291,6 +313,15 @@ _SOURCES = {
 }
 
 
+def _source(layout, directory, row=None):
+    """The `PresetSource` of a directory of `layout`. A catalogue row whose
+    timm tag is stored in another architecture's repository (the QuickGELU
+    CLIPs) builds its own `architecture`, not the one config.json names."""
+    if layout == "timm" and row is not None and row.architecture:
+        return timm_zoo.preset_source(directory, architecture=row.architecture)
+    return _SOURCES[layout](directory)
+
+
 def describe_preset(handle):
     """A `PresetSource`: the layout and model arguments of a preset.
 
@@ -323,7 +354,7 @@ def describe_preset(handle):
     if row is not None:
         return task_presets.task_source(directory, layout)
     task_presets.check_readable(directory, layout)
-    return _SOURCES[layout](directory)
+    return _source(layout, directory, preset_row(handle))
 
 
 def _build(model_class, args):
@@ -394,8 +425,10 @@ def from_preset(handle, **overrides):
     anything else is a `ValueError` naming the file.
 
     Args:
-        handle: a local directory, a short name (`keras_vit.list_presets()`,
-            e.g. "dinov3_vits16": its `hf://` handle), `"hf://org/name[@revision]"`,
+        handle: a local directory, a preset name (`keras_vit.list_presets()`:
+            "dinov3_vits16", "facebook/dinov2-small",
+            "vit_base_patch16_224.augreg2_in21k_ft_in1k", "sam_base_sa1b"
+            stand for their handles), `"hf://org/name[@revision]"`,
             downloaded through `huggingface_hub` (its cache, `HF_HUB_OFFLINE`,
             token and progress bars), or
             `"kaggle://owner/model/framework/variation[/version]"`,
@@ -444,5 +477,5 @@ def from_preset(handle, **overrides):
     if task_presets.task_preset(directory, layout) is not None:
         return task_presets.load_task(directory, layout, **overrides)
     task_presets.check_readable(directory, layout)
-    return build(_SOURCES[layout](directory), **overrides)
+    return build(_source(layout, directory, preset_row(handle)), **overrides)
 

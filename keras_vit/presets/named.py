@@ -7,16 +7,16 @@ the checkpoint's own files record its configuration, preprocessing and class
 names, which `from_preset` reads into the model. The table adds what a user
 must know before downloading: the family, the scaling the checkpoint's files
 record, and the licence its model card declares (`licence=None`: the card
-declares none).
+declares none). The catalogue (`keras_vit.presets.catalogue`) lists each
+short name beside the checkpoint it stands for.
 
-`keras_vit.list_presets(family=None)` lists the names; `tools/docs_pages.py`
-writes a model card per name (`docs/model-cards/presets/`).
+`keras_vit.list_presets()` lists them with every other name of the catalogue;
+`tools/docs_pages.py` writes a model card per short name
+(`docs/model-cards/presets/`).
 """
 
 import difflib
 from typing import NamedTuple, Optional
-
-from keras_vit.validation import check_choice
 
 
 class NamedPreset(NamedTuple):
@@ -25,7 +25,7 @@ class NamedPreset(NamedTuple):
     Attributes:
         name: the short name ("dinov3_vits16").
         handle: the Hub handle it loads ("hf://org/name").
-        family: the model family (`FAMILIES`).
+        family: the model family (as the catalogue names it).
         description: what the checkpoint is, in a sentence.
         preprocessing: the scaling and image size its preprocessor files
             record (read by `from_preset` into `model.preprocessing`).
@@ -49,8 +49,6 @@ class NamedPreset(NamedTuple):
         """The Hub repository ("org/name") of the handle."""
         return self.handle[len("hf://"):].split("@")[0]
 
-
-FAMILIES = ("vit", "deit", "dinov2", "dinov3", "clip", "siglip", "siglip2", "eva02", "aimv2")
 
 _IMAGENET = "ImageNet mean/std, 224 x 224"
 _CLIP = "CLIP mean/std (OpenAI's statistics)"
@@ -98,34 +96,15 @@ NAMED_PRESETS = {row.name: row for row in (
 )}
 
 
-def is_short_name(text):
-    """Whether `text` is shaped as a short name (no scheme, no path separator, no suffix).
-
-    Example:
-
-    >>> is_short_name("dinov3_vits16"), is_short_name("hf://org/name"), is_short_name("x/y")
-    (True, False, False)
-    """
-    return isinstance(text, str) and bool(text) and not any(c in text for c in "/\\:.")
-
-
-def closest_names(text, n=3):
-    """The short names nearest to `text` (spelling), best first.
-
-    Example:
-
-    >>> closest_names("dinov3_vit16")[0]
-    'dinov3_vits16'
-    """
-    return difflib.get_close_matches(str(text).lower(), list(NAMED_PRESETS), n=n, cutoff=0.5)
-
-
 def get_named_preset(name):
-    """The `NamedPreset` of a short name.
+    """The `NamedPreset` of a short name (`NAMED_PRESETS`).
+
+    `keras_vit.presets.get_preset` gives the catalogue's row of any name
+    (handle, task, parameters, licence); this gives a short name's
+    description and preprocessing.
 
     Raises:
-        ValueError: for an unknown name, naming the closest ones and
-            `keras_vit.list_presets()`.
+        ValueError: for a name that is not a short name, naming the closest ones.
 
     Example:
 
@@ -134,35 +113,7 @@ def get_named_preset(name):
     """
     row = NAMED_PRESETS.get(name)
     if row is None:
-        close = closest_names(name)
+        close = difflib.get_close_matches(str(name).lower(), list(NAMED_PRESETS), n=3, cutoff=0.5)
         hint = f" Closest: {', '.join(close)}." if close else ""
-        raise ValueError(
-            f"Unknown preset name {name!r}: not a named preset, a directory or an hf:// or "
-            f"kaggle:// handle.{hint} keras_vit.list_presets() lists the names."
-        )
+        raise ValueError(f"{name!r} is not a short name ({', '.join(NAMED_PRESETS)}).{hint}")
     return row
-
-
-def list_presets(family=None):
-    """The short names `keras_vit.from_preset` takes, optionally of one family.
-
-    Args:
-        family: None (every name) or one of `FAMILIES` ("dinov3", "clip",
-            "siglip2", ...).
-
-    Returns:
-        A list of names, in the table's order; `get_named_preset(name)` has
-        each one's handle, preprocessing and licence.
-
-    Raises:
-        ValueError: for a family outside `FAMILIES`.
-
-    Example:
-
-    >>> import keras_vit
-    >>> keras_vit.list_presets("dinov3")
-    ['dinov3_vits16', 'dinov3_vitb16', 'dinov3_vitl16']
-    """
-    if family is not None:
-        check_choice(family, FAMILIES, "family")
-    return [row.name for row in NAMED_PRESETS.values() if family in (None, row.family)]

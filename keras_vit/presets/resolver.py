@@ -7,7 +7,7 @@ the library and every command (`keras-vit inspect`, `export`, `classify`,
 | `source` | built by |
 | --- | --- |
 | a keras model | itself |
-| a short name ("dinov3_vits16": `keras_vit.list_presets()`) | `keras_vit.from_preset` of its `hf://` handle |
+| a preset name ("dinov3_vits16", "facebook/dinov2-small", "vit_base_patch16_224.augreg_in1k": `keras_vit.list_presets()`) | `keras_vit.from_preset` of its handle |
 | a preset folder (keras_vit, transformers, timm, keras-hub), `hf://org/name[@revision]` or `kaggle://owner/model/framework/variation` | `keras_vit.from_preset` |
 | a `.keras` file | `keras.saving.load_model` |
 | a checkpoint file (`.npz`, `.safetensors`, `.pth`, `.weights.h5`, ...) | the named constructor of the architecture its tensors hold, `weights=` the file |
@@ -24,7 +24,7 @@ import difflib
 import os
 
 from keras_vit.architectures import ARCHITECTURE_CONFIGS, CONSTRUCTORS, get_variant
-from keras_vit.presets.named import NAMED_PRESETS, closest_names
+from keras_vit.presets.catalogue import closest_names, find_preset
 from keras_vit.weights.describe import numerics_unrecorded  # noqa: F401 (the commands' import)
 from keras_vit.weights.record import Preprocessing
 
@@ -87,7 +87,7 @@ def untrained_reason(source, weights=None):
         f"{source!r} names an architecture: without weights its model is randomly initialised and "
         f"its predictions mean nothing. Give weights{known}: `weights=` with the name "
         "(keras-vit: --weights), a checkpoint or .keras file, a preset folder, an hf:// handle or "
-        "a short name (keras_vit.list_presets())."
+        "a preset name (keras_vit.list_presets())."
     )
 
 
@@ -139,8 +139,9 @@ def load_model(source, weights=None, preprocessing=None, **overrides):
     """A keras_vit model from a name, a file, a preset folder or a Hub handle.
 
     Args:
-        source: a keras model (returned as it is); a short name
-            ("dinov3_vits16", `keras_vit.list_presets()`); a preset folder, an
+        source: a keras model (returned as it is); a preset name
+            ("dinov3_vits16", "facebook/dinov2-small",
+            `keras_vit.list_presets()`); a preset folder, an
             `"hf://org/name[@revision]"` or a
             `"kaggle://owner/model/framework/variation"` handle
             (`keras_vit.from_preset`); a `.keras` file; a checkpoint file
@@ -183,7 +184,8 @@ def load_model(source, weights=None, preprocessing=None, **overrides):
             )
         return source
     source = _check_source(source)
-    if source.startswith(HANDLE_SCHEMES) or os.path.isdir(source) or source in NAMED_PRESETS:
+    named = not os.path.exists(source) and find_preset(source) is not None
+    if source.startswith(HANDLE_SCHEMES) or os.path.isdir(source) or named:
         if weights is not None:
             raise ValueError(
                 f"A preset holds its own weights. Received: source={source!r}, weights={weights!r}"
@@ -198,13 +200,14 @@ def load_model(source, weights=None, preprocessing=None, **overrides):
         model = _constructor(_LOWER_NAMES[source.lower()])(weights=weights, **overrides)
     elif os.sep in source or "/" in source or os.path.splitext(source)[1]:
         raise ValueError(
-            f"No file or folder at {source!r} (resolved to {os.path.abspath(source)!r})."
+            f"No file or folder at {source!r} (resolved to {os.path.abspath(source)!r}), and no preset of "
+            f"that name (keras_vit.list_presets() lists them).{_closest(source)}"
         )
     else:
         raise ValueError(
             f"Unknown model {source!r}: no file or folder of that name (in "
             f"{os.getcwd()!r}) and no model name. Give a constructor "
-            f"({', '.join(CONSTRUCTORS)}, ViT), an architecture name, a short name "
+            f"({', '.join(CONSTRUCTORS)}, ViT), an architecture name, a preset name "
             "(keras_vit.list_presets()), a checkpoint or "
             f".keras file, a preset folder or an hf:// or kaggle:// handle.{_closest(source)}"
         )

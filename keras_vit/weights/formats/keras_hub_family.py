@@ -24,6 +24,7 @@ implements `encoder_arguments`.
 
 import abc
 import os
+import warnings
 
 from keras_vit.weights import canonical as C
 from keras_vit.weights.files import read_json as _read_json
@@ -97,6 +98,20 @@ def preprocessing(directory):
         # shorter-side resize and a centre crop.
         resize=size[0] if square and config.get("crop_to_aspect_ratio", True) else None,
         interpolation="lanczos" if interpolation.startswith("lanczos") else interpolation,
+    )
+
+
+def warn_unknown_preprocessing(directory, how):
+    """Warns that a preset without an image converter (a backbone saved with
+    `backbone.save_to_preset`) loads with no preprocessing record; `how`
+    says how to give one."""
+    warnings.warn(
+        f"The keras-hub preset {directory!r} has no image converter (no image_converter.json or "
+        "preprocessor.json: `backbone.save_to_preset` writes none), so its preprocessing is unknown and the "
+        f"model carries no preprocessing record. {how} Saving the preset from its keras-hub task "
+        "(`task.save_to_preset`) writes the converter.",
+        UserWarning,
+        stacklevel=3,
     )
 
 

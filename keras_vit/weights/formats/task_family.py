@@ -13,7 +13,9 @@ canonical ones for the encoder and the task model's variable paths (as
 the one strict loader (`keras_vit.weights.loader`) loads both.
 
 A subclass declares `NAME`, `MODEL_TYPES`, `TASK` (the task model class
-it builds, by name) and `FIELDS` (the config keys it reads), and
+it builds, by name) and `FIELDS` (the config keys its transformers config
+class declares, which it reads or refuses; any other key is ignored, as
+transformers ignores it: `undeclared_fields`), and
 implements `arguments` (the encoder's and the task's arguments), `read`
 and, where transformers can hold the model again, `export_class`,
 `export_config` and `export_state`.
@@ -21,10 +23,13 @@ and, where transformers can hold the model again, `export_class`,
 
 import abc
 import dataclasses
+import logging
 
 from keras_vit.weights import canonical as C
 from keras_vit.weights.formats.transformers_family import split_ignored
 from keras_vit.weights.rules import RuleTable
+
+logger = logging.getLogger("keras_vit")
 
 # The fields every transformers config has (`PreTrainedConfig`): they do not
 # change the model's inference weights or computation.
@@ -63,25 +68,33 @@ class TaskSource:
     read: object
 
 
-def check_fields(config, known, what):
-    """Refuses config keys that neither `known` nor `GENERIC_FIELDS` holds.
+def undeclared_fields(config, known, what):
+    """The config keys neither `known` nor `GENERIC_FIELDS` holds, set aside.
 
-    Raises:
-        ValueError: naming the unknown keys and `what` read the file.
+    A family's `FIELDS` hold every key its reference config class (transformers'
+    `DepthAnythingConfig`, ...) declares: those it reads, and those it refuses
+    where it cannot honour their value. A key the class does not declare
+    changes nothing in transformers, which keeps it as an attribute no model
+    reads; keras_vit ignores it alike and lists it at debug level (the
+    `keras_vit` logger).
+
+    Returns:
+        The sorted list of the keys ignored.
 
     Example:
 
-    >>> check_fields({"model_type": "x", "hidden_size": 8}, {"hidden_size"}, "test config")
-    >>> check_fields({"colour": "red"}, set(), "test config")
-    Traceback (most recent call last):
-    ...
-    ValueError: Unknown test config setting(s) ['colour']: keras_vit does not know what they do, so it does not guess.
+    >>> undeclared_fields({"model_type": "x", "hidden_size": 8}, {"hidden_size"}, "test config")
+    []
+    >>> undeclared_fields({"colour": "red"}, set(), "test config")
+    ['colour']
     """
     unknown = sorted(k for k in config if k not in known and k not in GENERIC_FIELDS)
     if unknown:
-        raise ValueError(
-            f"Unknown {what} setting(s) {unknown}: keras_vit does not know what they do, so it does not guess."
+        logger.debug(
+            "%s: config.json key(s) %s ignored: its transformers config class does not declare them, so no "
+            "model reads them.", what, unknown,
         )
+    return unknown
 
 
 def split_prefix(state, prefix):

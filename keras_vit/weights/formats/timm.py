@@ -460,11 +460,12 @@ def read_file(path, num_heads):
     return read(read_state_dict(path), num_heads, path)
 
 
-def hub_source(directory, arguments, reader, model_class="ViT"):
+def hub_source(directory, arguments, reader, model_class="ViT", config=None):
     """A `PresetSource` for a timm Hub directory, given its family's
     `arguments(config) -> (ViT arguments, layout)` and
-    `reader(state, path, config, arguments, layout) -> Checkpoint`."""
-    config = read_json(os.path.join(directory, "config.json"))
+    `reader(state, path, config, arguments, layout) -> Checkpoint`;
+    `config`: its `config.json` dict, already read (None: read here)."""
+    config = read_json(os.path.join(directory, "config.json")) if config is None else config
     args, layout = arguments(config)
     args["preprocessing"] = preprocessing(config).get_config()
 
@@ -480,6 +481,7 @@ def read_hub_state(state, path, config, args, layout):
     return read(state, layout["heads"], path, layout["no_embed_class"], layout["table"], layout["parallel"])
 
 
-def preset_source(directory):
-    """A `PresetSource` for a timm Hub directory of a `VisionTransformer`."""
-    return hub_source(directory, model_arguments, read_hub_state)
+def preset_source(directory, config=None):
+    """A `PresetSource` for a timm Hub directory of a `VisionTransformer`
+    (`config`: its `config.json` dict, None: read here)."""
+    return hub_source(directory, model_arguments, read_hub_state, config=config)
