@@ -87,6 +87,24 @@ out["mp_mpp"] = pretrain(dist)
 out["specs"] = {w.path: [list(s) if isinstance(s, tuple) else s for s in w.value.sharding.spec]
                 for w in model.weights}
 out["shard_shapes"] = {w.path: list(w.value.addressable_shards[0].data.shape) for w in model.weights}
+
+def layouts(model):
+    variables = [*model.weights, *model.optimizer.variables]
+    return {v.path: {"shape": list(v.shape), "spec": [s for s in v.value.sharding.spec] + [None] * (
+                len(v.shape) - len(v.value.sharding.spec)),
+                     "shard": list(v.value.addressable_shards[0].data.shape),
+                     "devices": len(v.value.sharding.device_set)} for v in variables}
+
+# FSDP over the 4 devices (every weight large enough: min_shard_bytes=0),
+# and on a 2 x 2 (batch, model) mesh with tensor parallelism.
+dist = training.get_distribution("fsdp", min_shard_bytes=0)
+model, out["fsdp_loss"] = fit(dist)
+out["fsdp_replicas"] = dist.num_replicas
+out["fsdp"] = layouts(model)
+dist = training.get_distribution("fsdp", model_parallel=2, num_heads=2, mlp_dim=32, min_shard_bytes=0)
+model, out["fsdp2_loss"] = fit(dist)
+out["fsdp2_replicas"] = dist.num_replicas
+out["fsdp2"] = layouts(model)
 print(json.dumps(out))
 """
 
@@ -167,6 +185,79 @@ def test_jax_data_and_model_parallel_over_four_host_devices():
         assert shards[path] == shard, (path, shards[path])
     for path in ("embedding/kernel", "head/kernel", mlp + "Dense_1/bias", attention + "out/bias"):
         assert all(axis is None for axis in specs[path]), (path, specs[path])
+
+
+def _split_axis(shape, devices):
+    # FSDP's rule, as the docs state it: the largest axis the device count
+    # divides, the first of equal ones; none, replicated.
+    best = None
+    for i, dim in enumerate(shape):
+        if dim % devices == 0 and (best is None or dim > shape[best]):
+            best = i
+    return best
+
+
+@_only_under("jax")
+def test_jax_fsdp_splits_every_weight_and_its_optimizer_state_and_trains_as_data_parallel():
+    out = _run(JAX_PARALLEL, "jax")
+    assert out["fsdp_replicas"] == 4 and out["fsdp2_replicas"] == 2
+    # The same steps as data parallelism over the same devices.
+    np.testing.assert_allclose(out["fsdp_loss"][:3], out["dp_loss"][:3], rtol=1e-5)
+    np.testing.assert_allclose(out["fsdp2_loss"][:3], out["dp_loss"][:3], rtol=1e-5)
+    split = 0
+    for path, v in out["fsdp"].items():
+        axis = _split_axis(v["shape"], 4)
+        spec = [None] * len(v["shape"])
+        if axis is not None:
+            spec[axis] = "batch"
+            split += 1
+        assert v["spec"] == spec, (path, v)
+        assert v["shard"] == [d // 4 if i == axis else d for i, d in enumerate(v["shape"])], (path, v)
+    assert split > 20, split
+    # The optimizer's moments follow their weights.
+    kernel = "encoderblock_0/MlpBlock_3/Dense_0/kernel"
+    moments = [p for p in out["fsdp"] if p.endswith(("encoderblock_0_MlpBlock_3_Dense_0_kernel_momentum",
+                                                     "encoderblock_0_MlpBlock_3_Dense_0_kernel_velocity"))]
+    assert len(moments) == 2, [p for p in out["fsdp"] if "Dense_0_kernel" in p]
+    assert all(out["fsdp"][p]["spec"] == out["fsdp"][kernel]["spec"] for p in moments), moments
+    # On (batch 2, model 2): the tensor-parallel axis first, then FSDP's
+    # largest remaining one over "batch".
+    two = out["fsdp2"]
+    assert two[kernel]["spec"] == ["batch", "model"] and two[kernel]["shard"] == [8, 16], two[kernel]
+    query = "encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"
+    assert two[query]["spec"] == ["batch", "model", None] and two[query]["shard"] == [8, 1, 8], two[query]
+    assert two["head/bias"]["spec"] == ["batch"], two["head/bias"]
+
+
+def test_fsdp_refusals(monkeypatch):
+    """"fsdp" off jax, a model axis the devices or the heads do not divide,
+    and a layout map of the wrong kind: errors naming the value."""
+    from keras_vit.training import fsdp
+
+    if keras.backend.backend() != "jax":
+        with pytest.raises(RuntimeError, match="'fsdp'.*jax"):
+            training.get_distribution("fsdp")
+        assert fsdp.fsdp_axis((4, 8), 4, 4, min_shard_bytes=0) == 1
+        return
+    devices = [f"cpu:{i}" for i in range(4)]
+    monkeypatch.setattr(keras.distribution, "list_devices", lambda *a: devices)
+    with pytest.raises(RuntimeError, match="model_parallel=3 .*divides the number of devices \\(4\\)"):
+        training.get_distribution("fsdp", model_parallel=3)
+    with pytest.raises(RuntimeError, match="num_heads=3 must be divisible by model_parallel=2"):
+        training.get_distribution("fsdp", model_parallel=2, num_heads=3)
+    mesh = keras.distribution.DeviceMesh((4,), ("batch",), devices)
+    with pytest.raises(TypeError, match="FSDPLayoutMap"):
+        fsdp.FSDP(keras.distribution.LayoutMap(mesh))
+    with pytest.raises(ValueError, match="no axis named 'data'"):
+        fsdp.FSDPLayoutMap(mesh, fsdp_axis="data")
+    with pytest.raises(ValueError, match="min_shard_bytes=-1"):
+        fsdp.FSDPLayoutMap(mesh, min_shard_bytes=-1)
+    # Below min_shard_bytes (default 1 MiB) a weight is replicated.
+    layout_map = keras_vit.ViT.get_layout_map(mesh, fsdp_axis="batch")
+    assert layout_map.variable_layout("x/kernel", (256, 1024), "float32").axes == (None, "batch")
+    assert layout_map.variable_layout("x/kernel", (256, 1025), "float32").axes == ("batch", None)
+    assert layout_map.variable_layout("x/kernel", (256, 512), "float32").axes == (None, None)
+    assert layout_map.variable_layout("x/kernel", (256, 512), "bfloat16").axes == (None, None)
 
 
 def test_tpu_without_a_tpu_fails_fast(monkeypatch):

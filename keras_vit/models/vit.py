@@ -542,8 +542,9 @@ class ViT(ModelBase, ForwardPass, keras.Model):
         return cls(**with_policy(config))
 
     @classmethod
-    def get_layout_map(cls, device_mesh, model_axis="model"):
-        """Shards the Transformer weights over a mesh's `model_axis`.
+    def get_layout_map(cls, device_mesh, model_axis="model", fsdp_axis=None, min_shard_bytes=None):
+        """Shards the Transformer weights over a mesh's `model_axis`, and with
+        `fsdp_axis` every large weight over that axis too (FSDP).
 
         Megatron-style tensor parallelism: query, key and value kernels
         `(D, heads, head_dim)` and biases are split by head, the attention
@@ -553,13 +554,23 @@ class ViT(ModelBase, ForwardPass, keras.Model):
         divisible by the size of `model_axis`. Used with
         `keras.distribution.ModelParallel` (jax) for the L and H variants.
 
+        With `fsdp_axis` (FSDP, `keras_vit.training.fsdp`), each weight of
+        at least `min_shard_bytes` is also split along its largest remaining
+        axis that the size of `fsdp_axis` divides; the mesh may then lack
+        `model_axis` (FSDP alone). Use the returned map with
+        `keras_vit.training.fsdp.FSDP`.
+
         Args:
             device_mesh: a `keras.distribution.DeviceMesh` with an axis named
-                `model_axis`.
+                `model_axis` (or `fsdp_axis` alone).
             model_axis: str, default "model".
+            fsdp_axis: str or None (default): the axis FSDP splits over,
+                usually the batch axis ("batch").
+            min_shard_bytes: with `fsdp_axis`, the size below which a weight
+                is replicated; default 1 MiB.
 
         Returns:
-            A `keras.distribution.LayoutMap`.
+            A `keras.distribution.LayoutMap` (`FSDPLayoutMap` with `fsdp_axis`).
 
         Example:
 
@@ -570,15 +581,24 @@ class ViT(ModelBase, ForwardPass, keras.Model):
         >>> layout_map["encoderblock_0/MlpBlock_3/Dense_0/kernel"].axes
         (None, 'model')
         """
-        if model_axis not in device_mesh.axis_names:
+        if fsdp_axis is not None:
+            from keras_vit.training import fsdp
+
+            layout_map = fsdp.FSDPLayoutMap(
+                device_mesh, fsdp_axis,
+                fsdp.MIN_SHARD_BYTES if min_shard_bytes is None else min_shard_bytes)
+            if model_axis not in device_mesh.axis_names:
+                return layout_map
+        elif model_axis not in device_mesh.axis_names:
             raise ValueError(
                 f"`device_mesh` has no axis named {model_axis!r}. "
                 f"Received: axis_names={device_mesh.axis_names!r}"
             )
+        else:
+            layout_map = keras.distribution.LayoutMap(device_mesh)
         m = model_axis
         # Keys are matched against whole variable paths (`re.fullmatch`).
         attention = r".*MultiHeadDotProductAttention_1/"
-        layout_map = keras.distribution.LayoutMap(device_mesh)
         layout_map[attention + r"(query|key|value)/kernel"] = (None, m, None)
         layout_map[attention + r"(query|key|value)/bias"] = (m, None)
         layout_map[attention + r"out/kernel"] = (m, None, None)

@@ -16,6 +16,7 @@ must enclose building, compiling and fitting the model:
 | "data_parallel" / "mirrored" / "data" | `MirroredStrategy` | `keras.distribution.DataParallel` | error |
 | "multi_worker" | `MultiWorkerMirroredStrategy` (`TF_CONFIG`) | `multiprocess.initialize()` + `DataParallel` | error |
 | "model_parallel" / "model" | error | `ModelParallel` with `ViT.get_layout_map` | error |
+| "fsdp" | error | `fsdp.FSDP`: large weights split over the batch axis (with `model_parallel > 1`, a (batch, model) mesh with tensor parallelism too) | error |
 | "tpu" | `TPUStrategy` (`TPUClusterResolver`) | `DataParallel` over the TPU cores | error |
 
 Batches are global: each step's batch is split evenly over the replicas, so
@@ -45,7 +46,8 @@ import keras
 
 from keras_vit.validation import check_choice
 
-NAMES = ("none", "auto", "data_parallel", "mirrored", "multi_worker", "model_parallel", "tpu", "data", "model")
+NAMES = ("none", "auto", "data_parallel", "mirrored", "multi_worker", "model_parallel", "fsdp", "tpu", "data",
+         "model")
 # Short names, as in `examples/finetune.py --distribution data|model`.
 ALIASES = {"data": "data_parallel", "model": "model_parallel"}
 
@@ -201,15 +203,15 @@ def _tf_distribution(name, tpu, devices, timeout):
         strategy = connect_tpu(tpu, timeout=timeout)
         return TrainingDistribution("tpu", strategy.num_replicas_in_sync, strategy=strategy)
     _fail(
-        "distribution='model_parallel' (sharded weights) is available on the "
+        f"distribution={name!r} (sharded weights) is available on the "
         "jax backend; with tensorflow use 'mirrored', 'multi_worker' or 'tpu'."
     )
 
 
-def _mesh_shape(num_devices, model_parallel, num_heads, mlp_dim):
-    if model_parallel < 2 or num_devices % model_parallel:
+def _mesh_shape(num_devices, model_parallel, num_heads, mlp_dim, least=2):
+    if not isinstance(model_parallel, int) or model_parallel < least or num_devices % model_parallel:
         _fail(
-            f"model_parallel={model_parallel} must be >= 2 and divide the "
+            f"model_parallel={model_parallel!r} must be an integer >= {least} that divides the "
             f"number of devices ({num_devices})."
         )
     for value, what in ((num_heads, "num_heads"), (mlp_dim, "mlp_dim")):
@@ -221,7 +223,7 @@ def _mesh_shape(num_devices, model_parallel, num_heads, mlp_dim):
     return (num_devices // model_parallel, model_parallel)
 
 
-def _jax_distribution(name, tpu, devices, model_parallel, num_heads, mlp_dim):
+def _jax_distribution(name, tpu, devices, model_parallel, num_heads, mlp_dim, min_shard_bytes=None):
     from keras import distribution as kd
 
     if name == "multi_worker":
@@ -255,7 +257,18 @@ def _jax_distribution(name, tpu, devices, model_parallel, num_heads, mlp_dim):
         return TrainingDistribution("data_parallel", len(devices), distribution=dist)
     from keras_vit.models.vit import ViT
 
-    shape = _mesh_shape(len(devices), model_parallel, num_heads, mlp_dim)
+    if name == "fsdp":
+        from keras_vit.training import fsdp
+
+        shape = _mesh_shape(len(devices), 1 if model_parallel is None else model_parallel, num_heads, mlp_dim,
+                            least=1)
+        if shape[1] == 1:
+            mesh = kd.DeviceMesh((shape[0],), axis_names=("batch",), devices=devices)
+        else:
+            mesh = kd.DeviceMesh(shape, axis_names=("batch", "model"), devices=devices)
+        dist = fsdp.FSDP(ViT.get_layout_map(mesh, fsdp_axis="batch", min_shard_bytes=min_shard_bytes))
+        return TrainingDistribution("fsdp", shape[0], distribution=dist)
+    shape = _mesh_shape(len(devices), 2 if model_parallel is None else model_parallel, num_heads, mlp_dim)
     mesh = kd.DeviceMesh(shape, axis_names=("batch", "model"), devices=devices)
     dist = kd.ModelParallel(layout_map=ViT.get_layout_map(mesh), batch_dim_name="batch")
     return TrainingDistribution("model_parallel", shape[0], distribution=dist)
@@ -265,10 +278,11 @@ def get_distribution(
     name="auto",
     tpu=None,
     devices=None,
-    model_parallel=2,
+    model_parallel=None,
     num_heads=None,
     mlp_dim=None,
     timeout=120,
+    min_shard_bytes=None,
 ):
     """Creates the distribution called `name` for the current backend.
 
@@ -280,11 +294,14 @@ def get_distribution(
         tpu: for "tpu" on tensorflow: None (auto-detect), "local", a Cloud
             TPU name or "grpc://host:port".
         devices: optional device list (tensorflow names or jax devices).
-        model_parallel: int, default 2, devices per model replica for
-            "model_parallel" (the "model" axis of a (batch, model) mesh).
+        model_parallel: int, devices per model replica (the "model" axis
+            of a (batch, model) mesh): default 2 for "model_parallel", 1 for
+            "fsdp" (a mesh of one "batch" axis).
         num_heads, mlp_dim: optional model sizes, checked to be divisible
             by `model_parallel` before any weight is created.
         timeout: seconds allowed to connect to a TPU, default 120.
+        min_shard_bytes: for "fsdp", the size below which a weight is
+            replicated; default 1 MiB (`keras_vit.training.fsdp`).
 
     Returns:
         A `TrainingDistribution`.
@@ -304,9 +321,14 @@ def get_distribution(
     if backend == "tensorflow":
         return _tf_distribution(name, tpu, devices, timeout)
     if backend == "jax":
-        return _jax_distribution(name, tpu, devices, model_parallel, num_heads, mlp_dim)
+        return _jax_distribution(name, tpu, devices, model_parallel, num_heads, mlp_dim, min_shard_bytes)
     if name in ("none", "auto"):
         return TrainingDistribution("none", 1)
+    if name == "fsdp":
+        _fail(
+            "distribution='fsdp' (weights sharded over the devices) is available on the jax backend "
+            "(keras.distribution); Keras offers no distribution on the torch backend. Use KERAS_BACKEND=jax."
+        )
     _fail(
         f"distribution={name!r} is not available on the {backend} backend: "
         "keras_vit trains with torch on a single device. Use the jax or "
