@@ -45,6 +45,7 @@ from keras_vit.tasks.detection import FixedQueryDetector, OpenVocabularyDetector
 from keras_vit.tasks.mask_generation import generate_masks
 from keras_vit.tasks.prompt_masks import PromptableSegmenter, segment_prompts
 from keras_vit.weights.patch_resample import resample_patch_embedding
+from keras_vit.memory import MemoryPlan, plan_memory
 
 
 def __getattr__(name):

@@ -101,10 +101,20 @@ dist = training.get_distribution("fsdp", min_shard_bytes=0)
 model, out["fsdp_loss"] = fit(dist)
 out["fsdp_replicas"] = dist.num_replicas
 out["fsdp"] = layouts(model)
+
+def device_bytes(variables):
+    held = {}
+    for v in variables:
+        for shard in v.value.addressable_shards:
+            held[str(shard.device)] = held.get(str(shard.device), 0) + shard.data.nbytes
+    return max(held.values())
+
+out["fsdp_bytes"] = [device_bytes(model.weights), device_bytes(model.optimizer.variables)]
 dist = training.get_distribution("fsdp", model_parallel=2, num_heads=2, mlp_dim=32, min_shard_bytes=0)
 model, out["fsdp2_loss"] = fit(dist)
 out["fsdp2_replicas"] = dist.num_replicas
 out["fsdp2"] = layouts(model)
+out["fsdp2_bytes"] = [device_bytes(model.weights), device_bytes(model.optimizer.variables)]
 print(json.dumps(out))
 """
 
@@ -227,6 +237,50 @@ def test_jax_fsdp_splits_every_weight_and_its_optimizer_state_and_trains_as_data
     query = "encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"
     assert two[query]["spec"] == ["batch", "model", None] and two[query]["shard"] == [8, 1, 8], two[query]
     assert two["head/bias"]["spec"] == ["batch"], two["head/bias"]
+
+
+@_only_under("jax")
+def test_plan_memory_gives_the_bytes_each_device_holds():
+    """`plan_memory`, from shapes alone, against the shards the FSDP runs
+    above hold: the weights and the AdamW state of the busiest device."""
+    out = _run(JAX_PARALLEL, "jax")
+    config = dict(image_size=16, patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, classes=2,
+                  classifier_activation=None)
+    for key, model_parallel in (("fsdp_bytes", 1), ("fsdp2_bytes", 2)):
+        plan = keras_vit.plan_memory(config, "fsdp", devices=4, batch_size=8, model_parallel=model_parallel,
+                                     min_shard_bytes=0)
+        weights, optimizer = out[key]
+        assert abs(plan.weights - weights) <= 0.05 * weights, (key, plan, weights)
+        assert abs(plan.optimizer - optimizer) <= 0.05 * optimizer, (key, plan, optimizer)
+        assert plan.weights < 0.5 * plan.total_weights, plan
+
+
+@runs_once("torch", "sums over shapes made with no weight; the layouts are held against jax's shards above")
+def test_plan_memory_scales_and_refuses():
+    """Weights split 8 ways under FSDP, whole under data parallelism; the
+    activations follow each replica's batch; bad arguments are named."""
+    one = keras_vit.plan_memory("Ti/16", "none", batch_size=8)
+    data = keras_vit.plan_memory("Ti/16", "data_parallel", devices=8, batch_size=64)
+    fsdp = keras_vit.plan_memory("Ti/16", "fsdp", devices=8, batch_size=64, min_shard_bytes=0)
+    assert one.parameters == data.parameters == fsdp.parameters == 5_717_416
+    assert one.total_weights == data.weights == one.weights == 4 * one.parameters
+    assert one.optimizer == 2 * one.weights  # AdamW's two moments
+    assert one.activations == data.activations == fsdp.activations > 0
+    assert fsdp.weights <= 1.15 * fsdp.total_weights / 8, fsdp
+    assert keras_vit.plan_memory("Ti/16", "none", batch_size=16).activations == 2 * one.activations
+    assert keras_vit.plan_memory("Ti/16", "none", optimizer="sgd").optimizer == 0
+    half = keras_vit.plan_memory("Ti/16", "none", dtype="bfloat16")
+    assert half.weights == one.weights // 2 and half.activations == keras_vit.plan_memory("Ti/16").activations // 2
+    with pytest.raises(ValueError, match="distribution"):
+        keras_vit.plan_memory("Ti/16", "zero3")
+    with pytest.raises(ValueError, match="batch_size=12 is not divisible by the 8 replicas"):
+        keras_vit.plan_memory("Ti/16", "fsdp", devices=8, batch_size=12)
+    with pytest.raises(ValueError, match="num_heads=3 is not divisible by model_parallel=2"):
+        keras_vit.plan_memory("Ti/16", "model_parallel", devices=8)
+    with pytest.raises(ValueError, match="devices=8"):
+        keras_vit.plan_memory("Ti/16", "none", devices=8)
+    with pytest.raises(ValueError, match="T/16"):
+        keras_vit.plan_memory("T/16")
 
 
 def test_fsdp_refusals(monkeypatch):
