@@ -14,6 +14,10 @@ maps at the image's size (a class's or a query's) are made a group at a
 time (`MAP_GROUP_BYTES`): at 12 megapixels each is 48 MB, and a model has
 hundreds of classes and queries.
 
+What `keras-vit segment` writes comes from here too: `segments_with_masks`
+(each segment's pixels as COCO's run-length encoding) and `label_map` (the
+class of every pixel, as a segmentation folder's masks hold it).
+
 Where the processor does something odd, it is done here too, so that the
 results are the processor's: the semantic maps of a padded image are
 resized from the whole padded square (not its image part), while the
