@@ -317,6 +317,64 @@ def test_classify_names_the_classes_of_a_preset(tmp_path, capsys):
     assert "No file or folder" in capsys.readouterr().err
 
 
+def test_classify_and_export_crop_as_crop_fraction_says(tmp_path, capsys):
+    """`--preprocessing imagenet` crops the centre 0.875 (timm's DeiT
+    evaluation), `--crop-fraction` another share, `inception` resizes
+    straight; classify's probabilities are those of the photo resized and
+    cropped by Pillow here; a fraction out of (0, 1] and `--raw-images`
+    without a record are refused by name."""
+    import keras_vit
+    from keras_vit.cli.commands import command_model
+
+    model = keras_vit.ViT(**TINY, classes=3, class_names=["a", "b", "c"])
+    head = model.get_layer("head")  # zeros; a random head: probabilities that tell one crop from another
+    head.kernel.assign(np.random.default_rng(1).normal(0, 0.5, head.kernel.shape).astype("float32"))
+    model.save_to_preset(tmp_path / "bare")
+    bare = str(tmp_path / "bare")
+    photo = np.random.default_rng(0).integers(0, 256, (40, 70, 3)).astype("uint8")
+    photo[:, 55:] = 255  # a bright edge that a tight crop leaves out
+    Image.fromarray(photo).save(tmp_path / "photo.png")
+    assert run_cli(["classify", bare, str(tmp_path / "photo.png"), "--preprocessing", "imagenet",
+                    "--crop-fraction", "0.5", "--top", "3"]) == 0
+    printed = {int(line.split()[1]): float(line.split()[0]) for line in capsys.readouterr().out.splitlines()[1:]}
+
+    def probabilities(pixels):
+        x = (pixels.astype("float32") / 255 - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
+        return model.predict(x[None].astype("float32"), verbose=0)[0]  # the head's softmax
+
+    # The shorter side 40 -> 32 / 0.5 = 64 (70 -> 112), bicubic; the centre 32 x 32.
+    resized = np.asarray(Image.fromarray(photo).resize((112, 64), Image.Resampling.BICUBIC))
+    expected = probabilities(resized[16:48, 40:72])
+    np.testing.assert_allclose([printed[i] for i in range(3)], expected, atol=6e-4)
+    squashed = probabilities(np.asarray(Image.fromarray(photo).resize((32, 32), Image.Resampling.BICUBIC)))
+    assert np.abs(squashed - expected).max() > 0.01, (squashed, expected)
+    # The defaults of each mode, and --crop-fraction on a model's own record.
+    parser = commands.keras_vit_parser()
+    for argv, resize in ((["--preprocessing", "imagenet"], 36), (["--preprocessing", "inception"], None),
+                         (["--preprocessing", "inception", "--crop-fraction", "1"], 32)):
+        args = parser.parse_args(["classify", bare, "photo.png", *argv])
+        record = command_model(args).preprocessing
+        assert record.resize == resize and record.image_size == (32, 32), argv
+    model.preprocessing = preprocessing.Preprocessing.from_mode("inception", 32, interpolation="bilinear")
+    model.save_to_preset(tmp_path / "recorded")
+    args = parser.parse_args(["export", str(tmp_path / "recorded"), "--format", "onnx", "--output", "m.onnx",
+                              "--crop-fraction", "0.8"])
+    assert command_model(args).preprocessing == preprocessing.Preprocessing(
+        (0.5,) * 3, (0.5,) * 3, 32, 40, "bilinear")
+    # Out of (0, 1]: named with its value, by the parser and by the record.
+    with pytest.raises(SystemExit):
+        run_cli(["classify", bare, str(tmp_path / "photo.png"), "--preprocessing", "imagenet", "--crop-fraction", "0"])
+    assert "argument --crop-fraction: must be a number in (0, 1]; got '0'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"crop_fraction.*\(0, 1\].*Received: crop_fraction=1\.5"):
+        preprocessing.Preprocessing.from_mode("imagenet", 32, crop_fraction=1.5)
+    # --raw-images needs a record: the error names the flag that gives one, and its values.
+    assert run_cli(["export", bare, "--format", "onnx", "--output", str(tmp_path / "m.onnx"), "--raw-images"]) == 2
+    err = capsys.readouterr().err
+    assert "keras-vit export: error: --raw-images bakes the model's resize, crop and scaling" in err
+    assert "give --preprocessing inception or imagenet" in err and "model.preprocessing =" not in err
+    assert not (tmp_path / "m.onnx").exists()
+
+
 @every_backend("each backend prints banners of its own")
 def test_commands_keep_library_banners_out_of_the_terminal(tmp_path):
     """`keras-vit export` of a preset folder (what fine-tuning writes), as the

@@ -14,6 +14,7 @@ from conftest import runs_once, spread
 
 import keras_vit
 from keras_vit.preprocessing.dense import DenseProcessing
+from keras_vit.tasks.rle import rle_to_mask
 from keras_vit_tools.commands import keras_vit as run_cli
 
 pytestmark = spread("the task models' presets and files over layers held on every backend by their "
@@ -187,8 +188,19 @@ def test_commands_write_pictures(tmp_path, capsys):
     assert run_cli(["segment", str(tmp_path / "segmenter"), photo, "--task", "panoptic", "--threshold", "0",
                      "--out", str(tmp_path / "out")]) == 0
     written = json.loads((tmp_path / "out" / "photo_segments.json").read_text())
-    expected = keras_vit.segment(model, photo, task="panoptic", threshold=0)[0]["segments"]
-    assert written == expected and written
+    expected = keras_vit.segment(model, photo, task="panoptic", threshold=0)[0]
+    assert (written["image"], written["size"], written["task"]) == (photo, [40, 56], "panoptic")
+    assert [{k: v for k, v in s.items() if k != "mask"} for s in written["segments"]] == expected["segments"]
+    # Each segment's pixels as COCO's compressed RLE; the label map the class of each pixel, 255 for none.
+    labels = np.full((40, 56), 255)
+    for item in written["segments"]:
+        pixels = expected["segmentation"] == item["id"]
+        assert isinstance(item["mask"]["counts"], str)
+        np.testing.assert_array_equal(rle_to_mask(item["mask"]), pixels)
+        labels[pixels] = item["label_id"]
+    label_png = Image.open(tmp_path / "out" / "photo_labels.png")
+    assert label_png.mode == "L" and (labels == 255).any() and (labels != 255).any()
+    np.testing.assert_array_equal(np.asarray(label_png), labels)
     assert np.asarray(Image.open(tmp_path / "out" / "photo_segments.png")).shape[0] == 40
     assert run_cli(["depth", photo, "--preset", str(tmp_path / "segmenter"), "--out", str(tmp_path)]) == 2
     assert "must be a DepthEstimator" in capsys.readouterr().err

@@ -93,7 +93,7 @@ def test_detect_matches_the_pipeline_on_photos(family):
     expected_pixels = processor(images=photo, return_tensors="np")["pixel_values"][0].transpose(1, 2, 0)
     np.testing.assert_allclose(inputs[0], expected_pixels, atol=1e-4)
     expected = _pipeline_detections(family, photo, threshold=0.0)
-    found = keras_vit.detect(model, photo, queries=QUERIES[:2], threshold=0.0)[0]
+    found = keras_vit.detect(model, photo, queries=QUERIES[:2], threshold=0.0, clip_boxes=False)[0]
     assert len(found) == len(expected) == 2 * (IMAGE_SIZE // 8) ** 2
     np.testing.assert_allclose([d.score for d in found], [d["score"] for d in expected], atol=1e-3)
     assert [d.label for d in found] == [d["label"] for d in expected]
@@ -101,6 +101,11 @@ def test_detect_matches_the_pipeline_on_photos(family):
     boxes = np.array([d.box for d in found])
     reference = np.array([[d["box"][k] for k in ("xmin", "ymin", "xmax", "ymax")] for d in expected])
     assert np.abs(boxes - reference).max() <= 1.0
+    # By default the boxes are cut to the photo; OWLv2's reach into the padding below it.
+    clipped = keras_vit.detect(model, photo, queries=QUERIES[:2], threshold=0.0)[0]
+    assert [(d.label, d.score) for d in clipped] == [(d.label, d.score) for d in found]
+    np.testing.assert_allclose([d.box for d in clipped], np.clip(boxes, 0, [451, 300, 451, 300]), atol=1e-9)
+    assert family != "owlv2" or boxes[:, 3].max() > 300
     median = float(np.median([d.score for d in found]))
     kept = keras_vit.detect(model, photo, queries=QUERIES[:2], threshold=median, top_k=5)[0]
     assert [d.score for d in kept] == [d.score for d in found if d.score > median][:5]
@@ -200,6 +205,8 @@ def test_detect_command_writes_pictures_and_json(tmp_path, capsys):
 
     from PIL import Image
 
+    from keras_vit.tasks import pictures
+    from keras_vit.tasks.detection_outputs import Detection
     from keras_vit_tools.commands import keras_vit as run_cli
 
     photo = tmp_path / "coffee.png"
@@ -213,7 +220,12 @@ def test_detect_command_writes_pictures_and_json(tmp_path, capsys):
     assert record["image"] == str(photo) and record["size"] == [400, 600]
     assert [d["score"] for d in record["detections"]] == pytest.approx([d.score for d in found], abs=1e-6)
     np.testing.assert_allclose([d["box"] for d in record["detections"]], [d.box for d in found], atol=1e-3)
-    assert Image.open(out / "coffee_detections.png").size == (600, 400)
+    # The boxes of the JSON lie in the photo, and the picture draws them.
+    boxes = np.array([d["box"] for d in record["detections"]])
+    assert (boxes >= 0).all() and (boxes[:, [0, 2]] <= 600).all() and (boxes[:, [1, 3]] <= 400).all()
+    written = [Detection(d["label"], d["score"], tuple(d["box"])) for d in record["detections"]]
+    np.testing.assert_array_equal(np.asarray(Image.open(out / "coffee_detections.png")),
+                                  pictures.detections_picture(skimage_data.coffee(), written))
     assert sorted(f.name for f in out.iterdir()) == ["coffee_detections.json", "coffee_detections.png"]
     # A detector needs something to look for: a usage error, and an error from a non-detector.
     with pytest.raises(SystemExit):

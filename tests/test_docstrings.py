@@ -45,9 +45,9 @@ WITHOUT_EXAMPLES = {
     "keras_vit.families": "a package: its modules have the examples",
     "keras_vit.families.task_source": "reads task checkpoint directories; tested in test_dense_presets.py",
     "keras_vit.tasks.dense_data": "reads folders of image and mask files; tested in test_dense_training.py",
-    "keras_vit.tasks.segmentation_outputs": "post-processes model outputs; tested against transformers' in "
-    "test_dense_tasks.py",
     "keras_vit.cli.dense": "the work of keras-vit depth and segment; tested in test_dense_presets.py",
+    "keras_vit.cli.tasks": "the work of keras-vit detect and masks; tested in test_detection.py and "
+    "test_prompt_masks.py",
 }
 
 # The named constructors share one docstring template: the examples of the

@@ -303,7 +303,8 @@ def test_masks_command_writes_pictures_and_json(tmp_path, capsys):
     from PIL import Image
 
     from keras_vit_tools.commands import keras_vit as run_cli
-    from keras_vit.cli.tasks import mask_rle
+    from keras_vit.tasks import pictures
+    from keras_vit.tasks.rle import mask_to_rle
 
     photos = {"chelsea": _photo(), "corner": _photo()[:200, 150:].copy()}  # 300 x 451, 200 x 301
     for name, pixels in photos.items():
@@ -322,8 +323,12 @@ def test_masks_command_writes_pictures_and_json(tmp_path, capsys):
         best = np.argsort(-expected["iou_scores"][0])
         assert [m["score"] for m in data["masks"]] == pytest.approx(
             expected["iou_scores"][0][best].tolist(), abs=1e-6)
-        assert data["masks"][0]["mask"] == mask_rle(expected["masks"][0][best[0]])
-        assert Image.open(out / f"{name}_masks.png").size == pixels.shape[1::-1]
+        assert [m["mask"] for m in data["masks"]] == [mask_to_rle(m) for m in expected["masks"][0][best]]
+        # The picture: all three masks, the click on the object green, the one off it red.
+        drawn = np.asarray(Image.open(out / f"{name}_masks.png"))
+        np.testing.assert_array_equal(drawn, pictures.masks_picture(
+            pixels, expected["masks"][0][best], points=[(120, 80), (300, 150)], labels=[1, 0]))
+        assert drawn[80, 120].tolist() == list(pictures.POSITIVE) and drawn[150, 300].tolist() == list(pictures.NEGATIVE)
         assert f"{tmp_path / name}.png: 3 masks; wrote" in printed
     assert sorted(f.name for f in out.iterdir()) == [
         "chelsea_masks.json", "chelsea_masks.png", "corner_masks.json", "corner_masks.png"]
@@ -343,13 +348,28 @@ def test_masks_command_writes_pictures_and_json(tmp_path, capsys):
     assert "--automatic segments everything" in capsys.readouterr().err
 
 
-def test_run_length_encoding_matches_transformers():
+def test_run_length_encoding_matches_transformers_and_pycocotools():
+    """Both forms of COCO's RLE round-trip, and read as transformers and
+    pycocotools read them; the compressed string is pycocotools' own."""
     from transformers.models.sam.image_processing_pil_sam import _rle_to_mask
 
-    from keras_vit.cli.tasks import mask_rle
+    from keras_vit.tasks.rle import mask_to_rle, rle_to_mask
 
-    for mask in (RNG.uniform(size=(5, 7)) > 0.5, np.ones((3, 4), bool), np.zeros((3, 4), bool)):
-        np.testing.assert_array_equal(_rle_to_mask(mask_rle(mask)), mask)
+    coco = pytest.importorskip("pycocotools.mask")
+    block = np.zeros((300, 200), bool)
+    block[40:260, 30:170] = True  # long runs: counts of several characters, differences of both signs
+    masks = (RNG.uniform(size=(5, 7)) > 0.5, RNG.uniform(size=(40, 33)) > 0.97, block, np.ones((3, 4), bool),
+             np.zeros((3, 4), bool))
+    for mask in masks:
+        plain, packed = mask_to_rle(mask), mask_to_rle(mask, compressed=True)
+        reference = coco.encode(np.asfortranarray(mask.astype("uint8")))
+        assert packed == {"size": list(reference["size"]), "counts": reference["counts"].decode("ascii")}
+        assert coco.frPyObjects(plain, *mask.shape)["counts"] == reference["counts"]
+        np.testing.assert_array_equal(_rle_to_mask(plain), mask)
+        for rle in (plain, packed, dict(packed, counts=reference["counts"])):
+            np.testing.assert_array_equal(rle_to_mask(rle), mask)
+    with pytest.raises(ValueError, match=r"add up to height \* width = 6\. Received: 2 counts adding up to 3"):
+        rle_to_mask({"size": [2, 3], "counts": [1, 2]})
 
 
 def test_task_presets_are_one_table():

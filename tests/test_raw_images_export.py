@@ -65,6 +65,8 @@ def _exported(format, preset, files, path, capsys):
     printed = capsys.readouterr().out
     assert status == 0, printed
     assert "carries: 3 class names" in printed and "takes uint8 images of any size" in printed
+    assert f"inputs: images: uint8 (batch, height, width, channels) of any size; inside the artifact " \
+           f"{RECORD.describe()}" in printed
     assert "onnx runtime - keras_vit.classify (4 given images)" in printed and "OK (tolerance" in printed
     # The model name it prints loads with `load_model` (here the preset folder).
     source = printed.split("model: ")[1].split(", image")[0]
@@ -79,6 +81,10 @@ def test_raw_image_artifact_names_and_scores_photos_as_classify(format, preset, 
     meta = export.read_metadata(path, format)
     assert meta["class_names"] == NAMES and meta["raw_images"] is True and meta["output"] == "probabilities"
     assert Preprocessing.from_config(meta["preprocessing"]) == RECORD
+    # What the artifact does, in words: DeiT's crop of 32 from 36, not a straight resize.
+    assert meta["inputs"].endswith("inside the artifact the shorter side resized to 36 (bicubic, aspect ratio "
+                                   "kept), the centre 32x32 cut out (crop fraction 0.8889), then (x / 255 - mean) "
+                                   "/ std with mean [0.485, 0.456, 0.406] and std [0.229, 0.224, 0.225]")
     # uint8 photos of four sizes, in the runtime alone; names from the metadata.
     probabilities = export.run_exported(path, format, images)
     assert probabilities.shape == (4, 3)

@@ -27,8 +27,8 @@ Example:
 
 >>> args = keras_vit_parser().parse_args(
 ...     ["export", "ViTTi16", "--format", "onnx", "--output", "ti.onnx"])
->>> args.command, args.format, args.image_size
-('export', 'onnx', None)
+>>> args.command, args.format, args.image_size, args.crop_fraction
+('export', 'onnx', None, None)
 >>> parse_size("224x320")
 (224, 320)
 """
@@ -111,6 +111,14 @@ def _model_options(parser):
         "(weights trained on ImageNet, such as DeiT's .npz) or a text file with one name per line",
     )
     parser.add_argument("--threads", type=COUNT, default=None, help=THREADS_HELP)
+    parser.add_argument(
+        "--crop-fraction", type=bounded(float, maximum=1, above=0), default=None,
+        help="the centre crop, as timm's crop_pct: the shorter side is resized to the input size / "
+        "FRACTION (aspect ratio kept) and the centre cut out, in (0, 1] (1 keeps the whole shorter "
+        "side). With --preprocessing the default is the mode's evaluation: 0.875 for imagenet (224 "
+        "from 256), a straight resize to the input size for inception; without, it changes the crop "
+        "of the model's own record (default: as recorded)",
+    )
 
 
 def _inspect_parser(commands):
@@ -135,11 +143,6 @@ def _inspect_parser(commands):
         "preprocessing and class names apply",
     )
     _model_options(inspect)
-    inspect.add_argument(
-        "--crop-fraction", type=bounded(float, maximum=1, above=0), default=0.875,
-        help="centre-crop fraction after resizing, for a model without a preprocessing "
-        "record (default 0.875)",
-    )
     inspect.add_argument("--out", required=True, help="output directory")
     inspect.set_defaults(command="inspect")
 

@@ -42,8 +42,10 @@ def dense_parsers(commands):
         help="segments of each image over the photo, with a legend",
         description=(
             "Segments images (keras_vit.segment): semantic (a class per pixel), panoptic or instance "
-            "segments, drawn over the photo with a legend of their classes and scores (PNG), with a JSON "
-            "of the segments."
+            "segments, drawn over the photo with a legend of their classes and scores "
+            "(<image>_segments.png), with a JSON of the segments, each with its pixels as a COCO "
+            "run-length encoding (<image>_segments.json), and a label map (<image>_labels.png: the "
+            "class of every pixel, 255 where no segment is, as a segmentation folder's masks)."
         ),
     )
     segment.model_then_images("model", DENSE_MODEL_HELP)

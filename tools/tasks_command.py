@@ -8,8 +8,8 @@ Example:
 >>> commands = ArgumentParser().add_subparsers(dest="command")
 >>> detect = detect_parser(commands)
 >>> args = detect.parse_args(["hf://org/owlv2", "cats.jpg", "--queries", "a cat", "--out", "found"])
->>> args.model, args.images, args.queries, args.threshold
-('hf://org/owlv2', ['cats.jpg'], ['a cat'], 0.1)
+>>> args.model, args.images, args.queries, args.threshold, args.clip_boxes
+('hf://org/owlv2', ['cats.jpg'], ['a cat'], 0.1, True)
 >>> masks = masks_parser(commands)
 >>> args = masks.parse_args(["sam", "cat.jpg", "--points", "120,80", "300,200", "--labels", "1", "0",
 ...                          "--out", "masks"])
@@ -44,7 +44,8 @@ def detect_parser(commands):
             "open-vocabulary detector (transformers' OWL-ViT or OWLv2), as transformers' "
             "zero-shot-object-detection pipeline: every box whose score passes --threshold. "
             "Writes, per image, the image with its labelled boxes (<image>_detections.png) "
-            "and <image>_detections.json (labels, scores, boxes in pixels) to --out."
+            "and <image>_detections.json (labels, scores, boxes in pixels, cut to the image "
+            "unless --no-clip-boxes) to --out."
         ),
     )
     parser.model_then_images("model", "the detector: a preset folder (transformers' OWL-ViT, OWLv2) or hf://org/name")
@@ -55,6 +56,11 @@ def detect_parser(commands):
     parser.add_argument("--nms", type=FRACTION, default=None,
                         help="non-maximum suppression at this IoU among each query's boxes (default: none)")
     parser.add_argument("--top-k", type=COUNT, default=None, help="the most detections per image")
+    parser.add_argument(
+        "--clip-boxes", action=argparse.BooleanOptionalAction, default=True,
+        help="cut the boxes to the image, in the JSON and the picture alike (default); --no-clip-boxes "
+        "keeps them as the model gives them, which can reach past the image (OWLv2 pads it to a square)",
+    )
     parser.add_argument("--out", required=True, help="output directory")
     parser.set_defaults(command="detect")
     return parser
@@ -70,8 +76,9 @@ def masks_parser(commands):
             "keras-hub's SAM): the object that --points (with --labels) and --box point at, "
             "the same prompt in each image, or with --automatic every object (a grid of "
             "clicks, as transformers' mask-generation pipeline). Writes, per image, the "
-            "image with its masks (<image>_masks.png) and <image>_masks.json (scores, boxes, "
-            "run-length-encoded masks) to --out."
+            "image with every mask and the prompts (<image>_masks.png: clicks green on the "
+            "object, red off it; the box) and <image>_masks.json (scores, boxes, masks as "
+            "COCO run-length encodings) to --out."
         ),
     )
     parser.model_then_images(

@@ -31,6 +31,7 @@ from keras_vit.architectures import GELU_FLAVOURS
 from keras_vit.inspection import plots
 from keras_vit.presets.resolver import load_model, untrained_reason
 from keras_vit.preprocessing import Preprocessing
+from keras_vit.weights.record import MODE_CROP_FRACTIONS
 from keras_vit.tasks.classification import classify
 from keras_vit.cli.files import Failures, image_files, readable_chunks
 from keras_vit.tasks.images import load_images, read_images
@@ -40,8 +41,9 @@ def command_model(args, source=None):
     """The model a command's arguments name (`keras_vit.load_model`).
 
     `source` (default `args.model`), `--weights` and `--gelu`; then
-    `--preprocessing` as the model's record, with a centre crop of
-    `--crop-fraction` where the command has one.
+    `--preprocessing` as the model's record, with the centre crop of
+    `--crop-fraction` (by default the mode's, `MODE_CROP_FRACTIONS`);
+    `--crop-fraction` alone changes the crop of the model's own record.
     """
     source = args.model if source is None else source
     options = {}
@@ -66,11 +68,15 @@ def command_model(args, source=None):
     model = load_model(source, weights=weights, **options)
     if getattr(args, "class_names", None) is not None:
         model.class_names = _class_names(args.class_names)
+    crop = getattr(args, "crop_fraction", None)
     if args.preprocessing is not None:
-        crop = getattr(args, "crop_fraction", None)
         model.preprocessing = Preprocessing.from_mode(
-            args.preprocessing, image_size=tuple(model.image_size), crop_fraction=crop,
+            args.preprocessing, image_size=tuple(model.image_size),
+            crop_fraction=MODE_CROP_FRACTIONS[args.preprocessing] if crop is None else crop,
         )
+    elif crop is not None and getattr(model, "preprocessing", None) is not None:
+        record = Preprocessing.from_config(model.preprocessing)
+        model.preprocessing = record.with_crop_fraction(crop)
     return model
 
 
@@ -95,13 +101,16 @@ def _class_names(value):
         return [line.strip() for line in handle if line.strip()]
 
 
-def _needs_preprocessing(model):
+def _needs_preprocessing(model, why=""):
+    """Refuses a model without a preprocessing record, naming `--preprocessing`
+    and its values; `why` says what the command needs it for."""
     if getattr(model, "preprocessing", None) is None:
         raise ValueError(
-            f"Model {model.name!r} does not record how its images are scaled (it was built "
+            f"{why}Model {model.name!r} does not record how its images are prepared (it was built "
             "without weights that record it, from scratch or from a checkpoint file such as an "
-            ".npz): give --preprocessing inception ([-1, 1], Google's checkpoints) or "
-            "--preprocessing imagenet (ImageNet mean/std, DeiT and timm)."
+            f".npz): give --preprocessing {' or '.join(MODE_CROP_FRACTIONS)}: inception ([-1, 1], "
+            "Google's checkpoints, a straight resize) or imagenet (ImageNet mean/std, DeiT and timm, "
+            "the centre 0.875 after resizing), with --crop-fraction for another centre crop."
         )
 
 
@@ -293,6 +302,9 @@ def export_command(args):
     try:
         _warn_untrained("export", args.model, args.weights)
         model = command_model(args)
+        if getattr(args, "raw_images", False):
+            _needs_preprocessing(model, "--raw-images bakes the model's resize, crop and scaling into the "
+                                        "artifact. ")
         if args.quantize and not runtime_int8:
             model.quantize(args.quantize)
         # At another image size the model itself is the reference: keras_vit
@@ -337,9 +349,11 @@ def _print_metadata(path, format):
     names = meta.get("class_names")
     record = meta.get("preprocessing")
     said = [f"{len(names)} class names" if names else "no class names"]
-    said.append(f"preprocessing (mean {record['mean']}, std {record['std']})" if record else "no preprocessing")
+    said.append("preprocessing" if record else "no preprocessing")
     said.append("takes uint8 images of any size" if meta.get("raw_images") else "takes preprocessed images")
     print("carries: " + ", ".join(said))
+    if record:
+        print("inputs: " + meta["inputs"])
 
 
 def run(args):

@@ -7,8 +7,12 @@ depth map in colour, `keras_vit.tasks.pictures.depth_picture`) and
 `<name>_depth.npy` (the depths, float32, at the image's size).
 `keras-vit segment MODEL IMAGE [IMAGE ...] --task semantic|panoptic|instance
 --out DIR` runs `keras_vit.segment` and writes `<name>_segments.png` (the
-segments over the photo with a legend) and `<name>_segments.json` (each
-segment's id, class and score), and prints the segments. MODEL is anything
+segments over the photo with a legend), `<name>_segments.json` (the image,
+its size and each segment's id, class, score and pixels as COCO's compressed
+run-length encoding, `keras_vit.tasks.segmentation_outputs.segments_with_masks`)
+and `<name>_labels.png` (the class of every pixel, 255 where no segment is:
+`keras_vit.tasks.segmentation_outputs.label_map`, the masks a segmentation
+folder holds), and prints the segments. MODEL is anything
 `keras_vit.load_model` takes that holds a depth or segmentation model: a
 preset folder (transformers, keras-hub, keras_vit) or an `hf://` handle.
 An image that cannot be read is named and passed over; the command writes
@@ -22,6 +26,7 @@ import sys
 from keras_vit.cli.files import Failures, readable_chunks
 from keras_vit.presets.resolver import load_model
 from keras_vit.tasks import pictures
+from keras_vit.tasks.segmentation_outputs import label_map, segments_with_masks
 from keras_vit.tasks.depth import estimate_depth
 from keras_vit.tasks.segmentation import segment
 
@@ -65,11 +70,17 @@ def segment_command(args):
             os.makedirs(args.out, exist_ok=True)
             for (path, stem, image), result in zip(chunk, results):
                 base = os.path.join(args.out, stem + "_segments")
+                labels = pictures.save_png(label_map(result["segmentation"], result["segments"],
+                                                     getattr(model, "classes", None)),
+                                           os.path.join(args.out, stem + "_labels.png"))
                 picture = pictures.segments_picture(image, result["segmentation"], result["segments"])
                 pictures.save_png(picture, base + ".png")
                 with open(base + ".json", "w") as handle:
-                    json.dump(result["segments"], handle, indent=1)
-                print(f"{path}: {len(result['segments'])} segments ({args.task}); wrote {base}.png, {base}.json")
+                    json.dump({"image": path, "size": list(image.shape[:2]), "task": args.task,
+                               "segments": segments_with_masks(result["segmentation"], result["segments"])},
+                              handle, indent=1)
+                print(f"{path}: {len(result['segments'])} segments ({args.task}); "
+                      f"wrote {base}.png, {base}.json, {labels}")
                 for item in result["segments"]:
                     score = "" if item["score"] is None else f"  {item['score']:.3f}"
                     name = item["label"] if item["label"] is not None else f"class {item['label_id']}"

@@ -3,15 +3,18 @@
 
 `keras-vit detect MODEL IMAGE... --queries TEXT... --out DIR` runs
 `keras_vit.detect` and writes, per image, the image with its labelled
-boxes (`<image>_detections.png`) and its detections
-(`<image>_detections.json`); `keras-vit masks MODEL IMAGE... (--points
-X,Y... [--labels L...] [--box X0 Y0 X1 Y1] | --automatic) --out DIR` runs
-`keras_vit.segment_prompts` (or `keras_vit.generate_masks`) on each image
-in turn and writes `<image>_masks.png` and `<image>_masks.json`, the masks
-run-length encoded (COCO's uncompressed RLE, column by column, as
-transformers' mask-generation pipeline encodes them). An image that cannot
-be read (or, for `masks`, that its prompt does not fit) is named and passed
-over; the command writes the others' results and exits with status 1
+boxes (`<image>_detections.png`, `keras_vit.tasks.pictures.detections_picture`)
+and its detections (`<image>_detections.json`), the boxes cut to the image
+unless `--no-clip-boxes`, the same boxes in both; `keras-vit masks MODEL
+IMAGE... (--points X,Y... [--labels L...] [--box X0 Y0 X1 Y1] | --automatic)
+--out DIR` runs `keras_vit.segment_prompts` (or `keras_vit.generate_masks`)
+on each image in turn and writes `<image>_masks.png` (every mask and the
+prompts, `keras_vit.tasks.pictures.masks_picture`) and `<image>_masks.json`,
+the masks run-length encoded (COCO's uncompressed RLE, column by column, as
+transformers' mask-generation pipeline encodes them:
+`keras_vit.tasks.rle`). An image that cannot be read (or, for `masks`,
+that its prompt does not fit) is named and passed over; the command writes
+the others' results and exits with status 1
 (`keras_vit.cli.files.Failures`).
 """
 
@@ -23,57 +26,9 @@ import sys
 import numpy as np
 
 from keras_vit.cli.files import Failures, readable_chunks
-from keras_vit.tasks import detection, mask_generation, prompt_masks
+from keras_vit.tasks import detection, mask_generation, pictures, prompt_masks
+from keras_vit.tasks.rle import mask_to_rle
 from keras_vit.presets import from_preset
-
-# Colours of the drawn boxes and masks, in turn.
-PALETTE = ((230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180),
-           (70, 240, 240), (240, 50, 230), (210, 245, 60), (250, 190, 212))
-
-
-def mask_rle(mask):
-    """COCO's uncompressed run-length encoding of a boolean `(h, w)` mask:
-    `{"size": [h, w], "counts": [...]}`, runs of 0 then 1 alternately,
-    column by column.
-
-    Example:
-
-    >>> mask_rle(np.array([[0, 1], [1, 1]], bool))
-    {'size': [2, 2], 'counts': [1, 3]}
-    """
-    flat = np.asarray(mask, bool).T.reshape(-1)
-    changes = np.flatnonzero(flat[1:] != flat[:-1]) + 1
-    bounds = np.concatenate([[0], changes, [flat.size]])
-    counts = np.diff(bounds).tolist()
-    if flat.size and flat[0]:
-        counts = [0] + counts
-    return {"size": list(mask.shape), "counts": [int(c) for c in counts]}
-
-
-def _draw_boxes(image, detections, path):
-    from PIL import Image, ImageDraw
-
-    canvas = Image.fromarray(np.asarray(image, "uint8"))
-    draw = ImageDraw.Draw(canvas)
-    labels = sorted({d.label for d in detections})
-    for found in detections:
-        colour = PALETTE[labels.index(found.label) % len(PALETTE)]
-        box = [float(np.clip(v, 0, limit)) for v, limit in zip(found.box, canvas.size * 2)]
-        draw.rectangle(box, outline=colour, width=2)
-        draw.text((box[0] + 3, box[1] + 2), f"{found.label} {found.score:.2f}", fill=colour)
-    canvas.save(path)
-    return path
-
-
-def _draw_masks(image, masks, path):
-    from PIL import Image
-
-    out = np.asarray(image, "float32").copy()
-    for i, mask in enumerate(masks):
-        colour = np.array(PALETTE[i % len(PALETTE)], "float32")
-        out[mask] = 0.45 * out[mask] + 0.55 * colour
-    Image.fromarray(np.clip(out, 0, 255).astype("uint8")).save(path)
-    return path
 
 
 def _write_json(path, data):
@@ -104,11 +59,12 @@ def detect_command(args):
         model = model.with_queries(args.queries, query_images=args.query_images)  # embedded once
         for chunk in readable_chunks(args.images, CHUNK, failures):
             results = detection.detect(model, [image for _, _, image in chunk], threshold=args.threshold,
-                                       nms_threshold=args.nms, top_k=args.top_k, verbose=0)
+                                       nms_threshold=args.nms, top_k=args.top_k, clip_boxes=args.clip_boxes,
+                                       verbose=0)
             os.makedirs(args.out, exist_ok=True)
             for (path, stem, image), found in zip(chunk, results):
                 base = os.path.join(args.out, stem + "_detections")
-                picture = _draw_boxes(image, found, base + ".png")
+                picture = pictures.save_png(pictures.detections_picture(image, found), base + ".png")
                 written = _write_json(base + ".json", {
                     "image": path, "size": list(image.shape[:2]),
                     "detections": [{"label": d.label, "score": d.score, "box": list(d.box)} for d in found]})
@@ -164,9 +120,9 @@ def masks_command(args):
                 continue
             os.makedirs(args.out, exist_ok=True)
             base = os.path.join(args.out, stem + "_masks")
-            # One mask drawn for prompts (the best), every mask for --automatic.
-            picture = _draw_masks(image, masks if args.automatic else masks[:1], base + ".png")
-            records = [{"score": float(s), "box": [int(v) for v in b], "area": int(m.sum()), "mask": mask_rle(m)}
+            drawn = pictures.masks_picture(image, masks, points=args.points, labels=args.labels, boxes=args.box)
+            picture = pictures.save_png(drawn, base + ".png")
+            records = [{"score": float(s), "box": [int(v) for v in b], "area": int(m.sum()), "mask": mask_to_rle(m)}
                        for m, s, b in zip(masks, scores, boxes)]
             data = {"image": path, "size": list(image.shape[:2]), "masks": records}
             written = _write_json(base + ".json", data)

@@ -14,10 +14,13 @@ keeps such data:
 
 The entries (`KEYS`): `class_names` (the head's names, where the model
 records them), `preprocessing` (its `Preprocessing` record, where it has
-one), `raw_images` ("true": the artifact takes uint8 images of any size and
-resizes, crops and scales them itself; "false": it takes images already
-preprocessed as `preprocessing` says), `inputs` and `output` (what they
-hold, in words), `model` (the model's name) and `keras_vit_version`.
+one: mean, std, input size, resize and filter), `raw_images` ("true": the
+artifact takes uint8 images of any size and resizes, crops and scales them
+itself; "false": it takes images already preprocessed as `preprocessing`
+says), `inputs` and `output` (what they hold, in words: the inputs name the
+resize, its filter, the centre crop and the scaling, as
+`Preprocessing.describe` words them), `model` (the model's name) and
+`keras_vit_version`.
 `read_metadata(path, format)` reads them back, decoded.
 """
 
@@ -54,6 +57,9 @@ def artifact_metadata(model, output, raw_images=False):
     ...                       num_heads=2, mlp_dim=8, classes=2, class_names=["no", "yes"])
     >>> artifact_metadata(model, "probabilities")["class_names"]
     '["no", "yes"]'
+    >>> model.preprocessing = keras_vit.preprocessing.Preprocessing.from_mode("imagenet", 16, crop_fraction=0.5)
+    >>> artifact_metadata(model, "probabilities", raw_images=True)["inputs"].split("; ")[1].split(", then")[0]
+    'inside the artifact the shorter side resized to 32 (bicubic, aspect ratio kept), the centre 16x16 cut out (crop fraction 0.5)'
     """
     entries = {}
     names = getattr(model, "class_names", None)
@@ -63,13 +69,11 @@ def artifact_metadata(model, output, raw_images=False):
     if record is not None:
         entries["preprocessing"] = json.dumps(record.get_config())
     if raw_images:
-        size = tuple(record.image_size)
-        inputs = (
-            "images: uint8 (batch, height, width, channels) of any size, resized, cropped to "
-            f"{size[0]}x{size[1]} and scaled inside the artifact as `preprocessing` says"
-        )
+        inputs = ("images: uint8 (batch, height, width, channels) of any size; inside the artifact "
+                  f"{record.describe()}")
     elif record is not None:
-        inputs = "images: float32 (batch, height, width, channels), already scaled as `preprocessing` says"
+        inputs = ("images: float32 (batch, height, width, channels), already prepared as `preprocessing` "
+                  f"says: {record.describe()}")
     else:
         inputs = "the model's inputs, preprocessed as the model expects"
     entries.update(

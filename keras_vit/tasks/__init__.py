@@ -19,7 +19,10 @@
   of images with masks or depth maps, the losses and metrics,
   sliding-window inference;
 - `keras_vit.tasks.segmentation_outputs`, `keras_vit.tasks.pictures`: the
-  segmentation post-processing; the pictures of depth maps and segments;
+  segmentation post-processing (and the label maps and per-segment masks
+  `keras-vit segment` writes); the pictures of depth maps, segments,
+  detections and masks with their prompts; `keras_vit.tasks.rle`: COCO's
+  run-length encoding of masks, in the commands' JSON files;
 - `keras_vit.tasks.detection`: open-vocabulary detection (OWL-ViT, OWLv2):
   `OpenVocabularyDetector`, `keras_vit.detect`; its post-processing in
   `keras_vit.tasks.detection_outputs`;

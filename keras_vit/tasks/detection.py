@@ -444,7 +444,7 @@ def _queries(model, queries, query_images):
 
 
 def detect(model, images, queries=None, query_images=None, threshold=0.1, nms_threshold=None, top_k=None,
-           batch_size=4, verbose="auto"):
+           clip_boxes=True, batch_size=4, verbose="auto"):
     """Objects in images, found by text queries or example images.
 
     Args:
@@ -467,6 +467,11 @@ def detect(model, images, queries=None, query_images=None, threshold=0.1, nms_th
             each query's boxes at this IoU (transformers' image-guided
             post-processing uses 0.3).
         top_k: None (default: all) or an int >= 1: the most detections per image.
+        clip_boxes: bool, default True: each box cut to the image, `0 <= x0
+            <= x1 <= width` and `0 <= y0 <= y1 <= height`; False: the boxes
+            as transformers' post-processing gives them, which can reach
+            past the image (OWLv2 pads an image to a square, and finds
+            boxes in the padding too).
         batch_size: int >= 1, default 4: images per forward pass (read and
             prepared a batch at a time).
         verbose: "auto" (default: progress when the images make more than
@@ -493,8 +498,11 @@ def detect(model, images, queries=None, query_images=None, threshold=0.1, nms_th
     >>> found = detect(detector, np.zeros((40, 60, 3), "uint8"), threshold=0.0)
     >>> len(found[0]), found[0][0].label in ("cat", "dog")
     (32, True)
+    >>> all(0 <= d.box[0] <= d.box[2] <= 60 and 0 <= d.box[1] <= d.box[3] <= 40 for d in found[0])
+    True
     """
     threshold = check_float(threshold, "threshold", minimum=0.0, maximum=1.0)
+    clip_boxes = check_bool(clip_boxes, "clip_boxes")
     if nms_threshold is not None:
         nms_threshold = check_float(nms_threshold, "nms_threshold", minimum=0.0, maximum=1.0)
     top_k = check_positive_int(top_k, "top_k", allow_none=True)
@@ -515,4 +523,4 @@ def detect(model, images, queries=None, query_images=None, threshold=0.1, nms_th
             tiled = np.broadcast_to(embeddings, (len(batch),) + embeddings.shape)
             outputs.append(model.predict_on_batch({"images": batch, "queries": np.ascontiguousarray(tiled)}))
     merged = {k: np.concatenate([np.asarray(o[k]) for o in outputs]) for k in ("logits", "pred_boxes")}
-    return postprocess(merged, sizes, labels, threshold, nms_threshold, top_k, model.pad_to_square)
+    return postprocess(merged, sizes, labels, threshold, nms_threshold, top_k, model.pad_to_square, clip_boxes)

@@ -2,8 +2,10 @@
 outputs to each image's boxes in pixels, labelled and scored, as
 transformers' OWL-ViT / OWLv2 image processors and its
 `zero-shot-object-detection` pipeline compute them (`postprocess`), with
-the box helpers it uses (`corners`, `box_scale`, `nms`; `nms` also serves
-SAM's automatic masks).
+the box helpers it uses (`corners`, `box_scale`, `clip`, `nms`; `nms` also
+serves SAM's automatic masks). Boxes are cut to the image by default
+(`clip_boxes`), which transformers does not do: an OWLv2 image is padded to
+a square, and a box can reach into the padding past the image.
 """
 
 import collections
@@ -71,13 +73,26 @@ def nms(boxes, scores, iou_threshold):
     return np.asarray(keep, int)
 
 
-def postprocess(outputs, sizes, labels, threshold=0.1, nms_threshold=None, top_k=None, pad_to_square=False):
+def clip(boxes, size):
+    """`(..., 4)` corner boxes in pixels cut to an image of `size` `(height, width)`.
+
+    Example:
+
+    >>> clip(np.array([[-5.0, 10.0, 70.0, 90.0]]), (80, 60)).tolist()
+    [[0.0, 10.0, 60.0, 80.0]]
+    """
+    height, width = size
+    return np.clip(boxes, 0, np.array([width, height, width, height], "float64"))
+
+
+def postprocess(outputs, sizes, labels, threshold=0.1, nms_threshold=None, top_k=None, pad_to_square=False,
+                clip_boxes=True):
     """Detections per image from a detector's outputs.
 
     For each query, every patch whose score `sigmoid(logit)` is above
     `threshold` (after non-maximum suppression among that query's boxes,
-    with `nms_threshold`), its box in pixels; per image sorted by score,
-    the best `top_k`.
+    with `nms_threshold`), its box in pixels (cut to the image with
+    `clip_boxes`); per image sorted by score, the best `top_k`.
 
     Args:
         outputs: `{"logits": (n, patches, queries), "pred_boxes": (n,
@@ -89,6 +104,9 @@ def postprocess(outputs, sizes, labels, threshold=0.1, nms_threshold=None, top_k
             float in [0, 1].
         top_k: None or an int: the most detections per image.
         pad_to_square: whether the images were padded to a square.
+        clip_boxes: bool, default True: boxes cut to the image (`clip`);
+            False: as the model gives them (transformers' post-processing),
+            which may reach past the image, into an OWLv2 image's padding.
 
     Returns:
         A list with, per image, a list of `Detection`s.
@@ -99,6 +117,8 @@ def postprocess(outputs, sizes, labels, threshold=0.1, nms_threshold=None, top_k
     results = []
     for image_scores, image_boxes, size in zip(scores, boxes, sizes):
         pixels = image_boxes * box_scale(size, pad_to_square)
+        if clip_boxes:
+            pixels = clip(pixels, size)
         found = []
         for query, label in enumerate(labels):
             column = image_scores[:, query]

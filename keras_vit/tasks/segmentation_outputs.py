@@ -14,6 +14,10 @@ maps at the image's size (a class's or a query's) are made a group at a
 time (`MAP_GROUP_BYTES`): at 12 megapixels each is 48 MB, and a model has
 hundreds of classes and queries.
 
+What `keras-vit segment` writes comes from here too: `segments_with_masks`
+(each segment's pixels as COCO's run-length encoding) and `label_map` (the
+class of every pixel, as a segmentation folder's masks hold it).
+
 Where the processor does something odd, it is done here too, so that the
 results are the processor's: the semantic maps of a padded image are
 resized from the whole padded square (not its image part), while the
@@ -25,6 +29,8 @@ from keras import ops
 
 from keras_vit.layers.resize import resize_bilinear
 from keras_vit.preprocessing.dense import _shorter_side
+from keras_vit.tasks.dense_data import IGNORE_INDEX
+from keras_vit.tasks.rle import mask_to_rle
 
 SUBTASKS = ("semantic", "panoptic", "instance")
 
@@ -216,4 +222,65 @@ def instance(class_logits, mask_logits, prepared, record, threshold=0.9):
     return segmentation, segments
 
 
-__all__ = ["SUBTASKS", "instance", "linear_scores", "panoptic", "semantic", "semantic_scores", "target_size"]
+def segments_with_masks(segmentation, segments, compressed=True):
+    """The segments, each with its pixels as COCO's run-length encoding.
+
+    What `keras-vit segment` writes in its JSON: each segment's dict with
+    "mask" added, the pixels the segment holds in `segmentation` (the
+    pixels whose id is its "id"; an instance that a later one covers keeps
+    what is left of it), encoded by `keras_vit.tasks.rle.mask_to_rle`.
+
+    Args:
+        segmentation: `(H, W)` ids (a `segment` result's "segmentation").
+        segments: its "segments" (dicts with "id").
+        compressed: bool, default True: COCO's compressed string (as
+            `pycocotools.mask.encode` writes it); False: a list of counts.
+
+    Returns:
+        A list of new dicts, in the order of `segments`.
+
+    Example:
+
+    >>> segmentation = np.array([[0, 0, 1], [0, 1, 1]])
+    >>> segments_with_masks(segmentation, [{"id": 1, "label_id": 4}], compressed=False)
+    [{'id': 1, 'label_id': 4, 'mask': {'size': [2, 3], 'counts': [3, 3]}}]
+    """
+    segmentation = np.asarray(segmentation)
+    return [dict(item, mask=mask_to_rle(segmentation == item["id"], compressed=compressed)) for item in segments]
+
+
+def label_map(segmentation, segments, classes=None):
+    """The class of every pixel: what `keras-vit segment` writes as a PNG.
+
+    Each pixel holds the "label_id" of the segment it belongs to and
+    `IGNORE_INDEX` (255) where it belongs to none: the masks that
+    `keras_vit.tasks.dense_data.load_segmentation_folder` reads, so that
+    a run's results can be corrected and trained on. A model of more than
+    255 classes gets a 16-bit map, 65535 where no segment is.
+
+    Args:
+        segmentation: `(H, W)` ids (a `segment` result's "segmentation";
+            -1: none).
+        segments: its "segments" (dicts with "id" and "label_id").
+        classes: None or the model's number of classes: the map is uint8
+            when it is at most 255 (None: when the labels present fit).
+
+    Returns:
+        A `(H, W)` uint8 or uint16 array.
+
+    Example:
+
+    >>> label_map(np.array([[0, 1], [-1, 1]]), [{"id": 0, "label_id": 7}, {"id": 1, "label_id": 2}]).tolist()
+    [[7, 2], [255, 2]]
+    """
+    segmentation = np.asarray(segmentation)
+    largest = max([item["label_id"] for item in segments] + [0]) + 1 if classes is None else int(classes)
+    dtype = "uint8" if largest <= IGNORE_INDEX else "uint16"
+    out = np.full(segmentation.shape, np.iinfo(dtype).max, dtype)
+    for item in segments:
+        out[segmentation == item["id"]] = item["label_id"]
+    return out
+
+
+__all__ = ["SUBTASKS", "instance", "label_map", "linear_scores", "panoptic", "segments_with_masks", "semantic",
+           "semantic_scores", "target_size"]

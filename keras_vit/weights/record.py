@@ -19,6 +19,12 @@ MODE_STATISTICS = {
 }
 # The names `keras.applications.imagenet_utils` uses for the same scalings.
 MODE_ALIASES = {"tf": "inception", "torch": "imagenet"}
+# The evaluation crop of each mode's checkpoints, where a command is given
+# the mode alone (`keras-vit classify --preprocessing MODE`): the fraction
+# of the resized shorter side the centre crop keeps (timm's `crop_pct`:
+# DeiT's 224 from 256), or None for a straight resize to the input size
+# (Google's evaluation of its checkpoints, vit_jax's input pipeline).
+MODE_CROP_FRACTIONS = {"inception": None, "imagenet": 0.875}
 # Resampling filters a checkpoint's resize may name.
 RESAMPLING = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming", "area")
 
@@ -207,19 +213,66 @@ class Preprocessing:
         Args:
             mode: "inception" or "imagenet" ("tf"/"torch" accepted).
             image_size: optional int or `(height, width)` model input.
-            crop_fraction: optional float in (0, 1]: the shorter side is
-                resized to `image_size / crop_fraction` before the centre crop.
+            crop_fraction: None (default: a straight resize to `image_size`)
+                or a float in (0, 1]: the shorter side is resized to
+                `image_size / crop_fraction` before the centre crop
+                (`with_crop_fraction`).
             interpolation: default "bicubic".
         """
         mode = check_choice(MODE_ALIASES.get(mode, mode), PREPROCESSING_MODES, "mode")
         mean, std = MODE_STATISTICS[mode]
-        resize = None
-        if check_fraction(crop_fraction, "crop_fraction", allow_none=True) is not None:
-            if image_size is None:
-                raise ValueError("`crop_fraction` needs `image_size`.")
-            side = image_size if isinstance(image_size, int) else min(image_size)
-            resize = int(side / crop_fraction)
-        return cls(mean, std, image_size, resize, interpolation)
+        record = cls(mean, std, image_size, None, interpolation)
+        return record if crop_fraction is None else record.with_crop_fraction(crop_fraction)
+
+    def with_crop_fraction(self, crop_fraction):
+        """The same record with a centre crop of `crop_fraction`.
+
+        The shorter side is resized to `int(min(image_size) / crop_fraction)`
+        (aspect ratio kept) and the centre `image_size` cut out: timm's
+        `crop_pct`, 0.875 for ImageNet's 224 from 256; 1 keeps the whole
+        shorter side.
+
+        Args:
+            crop_fraction: float in (0, 1].
+
+        Raises:
+            ValueError: a fraction outside (0, 1], or a record without
+                `image_size`.
+
+        Example:
+
+        >>> record = Preprocessing.from_mode("imagenet", image_size=(224, 320))
+        >>> record.with_crop_fraction(0.875).resize, record.with_crop_fraction(1).resize
+        (256, 224)
+        """
+        crop_fraction = check_fraction(crop_fraction, "crop_fraction")
+        if self.image_size is None:
+            raise ValueError(f"`crop_fraction` needs `image_size`. Received: crop_fraction={crop_fraction!r}, "
+                             "image_size=None")
+        return dataclasses.replace(self, resize=int(min(self.image_size) / crop_fraction))
+
+    def describe(self):
+        """In words, what is done to an image: the resize, its filter, the
+        centre crop, the scaling (what an exported artifact's metadata says).
+
+        Example:
+
+        >>> Preprocessing.from_mode("imagenet", image_size=224, crop_fraction=0.875).describe()
+        'the shorter side resized to 256 (bicubic, aspect ratio kept), the centre 224x224 cut out (crop fraction 0.875), then (x / 255 - mean) / std with mean [0.485, 0.456, 0.406] and std [0.229, 0.224, 0.225]'
+        >>> Preprocessing.from_mode("inception", image_size=(32, 48)).describe().split(", then")[0]
+        'resized to 32x48 (bicubic, aspect ratio not kept)'
+        """
+        size = "x".join(map(str, self.image_size)) if self.image_size else "the model's input size"
+        if self.resize is None:
+            geometry = f"resized to {size} ({self.interpolation}, aspect ratio not kept)"
+        else:
+            if isinstance(self.resize, int):
+                resized = f"the shorter side resized to {self.resize} ({self.interpolation}, aspect ratio kept)"
+            else:
+                resized = f"resized to {self.resize[0]}x{self.resize[1]} ({self.interpolation})"
+            geometry = f"{resized}, the centre {size} cut out (crop fraction {self.crop_fraction:.4g})"
+        return (f"{geometry}, then (x / 255 - mean) / std with mean {[round(v, 6) for v in self.mean]} "
+                f"and std {[round(v, 6) for v in self.std]}")
 
     @property
     def mode(self):
