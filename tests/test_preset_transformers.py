@@ -108,3 +108,38 @@ def test_deit_tiny_from_its_npz_runs_in_pipeline(tmp_path):
     logits = _check_in_transformers(tmp_path, model, photos, top_k=5, names=names)
     top1 = logits.argmax(-1)
     assert top1[0] in (281, 282, 285) and top1[1] == 967, top1  # a cat, espresso
+
+
+def test_sharded_preset_loads_in_transformers_and_back(tmp_path):
+    """`max_shard_size`: shards of at most that size and their index, as
+    transformers writes them; transformers and `from_preset` read them; a
+    later write in the folder replaces the earlier one's files."""
+    import torch
+
+    model = _randomized(keras_vit.ViT(**TINY, classes=3, classifier_activation=None, mlp_activation="gelu",
+                                      class_names=NAMES,
+                                      preprocessing=Preprocessing.from_mode("imagenet", image_size=32)))
+    limit = 8 * 2**10
+    model.save_to_preset(tmp_path, format="transformers", max_shard_size="8KiB")
+    index = json.load(open(tmp_path / "model.safetensors.index.json"))
+    files = sorted(set(index["weight_map"].values()))
+    assert len(files) > 3 and files == sorted(f for f in os.listdir(tmp_path) if f.startswith("model-"))
+    assert not (tmp_path / "model.safetensors").exists()
+    for file in files:
+        names = [k for k, v in index["weight_map"].items() if v == file]
+        assert len(names) == 1 or os.path.getsize(tmp_path / file) <= limit + 4096, (file, names)
+    x = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype("float32")
+    expected = to_numpy(model.predict(x, verbose=0))
+    reference = transformers.ViTForImageClassification.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        hf = reference(torch.from_numpy(x.transpose(0, 3, 1, 2))).logits.numpy()
+    np.testing.assert_allclose(hf, expected, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(to_numpy(keras_vit.from_preset(tmp_path).predict(x, verbose=0)), expected,
+                               rtol=0, atol=1e-6)
+    model.save_to_preset(tmp_path, format="transformers")
+    assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors", "preprocessor_config.json"]
+    with pytest.raises(ValueError, match="max_shard_size='5 apples'"):
+        model.save_to_preset(tmp_path / "bad", format="transformers", max_shard_size="5 apples")
+    with pytest.raises(ValueError, match="max_shard_size applies to the safetensors formats"):
+        model.save_to_preset(tmp_path / "bad", max_shard_size="1GB")
+    assert not (tmp_path / "bad").exists()

@@ -146,7 +146,7 @@ def names_classes(config):
     return family.names_classes(hf_class)
 
 
-def write(directory, config, params, class_names, preprocessing_record):
+def write(directory, config, params, class_names, preprocessing_record, max_shard_size=None):
     """Writes a transformers directory: `config.json`, `model.safetensors`,
     `preprocessor_config.json`.
 
@@ -157,18 +157,20 @@ def write(directory, config, params, class_names, preprocessing_record):
         class_names: one name per class, in head order (None for a
             model without a head).
         preprocessing_record: a `Preprocessing` record.
+        max_shard_size: None (one `model.safetensors`) or the largest shard
+            (`keras_vit.weights.shards.write_state`).
 
     Raises:
         ValueError: for a model transformers cannot represent, before
             anything is written.
     """
-    from safetensors.numpy import save_file
+    from keras_vit.weights.shards import write_state
 
     family, hf_class = export_family(config)
     hf_config = family.export_config(config, hf_class, class_names)
     state = family.export_state(params, hf_class, config)
     preprocessor = family.export_preprocessor(preprocessing_record, config)
     state = {k: np.asarray(v, "float32") for k, v in state.items()}
-    save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+    write_state(directory, state, max_shard_size)
     write_json(os.path.join(directory, "config.json"), hf_config)
     write_json(os.path.join(directory, "preprocessor_config.json"), preprocessor)

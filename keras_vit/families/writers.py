@@ -15,6 +15,7 @@ from keras_vit.layers.config import RECORDS
 from keras_vit.version import __version__
 from keras_vit.weights.files import write_json
 from keras_vit.families import transformers_source as transformers
+from keras_vit.weights import shards
 from keras_vit.weights.formats import timm_writer
 from keras_vit.weights.mapping import model_state
 from keras_vit.weights.record import Preprocessing
@@ -152,23 +153,25 @@ def _metadata(model, format, preprocessing, class_names):
     return out
 
 
-def _save_timm(model, directory, metadata):
+def _save_timm(model, directory, metadata, max_shard_size=None):
     prep = metadata.get("preprocessing")
     timm_writer.write(directory, _flat_config(model), model_state(model), metadata.get("class_names"),
-                      None if prep is None else Preprocessing.from_config(prep))
+                      None if prep is None else Preprocessing.from_config(prep), max_shard_size=max_shard_size)
 
 
-def _save_transformers(model, directory, metadata):
+def _save_transformers(model, directory, metadata, max_shard_size=None):
     transformers.write(
         directory,
         _flat_config(model),
         model_state(model),
         metadata.get("class_names"),
         Preprocessing.from_config(metadata["preprocessing"]),
+        max_shard_size=max_shard_size,
     )
 
 
-def save_to_preset(model, directory, format="keras_vit", preprocessing=None, class_names=None):
+def save_to_preset(model, directory, format="keras_vit", preprocessing=None, class_names=None,
+                   max_shard_size=None):
     """Writes a model as a preset directory.
 
     - `"keras_vit"`: `config.json` (Keras' serialisation of the model, its
@@ -215,6 +218,10 @@ def save_to_preset(model, directory, format="keras_vit", preprocessing=None, cla
             model's input size, or a `Preprocessing` record or its config.
         class_names: None (default: `model.class_names`), "imagenet1k",
             "imagenet21k", or one string per class in head order.
+        max_shard_size: for "transformers" and "timm", None (default: one
+            `model.safetensors`) or the largest shard, in bytes or as "5GB":
+            `model-0000i-of-0000N.safetensors` files and their
+            `model.safetensors.index.json`, as transformers writes them.
 
     Raises:
         ValueError: for an unknown format, a model the format cannot hold,
@@ -234,11 +241,21 @@ def save_to_preset(model, directory, format="keras_vit", preprocessing=None, cla
     ['config.json', 'model.safetensors', 'preprocessor_config.json']
     """
     _check_format(format)
+    if max_shard_size is not None:
+        if format == "keras_vit":
+            raise ValueError(
+                "max_shard_size applies to the safetensors formats, 'transformers' and 'timm'; the "
+                "'keras_vit' format writes one model.weights.h5. Received: "
+                f"format={format!r}, max_shard_size={max_shard_size!r}")
+        shards.shard_bytes(max_shard_size)
     if format == "transformers":
         transformers.export_class(_flat_config(model))  # refuse before writing
     if format == "timm":
         timm_writer.timm_arguments(_flat_config(model))  # refuse before writing
     metadata = _metadata(model, format, preprocessing, class_names)
     os.makedirs(directory, exist_ok=True)
-    {"keras_vit": _save_keras_vit, "transformers": _save_transformers, "timm": _save_timm}[format](
-        model, directory, metadata)
+    if format == "keras_vit":
+        _save_keras_vit(model, directory, metadata)
+    else:
+        {"transformers": _save_transformers, "timm": _save_timm}[format](
+            model, directory, metadata, max_shard_size=max_shard_size)

@@ -500,7 +500,8 @@ class ViT(ModelBase, ForwardPass, keras.Model):
             "dtype": keras.dtype_policies.serialize(model_policy_config(self)),
         }
 
-    def save_to_preset(self, directory, format="keras_vit", preprocessing=None, class_names=None):
+    def save_to_preset(self, directory, format="keras_vit", preprocessing=None, class_names=None,
+                       max_shard_size=None):
         """Writes the model as a preset directory (see `keras_vit.families.writers`).
 
         Args:
@@ -520,6 +521,9 @@ class ViT(ModelBase, ForwardPass, keras.Model):
             class_names: None (default: `self.class_names`), "imagenet1k",
                 "imagenet21k" or one string per class; a transformers
                 directory needs them.
+            max_shard_size: for "transformers" and "timm", the largest
+                safetensors shard (bytes, or "5GB"): shards and their
+                `model.safetensors.index.json`; default one file.
 
         Example:
 
@@ -534,7 +538,8 @@ class ViT(ModelBase, ForwardPass, keras.Model):
         from keras_vit.families import writers
 
         writers.save_to_preset(
-            self, directory, format=format, preprocessing=preprocessing, class_names=class_names
+            self, directory, format=format, preprocessing=preprocessing, class_names=class_names,
+            max_shard_size=max_shard_size,
         )
 
     @classmethod

@@ -9,6 +9,7 @@ transformers and timm write `model.safetensors` (preferred) or
 
 import json
 import os
+import re
 
 from keras_vit.weights.files import read_state_dict
 
@@ -77,3 +78,87 @@ def read_state(directory):
             f"Tensors listed in {path!r} are not in their shards: {', '.join(missing[:10])}"
         )
     return state, path
+
+
+_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def shard_bytes(max_shard_size):
+    """Bytes of a shard size given as an int or a string ("5GB", "500MiB").
+
+    Example:
+
+    >>> shard_bytes("5GB"), shard_bytes("2MiB"), shard_bytes(1000)
+    (5000000000, 2097152, 1000)
+    """
+    if isinstance(max_shard_size, bool):
+        max_shard_size = None
+    if isinstance(max_shard_size, int) and max_shard_size > 0:
+        return max_shard_size
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)\s*", str(max_shard_size), re.IGNORECASE)
+    if isinstance(max_shard_size, str) and match and float(match.group(1)) > 0:
+        return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    raise ValueError(
+        "max_shard_size must be a positive number of bytes or a size such as '5GB' or '500MiB'. "
+        f"Received: max_shard_size={max_shard_size!r}")
+
+
+def write_state(directory, state, max_shard_size=None):
+    """Writes a state dict as `model.safetensors`, or as shards with an index.
+
+    With `max_shard_size`, tensors go in order into `model-00001-of-0000N.safetensors`
+    files of at most that size (a larger tensor has a file of its own), listed in
+    `model.safetensors.index.json` as transformers writes them. The weights
+    files of an earlier write in the folder are removed, so that the folder
+    holds one state dict.
+
+    Args:
+        directory: an existing folder.
+        state: `{name: NumPy array}`.
+        max_shard_size: None (one file), bytes, or a size such as "5GB".
+
+    Returns:
+        The path of the file, or of the index.
+
+    Example:
+
+    >>> import numpy as np, os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> state = {f"w{i}": np.ones(256, "float32") for i in range(3)}
+    >>> os.path.basename(write_state(folder, state, max_shard_size=2048))
+    'model.safetensors.index.json'
+    >>> sorted(os.listdir(folder))[:2]
+    ['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors']
+    >>> sorted(read_state(folder)[0]) == sorted(state)
+    True
+    """
+    from safetensors.numpy import save_file
+
+    limit = None if max_shard_size is None else shard_bytes(max_shard_size)
+    shards, current, size = [], {}, 0
+    for name, value in state.items():
+        if limit is not None and current and size + value.nbytes > limit:
+            shards.append(current)
+            current, size = {}, 0
+        current[name] = value
+        size += value.nbytes
+    shards.append(current)
+    index = os.path.join(directory, WEIGHT_FILES[0] + ".index.json")
+    for old in os.listdir(directory):
+        if old == WEIGHT_FILES[0] or old == os.path.basename(index) or re.fullmatch(
+                r"model-\d{5}-of-\d{5}\.safetensors", old):
+            os.remove(os.path.join(directory, old))
+    if len(shards) == 1 and limit is None:
+        path = os.path.join(directory, WEIGHT_FILES[0])
+        save_file(state, path, metadata={"format": "pt"})
+        return path
+    weight_map = {}
+    for i, shard in enumerate(shards, 1):
+        file = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, os.path.join(directory, file), metadata={"format": "pt"})
+        weight_map.update({name: file for name in shard})
+    total = sum(int(v.nbytes) for v in state.values())
+    with open(index, "w", encoding="utf-8") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    return index

@@ -188,7 +188,7 @@ def _timm_state(params, args, architecture):
     return TABLES[_structure(architecture)["mlp_layer"]].from_canonical(params)
 
 
-def write(directory, config, params, class_names, preprocessing):
+def write(directory, config, params, class_names, preprocessing, max_shard_size=None):
     """Writes a timm Hub directory: `config.json` and `model.safetensors`.
 
     Args:
@@ -197,12 +197,14 @@ def write(directory, config, params, class_names, preprocessing):
         params: its weights in the canonical layout (`mapping.model_state`).
         class_names: one name per class in head order, or None.
         preprocessing: a `Preprocessing` record, or None.
+        max_shard_size: None (one `model.safetensors`) or the largest shard
+            (`keras_vit.weights.shards.write_state`).
 
     Raises:
         ValueError: for a model timm's VisionTransformer cannot hold, before
             anything is written.
     """
-    from safetensors.numpy import save_file
+    from keras_vit.weights.shards import write_state
 
     architecture, args, _ = timm_arguments(config)
     state = {k: np.ascontiguousarray(v, "float32") for k, v in _timm_state(params, args, architecture).items()}
@@ -223,5 +225,5 @@ def write(directory, config, params, class_names, preprocessing):
         hub["global_pool"] = args["global_pool"]
     if class_names is not None:
         hub["label_names"] = list(class_names)
-    save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+    write_state(directory, state, max_shard_size)
     write_json(os.path.join(directory, "config.json"), hub)
