@@ -263,7 +263,7 @@ class DepthEstimator(DenseTask):
         from keras_vit.tasks import dense_training
 
         if optimizer == "auto":
-            optimizer = keras.optimizers.AdamW(5e-5)
+            optimizer = keras.optimizers.AdamW(5e-5, name="adamw")
         if loss == "auto":
             loss = dense_training.SiLogLoss()
         if metrics == "auto":

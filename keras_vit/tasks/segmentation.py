@@ -304,7 +304,7 @@ class Segmenter(DenseTask):
         from keras_vit.tasks import dense_training
 
         if optimizer == "auto":
-            optimizer = keras.optimizers.AdamW(1e-4)
+            optimizer = keras.optimizers.AdamW(1e-4, name="adamw")
         if loss == "auto":
             loss = dense_training.SegmentationLoss()
         if metrics == "auto":

@@ -239,6 +239,9 @@ def finetune_optimizer(
         momentum=momentum,
         global_clipnorm=global_clipnorm,
         gradient_accumulation_steps=steps if steps > 1 else None,
+        # A fixed name: the optimizer's state is saved under it (Orbax,
+        # `get_state_tree`), and Keras numbers unnamed optimizers per process.
+        name="sgd",
     )
 
 
@@ -306,6 +309,7 @@ def pretrain_optimizer(
         beta_2=beta_2,
         global_clipnorm=global_clipnorm,
         gradient_accumulation_steps=steps if steps > 1 else None,
+        name="adamw",  # fixed, as the SGD recipe's
     )
     if exclude_from_weight_decay:
         optimizer.exclude_from_weight_decay(var_names=list(exclude_from_weight_decay))
