@@ -3,7 +3,7 @@
 `plan_memory(model, distribution, devices, batch_size)` builds the model's
 variables without values (`keras.StatelessScope(initialize_variables=False)`:
 no weight is created), lays each out as the distribution would
-(`keras_vit.training.fsdp` for "fsdp", `ViT.get_layout_map` for
+(`keras_vit.execution.fsdp` for "fsdp", `ViT.get_layout_map` for
 "model_parallel", whole copies for "data_parallel" and "none") over a mesh
 of `devices` named devices, which need not exist here, and adds the bytes
 each device holds:
@@ -200,7 +200,7 @@ def plan_memory(model, distribution="none", devices=1, batch_size=None, model_pa
     layout_map = None
     if distribution == "fsdp":
         from keras_vit.models.vit import ViT
-        from keras_vit.training import fsdp
+        from keras_vit.execution import fsdp
 
         layout_map = ViT.get_layout_map(mesh, fsdp_axis="batch", min_shard_bytes=(
             fsdp.MIN_SHARD_BYTES if min_shard_bytes is None else min_shard_bytes))

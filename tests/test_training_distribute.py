@@ -334,7 +334,7 @@ def test_plan_memory_scales_and_refuses():
 def test_fsdp_refusals(monkeypatch):
     """"fsdp" off jax, a model axis the devices or the heads do not divide,
     and a layout map of the wrong kind: errors naming the value."""
-    from keras_vit.training import fsdp
+    from keras_vit.execution import fsdp
 
     if keras.backend.backend() != "jax":
         with pytest.raises(RuntimeError, match="'fsdp'.*jax"):

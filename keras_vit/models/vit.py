@@ -559,11 +559,11 @@ class ViT(ModelBase, ForwardPass, keras.Model):
         divisible by the size of `model_axis`. Used with
         `keras.distribution.ModelParallel` (jax) for the L and H variants.
 
-        With `fsdp_axis` (FSDP, `keras_vit.training.fsdp`), each weight of
+        With `fsdp_axis` (FSDP, `keras_vit.execution.fsdp`), each weight of
         at least `min_shard_bytes` is also split along its largest remaining
         axis that the size of `fsdp_axis` divides; the mesh may then lack
         `model_axis` (FSDP alone). Use the returned map with
-        `keras_vit.training.fsdp.FSDP`.
+        `keras_vit.execution.fsdp.FSDP`.
 
         Args:
             device_mesh: a `keras.distribution.DeviceMesh` with an axis named
@@ -587,7 +587,7 @@ class ViT(ModelBase, ForwardPass, keras.Model):
         (None, 'model')
         """
         if fsdp_axis is not None:
-            from keras_vit.training import fsdp
+            from keras_vit.execution import fsdp
 
             layout_map = fsdp.FSDPLayoutMap(
                 device_mesh, fsdp_axis,

@@ -31,7 +31,7 @@ from keras_vit.training.distribute import (
     connect_tpu,
     get_distribution,
 )
-from keras_vit.training import fsdp, multiprocess
+from keras_vit.training import multiprocess
 from keras_vit.training.recipes import (
     SparseCategoricalCrossentropyWithSmoothing,
     WarmupDecay,

@@ -258,7 +258,7 @@ def _jax_distribution(name, tpu, devices, model_parallel, num_heads, mlp_dim, mi
     from keras_vit.models.vit import ViT
 
     if name == "fsdp":
-        from keras_vit.training import fsdp
+        from keras_vit.execution import fsdp
 
         shape = _mesh_shape(len(devices), 1 if model_parallel is None else model_parallel, num_heads, mlp_dim,
                             least=1)
@@ -301,7 +301,7 @@ def get_distribution(
             by `model_parallel` before any weight is created.
         timeout: seconds allowed to connect to a TPU, default 120.
         min_shard_bytes: for "fsdp", the size below which a weight is
-            replicated; default 1 MiB (`keras_vit.training.fsdp`).
+            replicated; default 1 MiB (`keras_vit.execution.fsdp`).
 
     Returns:
         A `TrainingDistribution`.
