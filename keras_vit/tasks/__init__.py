@@ -17,8 +17,10 @@
   and `segment`;
 - `keras_vit.tasks.dense_data`, `keras_vit.tasks.dense_training`: folders
   of images with masks or depth maps, the losses and metrics,
-  sliding-window inference; `keras_vit.tasks.mask_classification`: EoMT's
-  published loss (queries matched to segments);
+  sliding-window inference; `keras_vit.tasks.instance_data`: folders of
+  images with instance or panoptic segments (keras_vit's, COCO's);
+  `keras_vit.tasks.mask_classification`: EoMT's published loss (queries
+  matched to segments);
 - `keras_vit.tasks.segmentation_outputs`, `keras_vit.tasks.pictures`: the
   segmentation post-processing; the pictures of depth maps and segments;
 - `keras_vit.tasks.detection`: open-vocabulary detection (OWL-ViT, OWLv2):
