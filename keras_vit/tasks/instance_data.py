@@ -187,6 +187,37 @@ def _rle(coco_mask, shapes, height, width):
 READERS = {"instances": _own, "coco_panoptic": _coco_panoptic, "coco_instances": _coco_instances}
 
 
+def read_instance_folder(folder, classes=None):
+    """Every image path of `folder` with its labels at the image's size, checked.
+
+    Args:
+        folder: a folder in one of the layouts of the module docstring.
+        classes: None, or the number of classes the labels must stay under.
+
+    Returns:
+        A list of `(image path, labels (H, W, 2) int32)`, in the layout's order.
+    """
+    Image, _ = _pil()
+    out = []
+    for image_path, labels, source in READERS[layout(folder)](folder):
+        try:
+            with Image.open(image_path) as image:
+                width, height = image.size
+                if image.getexif().get(0x0112, 1) in (5, 6, 7, 8):  # read upright, turned by a quarter
+                    width, height = height, width
+        except OSError as error:
+            raise ValueError(f"Cannot read the image {image_path!r}: {error}") from None
+        if labels.shape[:2] != (height, width):
+            raise ValueError(f"The segments {source!r} are {labels.shape[0]}x{labels.shape[1]}; their image "
+                             f"{image_path!r} is {height}x{width}: they must be the same size.")
+        present = labels[..., 0][labels[..., 0] != IGNORE_INDEX]
+        if classes is not None and present.size and present.max() >= classes:
+            raise ValueError(f"The segments {source!r} hold class {int(present.max())}: the model has "
+                             f"{classes} classes (0 to {classes - 1}).")
+        out.append((image_path, labels))
+    return out
+
+
 def load_instance_folder(folder, model, image_size=None):
     """A folder of images with instance or panoptic segments, for `Segmenter.fit`.
 
@@ -228,19 +259,11 @@ def load_instance_folder(folder, model, image_size=None):
 
     record, size = _record(model, image_size)
     pairs = []
-    for image_path, labels, source in READERS[layout(folder)](folder):
-        image = _read_rgb(image_path)
-        if labels.shape[:2] != image.shape[:2]:
-            raise ValueError(f"The segments {source!r} are {labels.shape[0]}x{labels.shape[1]}; their image "
-                             f"{image_path!r} is {image.shape[0]}x{image.shape[1]}: they must be the same size.")
-        classes = labels[..., 0][labels[..., 0] != IGNORE_INDEX]
-        if classes.size and classes.max() >= model.classes:
-            raise ValueError(f"The segments {source!r} hold class {int(classes.max())}: the model has "
-                             f"{model.classes} classes (0 to {model.classes - 1}).")
-        pairs.append((image, labels))
+    for image_path, labels in read_instance_folder(folder, model.classes):
+        pairs.append((_read_rgb(image_path), labels))
     images = np.stack([scale_pixels(_pil_resize(image, size, record.interpolation), record) for image, _ in pairs])
     labels = np.stack([np.stack([_resize_nearest(l[..., c], size) for c in (0, 1)], -1) for _, l in pairs])
     return images, labels.astype("int32")
 
 
-__all__ = ["LAYOUTS", "coco_class_names", "layout", "load_instance_folder", "segment_labels"]
+__all__ = ["LAYOUTS", "coco_class_names", "layout", "load_instance_folder", "read_instance_folder", "segment_labels"]
