@@ -100,7 +100,8 @@ class Segmenter(DenseTask):
     `intermediate_masks_queries_logits`). `fit` trains on labels of the
     images' size: class maps `(batch, H, W)` (255 unlabelled) or, for
     panoptic and instance segmentation, `(batch, H, W, 2)` class and
-    segment-id maps (`keras_vit.tasks.dense_data`). EoMT's compile default
+    segment-id maps (`keras_vit.tasks.dense_data` and `instance_data` read
+    them from folders). EoMT's compile default
     is the published loss, `MaskClassificationLoss` (queries matched to
     segments, deep supervision); the linear head's is `SegmentationLoss` on
     the per-pixel class scores (`class_log_probabilities`); the metric,
