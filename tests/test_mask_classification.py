@@ -124,8 +124,9 @@ def test_loss_matches_transformers(checkpoint, kind):
                "backend's trainer")
 def test_fit_trains_on_segments():
     """`fit` on class and segment-id maps: the loss falls, the queries
-    move, the model records that it learnt all three tasks (saved in its
-    config); on TensorFlow its steps stay out of XLA."""
+    move, the points are drawn anew at each step, the model records that it
+    learnt all three tasks (saved in its config); on TensorFlow its steps
+    stay out of XLA."""
     encoder = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
                             include_top=False)
     model = keras_vit.Segmenter(encoder, classes=3, num_queries=5, num_blocks=1)
@@ -137,6 +138,9 @@ def test_fit_trains_on_segments():
     assert np.isfinite(history).all() and history[-1] < history[0], history
     assert np.abs(keras.ops.convert_to_numpy(model.queries.weights[0]) - queries).max() > 1e-3
     assert model.trained_tasks == SUBTASKS and model.get_config()["trained_tasks"] == list(SUBTASKS)
+    # The points are drawn anew at each step, from the model's seed generator:
+    # per step one draw for the masked attention, three per prediction (two).
+    assert keras.ops.convert_to_numpy(model.seed_generator.state)[1] == 6 * (1 + 3 * 2)
     if keras.backend.backend() == "tensorflow":
         assert model.jit_compile is False
 

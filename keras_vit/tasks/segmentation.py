@@ -350,7 +350,11 @@ class Segmenter(DenseTask):
             return super().compute_loss(x, class_map(y), y_pred, sample_weight, training)
         if sample_weight is not None:
             raise ValueError("MaskClassificationLoss weighs segments, not samples: `sample_weight` is not taken.")
-        losses = [self.loss(y, self.supervised_predictions(y_pred))]
+        # The points are drawn from the model's seed generator: its state is
+        # carried from step to step by every trainer (the loss's own is not,
+        # under jax's stateless steps).
+        components = self.loss.components(y, self.supervised_predictions(y_pred), seed=self.seed_generator)
+        losses = [self.loss.weighted_total(components)]
         losses += [self._aggregate_additional_loss(extra) for extra in self.losses]
         return ops.sum(ops.stack(losses)) if len(losses) > 1 else losses[0]
 
