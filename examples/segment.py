@@ -339,7 +339,10 @@ def train_head(args, model, data, classes, held_out):
     (x, y), (x_test, y_test) = data
     optimizer = common.optimizer(args.lr if model.head == "eomt" else args.linear_lr, args.steps)
     if model.head == "eomt":
-        model.compile(optimizer=optimizer, loss=MaskClassificationLoss(num_points=args.num_points))
+        # The loss works on as many segments per image as the labels can hold:
+        # the classes of class maps, else the most segments of a training image.
+        most = int(y[..., 1][y[..., 1] != 255].max(initial=0)) + 1 if y.ndim == 4 else 100
+        model.compile(optimizer=optimizer, loss=MaskClassificationLoss(num_points=args.num_points, max_segments=most))
     else:
         model.compile(optimizer=optimizer)
     callbacks = []

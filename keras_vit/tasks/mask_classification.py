@@ -327,8 +327,10 @@ class MaskClassificationLoss(keras.losses.Loss):
         class_weight: float, default 2.0 (matching cost and loss).
         mask_weight: float, default 5.0: binary cross-entropy of the masks.
         dice_weight: float, default 5.0: dice of the masks.
-        max_segments: int, default 100: the most segments an image's
-            segment-id map holds (ids at or above it are left out).
+        max_segments: int, default 100: segment ids of segment-id maps
+            are below it (ids at or above it are left out). The mask
+            losses' work grows with `min(queries, max_segments)`: the most
+            segments of an image of the data is the cheapest right value.
         seed: None or int: the point draws of a standalone call (a
             `Segmenter` draws from its own seed generator).
         name: the loss's name.
