@@ -35,7 +35,8 @@ def test_depth_and_segmentation_guide_runs(tmp_path):
     assert lines[:4] == ["relative keep_aspect", "['predicted_depth'] (1, 56, 84)", "(300, 451) uint8",
                          "eomt ('sky', 'tree', 'road')"], printed
     assert lines[4:7] == ["(1, 5, 4) (1, 5, 16, 16)", "(300, 451) True", "True True"], printed
-    assert lines[7:] == ["(8, 28, 28, 3) 3.0 ['abs_rel', 'delta1', 'loss']", "True", "abs_rel 0.175", "delta1 0.5",
+    assert lines[7:] == ["(8, 28, 28, 3) 3.0 ['abs_rel', 'delta1', 'loss']", "('semantic', 'panoptic', 'instance')",
+                         "True", "abs_rel 0.175", "delta1 0.5",
                          "(96, 160, 3) (96, 160)", "['class_queries_logits', 'masks_queries_logits'] True"], printed
     assert list(run.iterdir()) == []  # everything went into the page's temporary folder
     # The one-call results are the model's own on the prepared pixels.
@@ -47,6 +48,7 @@ def test_depth_and_segmentation_guide_runs(tmp_path):
     # the metric's on predict, the "True" above).
     assert names["model"].class_names == ("red", "green", "blue") and names["model"].classes == 3
     assert 0 <= names["mean_iou"] <= 1 and names["labels"].shape == (8, 32, 32)
+    assert names["segments"].shape == (8, 32, 32, 2) and names["segments"][..., 1].max() < 255
     assert os.path.isfile(names["path"]) and names["path"].startswith(names["folder"])
 
 

@@ -42,7 +42,8 @@ def smoke(example, tmp_path_factory):
 def test_every_flag_is_documented(example):
     parser = example.build_parser()
     flags = {s for action in parser._actions for s in action.option_strings}
-    assert {"--data", "--test-data", "--head", "--preset", "--weights", "--out", "--smoke"} <= flags
+    assert {"--data", "--test-data", "--head", "--task", "--num-points", "--preset", "--weights", "--out",
+            "--smoke"} <= flags
     for action in parser._actions:
         assert action.help, action.option_strings
     assert parser.parse_args([]).head == "both" and parser.parse_args([]).weights.endswith("deit_tiny_patch16_224.npz")
@@ -56,19 +57,24 @@ def test_bad_flags_are_named_before_any_work(example):
         example.common.check_arguments(parser.parse_args(["--weights", "missing.npz"]))
     with pytest.raises(SystemExit, match="--validation-split must be in"):
         example.common.check_arguments(parser.parse_args(["--validation-split", "1.5", "--smoke"]))
+    with pytest.raises(SystemExit, match="--task instance trains EoMT's queries: --head linear"):
+        example.check_arguments(parser.parse_args(["--task", "instance", "--head", "linear"]))
 
 
 def test_masks_label_the_pasted_digits(example):
     glyphs = np.zeros((2, 8, 8))
     glyphs[:, 2:6, 2:6] = 16  # a solid square inside each 8x8 glyph
     rng = np.random.default_rng(0)
-    images, masks = example.make_data(rng, 6, 40, glyphs, np.array([2, 3]))
-    assert images.shape == (6, 40, 40, 3) and masks.shape == (6, 40, 40)
+    images, masks, instances = example.make_data(rng, 6, 40, glyphs, np.array([2, 3]))
+    assert images.shape == (6, 40, 40, 3) and masks.shape == (6, 40, 40) == instances.shape
     assert images.min() >= 0 and images.max() <= 255
     # Labels are background or the classes of the digits 2 and 3 (3 and 4).
     assert set(np.unique(masks)) <= {0, 3, 4} and (masks > 0).any()
-    for mask in masks:
+    for mask, ids in zip(masks, instances):
         assert (mask > 0).any() and (mask == 0).any()
+        np.testing.assert_array_equal(ids > 0, mask > 0)  # each digit an instance, the background none
+        for number in np.unique(ids[ids > 0]):
+            assert len(np.unique(mask[ids == number])) == 1  # one class per instance
 
 
 def test_mean_iou_equals_sklearn(example, rng):
@@ -101,18 +107,25 @@ def test_written_folder_reads_back(example, tmp_path):
     """The palette PNGs hold the class indices exactly; the photos are the
     generated ones (rounded to bytes), scaled as the model expects."""
     from keras_vit.tasks.dense_data import load_segmentation_folder
+    from keras_vit.tasks.instance_data import load_instance_folder
 
     glyphs = np.zeros((2, 8, 8))
     glyphs[:, 1:7, 2:6] = 16
-    images, masks = example.make_data(np.random.default_rng(1), 3, 32, glyphs, np.array([0, 3]))
+    images, masks, instances = example.make_data(np.random.default_rng(1), 3, 32, glyphs, np.array([0, 3]))
     folder = str(tmp_path / "data")
-    example.write_folder(folder, images, masks)
+    example.write_folder(folder, images, masks, instances, stuff=True)
     with Image.open(os.path.join(folder, "masks", "0001.png")) as mask:
         assert mask.mode == "P"
     x, y = load_segmentation_folder(folder, _reader_model())
     np.testing.assert_array_equal(y, masks)
     mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
     np.testing.assert_allclose(x, (np.round(images) / 255 - mean) / std, atol=1e-5)
+    # The instances/ layout of the same folder: the background is one segment (stuff), each digit one.
+    _, labels = load_instance_folder(folder, _reader_model())
+    np.testing.assert_array_equal(labels[..., 0], masks)
+    for ids, segments in zip(instances, labels[..., 1]):
+        assert len(np.unique(segments)) == len(np.unique(ids))
+        np.testing.assert_array_equal(segments == 0, ids == 0)
 
 
 def test_synthetic_folder_replaces_only_its_own(example, tmp_path):
@@ -142,6 +155,8 @@ def test_smoke_run_writes_results_pictures_and_presets(smoke):
         assert isinstance(model, keras_vit.Segmenter) and model.head == head
         assert model.class_names == tuple(results["class_names"])
         assert model.encoder.trainable == (head == "eomt")  # the linear protocol's encoder is frozen
+        if head == "eomt":  # trained on class maps: it says so when asked for segments
+            assert model.trained_tasks == ("semantic",)
     (path,) = results["pictures"]
     with Image.open(path) as picture:
         # Two held-out photos of 160 rows under a header; four columns and the legend.
@@ -158,10 +173,12 @@ def test_data_flag_holds_out_a_split_of_the_folder(example, smoke):
     _, out = smoke
     folder = str(out / "data" / "train")
     args = example.build_parser().parse_args(["--data", folder, "--validation-split", "0.25"])
-    train, test, paths, mask_paths = example.load_data(args, _reader_model())
-    assert len(train[0]) == 6 and len(test[0]) == 2 and len(paths) == 2
-    for labels, mask_path in zip(test[1], mask_paths):
-        np.testing.assert_array_equal(labels, read_mask(mask_path))
+    train, test, paths, truth = example.load_data(args, _reader_model())
+    assert len(train[0]) == 6 and len(test[0]) == 2 and len(paths) == 2 == len(truth)
+    for labels, true, path in zip(test[1], truth, paths):
+        mask = read_mask(os.path.join(folder, "masks", os.path.basename(path)))
+        np.testing.assert_array_equal(labels, mask)
+        np.testing.assert_array_equal(true, mask)
     # Without --class-names: unnamed classes, as many as the largest index in the masks says.
     largest = max(int(read_mask(os.path.join(folder, "masks", n)).max()) for n in os.listdir(os.path.join(folder, "masks")))
     assert example.class_names(args, [folder], synthetic=False) == (None, largest + 1)
@@ -207,3 +224,31 @@ def test_pretrained_encoder_holds_the_deit_weights(example):
     assert encoder.image_size == (32, 32) and not encoder.include_top
     record = example.common.processing(encoder, 32)
     assert record.mean == pytest.approx((0.485, 0.456, 0.406)) and record.std == pytest.approx((0.229, 0.224, 0.225))
+
+
+def test_panoptic_quality_counts_matches_and_misses(example):
+    truth = np.full((4, 4, 2), 255)
+    truth[:, :2] = (1, 0)  # a segment of class 1 on the left
+    truth[:2, 2:] = (2, 1)  # one of class 2, top right; the rest unlabelled
+    segmentation = np.full((4, 4), -1)
+    segmentation[:, :2] = 5
+    segmentation[:, 3] = 6  # class 2, IoU 2/6 with the true one: no match
+    found = [{"segmentation": segmentation, "segments": [{"id": 5, "label_id": 1}, {"id": 6, "label_id": 2}]}]
+    pq, per_class = example.panoptic_quality([truth], found, 3)
+    # Class 1: one match of IoU 1. Class 2: a miss on each side, 0 / (0 + 1).
+    assert per_class == [None, 1.0, 0.0] and pq == 0.5
+    assert example.panoptic_quality([truth], [{"segmentation": np.full((4, 4), -1), "segments": []}], 3)[0] == 0.0
+
+
+@runs_once("torch", EXAMPLE_RUN)
+def test_panoptic_smoke_run_trains_on_instances(example, tmp_path):
+    """--task panoptic: the synthetic folder's instances/, EoMT alone, its
+    held-out panoptic quality, and a preset that says it learnt all three tasks."""
+    import keras_vit
+
+    results = example.main(["--smoke", "--task", "panoptic", "--out", str(tmp_path), "--pictures", "0"])
+    assert results["task"] == "panoptic" and sorted(results["heads"]) == ["eomt"]
+    run = results["heads"]["eomt"]
+    assert 0 <= run["pq"] <= 1 and len(run["per_class_pq"]) == 5 and np.isfinite(run["final_loss"])
+    assert sorted(os.listdir(tmp_path / "data" / "train" / "instances"))[:2] == ["0000.json", "0000.png"]
+    assert keras_vit.from_preset(run["preset"]).trained_tasks == ("semantic", "panoptic", "instance")

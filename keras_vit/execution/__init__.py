@@ -14,7 +14,10 @@ from `keras_vit.models.base.ModelBase` by one call:
 - `tf_build`: on TensorFlow, the optimizer's and metrics' variables built
   before the first step is traced (else it is traced twice);
 - `processes`: `fit` refused under a torch process group of several
-  processes.
+  processes;
+- `host`: `host_call(function, inputs, shape)`, NumPy on the host inside a
+  compiled step (jax's `pure_callback`, TensorFlow's `numpy_function`,
+  torch eagerly), for a loss's Hungarian matching.
 
 Saving (atomic, gathered over processes) lives in `keras_vit.saving`.
 """

@@ -17,7 +17,10 @@
   and `segment`;
 - `keras_vit.tasks.dense_data`, `keras_vit.tasks.dense_training`: folders
   of images with masks or depth maps, the losses and metrics,
-  sliding-window inference;
+  sliding-window inference; `keras_vit.tasks.instance_data`: folders of
+  images with instance or panoptic segments (keras_vit's, COCO's);
+  `keras_vit.tasks.mask_classification`: EoMT's published loss (queries
+  matched to segments);
 - `keras_vit.tasks.segmentation_outputs`, `keras_vit.tasks.pictures`: the
   segmentation post-processing (and the label maps and per-segment masks
   `keras-vit segment` writes); the pictures of depth maps, segments,

@@ -21,6 +21,8 @@ class per pixel), "panoptic" and "instance" (segments with class names and
 scores).
 """
 
+import warnings
+
 import keras
 import numpy as np
 from keras import ops
@@ -30,6 +32,7 @@ from keras_vit.layers.resize import resize_bilinear, spatial_size
 from keras_vit.models import forward
 from keras_vit.models.features import check_feature_blocks
 from keras_vit.tasks.base import DenseTask, check_encoder, processing_record
+from keras_vit.tasks.segmentation_outputs import SUBTASKS
 from keras_vit.preprocessing.dense import DenseProcessing
 from keras_vit.validation import check_choice, check_float, check_ids, check_int, check_positive_int, check_verbose
 
@@ -37,6 +40,10 @@ HEADS = ("eomt", "linear")
 CLASS_LOGITS = "class_queries_logits"
 MASK_LOGITS = "masks_queries_logits"
 LOGITS = "logits"
+# In training only: the predictions before each block with queries, stacked
+# on axis 1 (`(batch, num_blocks, ...)`), for the loss's deep supervision.
+INTERMEDIATE_CLASS_LOGITS = "intermediate_class_queries_logits"
+INTERMEDIATE_MASK_LOGITS = "intermediate_masks_queries_logits"
 
 
 def check_class_names(class_names, classes):
@@ -50,6 +57,16 @@ def check_class_names(class_names, classes):
             f"class_names={list(names)[:4]!r}..."
         )
     return names
+
+
+def check_trained_tasks(tasks):
+    """`trained_tasks`: None or a tuple of `segment`'s tasks."""
+    if tasks is None:
+        return None
+    out = (tasks,) if isinstance(tasks, str) else tuple(tasks)
+    if not out or not all(t in SUBTASKS for t in out):
+        raise ValueError(f"`trained_tasks` must be None or some of {SUBTASKS}. Received: trained_tasks={tasks!r}")
+    return out
 
 
 def check_probabilities(values, num_blocks):
@@ -77,10 +94,18 @@ class Segmenter(DenseTask):
     "masks_queries_logits": (batch, queries, h, w)}` (the masks at
     `2**num_upscale_blocks` times the patch grid; the last class is "no
     object"), for "linear" `{"logits": (batch, h, w, classes)}` at the
-    patch grid. `fit` trains on label maps of the images' size (class
-    indices, 255 ignored; the compile defaults: `SegmentationLoss` and
-    `SegmentationMeanIoU`, `keras_vit.tasks.dense_training`) through the
-    per-pixel class scores (`class_log_probabilities`).
+    patch grid; called with `training=True`, EoMT adds the predictions
+    made before each block with queries (`intermediate_class_queries_logits`
+    `(batch, num_blocks, queries, classes + 1)`,
+    `intermediate_masks_queries_logits`). `fit` trains on labels of the
+    images' size: class maps `(batch, H, W)` (255 unlabelled) or, for
+    panoptic and instance segmentation, `(batch, H, W, 2)` class and
+    segment-id maps (`keras_vit.tasks.dense_data` and `instance_data` read
+    them from folders). EoMT's compile default
+    is the published loss, `MaskClassificationLoss` (queries matched to
+    segments, deep supervision); the linear head's is `SegmentationLoss` on
+    the per-pixel class scores (`class_log_probabilities`); the metric,
+    `SegmentationMeanIoU` on those scores.
 
     Args:
         encoder: a `keras_vit.ViT` built with `include_top=False`.
@@ -101,6 +126,11 @@ class Segmenter(DenseTask):
         feature_blocks: the blocks a "linear" head reads (default the last;
             several are concatenated).
         preprocessing: None, a `DenseProcessing` record or its config.
+        trained_tasks: None (default: not known, as for a published
+            checkpoint) or the tasks of `segment` the model was fine-tuned
+            for: `fit` records ("semantic",) for class maps and all three
+            for segments (`MaskClassificationLoss` on panoptic or instance
+            labels); `segment` warns when asked for another.
         name: model name.
         **kwargs: Keras' `trainable`, `dtype`, `autocast`.
 
@@ -124,7 +154,7 @@ class Segmenter(DenseTask):
 
     def __init__(self, encoder, classes, head="eomt", class_names=None, num_queries=100, num_blocks=4,
                  num_upscale_blocks=2, mask_probabilities=None, feature_blocks=None, preprocessing=None,
-                 name="segmenter", **kwargs):
+                 trained_tasks=None, name="segmenter", **kwargs):
         self._check_keywords(kwargs)
         check_encoder(encoder, self.TASK)
         self.head = check_choice(head, HEADS, "head")
@@ -144,6 +174,7 @@ class Segmenter(DenseTask):
         self.mask_probabilities = check_probabilities(mask_probabilities, num_blocks) if eomt else ()
         self.masked_blocks = tuple(p > 0 for p in self.mask_probabilities)
         self.feature_blocks = None
+        self.trained_tasks = check_trained_tasks(trained_tasks)
         dtype = encoder.get_layer("embedding").dtype_policy
         if eomt:
             self.queries = QueryTokens(self.num_queries, name="queries", dtype=dtype)
@@ -241,20 +272,30 @@ class Segmenter(DenseTask):
         tables = forward.rope(s, patches)
         start = len(s.blocks) - self.num_blocks
         mask = None
+        # In training, the prediction before each block with queries too (the
+        # loss's deep supervision); the masked blocks read it at inference.
+        intermediate = []
         for i, block in enumerate(s.blocks):
             if i == start:
                 x = self.queries(x)
                 tables = _with_query_rows(tables, self.num_queries)
             extra = {} if tables is None else {"rope": forward.block_rope(s, tables, i)}
+            if i >= start and (training or self.masked_blocks[i - start]):
+                masks, classes = self.eomt_head([forward.final_norm(s, x), patches])
+                if training:
+                    intermediate.append((ops.cast(classes, "float32"), ops.cast(masks, "float32")))
             if i >= start and self.masked_blocks[i - start]:
-                masks, _ = self.eomt_head([forward.final_norm(s, x), patches])
                 tokens = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
                 mask = self._attention_mask(masks, grid, tokens, self.eomt_head.mask_probability[i - start], training)
             if mask is not None:
                 extra["attention_mask"] = mask
             x = block(x, training=training, **extra)
         masks, classes = self.eomt_head([forward.final_norm(s, x), patches])
-        return {CLASS_LOGITS: ops.cast(classes, "float32"), MASK_LOGITS: ops.cast(masks, "float32")}
+        out = {CLASS_LOGITS: ops.cast(classes, "float32"), MASK_LOGITS: ops.cast(masks, "float32")}
+        if intermediate:
+            out[INTERMEDIATE_CLASS_LOGITS] = ops.stack([c for c, _ in intermediate], axis=1)
+            out[INTERMEDIATE_MASK_LOGITS] = ops.stack([m for _, m in intermediate], axis=1)
+        return out
 
     def call(self, images, training=None):
         if self.head == "linear":
@@ -287,29 +328,73 @@ class Segmenter(DenseTask):
         # The scores at the labels' size (their last two axes are its height and width).
         if not isinstance(y_pred, dict):
             return y_pred
-        size = None if y is None else spatial_size(ops.expand_dims(y, -1))
+        size = None if y is None else spatial_size(ops.expand_dims(class_map(y), -1))
         return self.class_log_probabilities(y_pred, size)
 
-    def compile(self, optimizer="auto", loss="auto", metrics="auto", **kwargs):
+    def supervised_predictions(self, outputs):
+        """`[(class logits, mask logits)]` of an EoMT output dict: the
+        intermediate predictions (in training) and the final one."""
+        pairs = []
+        if INTERMEDIATE_CLASS_LOGITS in outputs:
+            classes, masks = outputs[INTERMEDIATE_CLASS_LOGITS], outputs[INTERMEDIATE_MASK_LOGITS]
+            pairs = [(classes[:, j], masks[:, j]) for j in range(classes.shape[1])]
+        return pairs + [(outputs[CLASS_LOGITS], outputs[MASK_LOGITS])]
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """The compiled loss: a mask-classification loss on every prediction
+        (`supervised_predictions`), any other on the per-pixel class scores."""
+        if training and y is not None:
+            # Fixed when the step is traced: what the labels can teach.
+            self.trained_tasks = SUBTASKS if _rank(y) == 4 and _matches(self.loss) else ("semantic",)
+        if not _matches(self.loss):
+            return super().compute_loss(x, class_map(y), y_pred, sample_weight, training)
+        if sample_weight is not None:
+            raise ValueError("MaskClassificationLoss weighs segments, not samples: `sample_weight` is not taken.")
+        # The points are drawn from the model's seed generator: its state is
+        # carried from step to step by every trainer (the loss's own is not,
+        # under jax's stateless steps).
+        components = self.loss.components(y, self.supervised_predictions(y_pred), seed=self.seed_generator)
+        losses = [self.loss.weighted_total(components)]
+        losses += [self._aggregate_additional_loss(extra) for extra in self.losses]
+        return ops.sum(ops.stack(losses)) if len(losses) > 1 else losses[0]
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        """The compiled metrics on the per-pixel class scores and class maps."""
+        return super().compute_metrics(x, class_map(y), y_pred, sample_weight)
+
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", jit_compile="auto", **kwargs):
         """`keras.Model.compile` with the task's defaults.
 
         Args:
             optimizer: "auto" (default: AdamW at 1e-4) or any Keras optimizer.
-            loss: "auto" (default: `SegmentationLoss`, the cross-entropy of
-                the per-pixel class scores, label 255 ignored) or a loss on
-                `(labels, class_log_probabilities)`.
+            loss: "auto" (default: for EoMT `MaskClassificationLoss`, the
+                published loss on every prediction, which trains the queries
+                that panoptic and instance segmentation read; for the linear
+                head `SegmentationLoss`, the cross-entropy of the per-pixel
+                class scores), a `MaskClassificationLoss` (EoMT), or a loss
+                on `(class maps, class_log_probabilities)`.
             metrics: "auto" (default: `SegmentationMeanIoU`) or a list.
+            jit_compile: as Keras'; a mask-classification loss matches on
+                the host, which keeps TensorFlow's steps out of XLA
+                (`keras_vit.execution.host`).
             **kwargs: the rest of `keras.Model.compile`.
         """
+        from keras_vit.execution.host import keep_out_of_xla
         from keras_vit.tasks import dense_training
+        from keras_vit.tasks.mask_classification import MaskClassificationLoss
 
         if optimizer == "auto":
             optimizer = keras.optimizers.AdamW(1e-4, name="adamw")
         if loss == "auto":
-            loss = dense_training.SegmentationLoss()
+            loss = MaskClassificationLoss() if self.head == "eomt" else dense_training.SegmentationLoss()
+        if _matches(loss) and self.head != "eomt":
+            raise ValueError("MaskClassificationLoss trains queries: it takes head='eomt'. The linear head trains "
+                             "on per-pixel class scores (SegmentationLoss).")
         if metrics == "auto":
             metrics = [dense_training.SegmentationMeanIoU(self.classes)]
-        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile, **kwargs)
+        if _matches(loss):
+            keep_out_of_xla(self, jit_compile)
 
     def get_config(self):
         return {
@@ -322,6 +407,7 @@ class Segmenter(DenseTask):
             "num_upscale_blocks": self.num_upscale_blocks,
             "mask_probabilities": list(self.mask_probabilities),
             "feature_blocks": None if self.feature_blocks is None else list(self.feature_blocks),
+            "trained_tasks": None if self.trained_tasks is None else list(self.trained_tasks),
         }
 
     def save_to_preset(self, directory, format="keras_vit"):
@@ -338,6 +424,29 @@ class Segmenter(DenseTask):
         from keras_vit.families import task_source as families
 
         families.save_task_preset(self, directory, format)
+
+
+def _matches(loss):
+    """Whether `loss` matches queries to segments (reads every prediction)."""
+    return getattr(loss, "matches_on_host", False)
+
+
+def _rank(labels):
+    try:
+        return len(labels.shape)
+    except ValueError:  # a TensorFlow step traced again for labels of another rank
+        raise ValueError(
+            "The labels' rank is unknown in this training step: class maps (batch, H, W) and segment maps "
+            "(batch, H, W, 2) were given to one compiled model; compile it again between them."
+        ) from None
+
+
+def class_map(labels):
+    """The class map of segmentation targets: `(batch, H, W)` class indices,
+    or the first channel of `(batch, H, W, 2)` (class, segment id) labels."""
+    if labels is None or _rank(labels) != 4:
+        return labels
+    return labels[..., 0]
 
 
 def _with_query_rows(tables, count):
@@ -386,6 +495,20 @@ def _check_subtask(model, task, record):
             f"task={task!r} reads whole images, and this checkpoint's processing cuts them into squares "
             "(split=True, a semantic checkpoint's): pass preprocessing=DenseProcessing(..., split=False, pad='end')."
         )
+
+
+def _warn_untrained(model, task):
+    """A warning where the model's fine-tuning did not train `task`."""
+    trained = getattr(model, "trained_tasks", None)
+    if trained is None or task in trained:
+        return
+    warnings.warn(
+        f"Model {model.name!r} was fine-tuned for {', '.join(trained)} segmentation only (trained_tasks="
+        f"{list(trained)}): its queries' classes and masks were not trained as {task} segments, and its "
+        f"{task} segments may be wrong. Fine-tune it on instance or panoptic labels (class and segment-id "
+        "maps, keras_vit.tasks.dense_data) with MaskClassificationLoss for panoptic and instance segmentation.",
+        stacklevel=3,
+    )
 
 
 def check_segment_arguments(task, threshold, mask_threshold, overlap_mask_area_threshold, batch_size, verbose):
@@ -477,6 +600,7 @@ def segment(model, images, task="semantic", threshold=0.9, mask_threshold=0.5, o
     record = processing_record(model, preprocessing, "DenseProcessing")
     record = DenseProcessing.from_config(record)
     _check_subtask(model, task, record)
+    _warn_untrained(model, task)
     results = []
     for (image,) in read_batches(images, 1, verbose):  # one image in memory at a time
         prepared = prepare_image(image, record)
