@@ -110,7 +110,7 @@ SCRATCH = dict(image_size=224, batch_size=512, total_steps=10_000, warmup_steps=
                eval_every=1_000, lr=1e-3, weight_decay=0.03, area_min=0.05, flip=True)
 # Copies of keras_vit's lists, so that the parser imports nothing heavy
 # (tests/test_training_example.py checks them).
-DISTRIBUTIONS = ("none", "auto", "data_parallel", "mirrored", "multi_worker", "model_parallel",
+DISTRIBUTIONS = ("none", "auto", "data_parallel", "mirrored", "multi_worker", "model_parallel", "fsdp",
                  "tpu", "data", "model")  # keras_vit.training.distribute.NAMES
 CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".h5", ".keras")
 # What a checkpoint file of each kind leaves open about its numerics
@@ -174,7 +174,8 @@ def build_parser():
     a("--dtype-policy", default=None, help="Keras dtype policy, e.g. mixed_bfloat16 on TPU/GPU")
     a("--distribution", default="none", choices=DISTRIBUTIONS, help="how to use several devices (see keras_vit.training.distribute)")
     a("--tpu", default=None, help="TPU for --distribution tpu on tensorflow: 'local' (Cloud TPU VM), a TPU name or grpc://host:port; default: auto-detect (Colab, TPU VM, TPU_NAME)")
-    a("--model-parallel", type=int, default=2, help="devices per model replica with --distribution model_parallel (jax)")
+    a("--model-parallel", type=int, default=None,
+      help="devices per model replica with --distribution model_parallel (default 2) or fsdp (default 1) (jax)")
     a("--run-dir", default=None, help="folder for backups, presets (preset/, best/), CSV and TensorBoard logs; default runs/<dataset>_<model>")
     a("--threads", type=int, default=None, help=THREADS_HELP)
     a("--seed", type=int, default=0, help="random seed")

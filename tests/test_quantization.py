@@ -162,8 +162,25 @@ def test_cli_int8_export_reports_agreement(tmp_path, capsys):
     line = next(l for l in out.splitlines() if "top-1 agrees with float32 on" in l)
     assert line.startswith("int8 onnx:") and "of 4 random images" in line
     assert _int8_operations(output, "onnx")
-    assert run_cli(["export", saved, "--format", "onnx", "--output", output, "--quantize", "int8",
-                     "--samples", "4", "--min-agreement", "1.01"]) == 1
+    # An agreement below --min-agreement fails the command (status 1); one
+    # that no run can reach is a usage error (status 2).
+    from keras_vit import export
+
+    exported = export.export_model
+
+    def half_agreeing(*args, **kwargs):
+        path = exported(*args, **kwargs)
+        path.top1_agreement = 0.5
+        return path
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(export, "export_model", half_agreeing)
+        assert run_cli(["export", saved, "--format", "onnx", "--output", output, "--quantize", "int8",
+                        "--samples", "4", "--min-agreement", "0.75"]) == 1
+    assert "FAILED (top-1 agreement at least 0.75)" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(["export", saved, "--format", "onnx", "--output", output, "--min-agreement", "1.01"])
+    assert exit_info.value.code == 2 and "--min-agreement: must be a number in [0, 1]" in capsys.readouterr().err
 
 
 # The real weights through the one-call int8 path: ONNX on torch, OpenVINO on

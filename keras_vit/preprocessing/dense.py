@@ -131,6 +131,36 @@ class DenseProcessing:
             return _keep_aspect(height, width, self.size, self.multiple)
         return _shorter_side(height, width, self.size[0], self.size[1])
 
+    def describe(self):
+        """In words, what is done to an image (what an exported artifact's
+        metadata says), as `Preprocessing.describe` does for classifiers.
+
+        Example:
+
+        >>> DenseProcessing(size=(518, 518), resize="keep_aspect", multiple=14).describe().split(", then")[0]
+        'resized to fit 518x518 with its aspect ratio kept, each side a multiple of 14 (bicubic)'
+        """
+        size = self.size
+        if self.resize == "exact":
+            geometry = f"resized to {size[0]}x{size[1]} ({self.interpolation}, aspect ratio not kept)"
+        elif self.resize == "keep_aspect":
+            multiple = f", each side a multiple of {self.multiple}" if self.multiple > 1 else ""
+            geometry = (f"resized to fit {size[0]}x{size[1]} with its aspect ratio kept{multiple} "
+                        f"({self.interpolation})")
+        elif self.resize == "shorter_side":
+            longer = f", the longer at most {size[1]}" if size[1] is not None else ""
+            geometry = f"the shorter side resized to {size[0]}{longer} ({self.interpolation}, aspect ratio kept)"
+        else:
+            geometry = "not resized"
+        if self.pad == "center":
+            geometry += f", padded on every side to multiples of {self.pad_multiple}"
+        elif self.pad == "end":
+            geometry += f", padded at the bottom and right to {size[0]}x{size[1]}"
+        if self.split:
+            geometry += f", cut into overlapping {size[0]}-pixel squares along the longer side"
+        return (f"{geometry}, then (x / 255 - mean) / std with mean {[round(v, 6) for v in self.mean]} "
+                f"and std {[round(v, 6) for v in self.std]}")
+
     def get_config(self):
         """A JSON-friendly dict; `DenseProcessing.from_config` inverts it."""
         config = dataclasses.asdict(self)
