@@ -33,13 +33,18 @@ rng = np.random.default_rng(0)
 y = np.tile([0, 1], 16).astype("int32")
 x = (rng.normal(0, 0.3, (32, 16, 16, 3)) + np.where(y, 0.5, -0.5)[:, None, None, None]).astype("float32")
 
+def build():
+    # Called inside a distribution's scope.
+    keras.utils.set_random_seed(0)
+    model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=16, num_layers=1,
+                          num_heads=2, mlp_dim=32, classes=2, classifier_activation=None)
+    training.compile_for_pretraining(model, total_steps=40, base_lr=3e-3, warmup_steps=0,
+                                     weight_decay=0.0, global_batch_size=8)
+    return model
+
 def fit(dist):
     with dist.scope():
-        keras.utils.set_random_seed(0)
-        model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=16, num_layers=1,
-                              num_heads=2, mlp_dim=32, classes=2, classifier_activation=None)
-        training.compile_for_pretraining(model, total_steps=40, base_lr=3e-3, warmup_steps=0,
-                                         weight_decay=0.0, global_batch_size=8)
+        model = build()
         history = model.fit(x, y, batch_size=8, epochs=10, verbose=0, shuffle=False)
     return model, history.history["loss"]
 
@@ -123,12 +128,7 @@ import tempfile, jax
 
 def steps(dist, start, stop, model=None, callbacks=()):
     with dist.scope():
-        if model is None:
-            keras.utils.set_random_seed(0)
-            model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=16, num_layers=1,
-                                  num_heads=2, mlp_dim=32, classes=2, classifier_activation=None)
-            training.compile_for_pretraining(model, total_steps=40, base_lr=3e-3, warmup_steps=0,
-                                             weight_decay=0.0, global_batch_size=8)
+        model = build() if model is None else model
         loss = model.fit(x[:8], y[:8], batch_size=8, epochs=stop, initial_epoch=start, verbose=0,
                          shuffle=False, callbacks=list(callbacks)).history["loss"]
     return model, loss
@@ -140,11 +140,7 @@ _, out["orbax_first"] = steps(four, 0, 3, callbacks=[
     keras.callbacks.OrbaxCheckpoint(folder, save_freq="epoch", save_on_background=False)])
 two = training.get_distribution("fsdp", devices=jax.devices()[:2], min_shard_bytes=0)
 with two.scope():
-    keras.utils.set_random_seed(0)
-    resumed = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=16, num_layers=1,
-                            num_heads=2, mlp_dim=32, classes=2, classifier_activation=None)
-    training.compile_for_pretraining(resumed, total_steps=40, base_lr=3e-3, warmup_steps=0,
-                                     weight_decay=0.0, global_batch_size=8)
+    resumed = build()
     resumed.optimizer.build(resumed.trainable_variables)
     resumed.load_weights(folder)
 out["orbax_iterations"] = int(resumed.optimizer.iterations.numpy())
