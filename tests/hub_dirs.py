@@ -1,6 +1,8 @@
 """Checkpoint directories as other libraries write them, and a NumPy forward
 pass in timm's own layout, written independently of keras_vit's readers.
 
+- `offline_hub`: a fixture, an empty `huggingface_hub` cache with the Hub
+  switched off.
 - `populate_hf_cache`: a `huggingface_hub` cache (`models--org--name/`
   with `blobs/`, `snapshots/<commit>/` links and `refs/<revision>`), the
   layout the library itself writes, for offline `hf://` tests.
@@ -36,6 +38,20 @@ def light_keras_state():
     keras.config.set_dtype_policy("float32")
     yield
     keras.config.set_dtype_policy("float32")
+
+
+@pytest.fixture
+def offline_hub(tmp_path, monkeypatch):
+    """An empty huggingface_hub cache with the Hub switched off: every
+    download fails (import it into a test module to use it)."""
+    constants = pytest.importorskip("huggingface_hub").constants
+    cache = tmp_path / "hf_cache"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return str(cache)
 
 
 def randomise_torch(model, seed, scale=0.2):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from hub_dirs import populate_hf_cache
+from hub_dirs import offline_hub, populate_hf_cache  # noqa: F401 (a fixture)
 from keras_vit.presets import PresetDownloadError, catalogue
 from keras_vit.presets.named import NAMED_PRESETS
 from conftest import runs_once
@@ -23,19 +23,6 @@ def to_numpy(x):
     import keras
 
     return np.asarray(keras.ops.convert_to_numpy(x))
-
-
-@pytest.fixture
-def offline_hub(tmp_path, monkeypatch):
-    """An empty huggingface_hub cache with the Hub switched off: every download fails."""
-    constants = pytest.importorskip("huggingface_hub").constants
-    cache = tmp_path / "hf_cache"
-    cache.mkdir()
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    return str(cache)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 
 import keras_vit
 from conftest import SHARED, runs_once
-from hub_dirs import populate_hf_cache
+from hub_dirs import offline_hub, populate_hf_cache  # noqa: F401 (a fixture)
 from keras_vit.presets import PresetDownloadError, catalogue, loading
 from keras_vit.presets.catalogue import PRESETS, TASKS
 from keras_vit_tools.commands import keras_vit as run_cli
@@ -25,19 +25,6 @@ pytestmark = runs_once("torch", "the catalogue, its name resolution and the pres
 TASK_MODELS = ("depth", "segmentation", "detection", "promptable-masks")
 # DeiT-Tiny's parameter count, from ../shared/README.md (the real weights' model).
 DEIT_TINY_PARAMETERS = 5_717_416
-
-
-@pytest.fixture
-def offline_hub(tmp_path, monkeypatch):
-    """An empty huggingface_hub cache with the Hub switched off: every download fails."""
-    constants = pytest.importorskip("huggingface_hub").constants
-    cache = tmp_path / "hf_cache"
-    cache.mkdir()
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    return str(cache)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
-from hub_dirs import populate_hf_cache, random_timm_state, write_timm_hub
+from hub_dirs import offline_hub, populate_hf_cache, random_timm_state, write_timm_hub  # noqa: F401 (a fixture)
 from keras_vit import presets
 from keras_vit.preprocessing import Preprocessing, preprocess_input
 from keras_vit.weights import shards
@@ -280,19 +280,6 @@ def test_layout_detection(tmp_path, rng, hf_dirs):
         presets.preset_directory(os.path.join(timm_dir, "config.json"))
     with pytest.raises(ValueError, match="no such directory"):
         presets.preset_directory(str(tmp_path / "missing"))
-
-
-@pytest.fixture
-def offline_hub(tmp_path, monkeypatch):
-    """An empty huggingface_hub cache with the Hub switched off."""
-    constants = pytest.importorskip("huggingface_hub").constants
-    cache = tmp_path / "hf_cache"
-    cache.mkdir()
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    return str(cache)
 
 
 def test_hf_handles_resolve_from_the_cache_offline(offline_hub, hf_dirs):
