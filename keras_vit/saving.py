@@ -8,6 +8,10 @@ rename is atomic on POSIX and Windows file systems. keras_vit models save
 this way (`save_model` and `save_weights`, which their `save` and
 `save_weights` methods call), and so do the callbacks of
 `keras_vit.training.run_callbacks`.
+
+`load_weights` restores an Orbax checkpoint (`keras.callbacks.OrbaxCheckpoint`)
+onto the current distribution's mesh, however many devices and processes
+wrote it.
 """
 
 import contextlib
@@ -190,3 +194,50 @@ def save_weights(model, save, filepath, overwrite=True, max_shard_size=None):
             return save(filepath, overwrite=overwrite, max_shard_size=max_shard_size)
         with atomic_path(filepath) as temporary:
             return save(temporary, overwrite=True)
+
+
+def load_weights(model, load, filepath, skip_mismatch=False, **kwargs):
+    """`keras.Model.load_weights`, with Orbax checkpoints restored onto this mesh.
+
+    On jax under a distribution, Keras gives Orbax each variable's current
+    layout, read from the model's state; state the model has not made yet
+    (its compiled metrics' totals, before the first step) gets none, and
+    Orbax then puts it back on the devices that saved it: a checkpoint
+    written by two processes fails to load in one. Here such state is
+    restored replicated over the distribution's mesh. Everything else is
+    `load(filepath, ...)` (the model's `keras.Model.load_weights`).
+
+    Args:
+        model: the model to restore.
+        load: the `keras.Model.load_weights` bound to `model`.
+        filepath: a weights file or an Orbax checkpoint folder.
+        skip_mismatch: passed on to `load`.
+        **kwargs: passed on to `load`.
+
+    Example:
+
+    >>> import tempfile, keras, numpy as np, keras_vit
+    >>> model = keras_vit.ViT(image_size=8, patch_size=4, hidden_size=8, num_layers=1,
+    ...                       num_heads=2, mlp_dim=16, classes=2)
+    >>> path = tempfile.mkdtemp() + "/m.weights.h5"
+    >>> model.save_weights(path)
+    >>> model.load_weights(path)
+    """
+    from keras.src.saving import orbax_util
+
+    distribution = keras.distribution.distribution()
+    if keras.backend.backend() != "jax" or distribution is None or not orbax_util.is_orbax_checkpoint(str(filepath)):
+        return load(filepath, skip_mismatch=skip_mismatch, **kwargs)
+    import jax
+    from keras.src.utils.module_utils import ocp
+
+    path = str(filepath)
+    if any(name.isdigit() and os.path.isdir(os.path.join(path, name)) for name in os.listdir(path)):
+        path = orbax_util.find_latest_orbax_checkpoint(path)
+    replicated = jax.sharding.NamedSharding(distribution.device_mesh.backend_mesh, jax.sharding.PartitionSpec())
+    abstract = jax.tree_util.tree_map(
+        lambda leaf: leaf if leaf.sharding is not None else jax.ShapeDtypeStruct(leaf.shape, leaf.dtype,
+                                                                                 sharding=replicated),
+        orbax_util.build_orbax_abstract_pytree(path, model.get_state_tree()),
+    )
+    model.set_state_tree(ocp.load_checkpointables(path, dict(pytree=abstract))["pytree"])

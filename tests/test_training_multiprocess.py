@@ -6,8 +6,9 @@ only what it started) and judges them by the files they write: a jax
 process may exit non-zero after success, when its peer shuts the
 coordinator down first. Each runs once, in its own backend's test job,
 against a one-process run of the same task in the test process: one run per
-kind (jax's recovery from a lost process, tensorflow's multi-worker
-strategy, torch's refusal, the example's flags), each costing a few
+kind (jax's recovery from a lost process, jax's FSDP with LoRA and Orbax,
+tensorflow's multi-worker strategy, torch's refusal, the example's
+flags), each costing a few
 seconds of two processes' start-up.
 """
 
@@ -64,29 +65,42 @@ class KillAt(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def run(distribution, run_dir, kill_at=None, process_id=0):
-    dist = training.get_distribution(distribution, model_parallel=2, num_heads=2, mlp_dim=32)
+def build(lora=False):
+    # Called inside a distribution's scope.
+    keras.utils.set_random_seed(0)
+    model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=16, num_layers=1,
+                          num_heads=2, mlp_dim=32, classes=2, classifier_activation=None)
+    if lora:
+        model.enable_lora(2, verbose=False)
+    training.compile_for_pretraining(model, total_steps=16, base_lr=3e-3, warmup_steps=0,
+                                     weight_decay=0.0, global_batch_size=BATCH, global_clipnorm=CLIP)
+    return model
+
+
+def run(distribution, run_dir, kill_at=None, process_id=0, lora=False):
+    # FSDP splits every weight here (the tiny model's are all under 1 MiB).
+    options = dict(min_shard_bytes=0) if distribution == "fsdp" else {}
+    dist = training.get_distribution(distribution, model_parallel=2, num_heads=2, mlp_dim=32, **options)
     xs, ys, batch = training.multiprocess.shard_arrays(x, y, batch_size=BATCH, distribution=dist.distribution)
     with dist.scope():
-        keras.utils.set_random_seed(0)
-        model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=16, num_layers=1,
-                              num_heads=2, mlp_dim=32, classes=2, classifier_activation=None)
-        training.compile_for_pretraining(model, total_steps=16, base_lr=3e-3, warmup_steps=0,
-                                         weight_decay=0.0, global_batch_size=BATCH, global_clipnorm=CLIP)
+        model = build(lora)
         callbacks = training.run_callbacks(run_dir, monitor="loss", mode="min", csv=False,
                                            tensorboard=False)
         if kill_at is not None and process_id == 1:
             callbacks.append(KillAt(kill_at))
-        model.fit(xs, ys, batch_size=batch, epochs=EPOCHS, shuffle=False, verbose=0,
-                  callbacks=callbacks)
+        history = model.fit(xs, ys, batch_size=batch, epochs=EPOCHS, shuffle=False, verbose=0,
+                            callbacks=callbacks)
+        sharded = sum(hasattr(w.value, "sharding") and not w.value.sharding.is_fully_replicated
+                      for w in model.weights)
+        info = dict(losses=[float(v) for v in history.history["loss"]], sharded=int(sharded))
         with gathered_variables(model.weights):
-            return [keras.ops.convert_to_numpy(w) for w in model.weights], batch
+            return [keras.ops.convert_to_numpy(w) for w in model.weights], batch, info
 """
 
 WORKER = TASK + """
 cluster = training.multiprocess.initialize(timeout=60, heartbeat_timeout=10)
 kill_at = int(os.environ["KILL_AT"]) if os.environ.get("KILL_AT") else None
-weights, batch = run(sys.argv[1], sys.argv[2], kill_at, cluster.process_id)
+weights, batch, _ = run(sys.argv[1], sys.argv[2], kill_at, cluster.process_id)
 np.savez(os.path.join(sys.argv[3], f"weights_{cluster.process_id}.npz"), *weights)
 print("DONE", json.dumps({"process": cluster.process_id, "processes": cluster.num_processes,
                           "batch": batch}), flush=True)
@@ -99,11 +113,11 @@ def _only_under(backend):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """The task's final weights trained in this one process."""
+    """The task trained in this one process: its final weights and losses."""
     namespace = {}
     exec(TASK, namespace)
-    weights, _ = namespace["run"]("none", str(tmp_path_factory.mktemp("reference")))
-    return weights
+    weights, _, info = namespace["run"]("none", str(tmp_path_factory.mktemp("reference")))
+    return weights, info["losses"]
 
 
 def _launch(tmp_path, command, devices=1, timeout=240, env=None):
@@ -172,8 +186,98 @@ def test_jax_two_processes_equal_one_after_a_lost_process(layout, reference, tmp
     done = [json.loads(line.split("DONE ", 1)[1]) for line in text.splitlines() if "DONE " in line]
     assert sorted(d["process"] for d in done) == [0, 1], text[-6000:]
     assert {d["batch"] for d in done} == {LAYOUTS[layout]} and done[0]["processes"] == 2
-    _check_equal(tmp_path, reference)
+    _check_equal(tmp_path, reference[0])
     assert os.path.exists(tmp_path / "run" / "final.weights.h5")
+
+
+FSDP_WORKER = TASK + """
+cluster = training.multiprocess.initialize(timeout=60, heartbeat_timeout=10)
+for lora in (False, True):
+    run_dir = os.path.join(sys.argv[1], "lora" if lora else "full")
+    weights, batch, info = run("fsdp", run_dir, process_id=cluster.process_id, lora=lora)
+    np.savez(os.path.join(sys.argv[2], f"{'lora' if lora else 'full'}_{cluster.process_id}.npz"), *weights)
+    print("DONE", json.dumps(dict(info, process=cluster.process_id, lora=lora, batch=batch)), flush=True)
+
+# Orbax: 6 steps on one global batch uninterrupted, then 3 of them again,
+# checkpointed by both processes into one folder for ORBAX_RESUME to go on.
+def orbax_fit(epochs, callbacks=()):
+    dist = training.get_distribution("fsdp", min_shard_bytes=0)
+    xs, ys, batch = training.multiprocess.shard_arrays(x[:BATCH], y[:BATCH], batch_size=BATCH,
+                                                       distribution=dist.distribution)
+    with dist.scope():
+        return build().fit(xs, ys, batch_size=batch, epochs=epochs, shuffle=False, verbose=0,
+                           callbacks=list(callbacks)).history["loss"]
+
+whole = orbax_fit(6)
+first = orbax_fit(3, [keras.callbacks.OrbaxCheckpoint(os.path.join(sys.argv[1], "orbax"), save_freq="epoch",
+                                                      save_on_background=False)])
+print("ORBAX", json.dumps(dict(process=cluster.process_id, whole=whole, first=first)), flush=True)
+"""
+
+# One process of 4 devices resumes the two processes' Orbax checkpoint.
+ORBAX_RESUME = """
+import os
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+""" + TASK + """
+dist = training.get_distribution("fsdp", min_shard_bytes=0)
+with dist.scope():
+    model = build()
+    model.optimizer.build(model.trainable_variables)
+    model.load_weights(sys.argv[1])
+    iterations = int(model.optimizer.iterations.numpy())
+    rest = model.fit(x[:BATCH], y[:BATCH], batch_size=BATCH, epochs=6, initial_epoch=3, shuffle=False,
+                     verbose=0).history["loss"]
+print("RESUMED", json.dumps(dict(iterations=iterations, rest=rest,
+                                 devices=len(model.weights[0].value.sharding.device_set))), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def lora_reference(tmp_path_factory):
+    """The task with LoRA (rank 2) trained in this one process: weights and losses."""
+    namespace = {}
+    exec(TASK, namespace)
+    weights, _, info = namespace["run"]("none", str(tmp_path_factory.mktemp("lora")), lora=True)
+    return weights, info["losses"]
+
+
+@_only_under("jax")
+def test_jax_fsdp_over_two_processes_equals_one_device(reference, lora_reference, tmp_path):
+    """FSDP with tensor parallelism, a (4, 2) mesh over 2 processes of 4
+    devices each, every weight split: full fine-tuning and then LoRA, each
+    the one-device run's losses (1e-5 relative) and final weights (1e-5).
+    Then FSDP alone over the 8 devices with `keras.callbacks.OrbaxCheckpoint`,
+    stopped after step 3 and resumed by one process of 4 devices: steps 4-6
+    those of the uninterrupted run."""
+    command = [sys.executable, "-c", FSDP_WORKER, str(tmp_path / "run"), str(tmp_path)]
+    _, _, text = _launch(tmp_path, command, devices=4)
+    done = [json.loads(line.split("DONE ", 1)[1]) for line in text.splitlines() if "DONE " in line]
+    assert sorted((d["lora"], d["process"]) for d in done) == [(False, 0), (False, 1), (True, 0), (True, 1)], \
+        text[-6000:]
+    for name, (expected, losses) in (("full", reference), ("lora", lora_reference)):
+        runs = [d for d in done if d["lora"] == (name == "lora")]
+        # Each process feeds the rows of its 2 of the batch axis's 4 devices: 4 of the global 8.
+        assert all(d["batch"] == 4 and d["sharded"] > 0 for d in runs), runs
+        assert runs[0]["losses"] == runs[1]["losses"]
+        np.testing.assert_allclose(runs[0]["losses"], losses, rtol=1e-5)
+        first, second = ([f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]
+                         for f in (np.load(tmp_path / f"{name}_{i}.npz") for i in range(2)))
+        assert len(first) == len(expected)
+        for a, b, r in zip(first, second, expected):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(a, r, rtol=0, atol=1e-5)
+    # Orbax: stopped after step 3 on 8 devices in 2 processes, resumed in 1 process of 4.
+    orbax = [json.loads(line.split("ORBAX ", 1)[1]) for line in text.splitlines() if "ORBAX " in line]
+    assert len(orbax) == 2 and orbax[0]["whole"] == orbax[1]["whole"], text[-6000:]
+    whole = orbax[0]["whole"]
+    np.testing.assert_allclose(orbax[0]["first"], whole[:3], rtol=1e-6)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run([sys.executable, "-c", ORBAX_RESUME, str(tmp_path / "run" / "orbax")], env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    resumed = json.loads(proc.stdout.split("RESUMED ", 1)[1])
+    assert resumed["iterations"] == 3 and resumed["devices"] == 4, resumed
+    np.testing.assert_allclose(resumed["rest"], whole[3:], rtol=1e-6)
 
 
 @_only_under("jax")
@@ -195,7 +299,7 @@ if os.environ.get("UNPATCHED"):
     from keras_vit.training import tf_multi_worker
     tf_multi_worker.install = lambda: None
 try:
-    weights, _ = run("multi_worker", sys.argv[2])
+    weights, _, _ = run("multi_worker", sys.argv[2])
 except Exception as error:
     print("FAILED", type(error).__name__, str(error)[:200].replace("\\n", " "), flush=True)
     raise
@@ -209,7 +313,7 @@ def test_tensorflow_multi_worker_equals_one_process(reference, tmp_path):
     command = [sys.executable, "-c", TF_WORKER, "multi_worker", str(tmp_path / "run"), str(tmp_path)]
     _, _, text = _launch(tmp_path, command)
     assert text.count("DONE ") == 2, text[-6000:]
-    _check_equal(tmp_path, reference)
+    _check_equal(tmp_path, reference[0])
 
 
 @_only_under("tensorflow")

@@ -170,6 +170,10 @@ class ModelBase:
         """`keras.Model.save_weights`, written to a temporary file and renamed (`keras_vit.saving`)."""
         return saving.save_weights(self, super().save_weights, filepath, overwrite, max_shard_size)
 
+    def load_weights(self, filepath, skip_mismatch=False, **kwargs):
+        """`keras.Model.load_weights`; an Orbax checkpoint restores onto another mesh (`keras_vit.saving`)."""
+        return saving.load_weights(self, super().load_weights, filepath, skip_mismatch=skip_mismatch, **kwargs)
+
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         # Called by Keras' TensorFlow trainer only.
         return tf_build.symbolic_build(self, super()._maybe_symbolic_build, iterator, data_batch)
