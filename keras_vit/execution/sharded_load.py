@@ -60,6 +60,11 @@ def check_mesh(distribution=None):
         ValueError: naming the mesh's shape, its device count and the devices
             available, when the mesh names more devices (or other ones) than
             jax has.
+
+    Example (jax, 8 devices):
+
+        mesh = keras.distribution.DeviceMesh((16,), ("batch",), [f"cpu:{i}" for i in range(16)])
+        check_mesh(keras.distribution.DataParallel(device_mesh=mesh))  # ValueError: ... jax sees 8
     """
     import jax
 
@@ -104,6 +109,15 @@ def deferred_variables(enabled=True):
 
     Raises:
         ValueError: from `check_mesh`, before any variable is made.
+
+    Example (jax; what `keras_vit.from_preset` does under a distribution):
+
+        with dist.scope():
+            with deferred_variables():
+                model = keras_vit.ViT(**arguments)
+            for variable, value in zip(model.weights, values):
+                assign(variable, value)
+            initialize_rest(model)
     """
     from keras.src.backend.common.stateless_scope import in_stateless_scope
 
