@@ -150,6 +150,144 @@ print(json.dumps(out))
 """
 
 
+# A reduced-depth DINOv3-7B in transformers' layout (SwiGLU, head width 128),
+# narrower: the files are written here and loaded by a process of its own, so
+# that its peak memory counts nothing but the load.
+DINOV3_CONFIG = {"architectures": ["DINOv3ViTModel"], "model_type": "dinov3_vit", "hidden_size": 1024,
+                 "num_attention_heads": 8, "intermediate_size": 2048, "num_hidden_layers": 2,
+                 "use_gated_mlp": True, "hidden_act": "silu", "num_register_tokens": 4, "layerscale_value": 1e-5,
+                 "image_size": 32, "patch_size": 16, "key_bias": False}
+
+
+def _dinov3_state(config, rng):
+    """A random state dict with the tensor names and shapes transformers' DINOv3ViTModel saves."""
+    width, hidden = config["hidden_size"], config["intermediate_size"]
+    shapes = {"embeddings.cls_token": (1, 1, width), "embeddings.mask_token": (1, 1, width),
+              "embeddings.register_tokens": (1, config["num_register_tokens"], width),
+              "embeddings.patch_embeddings.weight": (width, 3, 16, 16), "embeddings.patch_embeddings.bias": (width,),
+              "norm.weight": (width,), "norm.bias": (width,)}
+    for i in range(config["num_hidden_layers"]):
+        block = {"norm1.weight": (width,), "norm1.bias": (width,), "norm2.weight": (width,), "norm2.bias": (width,),
+                 "layer_scale1.lambda1": (width,), "layer_scale2.lambda1": (width,),
+                 "attention.k_proj.weight": (width, width)}
+        for name in ("q", "v", "o"):
+            block.update({f"attention.{name}_proj.weight": (width, width), f"attention.{name}_proj.bias": (width,)})
+        for name, shape in (("gate", (hidden, width)), ("up", (hidden, width)), ("down", (width, hidden))):
+            block.update({f"mlp.{name}_proj.weight": shape, f"mlp.{name}_proj.bias": shape[:1]})
+        shapes.update({f"layer.{i}.{key}": shape for key, shape in block.items()})
+    return {key: rng.standard_normal(shape, dtype="float32") for key, shape in shapes.items()}
+
+
+SHARDED_LOAD = """
+import os, sys, json
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+import numpy as np, keras, keras_vit
+from keras_vit import training
+from keras_vit.presets import loading
+from keras_vit.weights.mapping import model_variables
+folder, out = sys.argv[1], {}
+
+def status():
+    with open("/proc/self/status") as f:
+        return {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.startswith(("VmHWM", "VmRSS"))}
+
+dist = training.get_distribution("fsdp")
+for name, dtype in (("f32", "float32"), ("bf16", "bfloat16")):
+    directory = os.path.join(folder, name)
+    size = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory) if f.endswith(".safetensors"))
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak starts again from here
+    before = status()["VmRSS"]
+    with dist.scope():
+        model = keras_vit.from_preset(directory, dtype=dtype)
+    grown = (status()["VmHWM"] - before) / size
+    # What a single-device load assigns: each tensor read whole by
+    # safetensors, in the canonical layout, cast to the model's dtype.
+    params = loading.describe_preset(directory).read(model).params
+    out[name] = {"growth": grown, "equal": all(
+        np.array_equal(np.asarray(v.value), np.asarray(params[key]).astype(v.value.dtype))
+        for key, v in model_variables(model).items()),
+        "dtypes": sorted({str(w.value.dtype) for w in model.weights}),
+        "split": sum(not w.value.sharding.is_fully_replicated for w in model.weights)}
+    del model, params
+print(json.dumps(out))
+"""
+
+
+@runs_once("jax", "keras.distribution's variables are jax arrays; other backends load as before")
+def test_fsdp_loads_a_checkpoint_slice_by_slice(tmp_path):
+    """A float32 checkpoint in shards and a bfloat16 one, loaded under 8-way
+    FSDP: the process's peak memory grows by at most 1.2 x the files' bytes
+    (the 8 host devices together hold one copy of the weights), and the
+    weights are the tensors a single-device load assigns, bit for bit."""
+    import ml_dtypes
+    from safetensors.numpy import save_file
+
+    from keras_vit.weights import files, shards
+
+    state = _dinov3_state(DINOV3_CONFIG, np.random.default_rng(0))
+    for name in ("f32", "bf16"):
+        os.mkdir(tmp_path / name)
+        files.write_json(tmp_path / name / "config.json", DINOV3_CONFIG)
+    shards.write_state(str(tmp_path / "f32"), state, max_shard_size="30MB")
+    save_file({k: v.astype(ml_dtypes.bfloat16) for k, v in state.items()}, str(tmp_path / "bf16" / "model.safetensors"))
+    del state
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run([sys.executable, "-c", SHARDED_LOAD, str(tmp_path)], env=env, cwd=str(ROOT),
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(os.listdir(tmp_path / "f32")) >= 4  # shards and their index
+    for name, dtype in (("f32", "float32"), ("bf16", "bfloat16")):
+        assert out[name]["equal"], out
+        assert out[name]["dtypes"] == [dtype], out
+        assert out[name]["split"] >= 15, out  # every kernel of both blocks and the patch embedding
+        assert out[name]["growth"] <= 1.2, out
+
+
+def _config_only(folder, shards=()):
+    """A transformers directory of `DINOV3_CONFIG` whose index lists `shards`, none of them written."""
+    from keras_vit.weights import files
+
+    files.write_json(folder / "config.json", DINOV3_CONFIG)
+    if shards:
+        files.write_json(folder / "model.safetensors.index.json",
+                         {"weight_map": {f"w{i}": shard for i, shard in enumerate(shards)}})
+    return str(folder)
+
+
+@runs_once("torch", "the index is read before any model is built, whatever the backend")
+def test_a_missing_shard_is_named_before_any_weight(tmp_path, monkeypatch):
+    from keras_vit.presets import loading
+
+    folder = _config_only(tmp_path, ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"])
+    monkeypatch.setattr(loading, "_build", lambda *a: pytest.fail("a model was built"))
+    with pytest.raises(ValueError, match="Shard 'model-00001-of-00002.safetensors' listed in .*index.json' is missing"):
+        keras_vit.from_preset(folder)
+
+
+@runs_once("jax", "only jax's distributions name devices by mesh")
+def test_a_mesh_larger_than_the_devices_is_named_before_any_weight(tmp_path, monkeypatch):
+    from safetensors.numpy import save_file
+
+    from keras_vit.execution import fsdp
+    from keras_vit.presets import loading
+
+    folder = _config_only(tmp_path)
+    names = [f"cpu:{i}" for i in range(64)]
+    with pytest.raises(ValueError, match="device mesh is larger than the devices.*shape=\\{'batch': 64\\}"):
+        training.get_distribution("fsdp", devices=names)
+    mesh = keras.distribution.DeviceMesh((64,), ("batch",), names)
+    monkeypatch.setattr(loading, "_build", lambda *a: pytest.fail("a model was built"))
+    with fsdp.FSDP(fsdp.FSDPLayoutMap(mesh)).scope():
+        with pytest.raises(ValueError, match="64 devices; jax sees"):
+            keras_vit.from_preset(folder)
+        file = os.path.join(folder, "model.safetensors")
+        save_file({"cls_token": np.zeros((1, 1, 768), "float32")}, file)
+        with pytest.raises(ValueError, match="64 devices; jax sees"):
+            keras_vit.ViTB16(weights=file)
+
+
 @functools.lru_cache(maxsize=None)  # one run serves every test of its backend
 def _run(script, backend, timeout=300):
     env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")

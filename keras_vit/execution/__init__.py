@@ -15,6 +15,10 @@ from `keras_vit.models.base.ModelBase` by one call:
   before the first step is traced (else it is traced twice);
 - `processes`: `fit` refused under a torch process group of several
   processes;
+- `fsdp`: FSDP's layouts (`FSDPLayoutMap`, `FSDP`) on jax;
+- `sharded_load`: under a distribution on jax, a model built with no initial
+  values and its checkpoint read into each variable's layout, each device's
+  slice alone;
 - `host`: `host_call(function, inputs, shape)`, NumPy on the host inside a
   compiled step (jax's `pure_callback`, TensorFlow's `numpy_function`,
   torch eagerly), for a loss's Hungarian matching.

@@ -13,6 +13,7 @@ import keras
 import numpy as np
 
 from keras_vit.architectures import CLASS_TOKEN_READERS, gelu_activation
+from keras_vit.execution import sharded_load
 from keras_vit.layers.config import RECORDS, BlockConfig, expose_records, record_keywords
 from keras_vit.layers.seeds import check_seed
 from keras_vit.models import forward, patch_inputs
@@ -266,8 +267,11 @@ class ViT(ModelBase, ForwardPass, keras.Model):
         self._set_metadata(class_names, preprocessing, info)
 
         inputs = keras.Input(shape=shape, name="image")
-        stages, features, outputs = self._build_graph(inputs, dtype)
-        super().__init__(inputs=inputs, outputs=outputs, name=name, **kwargs)
+        # Weights about to be loaded need no initial values (under a
+        # distribution on jax, `keras_vit.execution.sharded_load`).
+        with sharded_load.deferred_variables(weights is not None):
+            stages, features, outputs = self._build_graph(inputs, dtype)
+            super().__init__(inputs=inputs, outputs=outputs, name=name, **kwargs)
         set_model_policy(self, dtype)
         self._forward_stages = forward.attach_stem(stages, inputs, features, f"{name}_stem")
         # Any image size divisible by the patch size is accepted at call time.

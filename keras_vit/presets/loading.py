@@ -27,6 +27,7 @@ backend) or `format="transformers"` (loaded by
 
 import os
 
+from keras_vit.execution import sharded_load
 from keras_vit.families import keras_hub_source as keras_hub
 from keras_vit.families import timm_zoo
 from keras_vit.families import transformers_source as transformers
@@ -403,9 +404,14 @@ def build(source, **overrides):
 
         return task_presets.build_task(source, **overrides)
     args = _apply_overrides(source.arguments, overrides)
-    model = _build(source.model_class, args)
+    shards.check_shards(source.directory)
+    # Under a distribution on jax, no variable gets a value before the
+    # checkpoint gives it, in its layout (`keras_vit.execution.sharded_load`).
+    with sharded_load.deferred_variables():
+        model = _build(source.model_class, args)
     if source.layout == "keras_vit" and not overrides:
         # The preset's own model: Keras reads its file straight into it.
+        sharded_load.initialize_rest(model, zeros=True)
         model.load_weights(os.path.join(source.directory, KERAS_WEIGHTS))
         return model
     loader.load_checkpoint(model, source.read(model))

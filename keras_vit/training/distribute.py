@@ -44,6 +44,7 @@ import threading
 
 import keras
 
+from keras_vit.execution import sharded_load
 from keras_vit.validation import check_choice
 
 NAMES = ("none", "auto", "data_parallel", "mirrored", "multi_worker", "model_parallel", "fsdp", "tpu", "data",
@@ -254,6 +255,7 @@ def _jax_distribution(name, tpu, devices, model_parallel, num_heads, mlp_dim, mi
         )
     if name in ("data_parallel", "mirrored"):
         dist = kd.DataParallel(devices=devices)
+        sharded_load.check_mesh(dist)
         return TrainingDistribution("data_parallel", len(devices), distribution=dist)
     from keras_vit.models.vit import ViT
 
@@ -267,10 +269,12 @@ def _jax_distribution(name, tpu, devices, model_parallel, num_heads, mlp_dim, mi
         else:
             mesh = kd.DeviceMesh(shape, axis_names=("batch", "model"), devices=devices)
         dist = fsdp.FSDP(ViT.get_layout_map(mesh, fsdp_axis="batch", min_shard_bytes=min_shard_bytes))
+        sharded_load.check_mesh(dist)
         return TrainingDistribution("fsdp", shape[0], distribution=dist)
     shape = _mesh_shape(len(devices), 2 if model_parallel is None else model_parallel, num_heads, mlp_dim)
     mesh = kd.DeviceMesh(shape, axis_names=("batch", "model"), devices=devices)
     dist = kd.ModelParallel(layout_map=ViT.get_layout_map(mesh), batch_dim_name="batch")
+    sharded_load.check_mesh(dist)
     return TrainingDistribution("model_parallel", shape[0], distribution=dist)
 
 

@@ -3,7 +3,10 @@ dicts (`.safetensors`, or `.pth`/`.pt`/`.bin` with `weights_only=True`) as
 NumPy. Nothing is unpickled; a `.safetensors` file's tensors are read one at
 a time, when their values are needed (`LazyTensor`)."""
 
+import contextlib
+import json
 import os
+import struct
 
 import numpy as np
 
@@ -43,10 +46,12 @@ class LazyTensor:
     [0.0, 3.0]
     """
 
-    def __init__(self, path, key, shape, dtype, views=()):
+    def __init__(self, path, key, shape, dtype, views=(), stored=None):
         self.path, self.key = path, key
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         self.views = tuple(views)
+        # (dtype in the file, shape in the file, byte offset), for `mapped`.
+        self.stored = stored
 
     @property
     def ndim(self):
@@ -66,7 +71,29 @@ class LazyTensor:
     def view(self, function):
         """This tensor through `function`, a view of an array (a transpose, reshape, slice)."""
         shape = function(self.stand_in()).shape
-        return LazyTensor(self.path, self.key, shape, self.dtype, self.views + (function,))
+        return LazyTensor(self.path, self.key, shape, self.dtype, self.views + (function,), self.stored)
+
+    @contextlib.contextmanager
+    def mapped(self):
+        """A context giving this tensor as a read-only memory map of its file.
+
+        The values stay in the file's dtype (bfloat16 is not widened) and the
+        views are applied to the map, so indexing it reads only the bytes of
+        the slice taken; copy what is kept before the context ends, when the
+        map is released. A tensor whose views are not views (they compute)
+        is read whole.
+        """
+        if self.stored is None or 0 in self.stored[1]:
+            yield np.asarray(self)
+            return
+        dtype, shape, offset = self.stored
+        array = np.memmap(self.path, dtype=dtype, mode="r", offset=offset, shape=shape)
+        for function in self.views:
+            array = function(array)
+        try:
+            yield array
+        finally:
+            del array
 
     def __array__(self, dtype=None, copy=None):
         array = read_tensor(self.path, self.key)
@@ -128,6 +155,24 @@ _SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF
                        "BOOL": "bool"}
 
 
+def _stored_dtype(name):
+    if name == "BF16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(_SAFETENSORS_DTYPES[name]).newbyteorder("<") if name in _SAFETENSORS_DTYPES else None
+
+
+def _data_offsets(path):
+    """`{key: (stored dtype or None, shape, byte offset)}` from a `.safetensors` header."""
+    with open(path, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size))
+    header.pop("__metadata__", None)
+    return {key: (_stored_dtype(entry["dtype"]), tuple(entry["shape"]), 8 + size + entry["data_offsets"][0])
+            for key, entry in header.items()}
+
+
 def _read_safetensors(path):
     """`{key: LazyTensor}` of a `.safetensors` file: its header is read, not its tensors."""
     from safetensors import safe_open
@@ -135,8 +180,10 @@ def _read_safetensors(path):
     try:
         with safe_open(path, framework="numpy") as handle:
             header = {key: handle.get_slice(key) for key in handle.keys()}
+            offsets = _data_offsets(path)
             state = {
-                key: LazyTensor(path, key, part.get_shape(), _SAFETENSORS_DTYPES.get(part.get_dtype(), "float32"))
+                key: LazyTensor(path, key, part.get_shape(), _SAFETENSORS_DTYPES.get(part.get_dtype(), "float32"),
+                                stored=offsets[key] if offsets[key][0] is not None else None)
                 for key, part in header.items()
             }
     except Exception as error:  # safetensors raises its own error types

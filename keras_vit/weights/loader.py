@@ -8,6 +8,7 @@ import keras
 import numpy as np
 
 from keras_vit.architectures import architecture_name
+from keras_vit.execution import sharded_load
 from keras_vit.weights import describe, readers
 from keras_vit.weights.mapping import (
     HEAD_DIST_PREFIX,
@@ -235,10 +236,17 @@ def load_checkpoint(model, checkpoint):
         logger.info("%s: ignored %s: %s", checkpoint.path, key, reason)
     for note in notes:
         warnings.warn(note, stacklevel=3)
+    sliced = sharded_load.active()
     for variable, value in assignments.values():
+        if sliced:
+            # Under a distribution on jax: each device's slice, read alone.
+            sharded_load.assign(variable, value)
+            continue
         # A backend tensor (another model's variable) is copied by the
         # backend (jax's training steps donate a variable's buffer, which must
         # not be shared); anything else is read into NumPy now, one tensor
         # at a time.
         variable.assign(keras.ops.copy(value) if keras.ops.is_tensor(value) else np.asarray(value, dtype="float32"))
+    if sliced:
+        sharded_load.initialize_rest(model)
     return model

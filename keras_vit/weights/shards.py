@@ -38,6 +38,37 @@ def _read_index(path):
     return weight_map
 
 
+def check_shards(directory):
+    """Raises a ValueError if the shard index of `directory` lists a missing file.
+
+    A directory without an index (one weights file, or none) passes: the
+    readers report those.
+
+    Example:
+
+    >>> import json, os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+    ...     json.dump({"weight_map": {"w": "model-00001-of-00001.safetensors"}}, f)
+    >>> check_shards(folder)
+    Traceback (most recent call last):
+    ...
+    ValueError: Shard 'model-00001-of-00001.safetensors' listed in ...
+    """
+    path = weights_file(directory)
+    if path is None or not path.endswith(".index.json"):
+        return
+    weight_map = _read_index(path)
+    for shard in sorted(set(weight_map.values())):
+        if not os.path.isfile(os.path.join(directory, shard)):
+            tensors = sorted(k for k, v in weight_map.items() if v == shard)
+            raise ValueError(
+                f"Shard {shard!r} listed in {path!r} is missing: {len(tensors)} tensors "
+                f"({', '.join(tensors[:3])}{', ...' if len(tensors) > 3 else ''}) have no file. "
+                f"Received: directory={directory!r}"
+            )
+
+
 def read_state(directory):
     """`(state dict as NumPy, file or index path)` of a Hub directory.
 
@@ -64,12 +95,11 @@ def read_state(directory):
         )
     if not path.endswith(".index.json"):
         return read_state_dict(path), path
+    check_shards(directory)
     weight_map = _read_index(path)
     state = {}
     for shard in sorted(set(weight_map.values())):
         shard_path = os.path.join(directory, shard)
-        if not os.path.isfile(shard_path):
-            raise ValueError(f"Shard {shard!r} listed in {path!r} is missing.")
         part = read_state_dict(shard_path)
         state.update({k: v for k, v in part.items() if weight_map.get(k) == shard})
     missing = sorted(set(weight_map) - set(state))
