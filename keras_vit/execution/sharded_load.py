@@ -25,11 +25,7 @@ and `keras_vit.load_model` load this way under a distribution's scope:
     with dist.scope():
         model = keras_vit.from_preset("facebook/dinov3-vit7b16-pretrain-lvd1689m", dtype="bfloat16")
 
-Loading a float32 checkpoint of a DINOv3-7B cut to two blocks (width 4096,
-SwiGLU; 1.36 GB) into 8-way FSDP over 8 host devices raises the process's
-peak memory by 1.01 times the checkpoint's bytes (the devices hold one copy
-between them), against 2.35 times when every variable is first initialised
-and then assigned whole tensors.
+The peak memory it takes is measured in the training guide (docs/guides/training.md).
 """
 
 import contextlib
