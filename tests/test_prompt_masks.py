@@ -346,6 +346,12 @@ def test_masks_command_writes_pictures_and_json(tmp_path, capsys):
     assert run_cli(["masks", sam_dir()[0], str(tmp_path / "chelsea.png"), "--automatic",
                     "--box", "1", "1", "9", "9", "--out", str(out)]) == 2
     assert "--automatic segments everything" in capsys.readouterr().err
+    # A prompt that fits no image (a label missing) is the command's error, before the model loads.
+    assert run_cli(["masks", str(tmp_path / "absent"), str(tmp_path / "chelsea.png"), str(tmp_path / "corner.png"),
+                    "--points", "10,10", "20,20", "--labels", "1", "--out", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error") == 1 and "`labels` must be one 0 (background) or 1 (object) per point" in err, err
+    assert not (tmp_path / "none").exists()
 
 
 def test_run_length_encoding_matches_transformers_and_pycocotools():

@@ -12,8 +12,9 @@ on each image in turn and writes `<image>_masks.png` (every mask and the
 prompts, `keras_vit.tasks.pictures.masks_picture`) and `<image>_masks.json`,
 the masks run-length encoded (COCO's uncompressed RLE, column by column, as
 transformers' mask-generation pipeline encodes them:
-`keras_vit.tasks.rle`). An image that cannot be read (or, for `masks`,
-that its prompt does not fit) is named and passed over; the command writes
+`keras_vit.tasks.rle`). A prompt that fits no image is an error before
+the model loads; an image that cannot be read (or, for `masks`, that its
+prompt does not fit) is named and passed over; the command writes
 the others' results and exits with status 1
 (`keras_vit.cli.files.Failures`).
 """
@@ -83,6 +84,9 @@ def _check_prompt(args):
         raise ValueError("--automatic segments everything: it takes no --points or --box.")
     if not (args.automatic or args.points or args.box):
         raise ValueError("Give a prompt: --points (with --labels), --box, both, or --automatic for every object.")
+    if not args.automatic:
+        # A mistake that no image's size changes is the command's, not each image's.
+        prompt_masks.check_prompt(points=args.points, labels=args.labels, boxes=args.box)
 
 
 def _segment(args, model, image):

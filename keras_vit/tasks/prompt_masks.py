@@ -460,6 +460,29 @@ def prompt_points(size, shape, points=None, labels=None, boxes=None):
     return np.concatenate(parts, axis=1).astype("float32"), np.concatenate(part_labels, axis=1).astype("int32")
 
 
+def check_prompt(points=None, labels=None, boxes=None):
+    """Raises the `ValueError` of a prompt that fits no image.
+
+    What `prompt_points` checks that does not depend on the image's size:
+    a prompt given, finite numbers of the right shapes, a 0 or 1 label per
+    point, boxes with x1 >= x0 and y1 >= y0, no negative pixel, as many
+    prompts of points as of boxes. A command that prompts many images
+    checks this once, before any.
+
+    Args:
+        points, labels, boxes: as `segment_prompts` takes them.
+
+    Example:
+
+    >>> check_prompt(points=[[10, 20], [30, 40]], labels=[1, 0])
+    >>> check_prompt(points=[[10, 20], [30, 40]], labels=[1])
+    Traceback (most recent call last):
+    ...
+    ValueError: `labels` must be one 0 (background) or 1 (object) per point, shape (1, 2). Received: [[1]]
+    """
+    prompt_points((np.inf, np.inf), (1, 1), points=points, labels=labels, boxes=boxes)
+
+
 def embed_image(model, image):
     """`(segmenter, image embedding (1, gh, gw, D), original size, resized
     size)` of one image (`prepare_image`, then `image_embedder`); `model`
