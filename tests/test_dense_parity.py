@@ -23,7 +23,7 @@ from dense_dirs import (
 from hub_dirs import light_keras_state as _fresh_keras_state  # noqa: F401
 from keras_vit.tasks.depth import DepthEstimator
 from keras_vit.tasks.segmentation import Segmenter
-from conftest import spread
+from conftest import runs_once, spread
 
 pytestmark = spread("checkpoint parity: the heads' layers are held on every backend by their contracts; each "
                     "checkpoint once")
@@ -94,6 +94,23 @@ def test_transformers_checkpoint_outputs_match(checkpoints, name, tmp_path):
     again = torch_outputs(back.eval(), images)
     for key in keys:
         np.testing.assert_allclose(again[key], outputs[key], atol=TOLERANCE, rtol=TOLERANCE, err_msg=key)
+
+
+@runs_once("torch", "a key of config.json; loading and writing are held on every backend by the cases above")
+def test_trained_tasks_survive_the_transformers_format(checkpoints, tmp_path):
+    """A fine-tuned model's `trained_tasks` goes into config.json under
+    keras_vit's own key, which transformers keeps, and comes back."""
+    import json
+
+    model = keras_vit.from_preset(checkpoints["eomt"][0])
+    assert model.trained_tasks is None
+    model.save_to_preset(str(tmp_path / "unknown"), format="transformers")
+    assert "keras_vit_trained_tasks" not in json.loads((tmp_path / "unknown" / "config.json").read_text())
+    model.trained_tasks = ("semantic",)
+    model.save_to_preset(str(tmp_path / "semantic"), format="transformers")
+    config = transformers.AutoConfig.from_pretrained(str(tmp_path / "semantic"))
+    assert config.keras_vit_trained_tasks == ["semantic"]
+    assert keras_vit.from_preset(str(tmp_path / "semantic")).trained_tasks == ("semantic",)
 
 
 def test_masked_attention_follows_the_checkpoint(checkpoints):

@@ -62,11 +62,15 @@ TRAINING_FIELDS = frozenset((
     "mask_weight", "dice_weight", "train_num_points", "oversample_ratio", "importance_sample_ratio",
     "pos_embed_shift", "pos_embed_jitter", "pos_embed_rescale",
 ))
+# keras_vit's own key in an exported config.json: the segmentation tasks a
+# fine-tuning trained (`Segmenter.trained_tasks`), which transformers keeps
+# as an attribute no model reads.
+TRAINED_TASKS = "keras_vit_trained_tasks"
 SHARED_FIELDS = frozenset((
     "hidden_size", "num_hidden_layers", "num_attention_heads", "hidden_act", "layer_norm_eps", "image_size",
     "patch_size", "num_channels", "layerscale_value", "num_upscale_blocks", "num_blocks", "num_queries",
     "num_register_tokens",
-)) | TRAINING_FIELDS
+)) | TRAINING_FIELDS | {TRAINED_TASKS}
 
 
 def head_rules(num_upscale_blocks):
@@ -104,7 +108,7 @@ class _EomtFamily(TaskFamily):
         return dict(
             classes=classes, class_names=names, head="eomt", num_queries=config.get("num_queries", 200),
             num_blocks=config.get("num_blocks", 4), num_upscale_blocks=config.get("num_upscale_blocks", 2),
-            mask_probabilities=probabilities,
+            mask_probabilities=probabilities, trained_tasks=config.get(TRAINED_TASKS),
         )
 
     def arguments(self, config, state=None):
@@ -140,6 +144,8 @@ class _EomtFamily(TaskFamily):
             num_blocks=model.num_blocks, num_upscale_blocks=model.num_upscale_blocks, dtype="float32",
             **label_config(model.class_names, model.classes), **self.extra_config(fields),
         )
+        if model.trained_tasks is not None:
+            config[TRAINED_TASKS] = list(model.trained_tasks)
         state = self.unrename(family.export_state(encoder, hf_class, pooled))
         state.update(RuleTable(head_rules(model.num_upscale_blocks)).from_canonical(head))
         state["criterion.empty_weight"] = np.array([1.0] * model.classes + [NO_OBJECT_WEIGHT], "float32")
