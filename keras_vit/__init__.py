@@ -22,6 +22,8 @@ from keras_vit.models import (
     ViTB16,
     ViTB32,
     ViTH14,
+    ViTGiant14,
+    ViTGigantic14,
     ViTConvStem,
     ViTHybrid,
     ViTL16,

@@ -10,7 +10,8 @@ define it.
 Reference:
     Dosovitskiy et al., arXiv:2010.11929, Table 1 (Base, Large, Huge) and
     §3.1 (hybrids); Steiner et al., arXiv:2106.10270 (Ti, S and the R+Ti,
-    R26 hybrids of the AugReg release).
+    R26 hybrids of the AugReg release); Zhai et al., arXiv:2106.04560,
+    Table 2 (g/14, G/14).
 """
 
 import dataclasses
@@ -90,6 +91,11 @@ VARIANTS = (
     _vit("ViTL16", "L/16", 16, 1024, 24, 16, 4096),
     _vit("ViTL32", "L/32", 32, 1024, 24, 16, 4096),
     _vit("ViTH14", "H/14", 14, 1280, 32, 16, 5120),
+    # Zhai et al.'s giant (g) and gigantic (G) sizes (Table 2), for sharded training
+    # (`keras_vit.training.get_distribution("fsdp")`); no checkpoint of
+    # theirs is published in the official formats.
+    _vit("ViTGiant14", "g/14", 14, 1408, 40, 16, 6144),
+    _vit("ViTGigantic14", "G/14", 14, 1664, 48, 16, 8192),
     # R+Ti/16 keeps the ResNet stem only (stride 4), so with 8x8 patches
     # its effective stride is 32 despite the official name.
     _hybrid(

@@ -30,15 +30,25 @@ OFFICIAL_PARAMS = {
     "L/32": (306_535_400, 306_632_680),
     "H/14": (632_045_800, 632_651_240),
 }
+# The giant sizes' published counts, in millions, of the encoder without
+# its head at 224 px (Zhai et al., arXiv:2106.04560, Table 2).
+PUBLISHED_MILLIONS = {"g/14": 1011, "G/14": 1843}
 PLAIN = sorted(name for name, arch in CONSTRUCTORS.items() if "resnet_layers" not in ARCHITECTURE_CONFIGS[arch])
 
 
 def test_every_plain_variant_has_an_official_count():
-    assert {CONSTRUCTORS[name] for name in PLAIN} == set(OFFICIAL_PARAMS)
+    assert {CONSTRUCTORS[name] for name in PLAIN} == set(OFFICIAL_PARAMS) | set(PUBLISHED_MILLIONS)
+
+
+@pytest.mark.parametrize("constructor", [n for n in PLAIN if CONSTRUCTORS[n] in PUBLISHED_MILLIONS])
+def test_giant_variants_have_their_published_size(constructor):
+    with keras.StatelessScope(initialize_variables=False):
+        model = getattr(keras_vit, constructor)(include_top=False)
+        assert round(model.count_params() / 1e6) == PUBLISHED_MILLIONS[CONSTRUCTORS[constructor]]
 
 
 @pytest.mark.parametrize("size_index,size", [(0, 224), (1, 384)])
-@pytest.mark.parametrize("constructor", PLAIN)
+@pytest.mark.parametrize("constructor", [n for n in PLAIN if CONSTRUCTORS[n] in OFFICIAL_PARAMS])
 def test_variant_parameter_count(constructor, size_index, size):
     arch = CONSTRUCTORS[constructor]
     if arch == "H/14" and size == 384:

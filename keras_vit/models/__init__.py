@@ -12,6 +12,8 @@ from keras_vit.models.variants import (
     ViTB16,
     ViTB32,
     ViTH14,
+    ViTGiant14,
+    ViTGigantic14,
     ViTL16,
     ViTL32,
     ViTS16,

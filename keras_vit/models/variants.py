@@ -63,6 +63,9 @@ _DOC = """Builds {title}, the {arch} Vision Transformer{extra}.
     """
 
 
+_REFERENCES = {arch: "; the giant and gigantic sizes: Zhai et al., arXiv:2106.04560" for arch in ("g/14", "G/14")}
+
+
 def _docstring(variant, model_class):
     row = variant.config
     patch = row["patch_size"]
@@ -83,7 +86,7 @@ def _docstring(variant, model_class):
         arch_keys="`, `".join(row),
         func=variant.constructor,
         example_size=example,
-        reference="; BiT ResNet: arXiv:1912.11370" if variant.hybrid else "",
+        reference=_REFERENCES.get(variant.architecture, "; BiT ResNet: arXiv:1912.11370" if variant.hybrid else ""),
     )
 
 
@@ -176,6 +179,16 @@ def ViTL32(include_top=True, weights=None, feature_blocks=None, **kwargs):
 @_named
 def ViTH14(include_top=True, weights=None, feature_blocks=None, **kwargs):
     return build_variant("ViTH14", include_top, weights, feature_blocks, **kwargs)
+
+
+@_named
+def ViTGiant14(include_top=True, weights=None, feature_blocks=None, **kwargs):
+    return build_variant("ViTGiant14", include_top, weights, feature_blocks, **kwargs)
+
+
+@_named
+def ViTGigantic14(include_top=True, weights=None, feature_blocks=None, **kwargs):
+    return build_variant("ViTGigantic14", include_top, weights, feature_blocks, **kwargs)
 
 
 @_named
