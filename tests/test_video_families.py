@@ -1,0 +1,106 @@
+"""transformers' video families (VideoMAE, ViViT): a model made at random by
+transformers, saved with `save_pretrained`, loads with `keras_vit.from_preset`
+and reproduces transformers' own forward pass on the same clips (logits, or
+`last_hidden_state` for the encoders); the processors' scaling and frame
+count reach the model's `preprocessing`."""
+
+import json
+
+import numpy as np
+import pytest
+
+import keras_vit
+from conftest import runs_once, spread, to_numpy
+from hub_dirs import randomise_torch
+
+pytestmark = spread("transformers' video families: the layers are held on every backend by their contracts; "
+                    "each case once")
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+TINY = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, image_size=16,
+            num_frames=4, num_labels=3)
+CONFIGS = {
+    "VideoMAEModel": lambda: transformers.VideoMAEConfig(**TINY, patch_size=8, tubelet_size=2),
+    "VideoMAEForVideoClassification": lambda: transformers.VideoMAEConfig(**TINY, patch_size=8, tubelet_size=2),
+    "VivitModel": lambda: transformers.VivitConfig(**TINY, tubelet_size=[2, 8, 8]),
+    "VivitForVideoClassification": lambda: transformers.VivitConfig(**TINY, tubelet_size=[2, 8, 8]),
+}
+PROCESSORS = {"VideoMAEModel": "VideoMAEImageProcessor", "VivitModel": "VivitImageProcessor"}
+
+
+def _clips(seed=0):
+    """Two clips `(frames, height, width, 3)` of the tiny models' size."""
+    return np.random.default_rng(seed).uniform(-1, 1, (2, 4, 16, 16, 3)).astype("float32")
+
+
+def reference(model, clips):
+    """transformers' logits, or `last_hidden_state` for an encoder, on NTHWC clips."""
+    with torch.no_grad():
+        out = model(pixel_values=torch.from_numpy(clips.transpose(0, 1, 4, 2, 3)))
+    return (out.logits if hasattr(out, "logits") else out.last_hidden_state).numpy()
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """`{class: (folder, transformers' outputs on _clips())}`."""
+    out = {}
+    for seed, (name, config) in enumerate(CONFIGS.items()):
+        folder = tmp_path_factory.mktemp(name)
+        model = randomise_torch(getattr(transformers, name)(config()), seed)
+        model.save_pretrained(folder)
+        out[name] = (str(folder), reference(model, _clips()))
+    return out
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_video_families_reproduce_transformers(made, name):
+    folder, expected = made[name]
+    model = keras_vit.from_preset(folder)
+    assert (model.num_frames, model.tubelet_size) == (4, 2)
+    np.testing.assert_allclose(to_numpy(model(_clips())), expected, rtol=0, atol=1e-4)
+
+
+@runs_once("torch", "processor files and records are data")
+@pytest.mark.parametrize("name", PROCESSORS)
+def test_processor_scaling_and_frame_count_reach_the_model(made, tmp_path, name):
+    """The record scales a frame as the checkpoint's processor does (ViViT's
+    `offset` included) and holds the model's frame count."""
+    folder, _ = made[name]
+    import shutil
+
+    shutil.copytree(folder, tmp_path, dirs_exist_ok=True)
+    processor = getattr(transformers, PROCESSORS[name])(image_mean=[0.4, 0.5, 0.6], image_std=[0.2, 0.3, 0.25])
+    processor.save_pretrained(tmp_path)
+    model = keras_vit.from_preset(str(tmp_path))
+    assert model.preprocessing.num_frames == 4
+    frames = np.random.default_rng(1).integers(0, 256, (4, 16, 16, 3), dtype=np.uint8)
+    theirs = processor(list(frames), do_resize=False, do_center_crop=False, return_tensors="np")["pixel_values"]
+    ours = keras_vit.preprocess_input(frames.astype("float32"), model=model)
+    np.testing.assert_allclose(to_numpy(ours), theirs[0].transpose(0, 2, 3, 1), rtol=0, atol=1e-5)
+
+
+@runs_once("torch", "config files are data")
+@pytest.mark.parametrize(
+    "name, change, match",
+    [
+        ("VideoMAEForVideoClassification", dict(use_mean_pooling=False), "use_mean_pooling=False"),
+        ("VideoMAEModel", dict(architectures=["VideoMAEForPreTraining"]), "architecture must be one of"),
+        ("VivitModel", dict(hidden_act="relu"), "hidden_act"),
+    ],
+)
+def test_video_configs_keras_vit_cannot_build_are_refused(made, tmp_path, name, change, match):
+    with open(f"{made[name][0]}/config.json") as f:
+        config = json.load(f)
+    (tmp_path / "config.json").write_text(json.dumps(dict(config, **change)))
+    with pytest.raises(ValueError, match=match):
+        keras_vit.presets.describe_preset(str(tmp_path))
+
+
+@runs_once("torch", "the writers' refusals read the config only")
+@pytest.mark.parametrize("layout", ["transformers", "timm"])
+def test_video_models_are_not_written_as_image_checkpoints(made, tmp_path, layout):
+    model = keras_vit.from_preset(made["VivitForVideoClassification"][0])
+    with pytest.raises(ValueError, match="num_frames=4"):
+        model.save_to_preset(tmp_path, format=layout, preprocessing="imagenet", class_names=["a", "b", "c"])
