@@ -3,6 +3,8 @@ at random by transformers, its processor (resize, centre crop, scaling)
 saved beside it; the same frames, sampled by transformers' own sampler, go
 through transformers' processor and model, and the top 5 agree."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -91,13 +93,31 @@ def test_a_folder_of_frames_is_read_in_name_order(checkpoint, model, tmp_path):
     assert_top_5(keras_vit.classify_video(model, str(tmp_path))[0], theirs(checkpoint, clip))
 
 
+def test_a_video_file_is_decoded_and_sampled(checkpoint, model, tmp_path):
+    """A lossless video file (PNG frames in AVI, written by PyAV) gives the
+    classes of its frames sampled as transformers samples them."""
+    av = pytest.importorskip("av")
+    from transformers.video_utils import VideoMetadata, default_sample_indices_fn
+
+    clip = _clip(7, seed=4)
+    with av.open(str(tmp_path / "clip.avi"), "w") as container:
+        stream = container.add_stream("png", rate=5)
+        stream.width, stream.height, stream.pix_fmt = 20, 24, "rgb24"
+        for frame in clip:
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")))
+        container.mux(stream.encode())
+    indices = default_sample_indices_fn(VideoMetadata(total_num_frames=7), num_frames=4)
+    expected = theirs(checkpoint, clip[indices])
+    assert_top_5(keras_vit.classify_video(model, str(tmp_path / "clip.avi"))[0], expected)
+
+
 def test_a_short_clip_repeats_its_frames_in_order(checkpoint, model):
     clip = _clip(3, seed=2)
     assert_top_5(keras_vit.classify_video(model, clip)[0], theirs(checkpoint, clip[[0, 0, 1, 2]]))
 
 
 @runs_once("torch", "argument checks")
-def test_sampling_and_bad_clips(model, tmp_path):
+def test_sampling_and_bad_clips(model, tmp_path, monkeypatch):
     from transformers.video_utils import VideoMetadata, default_sample_indices_fn
 
     for total in (4, 7, 16, 33):
@@ -105,8 +125,13 @@ def test_sampling_and_bad_clips(model, tmp_path):
         assert sample_frames(total, 4).tolist() == expected.tolist()
     with pytest.raises(ValueError, match="holds no frame image"):
         keras_vit.classify_video(model, str(tmp_path))
-    with pytest.raises(ValueError, match="not a folder"):
+    with pytest.raises(ValueError, match="neither a folder nor a file"):
         keras_vit.classify_video(model, str(tmp_path / "missing.mp4"))
+    (tmp_path / "clip.mp4").write_bytes(b"")
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, "av", None)
+        with pytest.raises(ImportError, match=r"pip install keras_vit\[video\]"):
+            keras_vit.classify_video(model, str(tmp_path / "clip.mp4"))
     with pytest.raises(ValueError, match=r"an array of shape \(4, 5\)"):
         keras_vit.classify_video(model, [np.zeros((4, 5), "uint8")])
     image_model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8,

@@ -1,8 +1,9 @@
 """One call from video clips to named probabilities: `keras_vit.classify_video`.
 
 A clip is an array of frames `(frames, H, W, C)` (uint8, or float in
-[0, 255]; [0, 1] is multiplied by 255 with a warning, as `classify` does)
-or a folder of frame images read in the order of their names. Its frames
+[0, 255]; [0, 1] is multiplied by 255 with a warning, as `classify` does),
+a folder of frame images read in the order of their names, or a video file
+(`.mp4`, `.avi`, ...: decoded by PyAV, the `video` extra). Its frames
 are sampled as transformers' video processors sample them (`sample_frames`:
 the checkpoint's frame count, evenly spaced; a shorter clip repeats frames
 in order), each frame prepared as `classify` prepares an image
@@ -37,32 +38,61 @@ def sample_frames(total, count):
     return np.arange(count, dtype=np.int64) * total // count
 
 
-def read_clip(clip, where="The clip"):
-    """A clip as a list of frames (arrays, or the paths of a folder's frame
-    images, sorted by name), nothing decoded.
+_TAKES = "an array of frames (frames, height, width, channels), a folder of frame images or a video file"
+
+
+def _video_file(path, count, where):
+    """`count` frames sampled from a video file, decoded by PyAV as RGB arrays."""
+    try:
+        import av
+    except ImportError:
+        raise ImportError(
+            f"{where} {path!r} is a video file: reading it needs PyAV (`pip install keras_vit[video]` or "
+            "`pip install av`); or give its frames as an array or a folder of images."
+        ) from None
+    with av.open(path) as container:
+        stream = container.streams.video[0]
+        # Without a frame count in its header, the file is decoded twice.
+        total = stream.frames or sum(1 for _ in container.decode(stream))
+    if not total:
+        raise ValueError(f"{where} {path!r} holds no video frame.")
+    wanted = sample_frames(total, count)
+    keep, frames = set(wanted.tolist()), {}
+    with av.open(path) as container:
+        for index, frame in enumerate(container.decode(container.streams.video[0])):
+            if index in keep:
+                frames[index] = frame.to_ndarray(format="rgb24")
+            if index >= wanted[-1]:
+                break
+    return [frames[i] for i in wanted]
+
+
+def read_clip(clip, count, where="The clip"):
+    """`count` frames sampled from a clip (`sample_frames`): arrays, the
+    paths of a folder's frame images (sorted by name, not yet decoded), or
+    a video file's frames decoded by PyAV.
 
     Raises:
-        ValueError: for a folder without images, a path that is not a
-            folder, or an array that is not `(frames, H, W[, C])`.
+        ValueError: for a folder without images, a path that is neither a
+            folder nor a file, or an array that is not `(frames, H, W[, C])`.
+        ImportError: for a video file without PyAV.
     """
     if isinstance(clip, (str, os.PathLike)):
         path = os.fspath(clip)
+        if os.path.isfile(path):
+            return _video_file(path, count, where)
         if not os.path.isdir(path):
-            raise ValueError(
-                f"{where} must be an array of frames (frames, height, width, channels) or a folder of frame "
-                f"images. Received: {path!r}, which is not a folder"
-            )
+            raise ValueError(f"{where} must be {_TAKES}. Received: {path!r}, which is neither a folder nor a file")
         names = sorted(n for n in os.listdir(path) if n.lower().endswith(IMAGE_SUFFIXES))
         if not names:
             raise ValueError(f"{where} {path!r} holds no frame image ({', '.join(IMAGE_SUFFIXES)}).")
-        return [os.path.join(path, n) for n in names]
-    array = np.asarray(clip)
-    if array.ndim not in (3, 4) or array.shape[0] == 0:
-        raise ValueError(
-            f"{where} must be an array of frames (frames, height, width, channels) or a folder of frame "
-            f"images. Received: an array of shape {array.shape}"
-        )
-    return list(array)
+        frames = [os.path.join(path, n) for n in names]
+    else:
+        array = np.asarray(clip)
+        if array.ndim not in (3, 4) or array.shape[0] == 0:
+            raise ValueError(f"{where} must be {_TAKES}. Received: an array of shape {array.shape}")
+        frames = list(array)
+    return [frames[i] for i in sample_frames(len(frames), count)]
 
 
 def _clips(videos):
@@ -99,8 +129,9 @@ def classify_video(model, videos, top=5, preprocessing=None):
             ViViT), or anything `keras_vit.load_model` takes.
         videos: one clip or a list of clips; a clip is an array of frames
             `(frames, H, W, C)` in [0, 255] (uint8 or float; grey, RGBA:
-            as `classify` reads images) or a folder of frame images in the
-            order of their names; a `(clips, frames, H, W, C)` array is a
+            as `classify` reads images), a folder of frame images in the
+            order of their names, or a video file (PyAV: `pip install
+            keras_vit[video]`); a `(clips, frames, H, W, C)` array is a
             list of clips. Clips may differ in length and size.
         top: int >= 1, default 5: classes per clip (at most the model's).
         preprocessing: None (default: the model's record), a mode or a
@@ -133,8 +164,7 @@ def classify_video(model, videos, top=5, preprocessing=None):
     count = clip_frames(model, preprocessing)
     outputs = []
     for index, clip in enumerate(_clips(videos)):
-        frames = read_clip(clip, f"`videos[{index}]`")
-        sampled = [frames[i] for i in sample_frames(len(frames), count)]
-        _, inputs = load_images(sampled, model, preprocessing)
+        frames = read_clip(clip, count, f"`videos[{index}]`")
+        _, inputs = load_images(frames, model, preprocessing)
         outputs.append(np.asarray(model.predict_on_batch(inputs[None])))
     return top_predictions(model, np.concatenate(outputs), top)
