@@ -73,10 +73,11 @@ class Patches(keras.layers.Layer):
         for size, p, axis in zip(sizes, self.cell, axes):
             if size is not None and size % p:
                 what = "tubelet size" if axis == "frames" else "patch size"
+                kind = "image" if self.tubelet_size is None else "clip"
+                tubelet = "" if self.tubelet_size is None else f", tubelet_size={self.tubelet_size}"
                 raise ValueError(
-                    f"The input {axis} must be divisible by the {what}. "
-                    f"Received: input size={tuple(sizes)}, "
-                    f"patch_size={self.patch_size}, tubelet_size={self.tubelet_size}"
+                    f"The {kind} {axis} must be divisible by the {what}. "
+                    f"Received: {kind} size={tuple(sizes)}, patch_size={self.patch_size}{tubelet}"
                 )
 
     def build(self, input_shape):
