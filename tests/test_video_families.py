@@ -11,7 +11,7 @@ import pytest
 
 import keras_vit
 from conftest import runs_once, spread, to_numpy
-from hub_dirs import randomise_torch
+from hub_dirs import offline_hub, populate_hf_cache, randomise_torch  # noqa: F401 (a fixture)
 
 pytestmark = spread("transformers' video families: the layers are held on every backend by their contracts; "
                     "each case once")
@@ -59,6 +59,16 @@ def test_video_families_reproduce_transformers(made, name):
     folder, expected = made[name]
     model = keras_vit.from_preset(folder)
     assert (model.num_frames, model.tubelet_size) == (4, 2)
+    np.testing.assert_allclose(to_numpy(model(_clips())), expected, rtol=0, atol=1e-4)
+
+
+@runs_once("torch", "the download of an hf:// handle is the other families'; the model's calls are held above")
+def test_hf_handles_load_through_the_hub_cache(made, offline_hub):
+    """An `hf://` handle of a video checkpoint is fetched as any transformers
+    directory (here from a huggingface_hub cache, the Hub switched off)."""
+    folder, expected = made["VideoMAEForVideoClassification"]
+    populate_hf_cache(offline_hub, "videos/videomae-tiny", folder)
+    model = keras_vit.from_preset("hf://videos/videomae-tiny")
     np.testing.assert_allclose(to_numpy(model(_clips())), expected, rtol=0, atol=1e-4)
 
 
