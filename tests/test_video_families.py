@@ -21,11 +21,18 @@ torch = pytest.importorskip("torch")
 
 TINY = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, image_size=16,
             num_frames=4, num_labels=3)
+VIDEOMAE = dict(TINY, patch_size=8, tubelet_size=2)
+# Each case: the transformers class and its config.
 CONFIGS = {
-    "VideoMAEModel": lambda: transformers.VideoMAEConfig(**TINY, patch_size=8, tubelet_size=2),
-    "VideoMAEForVideoClassification": lambda: transformers.VideoMAEConfig(**TINY, patch_size=8, tubelet_size=2),
-    "VivitModel": lambda: transformers.VivitConfig(**TINY, tubelet_size=[2, 8, 8]),
-    "VivitForVideoClassification": lambda: transformers.VivitConfig(**TINY, tubelet_size=[2, 8, 8]),
+    "VideoMAEModel": ("VideoMAEModel", lambda: transformers.VideoMAEConfig(**VIDEOMAE)),
+    # Without mean pooling the encoder ends in a norm; without biases on the query and value.
+    "VideoMAEModel-final-norm-no-bias": (
+        "VideoMAEModel", lambda: transformers.VideoMAEConfig(**VIDEOMAE, use_mean_pooling=False, qv_bias=False)),
+    "VideoMAEForVideoClassification": (
+        "VideoMAEForVideoClassification", lambda: transformers.VideoMAEConfig(**VIDEOMAE)),
+    "VivitModel": ("VivitModel", lambda: transformers.VivitConfig(**TINY, tubelet_size=[2, 8, 8])),
+    "VivitForVideoClassification": (
+        "VivitForVideoClassification", lambda: transformers.VivitConfig(**TINY, tubelet_size=[2, 8, 8])),
 }
 PROCESSORS = {"VideoMAEModel": "VideoMAEImageProcessor", "VivitModel": "VivitImageProcessor"}
 
@@ -44,11 +51,11 @@ def reference(model, clips):
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
-    """`{class: (folder, transformers' outputs on _clips())}`."""
+    """`{case: (folder, transformers' outputs on _clips())}`."""
     out = {}
-    for seed, (name, config) in enumerate(CONFIGS.items()):
+    for seed, (name, (hf_class, config)) in enumerate(CONFIGS.items()):
         folder = tmp_path_factory.mktemp(name)
-        model = randomise_torch(getattr(transformers, name)(config()), seed)
+        model = randomise_torch(getattr(transformers, hf_class)(config()), seed)
         model.save_pretrained(folder)
         out[name] = (str(folder), reference(model, _clips()))
     return out

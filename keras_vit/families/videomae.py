@@ -99,7 +99,7 @@ class TransformersVideoMAE(TransformersFamily):
             tubelet_size=int(config["tubelet_size"]),
             position_embedding="sincos_1d",
             class_token=False,
-            qkv_bias=(qv_bias, False, qv_bias),
+            qkv_bias=(True, False, True) if qv_bias else False,
         )
         mean_pooling = bool(config["use_mean_pooling"])
         if hf_class == "VideoMAEModel":
