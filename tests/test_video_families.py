@@ -5,6 +5,7 @@ and reproduces transformers' own forward pass on the same clips (logits, or
 count reach the model's `preprocessing`."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -85,8 +86,6 @@ def test_processor_scaling_and_frame_count_reach_the_model(made, tmp_path, name)
     """The record scales a frame as the checkpoint's processor does (ViViT's
     `offset` included) and holds the model's frame count."""
     folder, _ = made[name]
-    import shutil
-
     shutil.copytree(folder, tmp_path, dirs_exist_ok=True)
     processor = getattr(transformers, PROCESSORS[name])(image_mean=[0.4, 0.5, 0.6], image_std=[0.2, 0.3, 0.25])
     processor.save_pretrained(tmp_path)
