@@ -1,7 +1,8 @@
 """`PatchEncoder`: patch projection, prefix tokens and position embedding."""
 
+import math
+
 import keras
-import numpy as np
 from keras import ops
 
 from keras_vit import kernels
@@ -252,7 +253,7 @@ class PatchEncoder(keras.layers.Layer):
 
     def build(self, input_shape):
         depth = input_shape[-1]
-        cell = int(np.prod(self.cell))
+        cell = math.prod(self.cell)
         if depth is None or depth % cell:
             raise ValueError(
                 "The last axis of the patches must be ph * pw * channels (times the tubelet size). "
@@ -288,7 +289,7 @@ class PatchEncoder(keras.layers.Layer):
         if self.position_embedding == "learned":
             self.pos_embedding = self.add_weight(
                 name="pos_embedding",
-                shape=(1, self.num_prefix_rows + int(np.prod(self.grid_size)), self.hidden_size),
+                shape=(1, self.num_prefix_rows + math.prod(self.grid_size), self.hidden_size),
                 initializer=self.position_initializer,
             )
         self.norm = None
@@ -343,7 +344,7 @@ class PatchEncoder(keras.layers.Layer):
         """
         grid = self._grid(patches)
         # The built depth: inside a traced tf.data step the last axis can be unknown.
-        depth = int(np.prod(self.cell)) * self.num_channels
+        depth = math.prod(self.cell) * self.num_channels
         length = grid[0]
         for g in grid[1:]:
             length = length * g
@@ -449,7 +450,7 @@ class PatchEncoder(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         batch, *grid, _ = input_shape
-        tokens = None if None in grid else int(np.prod(grid)) + self.num_prefix_tokens
+        tokens = None if None in grid else math.prod(grid) + self.num_prefix_tokens
         return (batch, tokens, self.hidden_size)
 
     def get_config(self):

@@ -1,7 +1,8 @@
 """`Patches`: splits images (or video clips) into a grid of flattened, non-overlapping patches."""
 
+import math
+
 import keras
-import numpy as np
 from keras import ops
 
 from keras_vit.validation import check_bool, check_positive_int, pair
@@ -108,7 +109,7 @@ class Patches(keras.layers.Layer):
         batch, *sizes, channels = input_shape
         self._check_size(sizes)
         grid = tuple(None if size is None else size // p for size, p in zip(sizes, self.cell))
-        depth = None if channels is None else channels * int(np.prod(self.cell))
+        depth = None if channels is None else channels * math.prod(self.cell)
         return (batch,) + grid + (depth,)
 
     def get_config(self):
