@@ -77,6 +77,10 @@ def test_video_table_resize_equals_scipy_zoom(rng):
 def test_video_model_takes_clips_of_other_lengths_and_sizes(model, rng):
     # Another length and size than the table's (4 frames of 16 x 16).
     assert model.predict(rng.normal(size=(1, 6, 24, 16, 3)).astype("float32"), verbose=0).shape == (1, 3)
+
+
+@runs_once("torch", "the features' layout is read from the patches' shape, whatever the backend")
+def test_intermediates_of_clips_lie_on_their_tubelet_grid(model, rng):
     clips = rng.normal(size=(2, 4, 16, 16, 3)).astype("float32")
     final, features = model.forward_intermediates(clips, indices=1)
     assert tuple(final.shape) == (2, 1 + 2 * 2 * 2, 16)
