@@ -4,7 +4,7 @@ Works unchanged on the jax, tensorflow and torch backends (`KERAS_BACKEND`).
 
 Each name below lives in the subpackage of its concern: models in
 `keras_vit.models`, tasks (classification, zero-shot, depth, segmentation,
-detection, promptable masks) in `keras_vit.tasks`, presets (task presets
+detection, promptable masks, video classification) in `keras_vit.tasks`, presets (task presets
 included) and the resolver in `keras_vit.presets`, input scaling in
 `keras_vit.preprocessing`, export in `keras_vit.export`.
 """
@@ -38,6 +38,7 @@ from keras_vit.preprocessing import preprocess_input
 from keras_vit.presets import from_preset, list_presets, load_model
 from keras_vit.families.timm_zoo import list_models
 from keras_vit.tasks.classification import Prediction, classify, decode_predictions
+from keras_vit.tasks.video import classify_video
 from keras_vit.preprocessing.dense import DenseProcessing
 from keras_vit.tasks.depth import DepthEstimator, estimate_depth
 from keras_vit.tasks.images import load_images

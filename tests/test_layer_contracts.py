@@ -145,6 +145,20 @@ CASES = {
     "AttentionPoolHead": Case(
         lambda **kw: layers.AttentionPoolHead(num_heads=2, **kw), _normal(2, 5, 8), (2, 8), (5, 0, 0)
     ),
+    # Video clips: tubelets of 2 frames; the tubelet kernel and bias, class
+    # token and a learned (time, row, column) table, or VideoMAE's fixed 1D one.
+    "Patches-tubelets": Case(
+        lambda **kw: layers.Patches(2, tubelet_size=2, **kw), _normal(2, 4, 4, 6, 3), (2, 2, 2, 3, 24), (0, 0, 0)
+    ),
+    "PatchEncoder-tubelets": Case(
+        lambda **kw: layers.PatchEncoder(4, 2, (2, 2, 3), tubelet_size=2, **kw),
+        _normal(1, 2, 2, 3, 24), (1, 13, 4), (4, 0, 0),
+    ),
+    "PatchEncoder-tubelets-sincos-1d": Case(
+        lambda **kw: layers.PatchEncoder(4, 2, (2, 2, 3), tubelet_size=2, class_token=False,
+                                         position_embedding="sincos_1d", **kw),
+        _normal(1, 3, 2, 3, 24), (1, 18, 4), (2, 0, 0),
+    ),
     # Projection kernel and bias, position embedding, the patch RMSNorm's scale.
     "PatchEncoder-patch-norm": Case(
         lambda **kw: layers.PatchEncoder(4, 2, 2, class_token=False, patch_norm="rmsnorm", **kw),

@@ -211,8 +211,14 @@ def prepare_model(model, image_size=None):
     """The model to trace: a frozen `for_inference` copy for keras_vit models.
 
     Quantized models and other Keras models are exported as they are, at
-    their own image size.
+    their own image size; video models (`num_frames`) are refused.
     """
+    frames = getattr(model, "num_frames", None)
+    if frames is not None:
+        raise ValueError(
+            f"Video models are not exported yet: their artifacts' inputs and metadata describe images. "
+            f"Received: a model of num_frames={frames}; save it with `save_to_preset` or `model.save`."
+        )
     if image_size is not None:
         image_size = pair(image_size, "image_size")
     # keras_vit's models (ViT and its subclasses) have `for_inference`; the

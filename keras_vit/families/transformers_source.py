@@ -33,14 +33,17 @@ from keras_vit.families.dinov3 import TransformersDinov3
 from keras_vit.weights.formats.transformers_family import refuse
 from keras_vit.families.siglip import TransformersSiglip, TransformersSiglip2
 from keras_vit.families.vit import TransformersViT
+from keras_vit.families.videomae import TransformersVideoMAE
 from keras_vit.families.vit_mae import TransformersViTMAE
+from keras_vit.families.vivit import TransformersVivit
 
 # In the order a model is offered to them for writing.
 TRANSFORMERS_FAMILIES = FamilyRegistry(
     "transformers checkpoint",
     "model_type",
     (TransformersDinov3(), TransformersAimv2(), TransformersDinov2(), TransformersSiglip2(), TransformersSiglip(),
-     TransformersViTMAE(), TransformersClip(), TransformersViT()),
+     TransformersViTMAE(), TransformersClip(), TransformersVideoMAE(), TransformersVivit(),
+     TransformersViT()),
     lambda family: family.MODEL_TYPES,
     refused={
         "vit-hybrid": "transformers' ViT-hybrid (BiT backbone) layout is not one keras_vit reads; "
@@ -115,6 +118,11 @@ def export_family(config):
         raise refuse(
             "an embedding head (projection_dim, l2_normalize: a zero-shot classifier of an "
             "image-text model); save it with format='keras_vit'"
+        )
+    if config.get("num_frames") is not None:
+        raise refuse(
+            f"a video model (num_frames={config['num_frames']}): keras_vit reads VideoMAE and ViViT directories but "
+            "writes none; save it with format='keras_vit'"
         )
     for family in TRANSFORMERS_FAMILIES:
         hf_class = family.export_class(config)

@@ -52,7 +52,10 @@ MLP_KINDS = ("plain", "swiglu")
 # for each input's grid ("sincos" is MAE's layout; `sincos_<style>` another
 # style of `keras_vit.layers.sincos.STYLES`), or "none" (the positions come
 # from a rotary embedding alone: DINOv3, RoPE-ViT).
-POSITION_EMBEDDINGS = ("learned", "sincos") + tuple(f"sincos_{s}" for s in STYLES if s != "mae") + ("none",)
+POSITION_EMBEDDINGS = ("learned", "sincos") + tuple(f"sincos_{s}" for s in STYLES if s != "mae") + (
+    "sincos_1d", "none")
+# Those that lay out a clip's tubelets (the 2D sin-cos tables follow one image's grid).
+VIDEO_POSITION_EMBEDDINGS = ("learned", "sincos_1d", "none")
 # Where a block's norms sit: "pre", before each branch (the ViT's), or
 # "post", on each branch's output before its residual sum (Swin v2's
 # res-post-norm: timm's `ResPostBlock`, EVA02-enormous's `use_post_norm`).
@@ -493,11 +496,27 @@ class EncoderConfig(_Record):
             turns the patch tokens into this many channels on their grid;
             a model with a neck has no final norm (its neck ends in one) and
             no prefix tokens.
+        num_frames: None (default: the model takes images) or a positive
+            int: the model takes video clips `(batch, frames, height,
+            width, channels)` and its position table is learned for clips
+            of this many frames; clips of other lengths (multiples of
+            `tubelet_size`) are accepted, a learned table resized in time
+            as in space. The tubelet tokens run in (time, row, column)
+            order (VideoMAE, ViViT). Not with a rotary embedding, relative
+            positions, windows, a neck or the 2D sin-cos tables.
+        tubelet_size: positive int, default 1: the frames of one token
+            (a tubelet of `tubelet_size x ph x pw` pixels; layer
+            `patches`, `keras_vit.layers.Patches`); it divides
+            `num_frames`, and stays 1 for images.
+        pooled_norm_epsilon: None (default: the blocks'
+            `layer_norm_epsilon`) or a positive float: the epsilon of the
+            norm of the pooled features (`fc_norm`, with `pooled_norm`;
+            VideoMAE's classifier keeps PyTorch's 1e-5 there).
 
     Example:
 
     >>> EncoderConfig(pre_norm=True).get_config()
-    {'patch_bias': True, 'patch_norm': False, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0, 'map_num_heads': None, 'map_mlp_dim': None, 'final_norm': True, 'num_kv_heads': None, 'crop_to_patches': False, 'neck_channels': None}
+    {'patch_bias': True, 'patch_norm': False, 'pre_norm': True, 'class_token': None, 'position_embedding': 'learned', 'position_interpolation': 'official', 'patch_dropout_rate': 0.0, 'map_num_heads': None, 'map_mlp_dim': None, 'final_norm': True, 'num_kv_heads': None, 'crop_to_patches': False, 'neck_channels': None, 'num_frames': None, 'tubelet_size': 1, 'pooled_norm_epsilon': None}
     """
 
     patch_bias: bool = True
@@ -513,6 +532,9 @@ class EncoderConfig(_Record):
     num_kv_heads: object = None
     crop_to_patches: bool = False
     neck_channels: object = None
+    num_frames: object = None
+    tubelet_size: int = 1
+    pooled_norm_epsilon: object = None
 
     def __post_init__(self):
         check_bool(self.patch_bias, "patch_bias")
@@ -530,6 +552,35 @@ class EncoderConfig(_Record):
         check_bool(self.final_norm, "final_norm")
         self._set("num_kv_heads", check_kv_heads(self.num_kv_heads))
         check_bool(self.crop_to_patches, "crop_to_patches")
+        self._check_video()
+        if self.pooled_norm_epsilon is not None:
+            self._set("pooled_norm_epsilon", check_positive_float(self.pooled_norm_epsilon, "pooled_norm_epsilon"))
+
+    def _check_video(self):
+        check_positive_int(self.num_frames, "num_frames", allow_none=True)
+        check_positive_int(self.tubelet_size, "tubelet_size")
+        if self.num_frames is None:
+            if self.tubelet_size != 1:
+                raise ValueError(
+                    "`tubelet_size` groups the frames of a clip: it needs `num_frames`. "
+                    f"Received: tubelet_size={self.tubelet_size}, num_frames=None"
+                )
+            return
+        if self.num_frames % self.tubelet_size:
+            raise ValueError(
+                "`num_frames` must be a multiple of `tubelet_size`. "
+                f"Received: num_frames={self.num_frames}, tubelet_size={self.tubelet_size}"
+            )
+        if self.position_embedding not in VIDEO_POSITION_EMBEDDINGS:
+            raise ValueError(
+                f"A video model (num_frames) takes a position_embedding of {VIDEO_POSITION_EMBEDDINGS}. "
+                f"Received: position_embedding={self.position_embedding!r}"
+            )
+        if self.neck_channels is not None:
+            raise ValueError(
+                "A video model (num_frames) has no convolutional neck (it lays out one image's grid). "
+                f"Received: neck_channels={self.neck_channels}"
+            )
 
 
 # Each record by the name it has in a model's arguments and config.

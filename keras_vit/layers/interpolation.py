@@ -273,3 +273,36 @@ __all__ = [
     "resize_grid",
     "resize_matrix",
 ]
+
+
+def resize_video_grid(grid, new_size, family="vit"):
+    """Resizes a `(gt, gh, gw, D)` video position grid as `family` does.
+
+    Each frame's grid is resized as `resize_grid` resizes an image's, then
+    the time axis with the same one-axis resize (`resize_matrix`), so a
+    table learned for a clip of one length and size serves any other.
+
+    Args:
+        grid: tensor `(gt, gh, gw, D)` with static sizes.
+        new_size: `(nt, nh, nw)`, ints or scalar int tensors.
+        family: a name of `POSITION_INTERPOLATIONS`.
+
+    Returns:
+        A tensor `(nt, nh, nw, D)` in the dtype of `grid`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> grid = np.random.default_rng(0).normal(size=(2, 3, 3, 4)).astype("float32")
+    >>> tuple(resize_video_grid(grid, (4, 6, 3)).shape)
+    (4, 6, 3, 4)
+    >>> np.allclose(keras.ops.convert_to_numpy(resize_video_grid(grid, (2, 3, 3))), grid, atol=1e-6)
+    True
+    """
+    mode, in_float32, offset = _family(family)
+    grid = ops.convert_to_tensor(grid)
+    dtype = grid.dtype
+    compute = "float32" if in_float32 else dtype
+    spatial = resize_grid(grid, new_size[1:], family)
+    frames = ops.cast(resize_matrix(new_size[0], grid.shape[0], mode, offset), compute)
+    return ops.cast(ops.einsum("ij,jkld->ikld", frames, ops.cast(spatial, compute)), dtype)

@@ -1,14 +1,17 @@
 """`PatchEncoder`: patch projection, prefix tokens and position embedding."""
 
+import math
+
 import keras
 from keras import ops
 
 from keras_vit import kernels
-from keras_vit.layers.config import POSITION_EMBEDDINGS, BlockConfig
+from keras_vit.layers.config import POSITION_EMBEDDINGS, VIDEO_POSITION_EMBEDDINGS, BlockConfig
 from keras_vit.layers.interpolation import check_family, resize_grid
 from keras_vit.layers.native_grids import position_embedding_at
 from keras_vit.layers.norms import check_norm_kind, norm_layer
-from keras_vit.layers.sincos import sincos_position_embedding
+from keras_vit.layers.interpolation import resize_video_grid
+from keras_vit.layers.sincos import sincos_position_embedding, sinusoid_position_embedding
 from keras_vit.validation import (
     check_bool,
     check_choice,
@@ -81,8 +84,8 @@ class PatchEncoder(keras.layers.Layer):
     Args:
         hidden_size: int, the token width `D`.
         patch_size: int or `(ph, pw)`: the patch size the inputs were cut with.
-        grid_size: int or `(gh, gw)`: the patch grid the position embedding is
-            learned for.
+        grid_size: int or `(gh, gw)` (`(gt, gh, gw)` with `tubelet_size`):
+            the patch grid the position embedding is learned for.
         class_token: bool, default True. Whether to prepend a class token (and
             give it a position-embedding row).
         distillation_token: bool, default False: a second token after the
@@ -97,8 +100,10 @@ class PatchEncoder(keras.layers.Layer):
             a fixed 2D sin-cos embedding computed for each input's grid, no
             weight: "sincos" (MAE), "sincos_mocov3", "sincos_big_vision"
             (`keras_vit.layers.sincos`; its prefix rows are zeros), or
-            "none" (nothing added: a model whose positions come from a
-            rotary embedding alone).
+            "sincos_1d" (VideoMAE's fixed 1D sinusoid table over the token
+            index, `keras_vit.layers.sincos.sinusoid_position_embedding`;
+            zero prefix rows), or "none" (nothing added: a model whose
+            positions come from a rotary embedding alone).
         position_interpolation: default "official": how a learned position
             embedding is resized for another grid, a name of
             `keras_vit.layers.interpolation.POSITION_INTERPOLATIONS` ("vit",
@@ -112,12 +117,21 @@ class PatchEncoder(keras.layers.Layer):
             before the prefix tokens and the position embedding (AIMv2's
             RMSNorm, timm's `embed_norm_layer`; sublayer `norm`).
         patch_norm_epsilon: float, default 1e-6: that norm's epsilon.
+        tubelet_size: None (default: image patches) or an int `t`: video
+            tubelets of `t` frames (`Patches(tubelet_size=t)`); `grid_size`
+            is then `(gt, gh, gw)`, the kernel `(t, ph, pw, C, D)`, the
+            patch rows of the position table follow the (time, row,
+            column) order, and a learned table is resized in time and
+            space (`keras_vit.layers.interpolation.resize_video_grid`).
+            Clips take `position_embedding` "learned", "sincos_1d" or "none".
 
     Input shape:
-        `(batch, h, w, ph * pw * C)`, as returned by `Patches`.
+        `(batch, h, w, ph * pw * C)`, as returned by `Patches`; with
+        `tubelet_size`, `(batch, gt, h, w, t * ph * pw * C)`.
 
     Returns:
-        `(batch, num_prefix_tokens + h * w, hidden_size)`.
+        `(batch, num_prefix_tokens + h * w, hidden_size)` (`gt * h * w`
+        patch tokens for clips).
 
     Example:
 
@@ -133,6 +147,9 @@ class PatchEncoder(keras.layers.Layer):
     >>> tokens = layer.embed_patches(np.zeros((1, 3, 5, 48), "float32"))
     >>> tuple(tokens.shape), tuple(layer.add_positions(tokens, (3, 5)).shape)
     ((1, 15, 8), (1, 16, 8))
+    >>> video = PatchEncoder(8, 4, (2, 2, 2), tubelet_size=2)
+    >>> tuple(video(np.zeros((1, 3, 2, 2, 96), "float32")).shape)
+    (1, 13, 8)
     """
 
     def __init__(
@@ -152,14 +169,16 @@ class PatchEncoder(keras.layers.Layer):
         class_token_initializer="zeros",
         patch_norm=None,
         patch_norm_epsilon=1e-6,
+        tubelet_size=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.tubelet_size = check_positive_int(tubelet_size, "tubelet_size", allow_none=True)
         self.patch_norm = None if patch_norm is None else check_norm_kind(patch_norm)
         self.patch_norm_epsilon = check_positive_float(patch_norm_epsilon, "patch_norm_epsilon")
         self.hidden_size = check_positive_int(hidden_size, "hidden_size")
         self.patch_size = pair(patch_size, "patch_size")
-        self.grid_size = pair(grid_size, "grid_size")
+        self.grid_size = self._grid_size(grid_size)
         self.class_token = bool(class_token)
         self.distillation_token = check_bool(distillation_token, "distillation_token")
         if self.distillation_token and not self.class_token:
@@ -180,20 +199,46 @@ class PatchEncoder(keras.layers.Layer):
         self.class_token_initializer = keras.initializers.get(
             class_token_initializer
         )
-        self.input_spec = keras.layers.InputSpec(ndim=4)
+        if self.tubelet_size is not None and self.position_embedding not in VIDEO_POSITION_EMBEDDINGS:
+            raise ValueError(
+                f"Video tubelets take a position_embedding of {VIDEO_POSITION_EMBEDDINGS} (the 2D sin-cos "
+                f"tables lay out one image's grid). Received: position_embedding={self.position_embedding!r}"
+            )
+        self.input_spec = keras.layers.InputSpec(ndim=4 if self.tubelet_size is None else 5)
+
+    def _grid_size(self, grid_size):
+        if self.tubelet_size is None:
+            return pair(grid_size, "grid_size")
+        items = tuple(grid_size) if isinstance(grid_size, (list, tuple)) else None
+        if items is None or len(items) != 3:
+            raise ValueError(
+                "With `tubelet_size`, `grid_size` is (frames, height, width) of tubelets. "
+                f"Received: grid_size={grid_size!r}"
+            )
+        return (check_positive_int(items[0], "grid_size"),) + pair(items[1:], "grid_size")
+
+    @property
+    def cell(self):
+        """The input extent of one patch: `(ph, pw)`, or `(t, ph, pw)` for tubelets."""
+        return self.patch_size if self.tubelet_size is None else (self.tubelet_size,) + self.patch_size
 
     @classmethod
     def for_encoder(cls, config, hidden_size, patch_size, grid_size, block_config=None, **kwargs):
         """The embedding of an encoder with `config` (an `EncoderConfig`);
         its patch norm has the kind and epsilon of `block_config` (a
-        `BlockConfig`, default the defaults)."""
+        `BlockConfig`, default the defaults); a video encoder's
+        (`num_frames`) takes tubelets, its table on their time axis too."""
         block_config = BlockConfig() if block_config is None else block_config
+        if config.num_frames is not None:
+            # Clips: the table's grid has the tubelets' time axis first.
+            grid_size = (config.num_frames // config.tubelet_size,) + pair(grid_size, "grid_size")
         return cls(
             hidden_size, patch_size, grid_size, use_bias=config.patch_bias,
             position_embedding=config.position_embedding,
             position_interpolation=config.position_interpolation,
             patch_norm=block_config.norm_kind if config.patch_norm else None,
-            patch_norm_epsilon=block_config.layer_norm_epsilon, **kwargs,
+            patch_norm_epsilon=block_config.layer_norm_epsilon,
+            tubelet_size=None if config.num_frames is None else config.tubelet_size, **kwargs,
         )
 
     @property
@@ -208,16 +253,16 @@ class PatchEncoder(keras.layers.Layer):
 
     def build(self, input_shape):
         depth = input_shape[-1]
-        ph, pw = self.patch_size
-        if depth is None or depth % (ph * pw):
+        cell = math.prod(self.cell)
+        if depth is None or depth % cell:
             raise ValueError(
-                "The last axis of the patches must be ph * pw * channels. "
-                f"Received: patch depth={depth}, patch_size={self.patch_size}"
+                "The last axis of the patches must be ph * pw * channels (times the tubelet size). "
+                f"Received: patch depth={depth}, patch_size={self.patch_size}, tubelet_size={self.tubelet_size}"
             )
-        self.num_channels = depth // (ph * pw)
+        self.num_channels = depth // cell
         self.kernel = self.add_weight(
             name="kernel",
-            shape=(ph, pw, self.num_channels, self.hidden_size),
+            shape=self.cell + (self.num_channels, self.hidden_size),
             initializer=self.kernel_initializer,
         )
         self.bias = None
@@ -240,12 +285,11 @@ class PatchEncoder(keras.layers.Layer):
             self.register_embeddings = self.add_weight(
                 name="reg", shape=(1, self.num_register_tokens, self.hidden_size), **tokens
             )
-        gh, gw = self.grid_size
         self.pos_embedding = None
         if self.position_embedding == "learned":
             self.pos_embedding = self.add_weight(
                 name="pos_embedding",
-                shape=(1, self.num_prefix_rows + gh * gw, self.hidden_size),
+                shape=(1, self.num_prefix_rows + math.prod(self.grid_size), self.hidden_size),
                 initializer=self.position_initializer,
             )
         self.norm = None
@@ -259,10 +303,16 @@ class PatchEncoder(keras.layers.Layer):
         return ops.broadcast_to(token, (batch,) + tuple(token.shape[1:]))
 
     def position_embedding_for(self, grid):
-        """The position embedding for a `(h, w)` grid, resized when needed
-        (None for `position_embedding="none"`)."""
+        """The position embedding for a `(h, w)` grid (`(t, h, w)` of
+        tubelets), resized when needed (None for `position_embedding="none"`)."""
         if self.position_embedding == "none":
             return None
+        if self.position_embedding == "sincos_1d":
+            length = grid[0]
+            for g in grid[1:]:
+                length = length * g
+            table = sinusoid_position_embedding(length, self.hidden_size, self.num_prefix_rows)
+            return ops.cast(table, self.compute_dtype)
         if self.pos_embedding is None:
             style = self.position_embedding.replace("sincos", "").lstrip("_") or "mae"
             table = sincos_position_embedding(grid, self.hidden_size, style, self.num_prefix_rows)
@@ -273,9 +323,12 @@ class PatchEncoder(keras.layers.Layer):
             return pos
         prefix = pos[:, : self.num_prefix_rows]
         patch_rows = pos[:, self.num_prefix_rows :]
-        gh, gw = self.grid_size
-        patch_rows = ops.reshape(patch_rows, (1, gh, gw, self.hidden_size))
-        patch_rows = resize_grid(patch_rows, grid, self.position_interpolation)
+        if self.tubelet_size is not None:
+            patch_rows = ops.reshape(patch_rows, self.grid_size + (self.hidden_size,))
+            patch_rows = resize_video_grid(patch_rows, grid, self.position_interpolation)
+        else:
+            patch_rows = ops.reshape(patch_rows, (1,) + self.grid_size + (self.hidden_size,))
+            patch_rows = resize_grid(patch_rows, grid, self.position_interpolation)
         patch_rows = ops.reshape(patch_rows, (1, -1, self.hidden_size))
         return ops.concatenate([prefix, patch_rows], axis=1)
 
@@ -291,8 +344,11 @@ class PatchEncoder(keras.layers.Layer):
         """
         grid = self._grid(patches)
         # The built depth: inside a traced tf.data step the last axis can be unknown.
-        depth = self.patch_size[0] * self.patch_size[1] * self.num_channels
-        return self.embed_flat_patches(ops.reshape(patches, (-1, grid[0] * grid[1], depth)))
+        depth = math.prod(self.cell) * self.num_channels
+        length = grid[0]
+        for g in grid[1:]:
+            length = length * g
+        return self.embed_flat_patches(ops.reshape(patches, (-1, length, depth)))
 
     def embed_flat_patches(self, patches):
         """Projects patches flattened row-major as `(ph, pw, C)` to tokens.
@@ -387,14 +443,14 @@ class PatchEncoder(keras.layers.Layer):
 
     def _grid(self, patches):
         static, dynamic = patches.shape, ops.shape(patches)
-        return tuple(static[i] if static[i] is not None else dynamic[i] for i in (1, 2))
+        return tuple(static[i] if static[i] is not None else dynamic[i] for i in range(1, len(static) - 1))
 
     def call(self, patches):
         return self.add_positions(self.embed_patches(patches), self._grid(patches))
 
     def compute_output_shape(self, input_shape):
-        batch, gh, gw, _ = input_shape
-        tokens = None if gh is None or gw is None else gh * gw + self.num_prefix_tokens
+        batch, *grid, _ = input_shape
+        tokens = None if None in grid else math.prod(grid) + self.num_prefix_tokens
         return (batch, tokens, self.hidden_size)
 
     def get_config(self):
@@ -412,6 +468,7 @@ class PatchEncoder(keras.layers.Layer):
                 "position_interpolation": self.position_interpolation,
                 "patch_norm": self.patch_norm,
                 "patch_norm_epsilon": self.patch_norm_epsilon,
+                "tubelet_size": self.tubelet_size,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

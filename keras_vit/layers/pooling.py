@@ -105,8 +105,9 @@ def split_token_grid(tokens, grid_like, num_prefix_tokens, spatial=True):
     patches = tokens[:, num_prefix_tokens:]
     if spatial:
         static, dynamic = grid_like.shape, ops.shape(grid_like)
-        h, w = (static[i] if static[i] is not None else dynamic[i] for i in (1, 2))
-        patches = ops.reshape(patches, (-1, h, w, tokens.shape[-1]))
+        # (h, w), or (t, h, w) for a clip's tubelets.
+        grid = [static[i] if static[i] is not None else dynamic[i] for i in range(1, len(static) - 1)]
+        patches = ops.reshape(patches, [-1] + grid + [tokens.shape[-1]])
     return [patches, prefix]
 
 
@@ -150,7 +151,7 @@ class TokenGrid(keras.layers.Layer):
         batch, count, dim = tokens
         prefix = (batch, self.num_prefix_tokens, dim)
         if self.spatial:
-            return [(batch, grid_like[1], grid_like[2], dim), prefix]
+            return [(batch, *grid_like[1:-1], dim), prefix]
         patches = None if count is None else count - self.num_prefix_tokens
         return [(batch, patches, dim), prefix]
 

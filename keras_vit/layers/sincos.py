@@ -1,4 +1,4 @@
-"""Fixed 2D sin-cos position embeddings (MAE, MoCo v3, big_vision)."""
+"""Fixed sin-cos position embeddings: 2D (MAE, MoCo v3, big_vision) and 1D over the tokens (VideoMAE)."""
 
 import numpy as np
 from keras import ops
@@ -27,7 +27,11 @@ def _frequencies(dim, style, temperature):
     float32 product would lose about `position * 6e-8`.
     """
     quarter = dim // 4
-    omega = 1.0 / temperature ** (np.arange(quarter) / STYLES[style][1](quarter))
+    return _split(1.0 / temperature ** (np.arange(quarter) / STYLES[style][1](quarter)))
+
+
+def _split(omega):
+    """float64 frequencies as a float32 12-bit head and tail (`_frequencies`)."""
     head = (omega.astype(np.float32).view(np.uint32) & np.uint32(0xFFFFF000)).view(np.float32)
     tail = (omega - head.astype(np.float64)).astype(np.float32)
     return head, tail
@@ -101,6 +105,52 @@ def sincos_position_embedding(grid, dim, style="mae", num_prefix_rows=1, tempera
     x = xp.broadcast_to(xp.concatenate([sin_x, cos_x], axis=-1)[None, :, :], (gh, gw, 2 * quarter))
     parts = [x, y] if STYLES[style][0] else [y, x]
     table = xp.reshape(xp.concatenate(parts, axis=-1), (1, -1, dim))
+    table = ops.cast(table, "float32") if xp is ops else table.astype("float32")
+    prefix = xp.zeros((1, num_prefix_rows, dim), "float32")
+    return ops.convert_to_tensor(xp.concatenate([prefix, table], axis=1))
+
+
+def sinusoid_position_embedding(length, dim, num_prefix_rows=0, temperature=10000.0):
+    """The fixed 1D sinusoid table of `length` tokens (VideoMAE's).
+
+    Token `n` (its index in the flattened `(time, row, column)` order of a
+    clip's tubelets) gets, for `i < dim / 2`, `sin(n * w_i)` at column `2i`
+    and `cos(n * w_i)` at column `2i + 1`, with `w_i = temperature **
+    (-2i / dim)`: the table of the original Transformer, which VideoMAE adds
+    to its tubelet tokens. Computed with `keras.ops` for lengths known only
+    at run time, so a model with it takes clips of any length and size.
+
+    Args:
+        length: int or scalar int tensor, the number of patch tokens.
+        dim: int, the token width; even.
+        num_prefix_rows: int, default 0: zero rows before the patch rows.
+        temperature: float, default 10000: the longest wavelength.
+
+    Returns:
+        A float32 tensor `(1, num_prefix_rows + length, dim)`.
+
+    Example:
+
+    >>> table = ops.convert_to_numpy(sinusoid_position_embedding(5, 6))
+    >>> table.shape
+    (1, 5, 6)
+    >>> np.allclose(table[0, 3, :2], [np.sin(3), np.cos(3)])
+    True
+
+    Reference:
+        Vaswani et al., "Attention Is All You Need", arXiv:1706.03762;
+        Tong et al., "VideoMAE", arXiv:2203.12602.
+    """
+    dim = check_int(dim, "dim", minimum=2)
+    if dim % 2:
+        raise ValueError(f"`dim` must be even. Received: dim={dim}")
+    num_prefix_rows = check_int(num_prefix_rows, "num_prefix_rows", minimum=0)
+    temperature = check_positive_float(temperature, "temperature")
+    head, tail = _split(1.0 / temperature ** (2.0 * np.arange(dim // 2) / dim))
+    xp = np if isinstance(length, int) else ops
+    sin, cos = _sin_cos(xp, length, head, tail)
+    # Interleaved: sin at even columns, cos at odd ones.
+    table = xp.reshape(xp.stack([sin, cos], axis=-1), (1, -1, dim))
     table = ops.cast(table, "float32") if xp is ops else table.astype("float32")
     prefix = xp.zeros((1, num_prefix_rows, dim), "float32")
     return ops.convert_to_tensor(xp.concatenate([prefix, table], axis=1))

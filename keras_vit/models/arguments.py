@@ -172,6 +172,8 @@ def check_grid_options(block_config, encoder_config, num_prefix_tokens):
     """Refuses windows, decomposed relative positions or a neck in a model
     with prefix tokens: they lay the tokens out on the patch grid (the MLP
     kinds of relative position give prefix tokens a zero bias)."""
+    if encoder_config.num_frames is not None:
+        check_video_options(block_config)
     decomposed = block_config.relative_position if block_config.relative_position == "decomposed" else None
     used = {name: value for name, value in (
         ("window_size", block_config.window_size), ("relative_position", decomposed),
@@ -181,6 +183,19 @@ def check_grid_options(block_config, encoder_config, num_prefix_tokens):
         raise ValueError(
             f"{options} lay the tokens on the patch grid: the model must have no class, distillation or "
             f"register token (classifier='gap', class_token=False). Received: {num_prefix_tokens} prefix tokens"
+        )
+
+
+def check_video_options(block_config):
+    """Refuses the block options that lay tokens on one image's grid in a
+    video model (rotary tables, relative positions, windows)."""
+    used = {name: getattr(block_config, name) for name in ("rope", "relative_position", "window_size")}
+    used = {name: value for name, value in used.items() if value is not None}
+    if used:
+        options = ", ".join(f"{k}={v!r}" for k, v in used.items())
+        raise ValueError(
+            f"{options} lay the tokens on one image's patch grid: a video model (num_frames) takes none of "
+            f"them. Received: {options}"
         )
 
 
@@ -288,28 +303,35 @@ def check_images(model, shape, dtype, name="x"):
     was forgotten.
     """
     cell = model.effective_patch_size
+    video = model.encoder_config.num_frames is not None
+    what = "clips" if video else "images"
     takes = (
-        f"(batch, height, width, {model.num_channels}) images with height a multiple "
+        f"(batch, {'frames, ' if video else ''}height, width, {model.num_channels}) {what} with height a multiple "
         f"of {cell[0]} and width a multiple of {cell[1]}"
+        + (f" and frames a multiple of {model.encoder_config.tubelet_size}" if video else "")
     )
-    if len(shape) != 4:
+    if len(shape) != 4 + video:
         raise ValueError(
-            f"`{name}` must be a batch of images: model {model.name!r} takes {takes}. "
+            f"`{name}` must be a batch of {what}: model {model.name!r} takes {takes}. "
             f"Received: {name} of shape {shape}"
         )
-    if shape[3] is not None and shape[3] != model.num_channels:
+    if shape[-1] is not None and shape[-1] != model.num_channels:
         raise ValueError(
-            f"Model {model.name!r} takes {model.num_channels}-channel images: {takes}. "
-            f"Received: {name} of shape {shape} ({shape[3]} channels)"
+            f"Model {model.name!r} takes {model.num_channels}-channel {what}: {takes}. "
+            f"Received: {name} of shape {shape} ({shape[-1]} channels)"
         )
     crop = model.encoder_config.crop_to_patches and model.stem_stride == 1
-    for size, multiple, axis in ((shape[1], cell[0], "height"), (shape[2], cell[1], "width")):
+    sizes = [(shape[-3], cell[0], "height"), (shape[-2], cell[1], "width")]
+    if video:
+        sizes.append((shape[1], model.encoder_config.tubelet_size, "frame count"))
+    for size, multiple, axis in sizes:
         if size is not None and size % multiple and not crop:
             unit = "the patch size" + (
                 f" times the stem stride {model.stem_stride}" if model.stem_stride > 1 else ""
             )
             raise ValueError(
-                f"The image {axis} must be a multiple of {multiple} ({unit}): model "
+                f"The {'clip' if video else 'image'} {axis} must be a multiple of {multiple} "
+                f"({'the tubelet size' if axis == 'frame count' else unit}): model "
                 f"{model.name!r} takes {takes}. Received: {name} of shape {shape}"
             )
     if dtype is not None and ("int" in dtype or dtype == "bool") and _first_warning(model, dtype):

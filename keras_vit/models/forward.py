@@ -99,7 +99,9 @@ def build_stages(model, dtype):
     s = Stages()
     s.include_top, s.pooling, s.classifier = model.include_top, model.pooling, model.classifier
     s.num_prefix_tokens = model.num_prefix_tokens
-    s.patches = Patches(model.patch_size, crop=model.encoder_config.crop_to_patches, name="patches", dtype=dtype)
+    video = model.encoder_config.num_frames is not None
+    s.patches = Patches(model.patch_size, crop=model.encoder_config.crop_to_patches, name="patches", dtype=dtype,
+                        tubelet_size=model.encoder_config.tubelet_size if video else None)
     s.embedding = PatchEncoder.for_encoder(
         model.encoder_config,
         model.hidden_size,
@@ -152,7 +154,9 @@ def build_stages(model, dtype):
     elif "pool" in s.head_layers:
         # Without pooling (include_top=False, pooling=None) the tokens come
         # out unnormalised, and the model has no norm at all.
-        s.fc_norm = block_norm(model.block_config, "fc_norm", dtype)
+        epsilon = model.encoder_config.pooled_norm_epsilon
+        config = model.block_config if epsilon is None else model.block_config.replace(layer_norm_epsilon=epsilon)
+        s.fc_norm = block_norm(config, "fc_norm", dtype)
     return s
 
 
@@ -228,14 +232,16 @@ def embed(s, features, training=None):
 
 
 def embed_patches(s, features):
-    """The first half of `embed`: `(patch embeddings (batch, h * w, D), (h, w))`.
+    """The first half of `embed`: `(patch embeddings (batch, h * w, D), (h, w))`
+    (`(t, h, w)` for a video model's clips).
 
     Eager (or inside a traced call): it calls a method of the embedding
     layer, which a symbolic functional graph cannot hold.
     """
     patches = s.patches(features)
     grid = tuple(
-        patches.shape[i] if patches.shape[i] is not None else ops.shape(patches)[i] for i in (1, 2)
+        patches.shape[i] if patches.shape[i] is not None else ops.shape(patches)[i]
+        for i in range(1, len(patches.shape) - 1)
     )
     return s.embedding.embed_patches(ops.cast(patches, s.embedding.compute_dtype)), grid
 

@@ -192,9 +192,16 @@ class ViT(ModelBase, ForwardPass, keras.Model):
     Any other keyword raises `keras_vit.validation.UnknownArgumentError` (a
     `TypeError` and a `ValueError`) naming the closest valid argument.
 
+    Video: with `num_frames` (an `encoder_config` field, with
+    `tubelet_size`), the same model takes clips `(batch, frames, H, W, C)`,
+    cut into tubelets of `tubelet_size` frames (VideoMAE, ViViT); its
+    tokens run in (time, row, column) order and every head, pooling and
+    option that reads a token sequence applies unchanged.
+
     Returns:
-        A `keras.Model`: `(batch, H, W, C)` images to `(batch, classes)`
-        scores when `include_top`, else features as set by `pooling`.
+        A `keras.Model`: `(batch, H, W, C)` images (with `num_frames`,
+        `(batch, frames, H, W, C)` clips) to `(batch, classes)` scores when
+        `include_top`, else features as set by `pooling`.
 
     Example:
 
@@ -205,6 +212,10 @@ class ViT(ModelBase, ForwardPass, keras.Model):
     (2, 10)
     >>> tuple(model(np.zeros((1, 48, 64, 3), "float32")).shape)
     (1, 10)
+    >>> video = ViT(image_size=16, patch_size=8, hidden_size=16, num_layers=1, num_heads=2,
+    ...             mlp_dim=32, classes=10, num_frames=4, tubelet_size=2, classifier="gap")
+    >>> tuple(video(np.zeros((2, 4, 16, 16, 3), "float32")).shape)
+    (2, 10)
 
     Reference:
         Dosovitskiy et al., "An Image is Worth 16x16 Words: Transformers for
@@ -266,7 +277,8 @@ class ViT(ModelBase, ForwardPass, keras.Model):
                 self.block_config = self.block_config.replace(mlp_activation=gelu_activation(info.gelu_approximate))
         self._set_metadata(class_names, preprocessing, info)
 
-        inputs = keras.Input(shape=shape, name="image")
+        frames = self.encoder_config.num_frames
+        inputs = keras.Input(shape=shape if frames is None else (frames,) + shape, name="image")
         # Weights about to be loaded need no initial values (under a
         # distribution on jax, `keras_vit.execution.sharded_load`).
         with sharded_load.deferred_variables(weights is not None):
@@ -274,8 +286,9 @@ class ViT(ModelBase, ForwardPass, keras.Model):
             super().__init__(inputs=inputs, outputs=outputs, name=name, **kwargs)
         set_model_policy(self, dtype)
         self._forward_stages = forward.attach_stem(stages, inputs, features, f"{name}_stem")
-        # Any image size divisible by the patch size is accepted at call time.
-        self.input_spec = keras.layers.InputSpec(shape=(None, None, None, self.num_channels))
+        # Any image size divisible by the patch size is accepted at call time
+        # (and any clip length divisible by the tubelet size).
+        self.input_spec = keras.layers.InputSpec(shape=(None,) * (len(inputs.shape) - 1) + (self.num_channels,))
         if weights is not None:
             load_weights(self, weights)
 

@@ -9,6 +9,9 @@
   of a functional task model) and `task_from_preset`;
 - `keras_vit.tasks.classification`: `classify` (image files to named
   probabilities) and `decode_predictions`;
+- `keras_vit.tasks.video`: `classify_video` (video clips, as arrays of
+  frames or folders of frame images, to named probabilities: VideoMAE,
+  ViViT), its frame sampling;
 - `keras_vit.tasks.zero_shot`: `ImageTextModel` (two towers in one
   embedding space), zero-shot classifiers and retrieval;
 - `keras_vit.tasks.depth`: `DepthEstimator` (DPT heads: Depth Anything,

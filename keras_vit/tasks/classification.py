@@ -127,7 +127,12 @@ def classify(model, images, top=5, preprocessing=None, batch_size=32, verbose="a
     for batch in read_batches(images, batch_size, verbose):  # one batch of pixels in memory at a time
         _, inputs = load_images(batch, model, preprocessing)
         outputs.append(np.asarray(model.predict_on_batch(inputs)))
-    outputs = np.concatenate(outputs)
+    return top_predictions(model, np.concatenate(outputs), top)
+
+
+def top_predictions(model, outputs, top):
+    """Per row of `model`'s `outputs`, its `top` classes as `Prediction`s,
+    most probable first (the results of `classify` and `classify_video`)."""
     probabilities = _probabilities(model, outputs)
     names = _names(model, probabilities.shape[-1])
     results = []

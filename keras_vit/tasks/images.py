@@ -359,7 +359,8 @@ def _record(model, preprocessing):
         preprocessing = Preprocessing.from_mode(preprocessing)
     record = Preprocessing.from_config(preprocessing)
     if record.image_size is None:
-        record = record.for_image_size(tuple(model.input_shape[1:3]))
+        # (height, width) of images, and of a video model's frames.
+        record = record.for_image_size(tuple(model.input_shape[-3:-1]))
     return record
 
 

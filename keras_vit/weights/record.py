@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 
 from keras_vit.architectures import CLASSIFIERS
-from keras_vit.validation import check_choice, check_fraction, check_record_config, pair
+from keras_vit.validation import check_choice, check_fraction, check_positive_int, check_record_config, pair
 
 # The input scalings a checkpoint can expect (`keras_vit.preprocess_input`
 # modes): "inception" maps [0, 255] to [-1, 1] (every Google checkpoint),
@@ -171,6 +171,10 @@ class Preprocessing:
             stored as None.
         interpolation: resampling filter of the resize, one of
             `RESAMPLING`, default "bicubic".
+        num_frames: None (default: images) or a positive int: the frames a
+            video checkpoint's processor samples from a clip, evenly spaced
+            (`keras_vit.classify_video`); each frame is then prepared as an
+            image.
 
     Example:
 
@@ -186,6 +190,7 @@ class Preprocessing:
     image_size: object = None
     resize: object = None
     interpolation: str = "bicubic"
+    num_frames: object = None
 
     def __post_init__(self):
         mean = _channel_stats(self.mean, "mean", positive=False)
@@ -196,6 +201,7 @@ class Preprocessing:
                 f"Received: mean={self.mean!r}, std={self.std!r}"
             )
         check_choice(self.interpolation, RESAMPLING, "interpolation")
+        check_positive_int(self.num_frames, "num_frames", allow_none=True)
         size = self.image_size
         if isinstance(size, int) and not isinstance(size, bool):
             size = (size, size)
@@ -271,7 +277,8 @@ class Preprocessing:
             else:
                 resized = f"resized to {self.resize[0]}x{self.resize[1]} ({self.interpolation})"
             geometry = f"{resized}, the centre {size} cut out (crop fraction {self.crop_fraction:.4g})"
-        return (f"{geometry}, then (x / 255 - mean) / std with mean {[round(v, 6) for v in self.mean]} "
+        frames = "" if self.num_frames is None else f"{self.num_frames} frames sampled evenly from the clip, each "
+        return (f"{frames}{geometry}, then (x / 255 - mean) / std with mean {[round(v, 6) for v in self.mean]} "
                 f"and std {[round(v, 6) for v in self.std]}")
 
     @property
@@ -316,14 +323,18 @@ class Preprocessing:
         return dataclasses.replace(self, image_size=size, resize=resize)
 
     def get_config(self):
-        """A JSON-friendly dict; `Preprocessing.from_config` inverts it."""
-        return {
+        """A JSON-friendly dict; `Preprocessing.from_config` inverts it
+        (`num_frames` only when set: a video checkpoint's)."""
+        config = {
             "mean": list(self.mean),
             "std": list(self.std),
             "image_size": list(self.image_size) if self.image_size else None,
             "resize": list(self.resize) if isinstance(self.resize, tuple) else self.resize,
             "interpolation": self.interpolation,
         }
+        if self.num_frames is not None:
+            config["num_frames"] = self.num_frames
+        return config
 
     @classmethod
     def from_config(cls, config):

@@ -154,6 +154,8 @@ TRANSFORMS = {
     # PyTorch OIHW convolution <-> (ph, pw, C, D); a transposed
     # convolution's (in, out, kh, kw) <-> Keras' (kh, kw, out, in) alike.
     "conv": Transform(lambda a, h: a.transpose(2, 3, 1, 0), lambda a: a.transpose(3, 2, 0, 1)),
+    # A PyTorch Conv3d (D, C, t, ph, pw) (video tubelets) <-> (t, ph, pw, C, D).
+    "conv3d": Transform(lambda a, h: a.transpose(2, 3, 4, 1, 0), lambda a: a.transpose(4, 3, 0, 1, 2)),
     # A PyTorch depthwise convolution (C, 1, kh, kw) <-> Keras' (kh, kw, C, 1).
     "depthwise": Transform(lambda a, h: a.transpose(2, 3, 0, 1), lambda a: a.transpose(2, 3, 0, 1)),
     # A Linear over flattened (ph, pw, 3) patches <-> (ph, pw, 3, D).

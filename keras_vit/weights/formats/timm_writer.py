@@ -34,7 +34,8 @@ from keras_vit.weights.formats.timm import TABLES, norm_of, resolve
 _FIXED = dict(
     representation_size=None, projection_dim=None, l2_normalize=False, qk_norm=False, rope=None,
     norm_position="pre", parallel=False, differential_attention=False, relative_position=None,
-    map_num_heads=None, map_mlp_dim=None, window_size=None, neck_channels=None,
+    map_num_heads=None, map_mlp_dim=None, window_size=None, neck_channels=None, num_frames=None,
+    pooled_norm_epsilon=None,
 )
 # The arguments timm reads from the architecture's function rather than
 # from JSON: each written model takes an architecture whose are the model's.
