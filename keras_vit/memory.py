@@ -1,8 +1,8 @@
 """How much memory a model takes per device, planned from shapes alone.
 
 `plan_memory(model, distribution, devices, batch_size)` builds the model's
-variables without values (`keras.StatelessScope(initialize_variables=False)`:
-no weight is created), lays each out as the distribution would
+variables without values (`keras_vit.execution.sharded_load.shapes_only`:
+no weight is created, then or later), lays each out as the distribution would
 (`keras_vit.execution.fsdp` for "fsdp", `ViT.get_layout_map` for
 "model_parallel", whole copies for "data_parallel" and "none") over a mesh
 of `devices` named devices, which need not exist here, and adds the bytes
@@ -24,6 +24,7 @@ import dataclasses
 import keras
 import numpy as np
 
+from keras_vit.execution.sharded_load import shapes_only
 from keras_vit.validation import check_choice
 
 DISTRIBUTIONS = ("none", "data_parallel", "model_parallel", "fsdp")
@@ -93,7 +94,7 @@ def _variables(model, dtype):
     kwargs = dict(model)
     if dtype is not None:
         kwargs["dtype"] = dtype
-    with keras.StatelessScope(initialize_variables=False):
+    with shapes_only():
         built = ViT(**kwargs)
         found = [(v.path, tuple(v.shape), v.dtype, v.trainable) for v in built.weights]
         config = built.get_config()

@@ -12,6 +12,7 @@ import pytest
 import keras_vit
 from conftest import ROOT, spread, to_numpy
 from keras_vit.preprocessing import Preprocessing
+from keras_vit.execution.sharded_load import shapes_only
 
 pytestmark = spread("the example's folder pipeline is tf.data under every backend and its training the "
                     "library's; each case once")
@@ -149,7 +150,7 @@ def test_gelu_flag_reaches_the_model_and_is_refused_with_a_preset(tmp_path):
                                                "--image-size", "32"]))
     import keras
 
-    with keras.StatelessScope(initialize_variables=False):
+    with shapes_only():
         assert example.build_model(args, 3).mlp_activation == "gelu"
     args = example.parse_args(["--data", str(tmp_path), "--preset", str(tmp_path), "--gelu", "tanh"])
     with pytest.raises(SystemExit, match="a preset fixes its GELU"):

@@ -11,6 +11,7 @@ import reference_resnet
 import synthetic
 from keras_vit.models import ARCHITECTURE_CONFIGS, CONSTRUCTORS, ViTHybrid
 from keras_vit.architectures import architecture_name
+from keras_vit.execution.sharded_load import shapes_only
 from conftest import spread
 
 pytestmark = spread("the hybrids' sizes, parity and files: the ResNet layers are held on every backend by "
@@ -67,7 +68,7 @@ def test_official_parameter_counts(constructor):
         if kwargs.get("representation_size") == "hidden":
             kwargs["representation_size"] = hidden
         # Shapes only: no memory or time spent on random initial values.
-        with keras.StatelessScope(initialize_variables=False):
+        with shapes_only():
             model = getattr(keras_vit, constructor)(**kwargs)
             assert model.count_params() == expected, (arch, column)
         if kwargs.get("image_size") is None:
@@ -84,7 +85,7 @@ def test_official_parameter_counts(constructor):
     "resnet_layers, stride", [((), 4), ((1,), 4), ((1, 1), 8), ((1, 1, 1), 16)]
 )
 def test_feature_map_stride(resnet_layers, stride):
-    with keras.StatelessScope(initialize_variables=False):
+    with shapes_only():
         model = ViTHybrid(**dict(TINY_HYBRID, resnet_layers=resnet_layers, image_size=64))
     last = f"block{len(resnet_layers)}" if resnet_layers else "pool_root"
     channels = 128 * 2 ** (len(resnet_layers) - 1) if resnet_layers else 32
@@ -94,7 +95,7 @@ def test_feature_map_stride(resnet_layers, stride):
 
 def test_stem_only_with_patches():
     # R+Ti/16's layout: the stem alone (stride 4), then 8x8 patches.
-    with keras.StatelessScope(initialize_variables=False):
+    with shapes_only():
         model = ViTHybrid(**dict(TINY_HYBRID, resnet_layers=(), patch_size=8, image_size=224))
     assert model.get_layer("pool_root").output.shape == (None, 56, 56, 32)
     assert model.grid_size == (7, 7)

@@ -11,6 +11,7 @@ import keras_vit
 from conftest import TINY, every_backend, inference, spread, to_numpy
 from keras_vit.execution import tf_xla
 from keras_vit.models import ARCHITECTURE_CONFIGS, CONSTRUCTORS
+from keras_vit.execution.sharded_load import shapes_only
 from model_contract import outputs_of
 
 pytestmark = spread("the variants are rows of one table over the same layers, each held on every backend by "
@@ -42,7 +43,7 @@ def test_every_plain_variant_has_an_official_count():
 
 @pytest.mark.parametrize("constructor", [n for n in PLAIN if CONSTRUCTORS[n] in PUBLISHED_MILLIONS])
 def test_giant_variants_have_their_published_size(constructor):
-    with keras.StatelessScope(initialize_variables=False):
+    with shapes_only():
         model = getattr(keras_vit, constructor)(include_top=False)
         assert round(model.count_params() / 1e6) == PUBLISHED_MILLIONS[CONSTRUCTORS[constructor]]
 
@@ -56,7 +57,7 @@ def test_variant_parameter_count(constructor, size_index, size):
         # pixels of a 384 image: its "384" count is that of a 27x27 grid.
         size = 378
     # Shapes only: no time or memory spent on random initial values.
-    with keras.StatelessScope(initialize_variables=False):
+    with shapes_only():
         model = getattr(keras_vit, constructor)(image_size=size)
         assert model.count_params() == OFFICIAL_PARAMS[arch][size_index]
 
@@ -82,7 +83,7 @@ def test_full_size_variant_runs_on_a_small_image(constructor):
 
 
 def test_imagenet21k_head_with_pre_logits_count():
-    with keras.StatelessScope(initialize_variables=False):
+    with shapes_only():
         model = keras_vit.ViTB16(classes=21843, representation_size=768)
         assert model.count_params() == 103_186_515
     assert model.get_layer("pre_logits").activation is keras.activations.tanh

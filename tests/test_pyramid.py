@@ -12,6 +12,7 @@ import scipy.special
 import keras_vit
 from conftest import TINY, to_numpy
 from keras_vit.layers.pyramid import SimpleFeaturePyramid
+from keras_vit.execution.sharded_load import shapes_only
 
 
 # --- an independent NumPy forward pass of ViTDet's pyramid ------------------------------
@@ -171,7 +172,7 @@ def test_strides_of_any_backbone(make, image):
     Traced shapes (the layer's `call` runs on symbolic tensors), without
     initialising weights; `test_equals_numpy_reference` runs the layer.
     """
-    with keras.StatelessScope(initialize_variables=False):
+    with shapes_only():
         model = make()
         stride = model.effective_patch_size[0]
         tokens = model.get_layer(f"encoderblock_{model.num_layers - 1}").output
@@ -189,7 +190,7 @@ def test_strides_of_any_backbone(make, image):
 def test_relative_factors_without_resizing():
     """`match_strides=False`: patch 14 gives ViTDet's factors 4, 2, 1, 0.5."""
     pyramid = SimpleFeaturePyramid(14, out_channels=4, match_strides=False)
-    with keras.StatelessScope(initialize_variables=False):
+    with shapes_only():
         maps = pyramid(keras.Input((6, 6, 8), batch_size=1))
     assert [tuple(m.shape)[1:3] for m in maps] == [(24, 24), (12, 12), (6, 6), (3, 3)]
     assert pyramid.output_strides == (3.5, 7, 14, 28)

@@ -10,6 +10,7 @@ import keras_vit
 from conftest import runs_once
 from keras_vit.architectures import ARCHITECTURE_CONFIGS
 from keras_vit.weights import registry
+from keras_vit.execution.sharded_load import shapes_only
 from keras_vit.weights.registry import (
     WEIGHTS,
     UnknownWeightsError,
@@ -46,7 +47,7 @@ def _built_params(record):
         model_class = (
             keras_vit.models.ViTHybrid if "resnet_layers" in row else keras_vit.ViT
         )
-        with keras.StatelessScope(initialize_variables=False):
+        with shapes_only():
             model = model_class(
                 **row,
                 image_size=record.image_size,

@@ -440,7 +440,14 @@ def test_plan_memory_gives_the_bytes_each_device_holds():
 @runs_once("torch", "sums over shapes made with no weight; the layouts are held against jax's shards above")
 def test_plan_memory_scales_and_refuses():
     """Weights split 8 ways under FSDP, whole under data parallelism; the
-    activations follow each replica's batch; bad arguments are named."""
+    activations follow each replica's batch; bad arguments are named; no
+    variable is left for Keras to give a value later."""
+    from keras.src.backend.common import global_state
+
+    pending = len(global_state.get_global_attribute("uninitialized_variables", []))
+    keras_vit.plan_memory("G/14", "fsdp", devices=64, batch_size=256)
+    # A G/14's shapes left pending would take 7 GB at the next symbolic call.
+    assert len(global_state.get_global_attribute("uninitialized_variables", [])) == pending
     one = keras_vit.plan_memory("Ti/16", "none", batch_size=8)
     data = keras_vit.plan_memory("Ti/16", "data_parallel", devices=8, batch_size=64)
     fsdp = keras_vit.plan_memory("Ti/16", "fsdp", devices=8, batch_size=64, min_shard_bytes=0)
@@ -540,3 +547,35 @@ def test_fit_in_the_single_device_scope(rng):
         loss = model.fit(x, y, batch_size=8, epochs=20, verbose=0).history["loss"]
     assert _falls(loss), loss
     assert keras.backend.backend() == dist.backend
+
+
+@runs_once("jax", "the guide's steps are jax's keras.distribution; each is held on its own by the tests above")
+def test_big_models_guide_runs(tmp_path):
+    """docs/guides/big-models.md, its blocks in one process of 4 virtual CPU
+    devices as it says: the plans, a LoRA fine-tune under FSDP with Orbax
+    checkpoints, and the run resumed over 2 of the devices."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from docs_blocks import python_blocks
+
+    blocks = [b.code for b in python_blocks(ROOT / "docs" / "guides" / "big-models.md")
+              if b.run_by and b.run_by.endswith("::test_big_models_guide_runs")]
+    assert len(blocks) == 4
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run([sys.executable, "-c", "\n".join(blocks)], env=env, cwd=str(tmp_path),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "4 devices", lines
+    from keras_vit.execution.sharded_load import shapes_only
+
+    with shapes_only():
+        parameters = keras_vit.ViTGigantic14().count_params()
+    plans = [line for line in lines if line.startswith("fsdp over a")]
+    assert [p.split(",")[0] for p in plans] == ["fsdp over a 8 mesh", "fsdp over a 32 mesh", "fsdp over a 8 x 4 mesh"]
+    assert all(f"{parameters:,} parameters" in p for p in plans), plans
+    assert "an MLP kernel (64, 128) split as PartitionSpec(None, 'batch')" in proc.stdout or \
+        "an MLP kernel (64, 128) split as P(None, 'batch')" in proc.stdout, proc.stdout
+    assert "resumed at step 6" in lines, lines
+    losses = [float(v) for v in next(line for line in lines if line.startswith("losses:"))[9:-1].split()]
+    resumed = float(lines[-1].split(":")[1])
+    assert np.isfinite(resumed) and resumed < losses[-1] < losses[0], lines

@@ -121,13 +121,35 @@ def deferred_variables(enabled=True):
         yield
         return
     check_mesh()
+    with shapes_only():
+        yield
+
+
+@contextlib.contextmanager
+def shapes_only():
+    """A scope in which new variables get a shape and a dtype, and never a value.
+
+    `keras.StatelessScope(initialize_variables=False)` makes variables
+    without values, but leaves them on Keras' list of variables to
+    initialise, which the end of the next stateless scope empties (any
+    symbolic call, on jax and tensorflow): the shapes of a 1.8-billion-
+    parameter model, counted, would later allocate 7 GB of random values.
+    Here the variables made inside are taken off that list on exit.
+
+    Example:
+
+    >>> import keras_vit
+    >>> with shapes_only():
+    ...     model = keras_vit.ViTB16()
+    >>> model.count_params()
+    86567656
+    """
     pending = _uninitialized()
     before = list(pending)
     try:
         with keras.StatelessScope(initialize_variables=False):
             yield
     finally:
-        # Keras would initialise them at the end of a later stateless scope.
         pending[:] = before
 
 
