@@ -401,7 +401,10 @@ def parse_args(argv):
                         help="a setup name such as cpu-avx512 or gpu-h100: writes"
                         " docs/results/NAME.md and .json, the setup's current result,"
                         " instead of --output")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.name:
+        args.output = str(results_prefix(args.name))
+    return args
 
 
 def results_prefix(name):
@@ -447,7 +450,7 @@ def measure_peaks(peak, size, reps, timeout, libraries=PEAK_LIBRARIES):
 
 def startup(args):
     """`--preset startup` (`tools/benchmark_startup.py`): each command cold, in a fresh process."""
-    prefix = str(results_prefix(args.name)) if args.name else args.output
+    prefix = args.output
     backends = ("torch",) if args.smoke else benchmark_startup.BACKENDS
     benchmark_startup.run(rounds=args.rounds, small=not args.smoke, backends=backends, timeout=args.timeout,
                           machine=machine_info(), output=prefix)
@@ -495,8 +498,6 @@ def main(argv=None):
     if args.preset:
         cases = [(w, d, s) for group in PRESETS[args.preset]
                  for w in group[0] for d in group[1] for s in group[2]]
-    if args.name:
-        args.output = str(results_prefix(args.name))
     rows = {}
     report["peak"] = {"status": "error", "gflops": {}}
     for round_ in range(args.rounds):

@@ -1,8 +1,9 @@
 """`keras-vit-benchmark --preset startup`: the first result, cold.
 
 Each measured command runs in a fresh interpreter, one after another, and
-is timed from its start to its exit, with its peak resident memory (the
-child's `ru_maxrss`, from `os.wait4`):
+is timed from its start to its exit (wall time, and the CPU time of its
+user and system modes, steadier on a machine shared with other jobs), with
+its peak resident memory (its `VmHWM`, read while it runs):
 
 - `import keras` and `import keras_vit` on each backend (`KERAS_BACKEND`);
 - `keras-vit depth CKPT IMAGE` and `keras-vit classify CKPT IMAGE` on each
@@ -20,9 +21,9 @@ sizes, for a check that everything runs). Rounds are interleaved
 
 Example:
 
->>> ratio_rows({("import", "keras_vit", "torch"): {"wall_s": 6.0, "peak_rss_mib": 10.0},
-...             ("import", "keras", "torch"): {"wall_s": 5.0, "peak_rss_mib": 9.0}})
-[('import keras_vit / import keras', 'torch', 1.2)]
+>>> ratio_rows({("import", "keras_vit", "torch"): {"wall_s": 6.0, "cpu_s": 3.0},
+...             ("import", "keras", "torch"): {"wall_s": 5.0, "cpu_s": 3.0}})
+[('import keras_vit / import keras', 'torch', 1.2, 1.0)]
 """
 
 import json
@@ -122,27 +123,43 @@ def commands(folder, depth, classify, image, backends=BACKENDS):
     return cases
 
 
-def measure(argv, extra_env, timeout):
-    """Runs `argv` in a fresh process: its wall time and peak RSS (MiB), or why it failed.
+def _high_water_mib(pid):
+    """The process's peak resident memory so far (`VmHWM`), in MiB, or None where unreadable."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
 
-    The child is reaped with `os.wait4`, whose resource usage is that child's
-    alone (`RUSAGE_CHILDREN` would hold the largest of all children so far).
+
+def measure(argv, extra_env, timeout):
+    """Runs `argv` in a fresh process: its wall and CPU time and peak RSS (MiB), or why it failed.
+
+    The peak is the kernel's high-water mark of the command's own memory
+    (`VmHWM`, read while it runs); the child's `ru_maxrss` would also count
+    the parent's memory at the fork, which the kernel records at the exec.
     """
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=os.pathsep.join(
         p for p in (str(HERE.parent), os.environ.get("PYTHONPATH")) if p), **extra_env)
+    peak = 0.0
     with tempfile.TemporaryFile() as log:
         start = time.perf_counter()
         process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
         while True:
+            high = _high_water_mib(process.pid)
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)
             if pid:
                 break
+            peak = max(peak, high or 0.0)
             if time.perf_counter() - start > timeout:
                 process.kill()
                 os.wait4(process.pid, 0)
                 process.returncode = -9
                 return {"status": "error", "reason": f"timed out after {timeout} s"}
-            time.sleep(0.005)
+            time.sleep(0.002)
         wall = time.perf_counter() - start
         process.returncode = os.waitstatus_to_exitcode(status)
         if process.returncode != 0:
@@ -150,11 +167,11 @@ def measure(argv, extra_env, timeout):
             tail = log.read().decode(errors="replace").strip().splitlines()[-3:]
             return {"status": "error", "reason": f"exit code {process.returncode}: {' | '.join(tail)}"}
     return {"status": "ok", "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
-            "peak_rss_mib": usage.ru_maxrss / 1024}
+            "peak_rss_mib": peak or usage.ru_maxrss / 1024}
 
 
 def ratio_rows(rows):
-    """The ratios the targets are stated in: (name, backend, ratio) per backend."""
+    """The ratios the targets are stated in, per backend: (name, backend, wall ratio, CPU ratio)."""
     out = []
     for (what, system, backend), row in sorted(rows.items()):
         if system != "keras_vit" or row.get("status", "ok") != "ok":
@@ -164,20 +181,22 @@ def ratio_rows(rows):
         else:
             base, name = rows.get((what, "transformers", "torch")), f"keras-vit {what} / transformers pipeline"
         if base and base.get("status", "ok") == "ok":
-            out.append((name, backend, round(row["wall_s"] / base["wall_s"], 2)))
+            out.append((name, backend, round(row["wall_s"] / base["wall_s"], 2),
+                        round(row["cpu_s"] / base["cpu_s"], 2)))
     return out
 
 
 def table(rows):
     """The results as a Markdown table, ratios after it."""
-    lines = ["| command | system | backend | wall s | peak RSS MiB |", "|---|---|---|---:|---:|"]
+    lines = ["| command | system | backend | wall s | CPU s | peak RSS MiB |", "|---|---|---|---:|---:|---:|"]
     for (what, system, backend), row in rows.items():
         if row["status"] == "ok":
-            lines.append(f"| {what} | {system} | {backend} | {row['wall_s']:.2f} | {row['peak_rss_mib']:.0f} |")
+            lines.append(f"| {what} | {system} | {backend} | {row['wall_s']:.2f} | {row['cpu_s']:.2f} "
+                         f"| {row['peak_rss_mib']:.0f} |")
         else:
-            lines.append(f"| {what} | {system} | {backend} | {row['status']}: {row['reason'][:80]} | |")
-    lines += ["", "| ratio (wall time) | backend | value |", "|---|---|---:|"]
-    lines += [f"| {name} | {backend} | {value:.2f} |" for name, backend, value in ratio_rows(rows)]
+            lines.append(f"| {what} | {system} | {backend} | {row['status']}: {row['reason'][:80]} | | |")
+    lines += ["", "| ratio | backend | wall time | CPU time |", "|---|---|---:|---:|"]
+    lines += [f"| {name} | {backend} | {wall:.2f} | {cpu:.2f} |" for name, backend, wall, cpu in ratio_rows(rows)]
     return "\n".join(lines)
 
 
@@ -187,8 +206,7 @@ def run(rounds=3, small=True, backends=BACKENDS, timeout=600, machine=None, outp
         folder = pathlib.Path(tmp)
         (folder / "out").mkdir()
         print("writing the checkpoints ...", flush=True)
-        # In a process of its own: a child's peak RSS counts its parent's
-        # memory at the fork, which torch and transformers would inflate.
+        # In a process of its own: torch and transformers stay out of this one.
         subprocess.run([sys.executable, __file__, str(folder), "small" if small else "tiny"], check=True,
                        env=dict(os.environ, PYTHONPATH=os.pathsep.join(
                            p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)))
@@ -207,7 +225,7 @@ def run(rounds=3, small=True, backends=BACKENDS, timeout=600, machine=None, outp
                 print(f"round {round_ + 1}/{rounds}  {' '.join(key):40s} {text}", flush=True)
     report = {"machine": machine, "rounds": rounds, "small": small,
               "results": [dict(command=k[0], system=k[1], backend=k[2], **v) for k, v in rows.items()],
-              "ratios": [dict(ratio=n, backend=b, value=v) for n, b, v in ratio_rows(rows)]}
+              "ratios": [dict(ratio=n, backend=b, wall=w, cpu=c) for n, b, w, c in ratio_rows(rows)]}
     text = table(rows)
     if machine:
         flags = " ".join(machine.get("flags", []))
