@@ -448,12 +448,13 @@ def measure_peaks(peak, size, reps, timeout, libraries=PEAK_LIBRARIES):
           flush=True)
 
 
-def startup(args):
+def startup(args, argv=None):
     """`--preset startup` (`tools/benchmark_startup.py`): each command cold, in a fresh process."""
     prefix = args.output
     backends = ("torch",) if args.smoke else benchmark_startup.BACKENDS
     benchmark_startup.run(rounds=args.rounds, small=not args.smoke, backends=backends, timeout=args.timeout,
-                          machine=machine_info(), output=prefix)
+                          machine=machine_info(), output=prefix,
+                          command=" ".join(["keras-vit-benchmark", *(sys.argv[1:] if argv is None else argv)]))
     print(f"\nwrote {prefix}.md and {prefix}.json")
     return 0
 
@@ -486,7 +487,7 @@ def main(argv=None):
             raise SystemExit(f"unknown {name}: {bad}; choices: {list(allowed)}")
 
     if args.preset == "startup":
-        return startup(args)
+        return startup(args, argv)
     started = time.perf_counter()
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -200,8 +200,27 @@ def table(rows):
     return "\n".join(lines)
 
 
-def run(rounds=3, small=True, backends=BACKENDS, timeout=600, machine=None, output=None):
+def report_text(report, name):
+    """The report as Markdown: when, what, the machine, the table; `name` is the JSON file's name."""
+    machine = report.get("machine") or {}
+    versions = ", ".join(f"{k} {v}" for k, v in machine.get("versions", {}).items() if v)
+    rows = {(r["command"], r["system"], r["backend"]): r for r in report["results"]}
+    return "\n".join([
+        "# The first result, cold", "", f"All figures as JSON: [{name}]({name}).", "",
+        f"- Date: {report.get('date')}; command: `{report.get('command')}`",
+        f"- CPU: {machine.get('cpu')}, {machine.get('cpu_id', '')} ({machine.get('cores_usable')} cores; "
+        f"flags: {' '.join(machine.get('flags', []))})",
+        f"- Versions: {versions}",
+        f"- Checkpoints: {'Depth Anything V2 Small and ViT-S/16 sizes' if report.get('small') else 'tiny'}, "
+        f"random; {report.get('rounds')} interleaved rounds, each command's fastest kept.",
+        "", table(rows), ""])
+
+
+def run(rounds=3, small=True, backends=BACKENDS, timeout=600, machine=None, output=None, command=None):
     """Measures every command `rounds` times, interleaved; prints and returns the report."""
+    import datetime
+
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory() as tmp:
         folder = pathlib.Path(tmp)
         (folder / "out").mkdir()
@@ -223,17 +242,13 @@ def run(rounds=3, small=True, backends=BACKENDS, timeout=600, machine=None, outp
                 text = (f"{result['wall_s']:.2f} s  {result['peak_rss_mib']:.0f} MiB" if result["status"] == "ok"
                         else f"{result['status']}: {result['reason'][:100]}")
                 print(f"round {round_ + 1}/{rounds}  {' '.join(key):40s} {text}", flush=True)
-    report = {"machine": machine, "rounds": rounds, "small": small,
+    report = {"date": date, "command": command, "machine": machine, "rounds": rounds, "small": small,
               "results": [dict(command=k[0], system=k[1], backend=k[2], **v) for k, v in rows.items()],
               "ratios": [dict(ratio=n, backend=b, wall=w, cpu=c) for n, b, w, c in ratio_rows(rows)]}
-    text = table(rows)
-    if machine:
-        flags = " ".join(machine.get("flags", []))
-        text = f"CPU: {machine.get('cpu')} ({machine.get('cpu_id', '')}), {machine.get('cores_usable')} cores; " \
-               f"flags: {flags}\n\n{text}"
+    text = report_text(report, f"{pathlib.Path(output or 'startup').name}.json")
     print("\n" + text)
     if output:
-        pathlib.Path(f"{output}.md").write_text(text + "\n")
+        pathlib.Path(f"{output}.md").write_text(text)
         pathlib.Path(f"{output}.json").write_text(json.dumps(report, indent=1) + "\n")
     return report
 
