@@ -598,3 +598,33 @@ def test_task_presets_name_known_cases():
     assert benchmark.WORKLOADS["infer-da2-s-518-bs1"][2] // encoder["patch_size"] == 37
     assert benchmark.WORKLOADS["infer-eomt-s-640-bs1"][2] // eomt["patch_size"] == 40
     assert (eomt["hidden_size"], eomt["num_queries"], eomt["num_blocks"]) == (384, 200, 3)
+
+
+def test_startup_preset_measures_each_command_in_a_process_of_its_own(tmp_path):
+    """`--preset startup`'s measurement: a child's own peak memory (one that
+    allocates 300 MB reads at least that, one that does not reads far less,
+    whatever the parent holds), a failure with its exit code and last words,
+    and the ratios the targets name, per backend."""
+    import sys
+
+    from keras_vit_tools import benchmark_startup
+
+    held = bytearray(300 * 2**20)  # the parent's memory is not the child's
+    small = benchmark_startup.measure([sys.executable, "-c", "pass"], {}, 60)
+    large = benchmark_startup.measure([sys.executable, "-c", "x = bytearray(300 * 2**20); x[::4096] = b'1' * len(x[::4096])"],
+                                      {}, 60)
+    del held
+    assert small["status"] == large["status"] == "ok"
+    assert large["peak_rss_mib"] > 300 > 100 > small["peak_rss_mib"]
+    assert large["wall_s"] >= large["cpu_s"] * 0.5 > 0
+    failed = benchmark_startup.measure([sys.executable, "-c", "raise SystemExit('no such model')"], {}, 60)
+    assert failed == {"status": "error", "reason": "exit code 1: no such model"}
+    cases = benchmark_startup.commands(tmp_path, "d", "c", "i.png", backends=("torch", "jax"))
+    assert sorted({key[0] for key in cases}) == ["classify", "depth", "import"]
+    assert cases[("import", "keras_vit", "jax")] == ([sys.executable, "-c", "import keras_vit"], {"KERAS_BACKEND": "jax"})
+    rows = {key: {"status": "ok", "wall_s": 2.0, "cpu_s": 1.0, "peak_rss_mib": 1.0} for key in cases}
+    rows[("depth", "transformers", "torch")].update(wall_s=4.0, cpu_s=4.0)
+    ratios = benchmark_startup.ratio_rows(rows)
+    assert ("keras-vit depth / transformers pipeline", "jax", 0.5, 0.25) in ratios
+    assert ("import keras_vit / import keras", "torch", 1.0, 1.0) in ratios and len(ratios) == 6
+    assert "| keras-vit depth / transformers pipeline | torch | 0.50 | 0.25 |" in benchmark_startup.table(rows)

@@ -299,3 +299,36 @@ def test_classify_reads_a_batch_of_images_at_a_time(monkeypatch):
         np.testing.assert_allclose([p.probability for p in a], [p.probability for p in b], atol=1e-6)
     with pytest.raises(ValueError, match="`images` is empty"):
         keras_vit.classify(model, [])
+
+
+def test_classify_crops_the_centre_crop_fraction_names(tmp_path, capsys):
+    """`crop_fraction` over the model's record: the shorter side resized to
+    the input size / fraction (bicubic, the record's filter), the centre cut
+    out, as Pillow does it here; `keras-vit classify --crop-fraction` agrees;
+    a fraction out of (0, 1] is refused by name before the model loads."""
+    from keras_vit_tools.commands import keras_vit as run_cli
+
+    model = keras_vit.ViT(**TINY, classes=3, class_names=["a", "b", "c"],
+                          preprocessing=Preprocessing.from_mode("imagenet", image_size=32))
+    head = model.get_layer("head")  # a random head: probabilities that tell one crop from another
+    head.kernel.assign(np.random.default_rng(1).normal(0, 0.5, head.kernel.shape).astype("float32"))
+    photo = np.random.default_rng(0).integers(0, 256, (40, 70, 3)).astype("uint8")
+    photo[:, 55:] = 255  # a bright edge that a tight crop leaves out
+    got = keras_vit.classify(model, photo, top=3, crop_fraction=0.5)[0]
+    # The shorter side 40 -> 32 / 0.5 = 64 (70 -> 112); the centre 32 x 32.
+    resized = np.asarray(Image.fromarray(photo).resize((112, 64), Image.Resampling.BICUBIC))
+    x = (resized[16:48, 40:72] / 255 - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
+    expected = to_numpy(model.predict(x[None].astype("float32"), verbose=0))[0]
+    np.testing.assert_allclose([p.probability for p in sorted(got)], expected, atol=6e-4)
+    whole = keras_vit.classify(model, photo, top=3)[0]  # the record's straight resize
+    assert max(abs(a.probability - b.probability) for a, b in zip(sorted(whole), sorted(got))) > 0.01
+    model.save_to_preset(tmp_path / "preset")
+    Image.fromarray(photo).save(tmp_path / "photo.png")
+    capsys.readouterr()
+    assert run_cli(["classify", str(tmp_path / "preset"), str(tmp_path / "photo.png"), "--crop-fraction", "0.5",
+                    "--top", "3"]) == 0
+    printed = {int(line.split()[1]): float(line.split()[0]) for line in capsys.readouterr().out.splitlines()[1:]}
+    np.testing.assert_allclose([printed[i] for i in range(3)], expected, atol=6e-4)
+    for bad in (0, 1.5, "0.5", float("nan")):
+        with pytest.raises(ValueError, match=r"`crop_fraction` must be a number in \(0, 1\]"):
+            keras_vit.classify("never-loaded", photo, crop_fraction=bad)

@@ -49,6 +49,9 @@ Usage:
     python tools/benchmark.py --preset dense --name dense-cpu-avx512
         # Depth Anything V2 Small at 518 px beside transformers and keras-hub,
         # EoMT-S at 640 px beside transformers (tools/benchmark_tasks.py)
+    python tools/benchmark.py --preset startup --rounds 3 --name startup-cpu
+        # `import keras_vit` and `keras-vit depth` / `classify` on one image,
+        # cold, beside transformers' pipeline (tools/benchmark_startup.py)
     python tools/benchmark.py --systems keras_vit-jax,hf-sdpa \\
         --workloads infer-b16-bs8 --dtypes float32 --output /tmp/benchmark
 """
@@ -65,8 +68,10 @@ import sys
 import time
 
 if __package__:
+    from . import benchmark_startup
     from .benchmark_report import side_by_side, write_report
 else:  # `python tools/benchmark.py`: this file's folder is on the path
+    import benchmark_startup
     from benchmark_report import side_by_side, write_report
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -380,21 +385,26 @@ def parse_args(argv):
                         help="run the bfloat16 cases even where the measured bfloat16 matmul"
                         " is slower than float32 (a CPU without avx512_bf16 or AMX emulates"
                         " it: such cases take hours)")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
+    parser.add_argument("--preset", choices=sorted([*PRESETS, "startup"]), default=None,
                         help="a fixed list of cases instead of --systems x --workloads x"
                         " --dtypes; 'cpu': float32 at 224, 384 and 518 px, bfloat16 inference"
                         " per backend, OpenVINO float32 and bf16, the S/16 training step;"
                         " 'gpu': bfloat16 B/16 and L/16 inference (batch 64) and training"
                         " (batch 32) against keras-hub, HF and timm, then float32; 'tasks': OWLv2"
                         " and SAM, 'dense': Depth Anything V2 Small and EoMT-S, beside transformers'"
-                        " (and keras-hub's Depth Anything)")
+                        " (and keras-hub's Depth Anything); 'startup': `import keras_vit` and the"
+                        " depth and classify commands cold, one image, beside transformers' pipeline"
+                        " (tools/benchmark_startup.py; --smoke: tiny checkpoints, torch only)")
     parser.add_argument("--output", default="benchmark",
                         help="output path prefix: writes PREFIX.md and PREFIX.json")
     parser.add_argument("--name", default=None,
                         help="a setup name such as cpu-avx512 or gpu-h100: writes"
                         " docs/results/NAME.md and .json, the setup's current result,"
                         " instead of --output")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.name:
+        args.output = str(results_prefix(args.name))
+    return args
 
 
 def results_prefix(name):
@@ -438,6 +448,17 @@ def measure_peaks(peak, size, reps, timeout, libraries=PEAK_LIBRARIES):
           flush=True)
 
 
+def startup(args, argv=None):
+    """`--preset startup` (`tools/benchmark_startup.py`): each command cold, in a fresh process."""
+    prefix = args.output
+    backends = ("torch",) if args.smoke else benchmark_startup.BACKENDS
+    benchmark_startup.run(rounds=args.rounds, small=not args.smoke, backends=backends, timeout=args.timeout,
+                          machine=machine_info(), output=prefix,
+                          command=" ".join(["keras-vit-benchmark", *(sys.argv[1:] if argv is None else argv)]))
+    print(f"\nwrote {prefix}.md and {prefix}.json")
+    return 0
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.smoke:
@@ -465,6 +486,8 @@ def main(argv=None):
         if bad:
             raise SystemExit(f"unknown {name}: {bad}; choices: {list(allowed)}")
 
+    if args.preset == "startup":
+        return startup(args, argv)
     started = time.perf_counter()
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -476,8 +499,6 @@ def main(argv=None):
     if args.preset:
         cases = [(w, d, s) for group in PRESETS[args.preset]
                  for w in group[0] for d in group[1] for s in group[2]]
-    if args.name:
-        args.output = str(results_prefix(args.name))
     rows = {}
     report["peak"] = {"status": "error", "gflops": {}}
     for round_ in range(args.rounds):

@@ -22,8 +22,9 @@ Depth Anything) built from the same config.
 
 Each model is random, built from one transformers config (`CONFIGS`) with
 torch seeded: the transformers model from it, keras_vit's from the
-directory it is saved to (as `keras_vit.from_preset` reads a checkpoint),
-so both compute with the same weights; keras-hub's Depth Anything from the
+directory it is saved to (as `keras_vit.from_preset` reads a checkpoint;
+in the benchmark, saved by a process of its own, so that keras_vit's peak
+memory holds no torch model), so both compute with the same weights; keras-hub's Depth Anything from the
 same sizes, with its own random weights. The dense cases record their
 outputs' shapes and statistics (`output_summary`), which `tools/benchmark.py`
 compares with transformers'. Speeds are prompts per second for the decoder,
@@ -212,6 +213,16 @@ def run_hf(spec, x, timed):
     return build, first, times, info, step
 
 
+def save_transformers_model(arch, image, folder):
+    """Saves `_transformers_model(arch, image)` to `folder` from a process of
+    its own: the measured process never holds transformers, nor a torch copy
+    of the weights (which its peak memory would count, on every backend)."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, __file__, arch, str(image), str(folder)], check=True, capture_output=True)
+
+
 def _keras_step(arch, model, x):
     task = CONFIGS[arch][0]
     if task in DENSE_OUTPUTS:  # `predict`'s dict holds transformers' names
@@ -234,16 +245,21 @@ def _keras_info():
             "threads": os.environ.get("OMP_NUM_THREADS")}
 
 
-def run_keras_task(spec, x):
+def run_keras_task(spec, x, apart=False):
     """A task case of keras_vit on the current backend: the model read from a
-    saved random transformers model of the same config."""
+    saved random transformers model of the same config, saved by a process of
+    its own where `apart` (the benchmark's: this process's peak memory then
+    counts keras_vit alone)."""
     import time
 
     import keras_vit
 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
-        _transformers_model(spec["arch"], spec["image"]).save_pretrained(folder)
+        if apart:
+            save_transformers_model(spec["arch"], spec["image"], folder)
+        else:
+            _transformers_model(spec["arch"], spec["image"]).save_pretrained(folder)
         model = keras_vit.from_preset(folder)
     info = _keras_info()
     step = _keyed(_keras_step(spec["arch"], model, x), spec["arch"], info)
@@ -297,3 +313,9 @@ def run_keras_hub_task(spec, x):
     step = _recording(lambda: {"predicted_depth": model.predict_on_batch(x)["depths"][..., 0]}, info)
     build = time.perf_counter() - start
     return build, step, info
+
+
+if __name__ == "__main__":  # `save_transformers_model`'s process: ARCH IMAGE FOLDER
+    import sys
+
+    _transformers_model(sys.argv[1], int(sys.argv[2])).save_pretrained(sys.argv[3])

@@ -454,7 +454,7 @@ def run_task(spec, x):
     if system.startswith("hf-"):
         return benchmark_tasks.run_hf(spec, x, _timed)
     if system.startswith("keras_vit-"):
-        build, step, info = benchmark_tasks.run_keras_task(spec, x)
+        build, step, info = benchmark_tasks.run_keras_task(spec, x, apart=True)
     elif system.startswith("keras_hub-"):
         if benchmark_tasks.CONFIGS[spec["arch"]][0] not in benchmark_tasks.KERAS_HUB_TASKS:
             raise Unavailable(f"keras_hub has no {spec['arch']}")

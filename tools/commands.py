@@ -270,20 +270,26 @@ def keras_vit_parser():
     return parser
 
 
-def prepare(threads=None, modules=("keras_vit",)):
-    """Threads set, then the libraries imported quietly: before any command's work."""
+def prepare(threads=None, modules=("keras_vit",), lean=False):
+    """Threads set, then the libraries imported quietly: before any command's work.
+
+    `lean`: Keras first, without the optional libraries it would load for
+    features no command uses (`lean_keras_import`).
+    """
     try:
         configure_threads(threads)
     except ValueError as error:
         raise SystemExit(f"error: {error}") from None
-    quiet_imports(*modules)
+    quiet_imports(*(("keras",) if lean else ()), *modules, lean_keras=lean)
 
 
 def keras_vit(argv=None):
     """Entry point of `keras-vit`; returns the exit status."""
     args = keras_vit_parser().parse_args(argv)
-    # Exports trace through TensorFlow on every backend.
-    prepare(getattr(args, "threads", None), ("tensorflow", "keras_vit") if args.command == "export" else ("keras_vit",))
+    # Exports trace through TensorFlow on every backend (and jax2tf under jax): Keras as it comes.
+    exporting = args.command == "export"
+    prepare(getattr(args, "threads", None), ("tensorflow", "keras_vit") if exporting else ("keras_vit",),
+            lean=not exporting)
     from keras_vit.cli import commands
 
     return commands.run(args)

@@ -11,6 +11,9 @@
   tf.data input pipeline and any other job for the same cores.
 - `quiet_imports`: the C++ start-up banners of TensorFlow, XLA and CUDA
   (oneDNN notices, "Could not find cuda drivers") kept out of the terminal.
+- `lean_keras_import`: Keras imported without the optional libraries it
+  loads for features no command uses (`KERAS_EXTRAS`), a command's first
+  seconds and a fifth of its memory.
 - `bounded` (and `COUNT`, `FRACTION`, `NON_NEGATIVE`, `FINITE`): the
   `type` of a numeric flag, which refuses a value of the wrong kind or out
   of its range as a usage error naming the flag, the value and what is
@@ -24,7 +27,9 @@ nothing of the process.
 import argparse
 import contextlib
 import difflib
+import functools
 import importlib.util
+import json
 import math
 import os
 import sys
@@ -261,7 +266,7 @@ def _stderr_muted():
         os.close(devnull)
 
 
-def quiet_imports(*modules):
+def quiet_imports(*modules, lean_keras=False):
     """Imports `modules` (those installed) with their start-up banners muted.
 
     TensorFlow's C++ log threshold is raised to errors that stop the program
@@ -272,17 +277,73 @@ def quiet_imports(*modules):
 
     Args:
         *modules: module names, e.g. "tensorflow", "keras_vit".
+        lean_keras: "keras" imported by `lean_keras_import`.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     for name in modules:
         if name in sys.modules or importlib.util.find_spec(name) is None:
             continue
+        load = lean_keras_import if lean_keras and name == "keras" else functools.partial(importlib.import_module, name)
         try:
             with _stderr_muted():
-                importlib.import_module(name)
+                load()
         except Exception:  # noqa: BLE001 (shown by the unmuted import below)
-            importlib.import_module(name)
+            load()
+
+
+# Libraries Keras imports at its own import when they are installed, for
+# features no keras-vit command uses: scikit-learn for its estimator
+# wrappers, matplotlib for `plot_image_gallery`, jax for its Orbax
+# checkpoint callback (on every backend, keras 3.15). Under torch they are
+# about 200 MiB and 2 s of CPU of `import keras`'s 530 MiB and 6 s
+# (docs/benchmarks.md, the startup comparison).
+KERAS_EXTRAS = ("sklearn", "matplotlib", "jax")
+
+
+def keras_backend_name():
+    """The backend Keras will load: `KERAS_BACKEND`, else keras.json's, else None (unknown)."""
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    home = os.environ.get("KERAS_HOME", os.path.join(os.path.expanduser("~"), ".keras"))
+    try:
+        with open(os.path.join(home, "keras.json")) as file:
+            return json.load(file).get("backend", "tensorflow")
+    except FileNotFoundError:
+        return "tensorflow"  # Keras' default where no keras.json exists
+    except (OSError, ValueError):
+        return None
+
+
+def lean_keras_import():
+    """Imports Keras with its optional extras (`KERAS_EXTRAS`) left out.
+
+    While Keras imports, each extra not yet loaded reads as not installed
+    (its `sys.modules` entry is None), which Keras' optional imports pass
+    over; then the entries are removed, so that code asking for one later
+    (`keras-vit inspect`'s matplotlib) imports it as usual. jax stays where
+    it is, or may be, the backend. A process that has imported Keras
+    already is left as it is.
+
+    Example:
+
+    >>> lean_keras_import()
+    >>> "keras" in sys.modules
+    True
+    """
+    if "keras" in sys.modules:
+        return
+    backend = keras_backend_name()
+    kept = [name for name in KERAS_EXTRAS
+            if name not in sys.modules and (name != "jax" or backend not in (None, "jax"))]
+    for name in kept:
+        sys.modules[name] = None
+    try:
+        importlib.import_module("keras")
+    finally:
+        for name in kept:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
 
 
 # Copies of keras_vit's lists (the modules that hold them import Keras),

@@ -17,8 +17,8 @@ import keras
 import numpy as np
 
 from keras_vit import labels
-from keras_vit.tasks.images import load_images, read_batches
-from keras_vit.validation import check_positive_int, check_verbose
+from keras_vit.tasks.images import load_images, preprocessing_record, read_batches
+from keras_vit.validation import check_fraction, check_positive_int, check_verbose
 
 Prediction = collections.namedtuple("Prediction", ["index", "name", "probability"])
 Prediction.__doc__ = """One class of a `classify` result: `(index, name, probability)`.
@@ -71,7 +71,7 @@ def _names(model, classes):
     return (None,) * classes
 
 
-def classify(model, images, top=5, preprocessing=None, batch_size=32, verbose="auto"):
+def classify(model, images, top=5, preprocessing=None, batch_size=32, verbose="auto", crop_fraction=None):
     """The most probable classes of each image, named.
 
     Args:
@@ -91,6 +91,11 @@ def classify(model, images, top=5, preprocessing=None, batch_size=32, verbose="a
         verbose: "auto" (default: progress when the images make more than
             one batch), 0 (silent), 1 (progress: a bar on a terminal, plain
             lines in a log) or 2 (one line at the end), as Keras' `predict`.
+        crop_fraction: None (default: the crop of the record) or a float in
+            (0, 1]: the centre crop, as timm's `crop_pct` (the shorter side
+            resized to the input size / `crop_fraction`, then the centre cut
+            out; 1 keeps the whole shorter side), over the record's resize,
+            filter and scaling (`keras-vit classify --crop-fraction`).
 
     Returns:
         A list with, per image, a list of `min(top, classes)`
@@ -117,12 +122,15 @@ def classify(model, images, top=5, preprocessing=None, batch_size=32, verbose="a
     check_positive_int(top, "top")
     check_positive_int(batch_size, "batch_size")
     check_verbose(verbose, 1)
+    check_fraction(crop_fraction, "crop_fraction", allow_none=True)
     reason = untrained_reason(model)
     if reason is not None:
         raise ValueError(reason)
     model = load_model(model)
     if not getattr(model, "include_top", True):
         raise ValueError(f"Model {model.name!r} has no classifier head (include_top=False).")
+    if crop_fraction is not None:
+        preprocessing = preprocessing_record(model, preprocessing).with_crop_fraction(crop_fraction)
     outputs = []
     for batch in read_batches(images, batch_size, verbose):  # one batch of pixels in memory at a time
         _, inputs = load_images(batch, model, preprocessing)

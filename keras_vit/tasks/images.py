@@ -343,7 +343,26 @@ def _batches(parts, verbose):
         progress.update(done)
 
 
-def _record(model, preprocessing):
+def preprocessing_record(model, preprocessing=None):
+    """The `Preprocessing` record that prepares images for `model`.
+
+    Args:
+        model: a keras_vit model.
+        preprocessing: None (default: `model.preprocessing`), a mode
+            ("inception", "imagenet") or a `Preprocessing` record (or its
+            config).
+
+    Returns:
+        A `Preprocessing` with the model's input size where it names none.
+
+    Example:
+
+    >>> import keras_vit
+    >>> model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=1,
+    ...                       num_heads=2, mlp_dim=32, classes=2)
+    >>> preprocessing_record(model, "imagenet").image_size
+    (32, 32)
+    """
     if preprocessing is None:
         preprocessing = getattr(model, "preprocessing", None)
         if preprocessing is None:
@@ -391,7 +410,7 @@ def load_images(images, model, preprocessing=None):
     >>> display.shape, inputs.dtype
     ((1, 32, 32, 3), dtype('float32'))
     """
-    record = _record(model, preprocessing)
+    record = preprocessing_record(model, preprocessing)
     display, inputs = [], []
     for image in read_images(images):  # uint8, or float32 in [0, 255]
         resized = resize_and_crop(image, record)
