@@ -71,6 +71,25 @@ def _names(model, classes):
     return (None,) * classes
 
 
+def trained_classifier(model):
+    """`model` loaded (`keras_vit.load_model`: a model, a preset or a file)
+    as a classifier with trained weights.
+
+    Raises:
+        ValueError: when its weights are random (the reason named) or it
+            has no classifier head.
+    """
+    from keras_vit.presets.resolver import load_model, untrained_reason
+
+    reason = untrained_reason(model)
+    if reason is not None:
+        raise ValueError(reason)
+    model = load_model(model)
+    if not getattr(model, "include_top", True):
+        raise ValueError(f"Model {model.name!r} has no classifier head (include_top=False).")
+    return model
+
+
 def classify(model, images, top=5, preprocessing=None, batch_size=32, verbose="auto", crop_fraction=None):
     """The most probable classes of each image, named.
 
@@ -117,18 +136,11 @@ def classify(model, images, top=5, preprocessing=None, batch_size=32, verbose="a
     >>> [p.name for p in classify(model, np.zeros((40, 60, 3), "uint8"), top=2)[0]]
     ['no', 'yes']
     """
-    from keras_vit.presets.resolver import load_model, untrained_reason
-
     check_positive_int(top, "top")
     check_positive_int(batch_size, "batch_size")
     check_verbose(verbose, 1)
     check_fraction(crop_fraction, "crop_fraction", allow_none=True)
-    reason = untrained_reason(model)
-    if reason is not None:
-        raise ValueError(reason)
-    model = load_model(model)
-    if not getattr(model, "include_top", True):
-        raise ValueError(f"Model {model.name!r} has no classifier head (include_top=False).")
+    model = trained_classifier(model)
     if crop_fraction is not None:
         preprocessing = preprocessing_record(model, preprocessing).with_crop_fraction(crop_fraction)
     outputs = []

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from keras_vit.tasks.classification import top_predictions
+from keras_vit.tasks.classification import top_predictions, trained_classifier
 from keras_vit.tasks.images import IMAGE_SUFFIXES, load_images
 from keras_vit.validation import check_positive_int
 
@@ -152,15 +152,8 @@ def classify_video(model, videos, top=5, preprocessing=None):
     >>> [p.name for p in classify_video(model, np.zeros((9, 20, 24, 3), "uint8"), top=2)[0]]
     ['no', 'yes']
     """
-    from keras_vit.presets.resolver import load_model, untrained_reason
-
     check_positive_int(top, "top")
-    reason = untrained_reason(model)
-    if reason is not None:
-        raise ValueError(reason)
-    model = load_model(model)
-    if not getattr(model, "include_top", True):
-        raise ValueError(f"Model {model.name!r} has no classifier head (include_top=False).")
+    model = trained_classifier(model)
     count = clip_frames(model, preprocessing)
     outputs = []
     for index, clip in enumerate(_clips(videos)):
